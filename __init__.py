@@ -1,0 +1,16 @@
+"""raylink: Apache Flink's streaming runtime rebuilt in Python on Ray.
+
+The repository root is this package (``pyproject.toml`` maps ``raylink`` to ``.``).
+The public DataStream API lives in :mod:`raylink.api` and is re-exported here.
+"""
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name):  # lazy re-export so ``import raylink.graph`` stays light
+    from raylink import api
+
+    try:
+        return getattr(api, name)
+    except AttributeError:
+        raise AttributeError(f"module 'raylink' has no attribute {name!r}") from None

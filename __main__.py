@@ -1,0 +1,13 @@
+"""``python -m raylink``: the command line (see :mod:`raylink.cli`)."""
+
+import sys
+
+
+def main() -> int:
+    from raylink.cli import main as cli_main
+
+    return cli_main()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""PyFlink's ``Configuration``: string keys (Flink's names), typed getters and setters."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+# Flink's option keys and defaults that raylink honours.
+DEFAULTS: dict[str, Any] = {
+    "parallelism.default": 1,
+    "pipeline.max-parallelism": -1,
+    "pipeline.operator-chaining": True,
+    "pipeline.name": "raylink job",
+    "execution.buffer-timeout": 100,
+    "execution.target": "ray",
+    "execution.shuffle-mode": "pipelined",
+    "taskmanager.numberOfTaskSlots": 1,
+    "taskmanager.memory.segment-size": 32 * 1024,
+    "taskmanager.network.numberOfBuffers": 2048,
+    "taskmanager.network.memory.buffers-per-channel": 2,
+    "taskmanager.network.memory.floating-buffers-per-gate": 8,
+}
+
+
+class Configuration:
+    """A flat key/value configuration with Flink's key names."""
+
+    def __init__(self, other: Optional["Configuration"] = None) -> None:
+        self._data: dict[str, Any] = dict(other._data) if other is not None else {}
+
+    def set_string(self, key: str, value: str) -> "Configuration":
+        self._data[key] = str(value)
+        return self
+
+    def set_integer(self, key: str, value: int) -> "Configuration":
+        self._data[key] = int(value)
+        return self
+
+    def set_boolean(self, key: str, value: bool) -> "Configuration":
+        self._data[key] = bool(value)
+        return self
+
+    def set_float(self, key: str, value: float) -> "Configuration":
+        self._data[key] = float(value)
+        return self
+
+    def get_string(self, key: str, default_value: Optional[str] = None) -> Optional[str]:
+        value = self._data.get(key, DEFAULTS.get(key, default_value))
+        return None if value is None else str(value)
+
+    def get_integer(self, key: str, default_value: int = 0) -> int:
+        value = self._data.get(key, DEFAULTS.get(key, default_value))
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"configuration key {key!r}: {value!r} is not an integer") from None
+
+    def get_boolean(self, key: str, default_value: bool = False) -> bool:
+        value = self._data.get(key, DEFAULTS.get(key, default_value))
+        if isinstance(value, str):
+            if value.lower() not in ("true", "false"):
+                raise ValueError(f"configuration key {key!r}: {value!r} is not a boolean")
+            return value.lower() == "true"
+        return bool(value)
+
+    def get_float(self, key: str, default_value: float = 0.0) -> float:
+        return float(self._data.get(key, DEFAULTS.get(key, default_value)))
+
+    def contains_key(self, key: str) -> bool:
+        return key in self._data
+
+    def remove_config(self, key: str) -> bool:
+        return self._data.pop(key, None) is not None
+
+    def key_set(self) -> set[str]:
+        return set(self._data)
+
+    def to_dict(self) -> dict[str, str]:
+        return {k: str(v) for k, v in self._data.items()}
+
+    def add_all(self, other: "Configuration") -> "Configuration":
+        self._data.update(other._data)
+        return self
+
+    def __repr__(self) -> str:
+        return f"Configuration({self._data!r})"

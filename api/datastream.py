@@ -1,0 +1,426 @@
+"""PyFlink's ``DataStream``, ``KeyedStream``, ``ConnectedStreams`` and ``DataStreamSink``.
+
+Every call only records a :class:`~raylink.graph.transformations.Transformation`
+in the environment; nothing runs until ``execute``. Function arguments may be
+plain callables or PyFlink-style function objects (``MapFunction`` …); they are
+checked here so a bad argument fails when the program is built, naming the
+operator.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+from raylink.graph import transformations as T
+from raylink.graph.operator_spec import OperatorSpec, PartitionerSpec
+from raylink.graph.output_tag import OutputTag
+from raylink.graph.stream_graph import GraphError
+from raylink.graph.stream_graph_generator import validate_max_parallelism, validate_parallelism
+
+if TYPE_CHECKING:
+    from raylink.api.stream_execution_environment import StreamExecutionEnvironment
+
+
+def check_function(func: Any, method: str, operator: str, argument: str = "function") -> None:
+    """Accept a callable or an object with ``method``; otherwise fail naming the operator."""
+    if callable(getattr(func, method, None)) or callable(func):
+        return
+    raise TypeError(
+        f"{operator}: {argument} must be a callable or an object with a '{method}' method, "
+        f"got {type(func).__name__}"
+    )
+
+
+def key_selector_callable(key_selector: Any, operator: str = "key_by") -> Callable:
+    check_function(key_selector, "get_key", operator, "key_selector")
+    get_key = getattr(key_selector, "get_key", None)
+    return get_key if callable(get_key) else key_selector
+
+
+class _Configurable:
+    """The per-operator setters Flink puts on ``SingleOutputStreamOperator``."""
+
+    _transformation: T.Transformation
+
+    def _require_physical(self, what: str) -> T.Transformation:
+        t = self._transformation
+        if not t.is_physical:
+            raise GraphError(
+                f"{what} is only supported on operators, not on the {t.kind.replace('_', ' ')} "
+                f"{t.describe()}."
+            )
+        return t
+
+    def name(self, name: str):
+        self._require_physical("name()").name = name
+        return self
+
+    def get_name(self) -> str:
+        return self._transformation.name
+
+    def uid(self, uid: str):
+        self._require_physical("uid()").uid = uid
+        return self
+
+    def set_uid_hash(self, uid_hash: str):  # accepted for PyFlink compatibility
+        return self.uid(uid_hash)
+
+    def set_parallelism(self, parallelism: int):
+        t = self._require_physical("set_parallelism()")
+        validate_parallelism(parallelism, t.describe())
+        if t.non_parallel and parallelism != 1:
+            raise GraphError(f"The parallelism of non parallel operator must be 1 (operator {t.describe()}).")
+        t.parallelism = parallelism
+        return self
+
+    def get_parallelism(self) -> int:
+        return self._transformation.parallelism
+
+    def set_max_parallelism(self, max_parallelism: int):
+        t = self._require_physical("set_max_parallelism()")
+        validate_max_parallelism(max_parallelism, t.describe())
+        t.max_parallelism = max_parallelism
+        return self
+
+    def slot_sharing_group(self, slot_sharing_group: str):
+        self._require_physical("slot_sharing_group()").slot_sharing_group = slot_sharing_group
+        return self
+
+    def start_new_chain(self):
+        self._require_physical("start_new_chain()").chaining_strategy = "HEAD"
+        return self
+
+    def disable_chaining(self):
+        self._require_physical("disable_chaining()").chaining_strategy = "NEVER"
+        return self
+
+    def set_buffer_timeout(self, timeout_millis: int):
+        if timeout_millis < -1:
+            raise ValueError("Timeout parameter must be greater than or equal to -1")
+        self._require_physical("set_buffer_timeout()").buffer_timeout = timeout_millis
+        return self
+
+
+class DataStream(_Configurable):
+    """A stream of elements of one type (PyFlink's ``DataStream``)."""
+
+    def __init__(self, env: "StreamExecutionEnvironment", transformation: T.Transformation) -> None:
+        self._env = env
+        self._transformation = transformation
+
+    def get_execution_environment(self) -> "StreamExecutionEnvironment":
+        return self._env
+
+    def get_transformation(self) -> T.Transformation:
+        return self._transformation
+
+    def get_type(self):
+        return self._transformation.output_type
+
+    # -- one-input operators ------------------------------------------------------------
+    def _one_input(
+        self, kind: str, name: str, function: Any, output_type: Any = None, **params: Any
+    ) -> "DataStream":
+        spec = OperatorSpec(kind=kind, function=function, params=params)
+        key_selector = getattr(self, "_key_selector", None)
+        if key_selector is not None and kind in ("reduce", "aggregate", "keyed_process"):
+            spec.key_selector = key_selector
+        t = self._env._add_transformation(
+            T.ONE_INPUT, name, [self._transformation], operator=spec, output_type=output_type
+        )
+        return DataStream(self._env, t)
+
+    def map(self, func: Any, output_type: Any = None) -> "DataStream":
+        check_function(func, "map", "Map")
+        return self._one_input("map", "Map", func, output_type)
+
+    def flat_map(self, func: Any, output_type: Any = None) -> "DataStream":
+        check_function(func, "flat_map", "Flat Map")
+        return self._one_input("flat_map", "Flat Map", func, output_type)
+
+    def filter(self, func: Any) -> "DataStream":
+        check_function(func, "filter", "Filter")
+        return self._one_input("filter", "Filter", func, self._transformation.output_type)
+
+    def process(self, func: Any, output_type: Any = None) -> "DataStream":
+        check_function(func, "process_element", "Process")
+        return self._one_input("process", "Process", func, output_type)
+
+    # -- partitioning -----------------------------------------------------------------
+    def _partition(self, partitioner: PartitionerSpec, shuffle_mode: str = "UNDEFINED") -> "DataStream":
+        if shuffle_mode not in T.SHUFFLE_MODES:
+            raise ValueError(f"shuffle_mode must be one of {T.SHUFFLE_MODES}, got {shuffle_mode!r}")
+        t = self._env._add_transformation(
+            T.PARTITION,
+            "Partition",
+            [self._transformation],
+            partitioner=partitioner,
+            shuffle_mode=shuffle_mode,
+            output_type=self._transformation.output_type,
+            register=False,
+        )
+        return DataStream(self._env, t)
+
+    def key_by(self, key_selector: Any, key_type: Any = None) -> "KeyedStream":
+        selector = key_selector_callable(key_selector)
+        partitioned = self._partition(PartitionerSpec("HASH", key_selector=selector))
+        return KeyedStream(self._env, partitioned._transformation, selector, self)
+
+    def forward(self) -> "DataStream":
+        return self._partition(PartitionerSpec("FORWARD"))
+
+    def rebalance(self) -> "DataStream":
+        return self._partition(PartitionerSpec("REBALANCE"))
+
+    def rescale(self) -> "DataStream":
+        return self._partition(PartitionerSpec("RESCALE"))
+
+    def shuffle(self) -> "DataStream":
+        return self._partition(PartitionerSpec("SHUFFLE"))
+
+    def broadcast(self) -> "DataStream":
+        return self._partition(PartitionerSpec("BROADCAST"))
+
+    def global_(self) -> "DataStream":
+        return self._partition(PartitionerSpec("GLOBAL"))
+
+    def partition_custom(self, partitioner: Any, key_selector: Any) -> "DataStream":
+        check_function(partitioner, "partition", "partition_custom", "partitioner")
+        fn = getattr(partitioner, "partition", None)
+        fn = fn if callable(fn) else partitioner
+        selector = key_selector_callable(key_selector, "partition_custom")
+        return self._partition(
+            PartitionerSpec("CUSTOM", key_selector=selector, custom_partitioner=fn)
+        )
+
+    def set_shuffle_mode(self, shuffle_mode: str) -> "DataStream":
+        """Exchange mode of a partitioned stream's edge: PIPELINED or BATCH (blocking)."""
+        if shuffle_mode not in T.SHUFFLE_MODES:
+            raise ValueError(f"shuffle_mode must be one of {T.SHUFFLE_MODES}, got {shuffle_mode!r}")
+        t = self._transformation
+        if t.kind != T.PARTITION:
+            raise GraphError(
+                "set_shuffle_mode() applies to a partitioned stream (after forward(), "
+                f"rebalance(), key_by() …), not to {t.describe()}."
+            )
+        t.shuffle_mode = shuffle_mode
+        return self
+
+    # -- combining ----------------------------------------------------------------------
+    def union(self, *streams: "DataStream") -> "DataStream":
+        for s in streams:
+            if not isinstance(s, DataStream):
+                raise TypeError(f"union: expected DataStreams, got {type(s).__name__}")
+        t = self._env._add_transformation(
+            T.UNION,
+            "Union",
+            [self._transformation] + [s._transformation for s in streams],
+            output_type=self._transformation.output_type,
+            register=False,
+        )
+        return DataStream(self._env, t)
+
+    def connect(self, stream: "DataStream") -> "ConnectedStreams":
+        if not isinstance(stream, DataStream):
+            raise TypeError(f"connect: expected a DataStream, got {type(stream).__name__}")
+        return ConnectedStreams(self, stream)
+
+    def get_side_output(self, output_tag: OutputTag) -> "DataStream":
+        if not isinstance(output_tag, OutputTag):
+            raise TypeError(f"get_side_output: expected an OutputTag, got {type(output_tag).__name__}")
+        producer = self._transformation
+        known = producer.side_output_types
+        if output_tag.tag_id in known and known[output_tag.tag_id] != output_tag.type_info:
+            raise GraphError(
+                f"A side output with a matching id ({output_tag.tag_id!r}) was already requested "
+                f"from operator {producer.describe()} with a different type "
+                f"({known[output_tag.tag_id]!r} vs {output_tag.type_info!r}). This is not allowed, "
+                "side output ids need to be unique."
+            )
+        known[output_tag.tag_id] = output_tag.type_info
+        t = self._env._add_transformation(
+            T.SIDE_OUTPUT,
+            "SideOutput",
+            [producer],
+            output_tag=output_tag,
+            output_type=output_tag.type_info,
+            register=False,
+        )
+        return DataStream(self._env, t)
+
+    # -- sinks ------------------------------------------------------------------------------
+    def _sink(self, kind: str, name: str, function: Any = None, **params: Any) -> "DataStreamSink":
+        spec = OperatorSpec(kind=kind, function=function, params=params)
+        t = self._env._add_transformation(T.SINK, name, [self._transformation], operator=spec)
+        return DataStreamSink(t)
+
+    def add_sink(self, sink_func: Any) -> "DataStreamSink":
+        check_function(sink_func, "invoke", "Sink", "sink_func")
+        return self._sink("sink", "Unnamed", sink_func)
+
+    def sink_to(self, sink: Any) -> "DataStreamSink":
+        hook = getattr(sink, "_raylink_sink_spec", None)
+        if callable(hook):
+            kind, name, function, params = hook()
+            return self._sink(kind, name, function, **params)
+        check_function(sink, "invoke", "Sink", "sink")
+        return self._sink("sink", "Unnamed", sink)
+
+    def print(self, sink_identifier: Optional[str] = None) -> "DataStreamSink":
+        return self._sink("print", "Print to Std. Out", None, prefix=sink_identifier)
+
+    def collect_sink(self, collect_id: str) -> "DataStreamSink":
+        """A sink whose records the job hands back to the driver (``execute_and_collect``)."""
+        return self._sink("collect", "Collect Sink", None, collect_id=collect_id)
+
+    def execute_and_collect(self, job_execution_name: Optional[str] = None, limit: Optional[int] = None):
+        return self._env._execute_and_collect(self, job_execution_name, limit)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._transformation!r})"
+
+
+_KEYED_UNSUPPORTED = "for KeyedStream is not supported."
+
+
+class KeyedStream(DataStream):
+    """A stream partitioned by key (PyFlink's ``KeyedStream``)."""
+
+    def __init__(
+        self,
+        env: "StreamExecutionEnvironment",
+        transformation: T.Transformation,
+        key_selector: Callable,
+        origin: DataStream,
+    ) -> None:
+        super().__init__(env, transformation)
+        self._key_selector = key_selector
+        self._origin = origin
+
+    def get_key_selector(self) -> Callable:
+        return self._key_selector
+
+    def reduce(self, func: Any) -> DataStream:
+        check_function(func, "reduce", "Keyed Reduce")
+        return self._one_input("reduce", "Keyed Reduce", func, self._transformation.output_type)
+
+    def _aggregate(self, agg: str, field: Any) -> DataStream:
+        if field is not None and not isinstance(field, (int, str)):
+            raise TypeError(f"{agg}: the field must be a position (int) or a name (str), got {field!r}")
+        return self._one_input(
+            "aggregate", "Keyed Aggregation", None, self._transformation.output_type, agg=agg, field=field
+        )
+
+    def sum(self, position_to_sum: Any = 0) -> DataStream:
+        return self._aggregate("sum", position_to_sum)
+
+    def min(self, position_to_min: Any = 0) -> DataStream:
+        return self._aggregate("min", position_to_min)
+
+    def max(self, position_to_max: Any = 0) -> DataStream:
+        return self._aggregate("max", position_to_max)
+
+    def min_by(self, position_to_min_by: Any = 0) -> DataStream:
+        return self._aggregate("min_by", position_to_min_by)
+
+    def max_by(self, position_to_max_by: Any = 0) -> DataStream:
+        return self._aggregate("max_by", position_to_max_by)
+
+    def process(self, func: Any, output_type: Any = None) -> DataStream:
+        check_function(func, "process_element", "KeyedProcess")
+        return self._one_input("keyed_process", "KeyedProcess", func, output_type)
+
+    # -- what PyFlink refuses on a KeyedStream ------------------------------------------
+    def _refuse_partitioning(self, *args: Any, **kwargs: Any):
+        raise GraphError("Cannot override partitioning for KeyedStream.")
+
+    forward = rebalance = rescale = shuffle = broadcast = global_ = _refuse_partitioning
+    partition_custom = _refuse_partitioning
+
+    def set_parallelism(self, parallelism: int):
+        raise GraphError("Set parallelism " + _KEYED_UNSUPPORTED)
+
+    def set_max_parallelism(self, max_parallelism: int):
+        raise GraphError("Set max parallelism " + _KEYED_UNSUPPORTED)
+
+    def name(self, name: str):
+        raise GraphError("Set name " + _KEYED_UNSUPPORTED)
+
+    def uid(self, uid: str):
+        raise GraphError("Set uid " + _KEYED_UNSUPPORTED)
+
+    def slot_sharing_group(self, slot_sharing_group: str):
+        raise GraphError("Setting slot sharing group " + _KEYED_UNSUPPORTED)
+
+    def start_new_chain(self):
+        raise GraphError("Start new chain " + _KEYED_UNSUPPORTED)
+
+    def disable_chaining(self):
+        raise GraphError("Disable chaining " + _KEYED_UNSUPPORTED)
+
+
+class ConnectedStreams:
+    """Two streams of possibly different types, processed by one two-input operator."""
+
+    def __init__(self, stream1: DataStream, stream2: DataStream) -> None:
+        self.stream1 = stream1
+        self.stream2 = stream2
+
+    def _is_keyed(self) -> bool:
+        return isinstance(self.stream1, KeyedStream) and isinstance(self.stream2, KeyedStream)
+
+    def key_by(self, key_selector1: Any, key_selector2: Any, key_type: Any = None) -> "ConnectedStreams":
+        return ConnectedStreams(self.stream1.key_by(key_selector1), self.stream2.key_by(key_selector2))
+
+    def _two_input(self, kind: str, name: str, func: Any, output_type: Any) -> DataStream:
+        params = {}
+        if self._is_keyed():
+            params = {
+                "key_selector1": self.stream1._key_selector,
+                "key_selector2": self.stream2._key_selector,
+            }
+        spec = OperatorSpec(kind=kind, function=func, params=params)
+        env = self.stream1._env
+        t = env._add_transformation(
+            T.TWO_INPUT,
+            name,
+            [self.stream1._transformation, self.stream2._transformation],
+            operator=spec,
+            output_type=output_type,
+        )
+        return DataStream(env, t)
+
+    @staticmethod
+    def _check_pair(func: Any, methods: tuple[str, str], operator: str) -> None:
+        if isinstance(func, tuple) and len(func) == 2 and all(callable(f) for f in func):
+            return
+        if all(callable(getattr(func, m, None)) for m in methods):
+            return
+        raise TypeError(
+            f"{operator}: expected an object with '{methods[0]}' and '{methods[1]}' methods "
+            f"or a pair of callables, got {type(func).__name__}"
+        )
+
+    def map(self, func: Any, output_type: Any = None) -> DataStream:
+        self._check_pair(func, ("map1", "map2"), "Co-Map")
+        return self._two_input("co_map", "Co-Map", func, output_type)
+
+    def flat_map(self, func: Any, output_type: Any = None) -> DataStream:
+        self._check_pair(func, ("flat_map1", "flat_map2"), "Co-Flat Map")
+        return self._two_input("co_flat_map", "Co-Flat Map", func, output_type)
+
+    def process(self, func: Any, output_type: Any = None) -> DataStream:
+        self._check_pair(func, ("process_element1", "process_element2"), "Co-Process")
+        if self._is_keyed():
+            return self._two_input("keyed_co_process", "KeyedCoProcess", func, output_type)
+        return self._two_input("co_process", "Co-Process", func, output_type)
+
+
+class DataStreamSink(_Configurable):
+    """The end of a stream (PyFlink's ``DataStreamSink``): only the operator setters."""
+
+    def __init__(self, transformation: T.Transformation) -> None:
+        self._transformation = transformation
+
+    def get_transformation(self) -> T.Transformation:
+        return self._transformation

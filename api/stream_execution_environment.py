@@ -1,0 +1,205 @@
+"""PyFlink's ``StreamExecutionEnvironment``: where a program starts and how it is run.
+
+It records transformations, turns them into the three graphs on demand
+(``get_stream_graph`` / ``get_job_graph`` / ``get_execution_graph``), and hands
+the job to the executor named by ``execution.target`` (``"local"``: threads in
+this process, Flink's MiniCluster; ``"ray"``: Ray actors).
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+from typing import Any, Iterable, Optional
+
+from raylink.api.configuration import Configuration
+from raylink.api.datastream import DataStream, check_function
+from raylink.graph import transformations as T
+from raylink.graph.execution_graph import ExecutionGraph, build_execution_graph
+from raylink.graph.job_graph import JobGraph
+from raylink.graph.job_graph_generator import create_job_graph
+from raylink.graph.operator_spec import OperatorSpec
+from raylink.graph.stream_graph import StreamGraph
+from raylink.graph.stream_graph_generator import (
+    StreamGraphGenerator,
+    validate_max_parallelism,
+    validate_parallelism,
+)
+
+# execution.target -> module providing ``execute(env, stream_graph, ...)``
+EXECUTORS = {
+    "local": "raylink.actors.local_executor",
+    "ray": "raylink.actors.ray_executor",
+}
+
+
+class StreamExecutionEnvironment:
+    """The context a streaming program runs in (PyFlink's ``StreamExecutionEnvironment``)."""
+
+    def __init__(self, configuration: Optional[Configuration] = None) -> None:
+        self.configuration = Configuration(configuration)
+        conf = self.configuration
+        self._parallelism = conf.get_integer("parallelism.default")
+        validate_parallelism(self._parallelism, "parallelism.default")
+        self._max_parallelism = conf.get_integer("pipeline.max-parallelism")
+        self._chaining = conf.get_boolean("pipeline.operator-chaining")
+        self._buffer_timeout = conf.get_integer("execution.buffer-timeout")
+        self.transformations: list[T.Transformation] = []
+        self._ids = itertools.count(1)
+        self._collect_ids = itertools.count(1)
+
+    @staticmethod
+    def get_execution_environment(configuration: Optional[Configuration] = None) -> "StreamExecutionEnvironment":
+        return StreamExecutionEnvironment(configuration)
+
+    # -- settings -----------------------------------------------------------------------
+    def set_parallelism(self, parallelism: int) -> "StreamExecutionEnvironment":
+        validate_parallelism(parallelism, "environment")
+        self._parallelism = parallelism
+        return self
+
+    def get_parallelism(self) -> int:
+        return self._parallelism
+
+    def set_max_parallelism(self, max_parallelism: int) -> "StreamExecutionEnvironment":
+        validate_max_parallelism(max_parallelism, "environment")
+        self._max_parallelism = max_parallelism
+        return self
+
+    def get_max_parallelism(self) -> int:
+        return self._max_parallelism
+
+    def disable_operator_chaining(self) -> "StreamExecutionEnvironment":
+        self._chaining = False
+        return self
+
+    def is_chaining_enabled(self) -> bool:
+        return self._chaining
+
+    def set_buffer_timeout(self, timeout_millis: int) -> "StreamExecutionEnvironment":
+        if timeout_millis < -1:
+            raise ValueError("Timeout parameter must be greater than or equal to -1")
+        self._buffer_timeout = timeout_millis
+        return self
+
+    def get_buffer_timeout(self) -> int:
+        return self._buffer_timeout
+
+    def get_config(self) -> Configuration:
+        return self.configuration
+
+    # -- sources ------------------------------------------------------------------------
+    def _add_transformation(
+        self,
+        kind: str,
+        name: str,
+        inputs: list[T.Transformation],
+        operator: Optional[OperatorSpec] = None,
+        register: bool = True,
+        **fields: Any,
+    ) -> T.Transformation:
+        t = T.Transformation(
+            id=next(self._ids),
+            name=name,
+            kind=kind,
+            inputs=inputs,
+            parallelism=self._parallelism,
+            operator=operator,
+            chaining_strategy="HEAD" if kind == T.SOURCE else "ALWAYS",
+            **fields,
+        )
+        if register and kind != T.SOURCE:
+            self.transformations.append(t)
+        return t
+
+    def _source(self, kind: str, name: str, function: Any = None, type_info: Any = None,
+                non_parallel: bool = False, **params: Any) -> DataStream:
+        spec = OperatorSpec(kind=kind, function=function, params=params, chaining_strategy="HEAD")
+        t = self._add_transformation(T.SOURCE, name, [], operator=spec, output_type=type_info,
+                                     non_parallel=non_parallel)
+        if non_parallel:
+            t.parallelism = 1
+        return DataStream(self, t)
+
+    def from_collection(self, collection: Iterable, type_info: Any = None) -> DataStream:
+        """A non-parallel source over a finite collection (parallelism 1, as in Flink)."""
+        if isinstance(collection, (str, bytes)) or not hasattr(collection, "__iter__"):
+            raise TypeError(
+                f"from_collection: collection must be a list or other iterable, got {type(collection).__name__}"
+            )
+        return self._source("source_collection", "Collection Source", None, type_info,
+                            non_parallel=True, elements=list(collection))
+
+    def from_sequence(self, start: int, end: int) -> DataStream:
+        """A parallel source of the integers ``start..end`` (inclusive)."""
+        if not isinstance(start, int) or not isinstance(end, int):
+            raise TypeError("from_sequence: start and end must be integers")
+        if end < start:
+            raise ValueError(f"from_sequence: start ({start}) must be <= end ({end})")
+        return self._source("source_sequence", "Sequence Source", None, None, start=start, end=end)
+
+    def add_source(self, source_func: Any, source_name: str = "Custom Source", type_info: Any = None) -> DataStream:
+        """A source from a ``SourceFunction``, an iterable, or a callable returning an iterable."""
+        if not (callable(getattr(source_func, "run", None)) or callable(source_func)
+                or hasattr(source_func, "__iter__")):
+            raise TypeError(
+                f"add_source: source_func must be a SourceFunction, an iterable or a callable, "
+                f"got {type(source_func).__name__}"
+            )
+        return self._source("source_function", source_name, source_func, type_info)
+
+    def from_source(self, source: Any, watermark_strategy: Any = None, source_name: str = "Custom Source",
+                    type_info: Any = None) -> DataStream:
+        hook = getattr(source, "_raylink_source_spec", None)
+        if callable(hook):
+            kind, function, params, non_parallel = hook()
+            return self._source(kind, source_name, function, type_info, non_parallel=non_parallel, **params)
+        return self.add_source(source, source_name, type_info)
+
+    # -- the graphs ---------------------------------------------------------------------
+    def get_stream_graph(self, job_name: Optional[str] = None) -> StreamGraph:
+        if not self.transformations:
+            raise RuntimeError("No operators defined in streaming topology. Cannot execute.")
+        mode = self.configuration.get_string("execution.shuffle-mode")
+        graph = StreamGraphGenerator(
+            self.transformations,
+            job_name=job_name or self.configuration.get_string("pipeline.name"),
+            chaining_enabled=self._chaining,
+            default_max_parallelism=self._max_parallelism,
+            buffer_timeout=self._buffer_timeout,
+            global_shuffle_mode="BATCH" if str(mode).lower() == "batch" else None,
+        ).generate()
+        graph.config = self.configuration.to_dict()
+        return graph
+
+    def get_execution_plan(self) -> str:
+        return self.get_stream_graph().get_execution_plan()
+
+    def get_job_graph(self, job_name: Optional[str] = None) -> JobGraph:
+        return create_job_graph(self.get_stream_graph(job_name))
+
+    def get_execution_graph(self, job_name: Optional[str] = None) -> ExecutionGraph:
+        return build_execution_graph(self.get_job_graph(job_name))
+
+    # -- execution ---------------------------------------------------------------------
+    def _executor(self):
+        target = self.configuration.get_string("execution.target")
+        module = EXECUTORS.get(target)
+        if module is None:
+            raise ValueError(
+                f"execution.target {target!r} is not supported; use one of {sorted(EXECUTORS)}"
+            )
+        return importlib.import_module(module)
+
+    def execute(self, job_name: Optional[str] = None):
+        """Run the job to completion and return its ``JobExecutionResult``."""
+        return self._executor().execute(self, job_name)
+
+    def execute_async(self, job_name: Optional[str] = None):
+        """Start the job and return a ``JobClient``."""
+        return self._executor().execute_async(self, job_name)
+
+    def _execute_and_collect(self, stream: DataStream, job_name: Optional[str], limit: Optional[int]):
+        collect_id = f"collect-{next(self._collect_ids)}"
+        stream.collect_sink(collect_id)
+        return self._executor().execute_and_collect(self, job_name, collect_id, limit)

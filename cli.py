@@ -1,0 +1,110 @@
+"""The ``raylink`` command line: ``raylink plan job.py`` (more sub-commands come with the runtime).
+
+``plan`` runs the user's program with ``execute()`` intercepted — Flink's
+``OptimizerPlanEnvironment`` trick — so the job is compiled but never started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import runpy
+import sys
+from typing import Optional
+
+from raylink.api.stream_execution_environment import StreamExecutionEnvironment
+from raylink.graph.job_graph import JobGraph
+
+
+class _PlanCaptured(Exception):
+    def __init__(self, env: StreamExecutionEnvironment, job_name: Optional[str]) -> None:
+        super().__init__("plan captured")
+        self.env = env
+        self.job_name = job_name
+
+
+def capture_job_graph(path: str, argv: list[str]) -> JobGraph:
+    """Run ``path`` until its first execute call and return that job's JobGraph."""
+
+    def intercept(self, job_name=None, *args, **kwargs):
+        raise _PlanCaptured(self, job_name)
+
+    patched = ("execute", "execute_async")
+    saved = {name: getattr(StreamExecutionEnvironment, name) for name in patched}
+    saved_collect = StreamExecutionEnvironment._execute_and_collect
+    old_argv = sys.argv
+    try:
+        for name in patched:
+            setattr(StreamExecutionEnvironment, name, intercept)
+        StreamExecutionEnvironment._execute_and_collect = (
+            lambda self, stream, job_name, limit: intercept(self, job_name)
+        )
+        sys.argv = [path] + argv
+        runpy.run_path(path, run_name="__main__")
+    except _PlanCaptured as captured:
+        return captured.env.get_job_graph(captured.job_name)
+    finally:
+        for name, fn in saved.items():
+            setattr(StreamExecutionEnvironment, name, fn)
+        StreamExecutionEnvironment._execute_and_collect = saved_collect
+        sys.argv = old_argv
+    raise SystemExit(f"raylink plan: {path} never called execute(); no job to show")
+
+
+def format_text(job_graph: JobGraph) -> str:
+    data = job_graph.to_dict()
+    names = {v["id"]: v["name"] for v in data["vertices"]}
+    lines = [f"Job '{data['job_name']}': {len(data['vertices'])} vertices, {len(data['edges'])} edges"]
+    for v in data["vertices"]:
+        lines.append(
+            f"  [{v['id'][:8]}] {v['name']}  parallelism={v['parallelism']} "
+            f"max={v['max_parallelism']} slot_sharing_group={v['slot_sharing_group']}"
+        )
+        for e in data["edges"]:
+            if e["target"] == v["id"]:
+                lines.append(
+                    f"      <- {names[e['source']]}  {e['ship_strategy']} {e['distribution_pattern']} "
+                    f"{e['result_partition_type']}"
+                )
+    return "\n".join(lines)
+
+
+def format_dot(job_graph: JobGraph) -> str:
+    data = job_graph.to_dict()
+    out = ["digraph raylink {", "  rankdir=LR;"]
+    for v in data["vertices"]:
+        label = f"{v['name']}\\nparallelism {v['parallelism']}".replace('"', "'")
+        out.append(f'  "{v["id"]}" [shape=box, label="{label}"];')
+    for e in data["edges"]:
+        out.append(f'  "{e["source"]}" -> "{e["target"]}" [label="{e["ship_strategy"]}"];')
+    out.append("}")
+    return "\n".join(out)
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    job_graph = capture_job_graph(args.job, args.args)
+    if args.format == "json":
+        print(json.dumps(job_graph.to_dict(), indent=2))
+    elif args.format == "dot":
+        print(format_dot(job_graph))
+    else:
+        print(format_text(job_graph))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="raylink", description="Flink's streaming runtime on Ray.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    plan = sub.add_parser("plan", help="print a job's JobGraph without running it")
+    plan.add_argument("job", help="path to the job's Python file")
+    plan.add_argument("args", nargs="*", help="arguments passed to the job")
+    plan.add_argument("--format", choices=("text", "json", "dot"), default="text")
+    plan.set_defaults(func=_cmd_plan)
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args, extra = build_parser().parse_known_args(argv)
+    if extra:  # options meant for the job itself
+        args.args = list(getattr(args, "args", [])) + extra
+    return args.func(args)
