@@ -1,0 +1,153 @@
+"""Flink's mailbox task model: ``TaskMailbox`` + ``MailboxProcessor`` (seed 002).
+
+One thread per task runs ``run_mailbox_loop``: first every pending mail
+(timers, flushes, control), then one step of the *default action* (process one
+batch of input, or emit one batch from a source). When the default action has
+nothing to do (no input, no output buffer) it suspends itself; the thread then
+blocks on the mailbox until some future completes and posts a resume mail — no
+polling. Time spent blocked is accounted as *idle* (waiting for input) or
+*back-pressured* (waiting for an output buffer), the rest is *busy*, as in
+Flink's ``TaskIOMetricGroup``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import Callable, Optional
+
+IDLE = "idle"
+BACK_PRESSURE = "backpressure"
+
+
+class MailboxClosedError(RuntimeError):
+    pass
+
+
+class TaskMailbox:
+    """A thread-safe FIFO of mails (callables) with a blocking take."""
+
+    def __init__(self) -> None:
+        self._queue: deque = deque()
+        self._cond = threading.Condition(threading.Lock())
+        self._open = True
+
+    def put(self, mail: Callable[[], None]) -> None:
+        with self._cond:
+            if not self._open:
+                return  # late timers/futures after the task ended are dropped
+            self._queue.append(mail)
+            self._cond.notify()
+
+    def has_mail(self) -> bool:
+        return bool(self._queue)
+
+    def try_take(self) -> Optional[Callable[[], None]]:
+        try:
+            return self._queue.popleft()
+        except IndexError:
+            return None
+
+    def take(self, timeout: Optional[float] = None) -> Optional[Callable[[], None]]:
+        """Block until a mail arrives (or ``timeout`` seconds pass)."""
+        with self._cond:
+            if not self._queue:
+                self._cond.wait(timeout)
+            return self._queue.popleft() if self._queue else None
+
+    def close(self) -> None:
+        with self._cond:
+            self._open = False
+            self._queue.clear()
+            self._cond.notify_all()
+
+
+class Suspension:
+    """Handle returned by ``suspend_default_action``; ``resume`` may be called from any thread."""
+
+    __slots__ = ("_processor", "kind", "_resumed")
+
+    def __init__(self, processor: "MailboxProcessor", kind: str) -> None:
+        self._processor = processor
+        self.kind = kind
+        self._resumed = False
+
+    def resume(self, *_ignored) -> None:  # usable directly as a future callback
+        if not self._resumed:
+            self._resumed = True
+            self._processor.mailbox.put(self._processor._resume)
+
+
+class MailboxProcessor:
+    """Runs mails and the default action on one thread until ``all_actions_completed``."""
+
+    def __init__(self, default_action: Callable[["MailboxProcessor"], None]) -> None:
+        self.mailbox = TaskMailbox()
+        self.default_action = default_action
+        self._running = True
+        self._suspension: Optional[Suspension] = None
+        self.idle_ns = 0
+        self.back_pressured_ns = 0
+        self.started_ns = 0
+        self.ended_ns = 0
+
+    # -- control (task thread) ---------------------------------------------------------
+    def suspend_default_action(self, kind: str = IDLE) -> Suspension:
+        suspension = Suspension(self, kind)
+        self._suspension = suspension
+        return suspension
+
+    def _resume(self) -> None:
+        self._suspension = None
+
+    def all_actions_completed(self) -> None:
+        """Stop the loop after the current mail/action (Flink's ``allActionsCompleted``)."""
+        self._running = False
+
+    # -- control (any thread) -----------------------------------------------------------
+    def send_stop(self) -> None:
+        self.mailbox.put(self.all_actions_completed)
+
+    # -- the loop ----------------------------------------------------------------------------
+    def run_mailbox_loop(self) -> None:
+        mailbox = self.mailbox
+        default_action = self.default_action
+        self.started_ns = time.perf_counter_ns()
+        try:
+            while self._running:
+                # all pending mails first
+                while mailbox._queue and self._running:
+                    mail = mailbox.try_take()
+                    if mail is not None:
+                        mail()
+                if not self._running:
+                    break
+                suspension = self._suspension
+                if suspension is None:
+                    default_action(self)
+                    continue
+                # suspended: sleep until a mail (resume, timer, control) arrives
+                start = time.perf_counter_ns()
+                mail = mailbox.take()
+                waited = time.perf_counter_ns() - start
+                if suspension.kind == BACK_PRESSURE:
+                    self.back_pressured_ns += waited
+                else:
+                    self.idle_ns += waited
+                if mail is not None:
+                    mail()
+        finally:
+            self.ended_ns = time.perf_counter_ns()
+
+    def time_metrics(self) -> dict:
+        """busy/idle/backPressured time in ms per second over the task's life so far."""
+        end = self.ended_ns or time.perf_counter_ns()
+        total = max(end - self.started_ns, 1) if self.started_ns else 1
+        idle = 1000.0 * self.idle_ns / total
+        back = 1000.0 * self.back_pressured_ns / total
+        return {
+            "idleTimeMsPerSecond": idle,
+            "backPressuredTimeMsPerSecond": back,
+            "busyTimeMsPerSecond": max(0.0, 1000.0 - idle - back),
+        }

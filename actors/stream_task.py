@@ -1,0 +1,312 @@
+"""Flink's ``StreamTask`` family: one subtask running its OperatorChain on a mailbox thread.
+
+``StreamTask.run`` (the task thread) builds the chain, opens it tail-first,
+runs the mailbox loop until the input ends, then ends and closes the operators
+head-first, flushes and finishes every output partition (EndOfPartition).
+The default action is Flink's ``processInput``: a source emits one batch, a
+one-input task processes the items of one buffer, a two-input task the next
+available input. With no input or no output buffer the action suspends on the
+matching availability future (idle vs. back-pressured time).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any, Callable, Optional
+
+from raylink.actors.mailbox import BACK_PRESSURE, IDLE, MailboxProcessor
+from raylink.actors.operator_chain import OperatorChain, exception_with_operator
+from raylink.graph.job_graph import JobVertex
+from raylink.operators.processing_time import SystemProcessingTimeService
+from raylink.operators.runtime_context import RecordContext, StreamingRuntimeContext
+from raylink.shuffle.elements import LatencyMarker, TimestampedRecords, Watermark
+
+SOURCE_BATCH_SIZE = 1024
+
+CREATED, RUNNING, FINISHED, CANCELED, FAILED = "CREATED", "RUNNING", "FINISHED", "CANCELED", "FAILED"
+
+
+def _noop() -> None:
+    return None
+
+
+class CancelTaskException(Exception):
+    """Raised inside the task thread to unwind a cancelled task."""
+
+
+def any_of(futures: list[Future]) -> Future:
+    """A future completed as soon as one of ``futures`` is."""
+    done: Future = Future()
+
+    def complete(_f: Future) -> None:
+        if not done.done():
+            try:
+                done.set_result(None)
+            except Exception:  # already completed by another callback
+                pass
+
+    for f in futures:
+        f.add_done_callback(complete)
+    return done
+
+
+class StreamTask:
+    """One subtask: ``inputs`` are ``StreamTaskNetworkInput``s (1 for one-input, 2 for two-input)."""
+
+    def __init__(
+        self,
+        job_vertex: JobVertex,
+        subtask_index: int,
+        record_writers: dict[str, Any],
+        inputs: list[Any],
+        attempt_number: int = 0,
+        accumulators: Optional[dict] = None,
+        on_state_change: Optional[Callable[["StreamTask", str, Optional[BaseException]], None]] = None,
+        job_parameters: Optional[dict] = None,
+    ) -> None:
+        self.job_vertex = job_vertex
+        self.subtask_index = subtask_index
+        self.name = f"{job_vertex.name} ({subtask_index + 1}/{job_vertex.parallelism})"
+        self.record_writers = record_writers
+        self.writers = list(record_writers.values())
+        self.inputs = inputs
+        self.attempt_number = attempt_number
+        self.accumulators = accumulators if accumulators is not None else {}
+        self.on_state_change = on_state_change
+        self.job_parameters = job_parameters or {}
+        self.state = CREATED
+        self.error: Optional[BaseException] = None
+        self.chain: Optional[OperatorChain] = None
+        self.mailbox_processor = MailboxProcessor(self._default_action)
+        self.num_records_in = 0
+        self._input_ended = [False] * len(inputs)
+        self._next_input = 0
+        self._canceled = False
+        self._thread: Optional[threading.Thread] = None
+        self._time_service: Optional[SystemProcessingTimeService] = None
+        self._flushers: list = []
+        self.done = threading.Event()
+
+    # -- lifecycle (any thread) ----------------------------------------------------------------
+    def start(self) -> threading.Thread:
+        self._thread = threading.Thread(target=self.run, name=f"task {self.name}", daemon=True)
+        self._thread.start()
+        return self._thread
+
+    def join(self, timeout: Optional[float] = None) -> bool:
+        return self.done.wait(timeout)
+
+    def cancel(self) -> None:
+        """Cancel from any thread: the task thread unwinds at its next mail."""
+        if self.done.is_set() or self._canceled:
+            return
+        self._canceled = True
+        chain = self.chain
+        if chain is not None and self.job_vertex.invokable == "SourceStreamTask":
+            cancel = getattr(chain.head, "cancel", None)
+            if cancel is not None:
+                cancel()
+        self.mailbox_processor.mailbox.put(self._raise_cancel)
+
+    def _raise_cancel(self) -> None:
+        raise CancelTaskException(f"task {self.name} was cancelled")
+
+    def _set_state(self, state: str, error: Optional[BaseException] = None) -> None:
+        self.state = state
+        self.error = error
+        if self.on_state_change is not None:
+            self.on_state_change(self, state, error)
+
+    # -- the task thread ------------------------------------------------------------------------
+    def run(self) -> None:
+        mp = self.mailbox_processor
+        try:
+            self._set_state(RUNNING)
+            if self._canceled:
+                raise CancelTaskException(f"task {self.name} was cancelled")
+            self._time_service = SystemProcessingTimeService(mail_executor=mp.mailbox.put)
+            jv = self.job_vertex
+            context = StreamingRuntimeContext(
+                task_name=self.name,
+                operator_name=jv.name,
+                subtask_index=self.subtask_index,
+                parallelism=jv.parallelism,
+                max_parallelism=jv.max_parallelism,
+                attempt_number=self.attempt_number,
+                record_context=RecordContext(),
+                accumulators=self.accumulators,
+                processing_time_service=self._time_service,
+                job_parameters=self.job_parameters,
+            )
+            self.record_context = context.record_context
+            self.chain = OperatorChain(jv.chain, self.record_writers, context)
+            if self._canceled:
+                raise CancelTaskException(f"task {self.name} was cancelled")
+            head = self.chain.head
+            self._bind_head(head)
+            self.chain.open()
+            for writer in self.writers:
+                flusher = writer.start_output_flusher(mp.mailbox.put)
+                if flusher is not None:
+                    self._flushers.append(flusher)
+            mp.run_mailbox_loop()
+            if self._canceled:
+                raise CancelTaskException(f"task {self.name} was cancelled")
+            self._stop_timers()
+            self._set_state(FINISHED)
+        except CancelTaskException:
+            self._cleanup_after_failure()
+            self._set_state(CANCELED)
+        except BaseException as exc:  # noqa: BLE001 - a task reports every failure
+            error = exception_with_operator(self.chain, self.name, exc)
+            self._cleanup_after_failure()
+            self._set_state(FAILED, error)
+        finally:
+            mp.mailbox.close()
+            self.done.set()
+
+    def _bind_head(self, head: Any) -> None:
+        invokable = self.job_vertex.invokable
+        if invokable == "SourceStreamTask":
+            self._source = head
+            on_flush = getattr(head, "on_batch_flushed", "absent")
+            if on_flush != "absent":
+                head.on_batch_flushed = self._yield_inside_source
+        elif invokable == "TwoInputStreamTask":
+            self._batch = (head.process_batch1, head.process_batch2)
+            self._element = (head.process_element1, head.process_element2)
+            self._watermark = (head.process_watermark1, head.process_watermark2)
+            self._latency = (head.process_latency_marker1, head.process_latency_marker2)
+        else:
+            self._batch = (head.process_batch,)
+            self._element = (head.process_element,)
+            self._watermark = (head.process_watermark,)
+            self._latency = (head.process_latency_marker,)
+
+    def _stop_timers(self) -> None:
+        for flusher in self._flushers:
+            flusher.terminate()
+        self._flushers.clear()
+        if self._time_service is not None:
+            self._time_service.shutdown()
+
+    def _cleanup_after_failure(self) -> None:
+        self._stop_timers()
+        if self.chain is not None:
+            self.chain.close_quietly()
+        for writer in self.writers:
+            try:
+                writer.close()
+            except Exception:
+                pass
+
+    # -- the default action --------------------------------------------------------------------
+    def _unavailable_output(self) -> Optional[Future]:
+        for writer in self.writers:
+            if not writer.is_available():
+                return writer.get_available_future()
+        return None
+
+    def _default_action(self, mp: MailboxProcessor) -> None:
+        blocked = self._unavailable_output()
+        if blocked is not None:
+            blocked.add_done_callback(mp.suspend_default_action(BACK_PRESSURE).resume)
+            return
+        if self.job_vertex.invokable == "SourceStreamTask":
+            if not self._source.emit_next(SOURCE_BATCH_SIZE):
+                self._end_of_input(mp)
+            return
+        inputs = self.inputs
+        n = len(inputs)
+        for attempt in range(n):
+            index = (self._next_input + attempt) % n
+            if self._input_ended[index]:
+                continue
+            items = inputs[index].poll_next()
+            if items is None:
+                if inputs[index].is_finished():
+                    self._input_ended[index] = True
+                    if n == 2:
+                        self.chain.head.end_input(index + 1)
+                continue
+            self._next_input = (index + 1) % n
+            self._process_items(items, index)
+            return
+        if all(self._input_ended):
+            self._end_of_input(mp)
+            return
+        futures = [inp.get_available_future() for inp, ended in zip(inputs, self._input_ended) if not ended]
+        waiting = futures[0] if len(futures) == 1 else any_of(futures)
+        waiting.add_done_callback(mp.suspend_default_action(IDLE).resume)
+
+    def _process_items(self, items: list, index: int) -> None:
+        process_batch = self._batch[index]
+        for item in items:
+            kind = type(item)
+            if kind is list:
+                self.num_records_in += len(item)
+                process_batch(item)
+            elif kind is TimestampedRecords:
+                self.num_records_in += len(item)
+                rc = self.record_context
+                element = self._element[index]
+                for value, ts in zip(item.values, item.timestamps):
+                    rc.timestamp = ts
+                    element(value)
+                rc.timestamp = None
+            elif kind is Watermark:
+                self._watermark[index](item.timestamp)
+            elif kind is LatencyMarker:
+                self._latency[index](item)
+            # EndOfPartition markers, statuses and barriers need no action here yet
+
+    def _end_of_input(self, mp: MailboxProcessor) -> None:
+        self._stop_timers()
+        self.chain.finish(head_inputs_ended=len(self.inputs) == 2)
+        for writer in self.writers:
+            writer.finish()
+        mp.all_actions_completed()
+
+    def _yield_inside_source(self) -> None:
+        """Called by an inline SourceFunction between batches: run mails, honour back pressure."""
+        mp = self.mailbox_processor
+        mailbox = mp.mailbox
+        while mailbox.has_mail():
+            mail = mailbox.try_take()
+            if mail is not None:
+                mail()
+        blocked = self._unavailable_output()
+        while blocked is not None and not self._canceled:
+            # sleep until a buffer comes back or a mail arrives (no polling)
+            blocked.add_done_callback(lambda _f: mailbox.put(_noop))
+            start = time.perf_counter_ns()
+            mail = mailbox.take()
+            mp.back_pressured_ns += time.perf_counter_ns() - start
+            if mail is not None:
+                mail()
+            while mailbox.has_mail():
+                mail = mailbox.try_take()
+                if mail is not None:
+                    mail()
+            blocked = self._unavailable_output()
+
+    # -- metrics -------------------------------------------------------------------------------
+    def metrics(self) -> dict:
+        out = {
+            "task": self.name,
+            "vertex": self.job_vertex.id,
+            "subtask": self.subtask_index,
+            "state": self.state,
+            "numRecordsIn": self.num_records_in,
+            "numRecordsOut": sum(w.num_records_out for w in self.writers),
+            "numBuffersOut": sum(w.num_buffers_out for w in self.writers),
+            "numBytesOut": sum(w.num_bytes_out for w in self.writers),
+            "numBuffersIn": sum(getattr(i.gate, "num_buffers_in", 0) for i in self.inputs),
+            "numBytesIn": sum(getattr(i.gate, "num_bytes_in", 0) for i in self.inputs),
+        }
+        pools = [w.partition.buffer_pool for w in self.writers if w.partition.buffer_pool is not None]
+        out["outPoolUsage"] = max((p.usage() for p in pools), default=0.0)
+        out.update(self.mailbox_processor.time_metrics())
+        return out

@@ -1,0 +1,155 @@
+"""Keyed state descriptors and state interfaces (PyFlink's ``pyflink.datastream.state``).
+
+Descriptors mirror Flink's ``StateDescriptor`` subclasses (``ValueStateDescriptor``,
+``ListStateDescriptor``, ``MapStateDescriptor``, ``ReducingStateDescriptor``): pure
+data naming a state and its kind. The interfaces mirror Flink's ``ValueState``,
+``ListState``, ``MapState`` and ``ReducingState``; the heap implementations live
+in ``raylink.operators.state_backend``. Obtain a state from inside a keyed
+function with ``runtime_context.get_state(descriptor)`` (and friends); every
+access is scoped to the key of the record (or timer) being processed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator, Tuple
+
+
+class StateDescriptor:
+    """Names a keyed state; ``kind`` is "value" | "list" | "map" | "reducing"."""
+
+    kind: str = ""
+
+    def __init__(self, name: str) -> None:
+        if not isinstance(name, str) or not name:
+            raise ValueError("state name must be a non-empty string")
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.name == self.name  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.name))
+
+
+class ValueStateDescriptor(StateDescriptor):
+    kind = "value"
+
+    def __init__(self, name: str, value_type_info: Any = None) -> None:
+        super().__init__(name)
+        self.value_type_info = value_type_info
+
+
+class ListStateDescriptor(StateDescriptor):
+    kind = "list"
+
+    def __init__(self, name: str, elem_type_info: Any = None) -> None:
+        super().__init__(name)
+        self.elem_type_info = elem_type_info
+
+
+class MapStateDescriptor(StateDescriptor):
+    kind = "map"
+
+    def __init__(self, name: str, key_type_info: Any = None, value_type_info: Any = None) -> None:
+        super().__init__(name)
+        self.key_type_info = key_type_info
+        self.value_type_info = value_type_info
+
+
+class ReducingStateDescriptor(StateDescriptor):
+    """``reduce_function``: a ``ReduceFunction`` or a plain ``callable(a, b)``."""
+
+    kind = "reducing"
+
+    def __init__(self, name: str, reduce_function: Any, type_info: Any = None) -> None:
+        super().__init__(name)
+        if reduce_function is None:
+            raise ValueError("ReducingStateDescriptor needs a reduce function")
+        self.reduce_function = reduce_function
+        self.type_info = type_info
+
+
+class State:
+    """Base of all keyed states."""
+
+    def clear(self) -> None:
+        raise NotImplementedError
+
+
+class ValueState(State):
+    def value(self) -> Any:
+        """The value for the current key, ``None`` if unset."""
+        raise NotImplementedError
+
+    def update(self, value: Any) -> None:
+        raise NotImplementedError
+
+
+class ListState(State):
+    def get(self) -> Iterable[Any]:
+        """The list for the current key (empty if unset)."""
+        raise NotImplementedError
+
+    def add(self, value: Any) -> None:
+        raise NotImplementedError
+
+    def add_all(self, values: Iterable[Any]) -> None:
+        raise NotImplementedError
+
+    def update(self, values: Iterable[Any]) -> None:
+        raise NotImplementedError
+
+
+class MapState(State):
+    def get(self, key: Any) -> Any:
+        raise NotImplementedError
+
+    def put(self, key: Any, value: Any) -> None:
+        raise NotImplementedError
+
+    def put_all(self, mapping: Any) -> None:
+        raise NotImplementedError
+
+    def remove(self, key: Any) -> None:
+        raise NotImplementedError
+
+    def contains(self, key: Any) -> bool:
+        raise NotImplementedError
+
+    def keys(self) -> Iterator[Any]:
+        raise NotImplementedError
+
+    def values(self) -> Iterator[Any]:
+        raise NotImplementedError
+
+    def items(self) -> Iterator[Tuple[Any, Any]]:
+        raise NotImplementedError
+
+    def is_empty(self) -> bool:
+        raise NotImplementedError
+
+
+class ReducingState(State):
+    def get(self) -> Any:
+        """The reduced value for the current key, ``None`` if unset."""
+        raise NotImplementedError
+
+    def add(self, value: Any) -> None:
+        raise NotImplementedError
+
+
+__all__ = [
+    "StateDescriptor",
+    "ValueStateDescriptor",
+    "ListStateDescriptor",
+    "MapStateDescriptor",
+    "ReducingStateDescriptor",
+    "State",
+    "ValueState",
+    "ListState",
+    "MapState",
+    "ReducingState",
+]

@@ -1,0 +1,133 @@
+"""Sink operators: Flink's ``StreamSink`` (``SinkFunction``), ``PrintSinkFunction``
+and the collect sink behind ``execute_and_collect``.
+
+Sinks forward watermarks (to a no-op output at the end of a chain) but, like
+Flink's ``StreamSink``, do not forward latency markers: they keep the last one.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import deque
+from typing import Any, List, Optional
+
+from raylink.api.functions import SinkContext
+from raylink.operators.base import AbstractUdfStreamOperator, StreamOperator
+
+
+class _SinkContextImpl(SinkContext):
+    def __init__(self, operator: StreamOperator) -> None:
+        self._operator = operator
+        self._record_context = operator.record_context
+
+    def timestamp(self) -> Optional[int]:
+        return self._record_context.timestamp
+
+    def current_processing_time(self) -> int:
+        return self._operator.runtime_context.processing_time_service.current_processing_time()
+
+    def current_watermark(self) -> int:
+        return self._operator.current_watermark
+
+
+class _SinkBase(AbstractUdfStreamOperator):
+    last_latency_marker: Any = None
+
+    def process_latency_marker(self, marker: Any) -> None:
+        self.last_latency_marker = marker
+
+
+class StreamSink(_SinkBase):
+    """``SinkFunction.invoke(value, context)`` or ``callable(value)``."""
+
+    def open(self) -> None:
+        function = self.function
+        invoke = getattr(function, "invoke", None) if not isinstance(function, type) else None
+        if callable(invoke):
+            self._lifecycle.append(function)
+            self._invoke = invoke
+            self._context: Optional[SinkContext] = _SinkContextImpl(self)
+        else:
+            self._invoke = self._resolve(function, "invoke")
+            self._context = None
+        self._open_functions()
+
+    def process_element(self, value: Any) -> None:
+        context = self._context
+        if context is None:
+            self._invoke(value)
+        else:
+            self._invoke(value, context)
+
+    def process_batch(self, values: List[Any]) -> None:
+        invoke = self._invoke
+        context = self._context
+        if context is None:
+            deque(map(invoke, values), 0)
+        else:
+            for value in values:
+                invoke(value, context)
+
+
+def print_prefix(identifier: Optional[str], subtask_index: int, parallelism: int) -> str:
+    """Flink's ``PrintSinkOutputWriter`` prefix: ``"id:3> "``, ``"3> "``, ``"id> "`` or ``""``."""
+    prefix = identifier or ""
+    if parallelism > 1:
+        if prefix:
+            prefix += ":"
+        prefix += str(subtask_index + 1)
+    if prefix:
+        prefix += "> "
+    return prefix
+
+
+class PrintSinkOperator(_SinkBase):
+    """Prints ``prefix + str(value)`` per record to stdout (or stderr)."""
+
+    def __init__(self, prefix: Optional[str] = None, to_stderr: bool = False, name: str = "", operator_id: str = "") -> None:
+        super().__init__(None, name, operator_id)
+        self.prefix = prefix
+        self.to_stderr = to_stderr
+
+    def open(self) -> None:
+        rc = self.runtime_context
+        self._prefix = print_prefix(self.prefix, rc.subtask_index, rc.parallelism)
+
+    def _stream(self) -> Any:
+        return sys.stderr if self.to_stderr else sys.stdout  # looked up per call (capture-friendly)
+
+    def process_element(self, value: Any) -> None:
+        self._stream().write(f"{self._prefix}{value!s}\n")
+
+    def process_batch(self, values: List[Any]) -> None:
+        if values:
+            prefix = self._prefix
+            stream = self._stream()
+            stream.write("".join([f"{prefix}{v!s}\n" for v in values]))
+            stream.flush()
+
+    def end_input(self) -> None:
+        self._stream().flush()
+
+    def close(self) -> None:
+        try:
+            self._stream().flush()
+        finally:
+            super().close()
+
+
+class CollectSinkOperator(_SinkBase):
+    """Appends every record to ``runtime_context.accumulators[collect_id]``."""
+
+    def __init__(self, collect_id: str, name: str = "", operator_id: str = "") -> None:
+        super().__init__(None, name, operator_id)
+        self.collect_id = collect_id
+
+    def process_element(self, value: Any) -> None:
+        self.runtime_context.accumulators.setdefault(self.collect_id, []).append(value)
+
+    def process_batch(self, values: List[Any]) -> None:
+        self.runtime_context.accumulators.setdefault(self.collect_id, []).extend(values)
+
+
+__all__ = ["StreamSink", "PrintSinkOperator", "CollectSinkOperator", "print_prefix"]

@@ -1,0 +1,243 @@
+"""Source operators: Flink's ``StreamSource`` (legacy ``SourceFunction``), the
+collection source (``fromCollection``) and ``NumberSequenceSource`` (``fromSequence``).
+
+The task drives a source with ``emit_next(max_records)``: it emits up to
+``max_records`` records (as one ``collect_batch`` where possible) and returns
+``False`` once the source is exhausted. On exhaustion (not on cancel) a source
+emits ``MAX_WATERMARK`` once, like Flink's ``advanceToEndOfEventTime``, so
+downstream event-time timers and windows fire at the end of a bounded input.
+
+``SourceFunction.run(ctx)`` runs inline inside the first ``emit_next`` call
+until it returns; the context buffers records and flushes them every
+``max_records`` (and before watermarks / timestamp changes). After each flush
+the optional ``on_batch_flushed`` hook runs (the task may process mails there).
+``cancel()`` (callable from any thread) calls the function's ``cancel()`` — its
+``run`` loop must watch its own flag — and makes the context drop every
+record collected afterwards.
+"""
+
+from __future__ import annotations
+
+from itertools import islice
+from typing import Any, Callable, List, Optional
+
+from raylink.api.functions import SourceContext
+from raylink.operators.base import MAX_WATERMARK, AbstractUdfStreamOperator
+
+DEFAULT_BATCH_SIZE = 1024
+
+
+class SourceOperator(AbstractUdfStreamOperator):
+    """Base of sources: no input, chain head."""
+
+    chaining_strategy = "HEAD"
+    num_inputs = 0
+
+    def __init__(self, function: Any = None, name: str = "", operator_id: str = "") -> None:
+        super().__init__(function, name, operator_id)
+        self.finished = False
+        self.cancelled = False
+
+    def emit_next(self, max_records: int = DEFAULT_BATCH_SIZE) -> bool:
+        raise NotImplementedError
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def _finish(self) -> None:
+        if not self.finished:
+            self.finished = True
+            if not self.cancelled:
+                self.current_watermark = MAX_WATERMARK
+                self.output.emit_watermark(MAX_WATERMARK)  # type: ignore[union-attr]
+
+
+class CollectionSourceOperator(SourceOperator):
+    """Emits a list of elements (non-parallel: parallelism must be 1)."""
+
+    def __init__(self, elements: List[Any], name: str = "", operator_id: str = "") -> None:
+        super().__init__(None, name, operator_id)
+        self.elements = list(elements)
+        self._position = 0
+
+    def open(self) -> None:
+        if self.runtime_context.parallelism != 1:
+            raise ValueError(f"collection source {self.name!r} is non-parallel; parallelism must be 1")
+
+    def emit_next(self, max_records: int = DEFAULT_BATCH_SIZE) -> bool:
+        if self.finished or self.cancelled:
+            return False
+        start = self._position
+        batch = self.elements[start:start + max_records]
+        self._position = start + len(batch)
+        if batch:
+            self.record_context.timestamp = None
+            self._collect_batch(batch)
+        if self._position >= len(self.elements):
+            self._finish()
+            return False
+        return True
+
+
+def sequence_split(start: int, end: int, subtask_index: int, parallelism: int) -> range:
+    """Subtask ``subtask_index``'s even share of ``[start, end]`` (end inclusive)."""
+    total = end - start + 1
+    if total <= 0:
+        return range(0)
+    lo = start + subtask_index * total // parallelism
+    hi = start + (subtask_index + 1) * total // parallelism
+    return range(lo, hi)
+
+
+class SequenceSourceOperator(SourceOperator):
+    """Emits the integers ``start..end`` (inclusive), evenly split over the subtasks."""
+
+    def __init__(self, start: int, end: int, name: str = "", operator_id: str = "") -> None:
+        super().__init__(None, name, operator_id)
+        self.start = int(start)
+        self.end = int(end)
+
+    def open(self) -> None:
+        rc = self.runtime_context
+        split = sequence_split(self.start, self.end, rc.subtask_index, rc.parallelism)
+        self._next, self._stop = split.start, split.stop
+
+    def emit_next(self, max_records: int = DEFAULT_BATCH_SIZE) -> bool:
+        if self.finished or self.cancelled:
+            return False
+        lo = self._next
+        hi = min(lo + max_records, self._stop)
+        if hi > lo:
+            self._next = hi
+            self.record_context.timestamp = None
+            self._collect_batch(list(range(lo, hi)))
+        if self._next >= self._stop:
+            self._finish()
+            return False
+        return True
+
+
+class _SourceContext(SourceContext):
+    """Buffers what ``run`` emits; a batch holds records of one timestamp."""
+
+    def __init__(self, operator: "SourceFunctionOperator", batch_size: int) -> None:
+        self._operator = operator
+        self._record_context = operator.record_context
+        self._batch_size = max(1, batch_size)
+        self._buffer: List[Any] = []
+        self._timestamp: Optional[int] = None
+
+    def get_runtime_context(self) -> Any:
+        return self._operator.runtime_context
+
+    def collect(self, value: Any) -> None:
+        if self._timestamp is not None:
+            self.flush()
+            self._timestamp = None
+        buffer = self._buffer
+        buffer.append(value)
+        if len(buffer) >= self._batch_size:
+            self.flush()
+
+    def collect_with_timestamp(self, value: Any, timestamp: int) -> None:
+        if timestamp != self._timestamp:
+            self.flush()
+            self._timestamp = timestamp
+        buffer = self._buffer
+        buffer.append(value)
+        if len(buffer) >= self._batch_size:
+            self.flush()
+
+    def emit_watermark(self, watermark: Any) -> None:
+        self.flush()
+        if self._operator.cancelled:
+            return
+        timestamp = watermark
+        if not isinstance(watermark, int):
+            timestamp = getattr(watermark, "timestamp")
+            if callable(timestamp):
+                timestamp = timestamp()
+        self._operator.current_watermark = timestamp
+        self._operator.output.emit_watermark(int(timestamp))  # type: ignore[union-attr]
+
+    def mark_as_temporarily_idle(self) -> None:
+        """Idleness is not propagated (watermarks of idle sources are not tracked)."""
+
+    def flush(self) -> None:
+        buffer = self._buffer
+        if not buffer:
+            return
+        self._buffer = []
+        operator = self._operator
+        if operator.cancelled:
+            return
+        rc = self._record_context
+        rc.timestamp = self._timestamp
+        operator._collect_batch(buffer)
+        rc.timestamp = None
+        hook = operator.on_batch_flushed
+        if hook is not None:
+            hook()
+
+
+class SourceFunctionOperator(SourceOperator):
+    """Runs a ``SourceFunction`` (``run(ctx)``/``cancel()``), an iterable, or a
+    zero-argument callable returning an iterable; every subtask runs its own copy."""
+
+    def __init__(self, function: Any, name: str = "", operator_id: str = "") -> None:
+        super().__init__(function, name, operator_id)
+        self.on_batch_flushed: Optional[Callable[[], None]] = None
+        self._iterator: Any = None
+        self._run: Optional[Callable[[Any], Any]] = None
+
+    def open(self) -> None:
+        function = self.function
+        run = getattr(function, "run", None)
+        if callable(run) and not isinstance(function, type):
+            self._run = run
+            self._lifecycle.append(function)
+        elif hasattr(function, "__iter__"):
+            self._iterator = iter(function)
+        elif callable(function):
+            self._iterator = iter(function())
+        else:
+            raise TypeError(
+                f"source {self.name!r}: expected a SourceFunction, an iterable or a callable "
+                f"returning an iterable, got {function!r}"
+            )
+        self._open_functions()
+
+    def emit_next(self, max_records: int = DEFAULT_BATCH_SIZE) -> bool:
+        if self.finished or self.cancelled:
+            return False
+        if self._run is not None:
+            ctx = _SourceContext(self, max_records)
+            self._run(ctx)
+            ctx.flush()
+            self._finish()
+            return False
+        batch = list(islice(self._iterator, max_records))
+        if batch:
+            self.record_context.timestamp = None
+            self._collect_batch(batch)
+        if len(batch) < max_records:
+            self._finish()
+            return False
+        return True
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        if self._run is not None:
+            cancel = getattr(self.function, "cancel", None)
+            if callable(cancel):
+                cancel()
+
+
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "SourceOperator",
+    "CollectionSourceOperator",
+    "SequenceSourceOperator",
+    "SourceFunctionOperator",
+    "sequence_split",
+]

@@ -1,0 +1,382 @@
+"""Heap keyed state, organised by key group: Flink's ``HeapKeyedStateBackend`` / ``StateTable``.
+
+A backend serves one keyed operator of one subtask and owns the key groups
+``[start, end]`` of that subtask (Flink's ``KeyGroupRange``). Every registered
+state is a ``StateTable``: one plain dict ``key -> value`` per key group of the
+range (Flink's ``StateMap[]``), so state is snapshotted, restored and rescaled
+by key group. A key's key group is computed once (``assign_to_key_group`` from
+``raylink.shuffle.key_groups``) and cached.
+
+Two access paths:
+
+* descriptor states (``get_or_create_state``) read the backend's current key,
+  set per record / timer by the operator (``set_current_key``);
+* hot operators (reduce, aggregate) use ``get_table(name).map_for_key(key)``: it
+  returns the dict of the key's key group (cached per key), in which they keep
+  the per-key value directly — one dict lookup per record.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+
+from raylink.api.state import ListState, MapState, ReducingState, State, ValueState
+
+NULL_KEY_MESSAGE = "Assigned key must not be null!"
+_MAX_KEY_CACHE = 1 << 20  # cached key -> key group entries before the cache is reset
+
+Snapshot = Dict[int, Dict[str, Dict[Any, Any]]]
+
+
+def key_group_range_for_subtask(max_parallelism: int, parallelism: int, subtask_index: int) -> Tuple[int, int]:
+    """Flink's ``computeKeyGroupRangeForOperatorIndex``: inclusive ``(start, end)``."""
+    if not 0 < parallelism <= max_parallelism:
+        raise ValueError(f"parallelism {parallelism} must be in 1..max parallelism {max_parallelism}")
+    start = (subtask_index * max_parallelism + parallelism - 1) // parallelism
+    end = ((subtask_index + 1) * max_parallelism - 1) // parallelism
+    return start, end
+
+
+def _normalize_range(key_group_range: Any) -> Tuple[int, int]:
+    if isinstance(key_group_range, range):
+        return key_group_range.start, key_group_range.stop - 1
+    if isinstance(key_group_range, tuple) and len(key_group_range) == 2:
+        return int(key_group_range[0]), int(key_group_range[1])
+    for start_attr, end_attr in (("start_key_group", "end_key_group"), ("start", "end")):
+        if hasattr(key_group_range, start_attr) and hasattr(key_group_range, end_attr):
+            return int(getattr(key_group_range, start_attr)), int(getattr(key_group_range, end_attr))
+    raise TypeError(f"not a key group range: {key_group_range!r} (use (start, end) inclusive)")
+
+
+def _copy_list(v: Any) -> Any:
+    return list(v)
+
+
+def _copy_map(v: Any) -> Any:
+    return dict(v)
+
+
+def _same(v: Any) -> Any:
+    return v
+
+
+_COPY = {"list": _copy_list, "map": _copy_map}
+
+
+class StateTable:
+    """One state's values: ``maps[kg - start]`` is the dict ``key -> value`` of key group ``kg``."""
+
+    __slots__ = ("name", "kind", "start", "maps", "key_maps", "_backend")
+
+    def __init__(self, name: str, kind: Optional[str], backend: "HeapKeyedStateBackend") -> None:
+        self.name = name
+        self.kind = kind
+        self.start = backend.start
+        self.maps: List[Dict[Any, Any]] = [{} for _ in range(backend.end - backend.start + 1)]
+        self.key_maps: Dict[Any, Dict[Any, Any]] = {}
+        self._backend = backend
+
+    def map_for_key(self, key: Any) -> Dict[Any, Any]:
+        """The dict of ``key``'s key group (validates the key; cached per key)."""
+        m = self.key_maps.get(key)
+        if m is None:
+            m = self.maps[self._backend.key_group_of(key) - self.start]
+            if len(self.key_maps) >= _MAX_KEY_CACHE:
+                self.key_maps.clear()
+            self.key_maps[key] = m
+        return m
+
+    def num_entries(self) -> int:
+        return sum(len(m) for m in self.maps)
+
+
+class _HeapState:
+    __slots__ = ("_backend", "_maps", "name")
+
+    def __init__(self, backend: "HeapKeyedStateBackend", table: StateTable) -> None:
+        self._backend = backend
+        self._maps = table.maps
+        self.name = table.name
+
+    def _map(self) -> Dict[Any, Any]:
+        b = self._backend
+        if b.current_key is None:
+            raise RuntimeError(f"state {self.name!r} accessed with no current key set")
+        return self._maps[b.current_index]
+
+    def clear(self) -> None:
+        self._map().pop(self._backend.current_key, None)
+
+
+class HeapValueState(_HeapState, ValueState):
+    __slots__ = ()
+
+    def value(self) -> Any:
+        return self._map().get(self._backend.current_key)
+
+    def update(self, value: Any) -> None:
+        if value is None:  # Flink: update(null) clears
+            self.clear()
+        else:
+            self._map()[self._backend.current_key] = value
+
+
+class HeapListState(_HeapState, ListState):
+    __slots__ = ()
+
+    def get(self) -> List[Any]:
+        return self._map().get(self._backend.current_key) or []
+
+    def add(self, value: Any) -> None:
+        if value is None:
+            raise ValueError("You cannot add null to a ListState.")
+        m = self._map()
+        key = self._backend.current_key
+        lst = m.get(key)
+        if lst is None:
+            m[key] = [value]
+        else:
+            lst.append(value)
+
+    def add_all(self, values: Iterable[Any]) -> None:
+        values = list(values)
+        if any(v is None for v in values):
+            raise ValueError("You cannot add null to a ListState.")
+        if values:
+            m = self._map()
+            m.setdefault(self._backend.current_key, []).extend(values)
+
+    def update(self, values: Iterable[Any]) -> None:
+        values = list(values)
+        if any(v is None for v in values):
+            raise ValueError("You cannot add null to a ListState.")
+        if values:
+            self._map()[self._backend.current_key] = values
+        else:
+            self.clear()
+
+
+class HeapMapState(_HeapState, MapState):
+    __slots__ = ()
+
+    def _user_map(self) -> Dict[Any, Any]:
+        return self._map().get(self._backend.current_key) or {}
+
+    def get(self, key: Any) -> Any:
+        return self._user_map().get(key)
+
+    def put(self, key: Any, value: Any) -> None:
+        self._map().setdefault(self._backend.current_key, {})[key] = value
+
+    def put_all(self, mapping: Any) -> None:
+        mapping = dict(mapping)
+        if mapping:
+            self._map().setdefault(self._backend.current_key, {}).update(mapping)
+
+    def remove(self, key: Any) -> None:
+        m = self._map()
+        current = self._backend.current_key
+        user_map = m.get(current)
+        if user_map is not None:
+            user_map.pop(key, None)
+            if not user_map:  # Flink's HeapMapState drops the empty map
+                del m[current]
+
+    def contains(self, key: Any) -> bool:
+        return key in self._user_map()
+
+    def keys(self) -> Iterator[Any]:
+        return iter(list(self._user_map().keys()))
+
+    def values(self) -> Iterator[Any]:
+        return iter(list(self._user_map().values()))
+
+    def items(self) -> Iterator[Tuple[Any, Any]]:
+        return iter(list(self._user_map().items()))
+
+    def is_empty(self) -> bool:
+        return not self._user_map()
+
+
+class HeapReducingState(_HeapState, ReducingState):
+    __slots__ = ("_reduce",)
+
+    def __init__(self, backend: "HeapKeyedStateBackend", table: StateTable, reduce_function: Any) -> None:
+        super().__init__(backend, table)
+        self._reduce: Callable[[Any, Any], Any] = getattr(reduce_function, "reduce", None) or reduce_function
+
+    def get(self) -> Any:
+        return self._map().get(self._backend.current_key)
+
+    def add(self, value: Any) -> None:
+        m = self._map()
+        key = self._backend.current_key
+        old = m.get(key)
+        m[key] = value if old is None else self._reduce(old, value)
+
+
+_STATE_CLASSES = {"value": HeapValueState, "list": HeapListState, "map": HeapMapState}
+
+
+class HeapKeyedStateBackend:
+    """Keyed state of one operator subtask, for the key groups ``key_group_range``.
+
+    ``key_group_range``: ``(start, end)`` inclusive, a ``range``, or an object with
+    ``start_key_group``/``end_key_group`` (or ``start``/``end``) attributes.
+    """
+
+    def __init__(self, key_group_range: Any, max_parallelism: int) -> None:
+        from raylink.shuffle.key_groups import assign_to_key_group
+
+        self._assign = assign_to_key_group
+        self.start, self.end = _normalize_range(key_group_range)
+        if not 0 <= self.start <= self.end < max_parallelism:
+            raise ValueError(
+                f"key group range [{self.start}, {self.end}] not within max parallelism {max_parallelism}"
+            )
+        self.max_parallelism = max_parallelism
+        self.current_key: Any = None
+        self.current_index: int = 0  # current key group - start
+        self._kg_cache: Dict[Any, int] = {}
+        self._tables: Dict[str, StateTable] = {}
+        self._states: Dict[str, State] = {}
+
+    @classmethod
+    def for_subtask(cls, max_parallelism: int, parallelism: int, subtask_index: int) -> "HeapKeyedStateBackend":
+        return cls(key_group_range_for_subtask(max_parallelism, parallelism, subtask_index), max_parallelism)
+
+    # -- keys -----------------------------------------------------------------------
+    def key_group_of(self, key: Any) -> int:
+        """Key group of ``key``; raises for ``None`` and for keys outside this range."""
+        kg = self._kg_cache.get(key)
+        if kg is None:
+            if key is None:
+                raise ValueError(NULL_KEY_MESSAGE)
+            kg = self._assign(key, self.max_parallelism)
+            if not self.start <= kg <= self.end:
+                raise ValueError(
+                    f"Key group {kg} is not in KeyGroupRange{{startKeyGroup={self.start}, "
+                    f"endKeyGroup={self.end}}} (key {key!r}). This is most likely caused by a "
+                    "non-deterministic key or records that were not partitioned by key."
+                )
+            if len(self._kg_cache) >= _MAX_KEY_CACHE:
+                self._kg_cache.clear()
+            self._kg_cache[key] = kg
+        return kg
+
+    def set_current_key(self, key: Any) -> None:
+        kg = self._kg_cache.get(key)
+        if kg is None:
+            kg = self.key_group_of(key)
+        self.current_key = key
+        self.current_index = kg - self.start
+
+    def get_current_key(self) -> Any:
+        return self.current_key
+
+    def get_current_key_group(self) -> Optional[int]:
+        return None if self.current_key is None else self.start + self.current_index
+
+    # -- states ---------------------------------------------------------------------
+    def get_table(self, name: str, kind: str = "value") -> StateTable:
+        """The raw table of a state (created on first use), for operators' fast paths."""
+        table = self._tables.get(name)
+        if table is None:
+            table = self._tables[name] = StateTable(name, kind, self)
+        elif table.kind is None:  # restored before first registration
+            table.kind = kind
+        elif table.kind != kind:
+            raise ValueError(f"state {name!r} is a {table.kind} state, not a {kind} state")
+        return table
+
+    def get_or_create_state(self, descriptor: Any, expected_kind: Optional[str] = None) -> State:
+        kind = descriptor.kind
+        if expected_kind is not None and kind != expected_kind:
+            raise ValueError(f"descriptor {descriptor!r} is a {kind} state descriptor, expected {expected_kind}")
+        name = descriptor.name
+        state = self._states.get(name)
+        if state is not None:
+            if self._tables[name].kind != kind:
+                raise ValueError(f"state {name!r} is a {self._tables[name].kind} state, not a {kind} state")
+            return state
+        table = self.get_table(name, kind)
+        if kind == "reducing":
+            state = HeapReducingState(self, table, descriptor.reduce_function)
+        else:
+            cls = _STATE_CLASSES.get(kind)
+            if cls is None:
+                raise ValueError(f"unsupported state kind {kind!r}")
+            state = cls(self, table)
+        self._states[name] = state
+        return state
+
+    def state_names(self) -> List[str]:
+        return list(self._tables)
+
+    def keys(self, state_name: str) -> Iterator[Any]:
+        """All keys holding a value in ``state_name``, key group by key group."""
+        table = self._tables.get(state_name)
+        if table is None:
+            return iter(())
+        return (k for m in table.maps for k in list(m))
+
+    # -- snapshot / restore -------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        """``{key_group: {state name: {key: value}}}`` for every non-empty key group (copies)."""
+        result: Snapshot = {}
+        for name, table in self._tables.items():
+            copy = _COPY.get(table.kind or "", _same)
+            start = table.start
+            for i, m in enumerate(table.maps):
+                if m:
+                    result.setdefault(start + i, {})[name] = {k: copy(v) for k, v in m.items()}
+        return dict(sorted(result.items()))
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Replace all state by the key groups of ``snapshot`` that belong to this range
+        (snapshots of several old subtasks may be merged before: rescaling)."""
+        for table in self._tables.values():
+            for m in table.maps:
+                m.clear()
+        for kg, states in snapshot.items():
+            if not self.start <= kg <= self.end:
+                continue
+            for name, entries in states.items():
+                table = self._tables.get(name)
+                if table is None:
+                    table = self._tables[name] = StateTable(name, None, self)
+                copy = _COPY.get(table.kind or "", _same)
+                table.maps[kg - self.start].update({k: copy(v) for k, v in entries.items()})
+                for k in entries:
+                    self._kg_cache[k] = kg
+
+    def dispose(self) -> None:
+        self._tables.clear()
+        self._states.clear()
+        self._kg_cache.clear()
+        self.current_key = None
+
+
+__all__ = [
+    "HeapKeyedStateBackend",
+    "StateTable",
+    "HeapValueState",
+    "HeapListState",
+    "HeapMapState",
+    "HeapReducingState",
+    "key_group_range_for_subtask",
+    "NULL_KEY_MESSAGE",
+    "keyed_backend_for",
+]
+
+
+def keyed_backend_for(runtime_context: Any) -> HeapKeyedStateBackend:
+    """The runtime context's keyed backend; creates (and installs) one for the
+    subtask's key group range when the task did not provide it."""
+    backend = runtime_context.keyed_state_backend
+    if backend is None:
+        backend = HeapKeyedStateBackend.for_subtask(
+            runtime_context.max_parallelism, runtime_context.parallelism, runtime_context.subtask_index
+        )
+        runtime_context.keyed_state_backend = backend
+    return backend

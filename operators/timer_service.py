@@ -1,0 +1,224 @@
+"""Keyed timers: Flink's ``InternalTimerServiceImpl`` (plus the user-facing ``TimerService``).
+
+Timers are ``(timestamp, key)`` pairs, deduplicated (registering twice = one
+timer), kept in two priority queues (event time, processing time). Ties on
+the timestamp fire in registration order.
+
+* Event time: ``advance_watermark(ts)`` fires every timer with timestamp <= ts,
+  in timestamp order, each with its key set as the backend's current key.
+* Processing time: only the earliest timer holds a physical registration with
+  the ``ProcessingTimeService`` (re-registered when an earlier timer arrives or
+  after firing), exactly like Flink. The physical callback must run on the task
+  thread: the task's service routes it through the mailbox.
+
+The ``triggerable`` (the operator) gets ``on_event_time(ts, key)`` and
+``on_processing_time(ts, key)``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any, Dict, List, Optional, Set, Tuple
+
+from raylink.api.functions import TimerService
+from raylink.operators.base import MIN_WATERMARK
+
+_Entry = Tuple[int, int, Any]  # (timestamp, sequence, key)
+
+
+class InternalTimerService:
+    """Event- and processing-time timers of one keyed operator."""
+
+    def __init__(self, backend: Any, processing_time_service: Any, triggerable: Any) -> None:
+        self._backend = backend
+        self._pts = processing_time_service
+        self._triggerable = triggerable
+        self._event_queue: List[_Entry] = []
+        self._event_set: Set[Tuple[int, Any]] = set()
+        self._proc_queue: List[_Entry] = []
+        self._proc_set: Set[Tuple[int, Any]] = set()
+        self._seq = 0
+        self._next_timer: Any = None
+        self._next_timer_ts: Optional[int] = None
+        self.current_watermark = MIN_WATERMARK
+        self._closed = False
+
+    # -- clocks ---------------------------------------------------------------------
+    def current_processing_time(self) -> int:
+        return self._pts.current_processing_time()
+
+    # -- registration ---------------------------------------------------------------
+    def register_event_time_timer(self, key: Any, timestamp: int) -> None:
+        entry = (timestamp, key)
+        if entry not in self._event_set:
+            self._backend.key_group_of(key)  # validates the key
+            self._event_set.add(entry)
+            self._seq += 1
+            heapq.heappush(self._event_queue, (timestamp, self._seq, key))
+
+    def delete_event_time_timer(self, key: Any, timestamp: int) -> None:
+        self._event_set.discard((timestamp, key))  # the heap entry is skipped lazily
+
+    def register_processing_time_timer(self, key: Any, timestamp: int) -> None:
+        entry = (timestamp, key)
+        if entry in self._proc_set:
+            return
+        self._backend.key_group_of(key)
+        self._proc_set.add(entry)
+        self._seq += 1
+        heapq.heappush(self._proc_queue, (timestamp, self._seq, key))
+        if self._next_timer_ts is None or timestamp < self._next_timer_ts:
+            self._schedule(timestamp)
+
+    def delete_processing_time_timer(self, key: Any, timestamp: int) -> None:
+        self._proc_set.discard((timestamp, key))
+
+    def _schedule(self, timestamp: int) -> None:
+        if self._closed:
+            return
+        if self._next_timer is not None:
+            self._next_timer.cancel()
+        self._next_timer_ts = timestamp
+        self._next_timer = self._pts.register_timer(timestamp, self.on_processing_time)
+
+    @staticmethod
+    def _head(queue: List[_Entry], live: Set[Tuple[int, Any]]) -> Optional[_Entry]:
+        while queue:
+            head = queue[0]
+            if (head[0], head[2]) in live:
+                return head
+            heapq.heappop(queue)  # deleted or already fired
+        return None
+
+    # -- firing ---------------------------------------------------------------------
+    def advance_watermark(self, timestamp: int) -> None:
+        """Fire every event-time timer <= ``timestamp`` (Flink: advanceWatermark)."""
+        self.current_watermark = timestamp
+        queue, live = self._event_queue, self._event_set
+        set_key = self._backend.set_current_key
+        fire = self._triggerable.on_event_time
+        while queue and queue[0][0] <= timestamp:
+            ts, _, key = heapq.heappop(queue)
+            entry = (ts, key)
+            if entry in live:
+                live.discard(entry)
+                set_key(key)
+                fire(ts, key)
+
+    def on_processing_time(self, time: int) -> None:
+        """Physical timer callback: fire every processing-time timer <= ``time``."""
+        self._next_timer = None
+        self._next_timer_ts = None
+        if self._closed:
+            return
+        queue, live = self._proc_queue, self._proc_set
+        set_key = self._backend.set_current_key
+        fire = self._triggerable.on_processing_time
+        while True:
+            head = self._head(queue, live)
+            if head is None or head[0] > time:
+                break
+            heapq.heappop(queue)
+            ts, _, key = head
+            live.discard((ts, key))
+            set_key(key)
+            fire(ts, key)
+        head = self._head(queue, live)
+        if head is not None and self._next_timer is None:
+            self._schedule(head[0])
+
+    # -- inspection / snapshot ------------------------------------------------------
+    def num_event_time_timers(self) -> int:
+        return len(self._event_set)
+
+    def num_processing_time_timers(self) -> int:
+        return len(self._proc_set)
+
+    def snapshot(self) -> Dict[int, Dict[str, List[Tuple[int, Any]]]]:
+        """``{key_group: {"event": [(ts, key)...], "processing": [...]}}``, sorted by timestamp."""
+        result: Dict[int, Dict[str, List[Tuple[int, Any]]]] = {}
+        kg_of = self._backend.key_group_of
+        for domain, live in (("event", self._event_set), ("processing", self._proc_set)):
+            for ts, key in sorted(live, key=lambda e: e[0]):
+                result.setdefault(kg_of(key), {"event": [], "processing": []})[domain].append((ts, key))
+        return dict(sorted(result.items()))
+
+    def restore(self, snapshot: Dict[int, Dict[str, List[Tuple[int, Any]]]]) -> None:
+        """Re-register the timers of the key groups this backend owns."""
+        backend = self._backend
+        for kg, domains in snapshot.items():
+            if not backend.start <= kg <= backend.end:
+                continue
+            for ts, key in domains.get("event", ()):
+                self.register_event_time_timer(key, ts)
+            for ts, key in domains.get("processing", ()):
+                self.register_processing_time_timer(key, ts)
+
+    def close(self) -> None:
+        self._closed = True
+        if self._next_timer is not None:
+            self._next_timer.cancel()
+            self._next_timer = None
+            self._next_timer_ts = None
+
+
+class KeyedTimerService(TimerService):
+    """What ``ctx.timer_service()`` returns on keyed streams: timers for the current key."""
+
+    __slots__ = ("_internal", "_backend")
+
+    def __init__(self, internal: InternalTimerService, backend: Any) -> None:
+        self._internal = internal
+        self._backend = backend
+
+    def current_processing_time(self) -> int:
+        return self._internal.current_processing_time()
+
+    def current_watermark(self) -> int:
+        return self._internal.current_watermark
+
+    def register_event_time_timer(self, timestamp: int) -> None:
+        self._internal.register_event_time_timer(self._backend.current_key, timestamp)
+
+    def register_processing_time_timer(self, timestamp: int) -> None:
+        self._internal.register_processing_time_timer(self._backend.current_key, timestamp)
+
+    def delete_event_time_timer(self, timestamp: int) -> None:
+        self._internal.delete_event_time_timer(self._backend.current_key, timestamp)
+
+    def delete_processing_time_timer(self, timestamp: int) -> None:
+        self._internal.delete_processing_time_timer(self._backend.current_key, timestamp)
+
+
+_TIMERS_NEED_KEYS = "Setting timers is only supported on a keyed streams."
+
+
+class NonKeyedTimerService(TimerService):
+    """Timer service of non-keyed process functions: clocks only (as in Flink)."""
+
+    __slots__ = ("_operator", "_pts")
+
+    def __init__(self, operator: Any, processing_time_service: Any) -> None:
+        self._operator = operator
+        self._pts = processing_time_service
+
+    def current_processing_time(self) -> int:
+        return self._pts.current_processing_time()
+
+    def current_watermark(self) -> int:
+        return self._operator.current_watermark
+
+    def register_event_time_timer(self, timestamp: int) -> None:
+        raise RuntimeError(_TIMERS_NEED_KEYS)
+
+    def register_processing_time_timer(self, timestamp: int) -> None:
+        raise RuntimeError(_TIMERS_NEED_KEYS)
+
+    def delete_event_time_timer(self, timestamp: int) -> None:
+        raise RuntimeError(_TIMERS_NEED_KEYS)
+
+    def delete_processing_time_timer(self, timestamp: int) -> None:
+        raise RuntimeError(_TIMERS_NEED_KEYS)
+
+
+__all__ = ["InternalTimerService", "KeyedTimerService", "NonKeyedTimerService"]

@@ -1,0 +1,349 @@
+"""Stateless operators, process functions, sinks and the factory, driven directly."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from raylink.api.functions import (
+    FilterFunction,
+    FlatMapFunction,
+    MapFunction,
+    ProcessFunction,
+    SinkFunction,
+)
+from raylink.operators import (
+    MIN_WATERMARK,
+    CollectingOutput,
+    ManualProcessingTimeService,
+    StreamingRuntimeContext,
+    create_operator,
+)
+from raylink.operators.basic import StreamFilter, StreamFlatMap, StreamMap
+from raylink.operators.process import ProcessOperator
+from raylink.operators.sinks import CollectSinkOperator, PrintSinkOperator, StreamSink, print_prefix
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class Tag:
+    """Stand-in for graph.output_tag.OutputTag (duck-typed marker)."""
+
+    _is_output_tag = True
+
+    def __init__(self, tag_id):
+        self.tag_id = tag_id
+        self.type_info = None
+
+
+def start(op, subtask_index=0, parallelism=1, **kwargs):
+    rc = StreamingRuntimeContext(
+        task_name="task",
+        operator_name=op.name,
+        subtask_index=subtask_index,
+        parallelism=parallelism,
+        processing_time_service=ManualProcessingTimeService(),
+        **kwargs,
+    )
+    out = CollectingOutput(rc.record_context)
+    op.setup(out, rc)
+    op.open()
+    return out, rc
+
+
+def spec(kind, function=None, params=None, key_selector=None, name="op"):
+    return SimpleNamespace(
+        kind=kind, function=function, params=params or {}, key_selector=key_selector, name=name, operator_id="id-" + name
+    )
+
+
+DATA = list(range(10))
+
+
+@pytest.mark.parametrize(
+    "make, expected",
+    [
+        (lambda: StreamMap(lambda x: x * 3), [x * 3 for x in DATA]),
+        (lambda: StreamFlatMap(lambda x: [x] * (x % 3)), [x for x in DATA for _ in range(x % 3)]),
+        (lambda: StreamFilter(lambda x: x % 4), [x for x in DATA if x % 4]),
+    ],
+    ids=["map", "flat_map", "filter"],
+)
+def test_record_and_batch_paths_agree(make, expected):
+    op = make()
+    per_record, _ = start(op)
+    for v in DATA:
+        op.process_element(v)
+    op2 = make()
+    batched, _ = start(op2)
+    op2.process_batch(DATA[:4])
+    op2.process_batch([])
+    op2.process_batch(DATA[4:])
+    assert per_record.records == expected
+    assert batched.records == expected
+    assert batched.batches == 2  # empty input/results produce no batch
+
+
+def test_function_classes_are_resolved_and_opened_once():
+    events = []
+
+    class Times(MapFunction):
+        def open(self, runtime_context):
+            events.append(("open", runtime_context.get_index_of_this_subtask()))
+            self.factor = 10
+
+        def map(self, value):
+            return value * self.factor
+
+        def close(self):
+            events.append(("close",))
+
+    class Split(FlatMapFunction):
+        def flat_map(self, value):
+            yield from value.split()
+
+    class Long(FilterFunction):
+        def filter(self, value):
+            return len(value) > 2
+
+    op = StreamMap(Times())
+    out, _ = start(op, subtask_index=1, parallelism=2)
+    op.process_batch([1, 2])
+    op.process_element(3)
+    op.close()
+    op.close()
+    assert out.records == [10, 20, 30]
+    assert events == [("open", 1), ("close",)]
+
+    fm = StreamFlatMap(Split())
+    out, _ = start(fm)
+    fm.process_element("a bb ccc")
+    fm.process_batch(["dd e", ""])
+    assert out.records == ["a", "bb", "ccc", "dd", "e"]
+
+    flt = StreamFilter(Long())
+    out, _ = start(flt)
+    flt.process_batch(["a", "abc", "abcd"])
+    flt.process_element("xyz")
+    assert out.records == ["abc", "abcd", "xyz"]
+
+
+def test_bad_function_names_the_operator():
+    op = StreamMap(42, name="my map")
+    with pytest.raises(TypeError, match="my map"):
+        start(op)
+
+
+def test_watermarks_and_latency_markers_are_forwarded_and_timestamps_untouched():
+    op = StreamMap(lambda x: x + 1)
+    out, rc = start(op)
+    rc.record_context.timestamp = 5
+    op.process_element(1)
+    op.process_batch([2, 3])
+    rc.record_context.timestamp = None
+    op.process_element(4)
+    op.process_watermark(7)
+    op.process_latency_marker("marker")
+    assert out.records == [2, 3, 4, 5]
+    assert out.timestamps == [5, 5, 5, None]
+    assert out.watermarks == [7]
+    assert out.latency_markers == ["marker"]
+    assert op.current_watermark == 7
+
+
+def test_process_function_side_outputs_and_timestamps():
+    late = Tag("late")
+    errors = Tag("errors")
+
+    class Router(ProcessFunction):
+        def process_element(self, value, ctx):
+            ts = ctx.timestamp()
+            if value < 0:
+                yield errors, (value, ts)
+            elif ts is not None and ts < 100:
+                yield late, value
+            else:
+                yield value, ts  # a plain 2-tuple stays on the main output
+            if value == 0:
+                ctx.output(late, "zero")
+
+    op = ProcessOperator(Router())
+    out, rc = start(op)
+    rc.record_context.timestamp = 50
+    op.process_element(1)
+    rc.record_context.timestamp = 200
+    op.process_element(2)
+    op.process_batch([3, -1, 0])
+    rc.record_context.timestamp = None
+    op.process_element(4)
+    assert out.records == [(2, 200), (3, 200), (0, 200), (4, None)]
+    assert out.side_outputs == {"late": [1, "zero"], "errors": [(-1, 200)]}
+    assert out.timestamps == [200, 200, 200, None]
+
+
+def test_process_plain_callable_returning_list_or_none():
+    op = ProcessOperator(lambda v, ctx: [v, v] if v % 2 else None)
+    out, _ = start(op)
+    op.process_batch([1, 2, 3])
+    op.process_element(5)
+    assert out.records == [1, 1, 3, 3, 5, 5]
+
+
+def test_process_errors_name_the_operator():
+    class NoTagId:
+        _is_output_tag = True
+
+    op = ProcessOperator(lambda v, ctx: [(NoTagId(), v)], name="router")
+    start(op)
+    with pytest.raises(ValueError, match="router"):
+        op.process_element(1)
+
+    op = ProcessOperator(lambda v, ctx: 42, name="bad return")
+    start(op)
+    with pytest.raises(TypeError, match="bad return"):
+        op.process_element(1)
+
+
+def test_non_keyed_process_has_clocks_but_no_timers():
+    seen = []
+
+    def fn(value, ctx):
+        ts = ctx.timer_service()
+        seen.append((ts.current_processing_time(), ts.current_watermark()))
+        ts.register_event_time_timer(10)
+
+    op = ProcessOperator(fn)
+    start(op)
+    with pytest.raises(RuntimeError, match="keyed streams"):
+        op.process_element(1)
+    assert seen == [(0, MIN_WATERMARK)]
+
+
+def test_user_exceptions_propagate_unwrapped():
+    def boom(v):
+        raise ZeroDivisionError("boom")
+
+    op = StreamMap(boom)
+    start(op)
+    with pytest.raises(ZeroDivisionError, match="boom"):
+        op.process_batch([1])
+
+
+def test_sink_callable_and_sink_function_with_context():
+    got = []
+    op = StreamSink(got.append)
+    out, _ = start(op)
+    op.process_element(1)
+    op.process_batch([2, 3])
+    op.process_latency_marker("m")
+    assert got == [1, 2, 3]
+    assert out.records == [] and out.latency_markers == []
+    assert op.last_latency_marker == "m"
+
+    calls = []
+
+    class Recorder(SinkFunction):
+        def invoke(self, value, context):
+            calls.append((value, context.timestamp(), context.current_watermark(), context.current_processing_time()))
+
+    op = StreamSink(Recorder())
+    out, rc = start(op)
+    rc.processing_time_service.set_current_time(1000)
+    rc.record_context.timestamp = 9
+    op.process_element("a")
+    op.process_watermark(8)
+    op.process_batch(["b", "c"])
+    assert calls == [("a", 9, MIN_WATERMARK, 1000), ("b", 9, 8, 1000), ("c", 9, 8, 1000)]
+
+
+@pytest.mark.parametrize(
+    "prefix, parallelism, subtask, expected",
+    [
+        (None, 1, 0, ""),
+        ("", 1, 0, ""),
+        ("out", 1, 0, "out> "),
+        (None, 3, 1, "2> "),
+        ("out", 3, 2, "out:3> "),
+    ],
+)
+def test_print_prefix(prefix, parallelism, subtask, expected):
+    assert print_prefix(prefix, subtask, parallelism) == expected
+
+
+def test_print_sink_output_format(capsys):
+    op = PrintSinkOperator("sensor")
+    start(op, subtask_index=1, parallelism=2)
+    op.process_element(("a", 1))
+    op.process_batch([1, "x"])
+    op.close()
+    op2 = PrintSinkOperator(None)
+    start(op2)
+    op2.process_element({"k": 1})
+    op2.process_batch([2.5])
+    op3 = PrintSinkOperator(None, to_stderr=True)
+    start(op3, subtask_index=0, parallelism=4)
+    op3.process_element("err")
+    captured = capsys.readouterr()
+    assert captured.out == "sensor:2> ('a', 1)\nsensor:2> 1\nsensor:2> x\n{'k': 1}\n2.5\n"
+    assert captured.err == "1> err\n"
+
+
+def test_collect_sink_appends_to_accumulator():
+    op = CollectSinkOperator("c1")
+    _, rc = start(op)
+    op.process_element(1)
+    op.process_batch([2, 3])
+    op2 = CollectSinkOperator("c1")
+    op2.setup(CollectingOutput(), rc.derive("other"))
+    op2.open()
+    op2.process_element(4)
+    assert rc.accumulators == {"c1": [1, 2, 3, 4]}
+
+
+def test_factory_builds_every_kind_with_name_and_id():
+    kinds = {
+        "source_collection": spec("source_collection", params={"elements": [1]}),
+        "source_sequence": spec("source_sequence", params={"start": 1, "end": 2}),
+        "source_function": spec("source_function", function=[1, 2]),
+        "map": spec("map", str),
+        "flat_map": spec("flat_map", list),
+        "filter": spec("filter", bool),
+        "process": spec("process", lambda v, c: None),
+        "keyed_process": spec("keyed_process", lambda v, c: None, key_selector=lambda v: v),
+        "reduce": spec("reduce", lambda a, b: a, key_selector=lambda v: v),
+        "aggregate": spec("aggregate", params={"agg": "sum", "field": 1}, key_selector=lambda v: v),
+        "co_map": spec("co_map", (str, str)),
+        "co_flat_map": spec("co_flat_map", (list, list)),
+        "co_process": spec("co_process", (print, print)),
+        "keyed_co_process": spec(
+            "keyed_co_process", (print, print), params={"key_selector1": str, "key_selector2": str}
+        ),
+        "sink": spec("sink", print),
+        "print": spec("print", params={"prefix": "p"}),
+        "collect": spec("collect", params={"collect_id": "x"}),
+    }
+    from raylink.operators import OPERATOR_KINDS, chaining_strategy_for_kind
+
+    assert set(kinds) == set(OPERATOR_KINDS)
+    for kind, s in kinds.items():
+        s.name = f"{kind} op"
+        op = create_operator(s)
+        assert op.name == f"{kind} op"
+        assert op.operator_id == "id-op"
+        expected = "HEAD" if kind.startswith("source") else "ALWAYS"
+        assert op.chaining_strategy == expected == chaining_strategy_for_kind(kind)
+        assert op.num_inputs == (0 if kind.startswith("source") else 2 if kind.startswith(("co_", "keyed_co")) else 1)
+    with pytest.raises(ValueError, match="unknown operator kind 'nope'"):
+        create_operator(spec("nope"))
+    with pytest.raises(ValueError, match="params\\['collect_id'\\]"):
+        create_operator(spec("collect"))
+
+
+def test_factory_operators_run_end_to_end():
+    m = create_operator(spec("map", lambda x: x + 1))
+    f = create_operator(spec("filter", lambda x: x % 2 == 0))
+    out, rc = start(f)
+    m.setup(SimpleNamespace(collect=f.process_element, collect_batch=f.process_batch, collect_side=None), rc.derive("m"))
+    m.open()
+    m.process_batch([1, 2, 3])
+    m.process_element(5)
+    assert out.records == [2, 4, 6]

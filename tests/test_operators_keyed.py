@@ -1,0 +1,399 @@
+"""Keyed operators: rolling reduce / aggregations, keyed state, timers, key checks."""
+
+from collections import namedtuple
+
+import pytest
+
+from raylink.api.functions import KeyedProcessFunction, ReduceFunction, TimeDomain
+from raylink.api.state import (
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    ValueStateDescriptor,
+)
+from raylink.operators import CollectingOutput, ManualProcessingTimeService, StreamingRuntimeContext
+from raylink.operators.process import KeyedProcessOperator
+from raylink.operators.reduce import StreamGroupedAggregateOperator, StreamGroupedReduceOperator
+from raylink.operators.state_backend import HeapKeyedStateBackend, key_group_range_for_subtask
+from raylink.shuffle.key_groups import assign_to_key_group
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def start(op, subtask_index=0, parallelism=1, max_parallelism=128):
+    rc = StreamingRuntimeContext(
+        task_name="task",
+        operator_name=op.name,
+        subtask_index=subtask_index,
+        parallelism=parallelism,
+        max_parallelism=max_parallelism,
+        processing_time_service=ManualProcessingTimeService(),
+    )
+    out = CollectingOutput(rc.record_context)
+    op.setup(out, rc)
+    op.open()
+    return out, rc
+
+
+def run_both_paths(make, data):
+    """Feed ``data`` record by record and as batches; both must give the same output."""
+    op = make()
+    out, _ = start(op)
+    for v in data:
+        op.process_element(v)
+    op2 = make()
+    out2, _ = start(op2)
+    op2.process_batch(data[:2])
+    op2.process_batch(data[2:])
+    assert out.records == out2.records
+    return out.records
+
+
+def first(v):
+    return v[0]
+
+
+# -- rolling reduce -----------------------------------------------------------------
+
+
+def test_reduce_emits_running_value_per_key_first_record_as_is():
+    class Concat(ReduceFunction):
+        def reduce(self, a, b):
+            return (a[0], a[1] + b[1])
+
+    data = [("a", "1"), ("b", "x"), ("a", "2"), ("a", "3"), ("b", "y")]
+    got = run_both_paths(lambda: StreamGroupedReduceOperator(Concat(), first), data)
+    assert got == [("a", "1"), ("b", "x"), ("a", "12"), ("a", "123"), ("b", "xy")]
+
+
+def test_reduce_with_plain_callables_and_key_selector_object():
+    class ByParity:
+        def get_key(self, v):
+            return v % 2
+
+    got = run_both_paths(lambda: StreamGroupedReduceOperator(lambda a, b: a + b, ByParity()), [1, 2, 3, 4, 5])
+    assert got == [1, 2, 4, 6, 9]
+
+
+# -- aggregations (Flink SumAggregator / ComparableAggregator semantics) --------------
+
+
+def agg(kind, field, key=first):
+    return lambda: StreamGroupedAggregateOperator(kind, field, key)
+
+
+def test_sum_keeps_first_records_other_fields():
+    data = [("a", 1, "x"), ("a", 2, "y"), ("b", 5, "z"), ("a", 3, "w")]
+    assert run_both_paths(agg("sum", 1), data) == [("a", 1, "x"), ("a", 3, "x"), ("b", 5, "z"), ("a", 6, "x")]
+
+
+def test_min_and_max_replace_only_the_field():
+    data = [("a", 3, "x"), ("a", 1, "y"), ("a", 2, "z"), ("a", 0, "w")]
+    assert run_both_paths(agg("min", 1), data) == [("a", 3, "x"), ("a", 1, "x"), ("a", 1, "x"), ("a", 0, "x")]
+    data = [("a", 1, "x"), ("a", 3, "y"), ("a", 2, "z"), ("a", 4, "w")]
+    assert run_both_paths(agg("max", 1), data) == [("a", 1, "x"), ("a", 3, "x"), ("a", 3, "x"), ("a", 4, "x")]
+
+
+def test_min_by_and_max_by_return_whole_record_first_on_ties():
+    data = [("a", 3, "x"), ("a", 1, "y"), ("a", 1, "z"), ("a", 2, "w"), ("a", 0, "v")]
+    assert run_both_paths(agg("min_by", 1), data) == [
+        ("a", 3, "x"),
+        ("a", 1, "y"),
+        ("a", 1, "y"),
+        ("a", 1, "y"),
+        ("a", 0, "v"),
+    ]
+    data = [("a", 1, "x"), ("a", 3, "y"), ("a", 3, "z"), ("a", 2, "w")]
+    assert run_both_paths(agg("max_by", 1), data) == [("a", 1, "x"), ("a", 3, "y"), ("a", 3, "y"), ("a", 3, "y")]
+
+
+def test_aggregations_on_dicts_do_not_mutate_emitted_records():
+    data = [{"k": "a", "v": 1, "t": "x"}, {"k": "a", "v": 2, "t": "y"}, {"k": "b", "v": 7, "t": "z"}]
+    key = lambda d: d["k"]  # noqa: E731
+    got = run_both_paths(agg("sum", "v", key), data)
+    assert got == [{"k": "a", "v": 1, "t": "x"}, {"k": "a", "v": 3, "t": "x"}, {"k": "b", "v": 7, "t": "z"}]
+    assert data[0] == {"k": "a", "v": 1, "t": "x"}  # input untouched
+    assert got[0] is not got[1]
+    got = run_both_paths(agg("max", "v", key), data)
+    assert got == [{"k": "a", "v": 1, "t": "x"}, {"k": "a", "v": 2, "t": "x"}, {"k": "b", "v": 7, "t": "z"}]
+    got = run_both_paths(agg("min_by", "v", key), [{"k": "a", "v": 2, "t": "x"}, {"k": "a", "v": 1, "t": "y"}])
+    assert got == [{"k": "a", "v": 2, "t": "x"}, {"k": "a", "v": 1, "t": "y"}]
+
+
+def test_aggregations_on_lists_namedtuples_and_bare_values():
+    got = run_both_paths(agg("sum", 1), [["a", 1], ["a", 2], ["a", 4]])
+    assert got == [["a", 1], ["a", 3], ["a", 7]]
+    P = namedtuple("P", "k v t")
+    got = run_both_paths(agg("sum", "v", lambda p: p.k), [P("a", 1, "x"), P("a", 2, "y")])
+    assert got == [P("a", 1, "x"), P("a", 3, "x")] and type(got[1]) is P
+    got = run_both_paths(agg("sum", 1), [P("a", 1, "x"), P("a", 2, "y")])
+    assert got == [P("a", 1, "x"), P("a", 3, "x")] and type(got[1]) is P
+    parity = lambda v: v % 2  # noqa: E731
+    assert run_both_paths(agg("sum", None, parity), [1, 2, 3, 4, 5]) == [1, 2, 4, 6, 9]
+    assert run_both_paths(agg("min", None, parity), [5, 4, 3, 6, 1]) == [5, 4, 3, 4, 1]
+    assert run_both_paths(agg("max_by", None, parity), [5, 4, 3, 6, 7]) == [5, 4, 5, 6, 7]
+
+
+def test_unknown_aggregation_is_rejected():
+    with pytest.raises(ValueError, match="unknown aggregation 'avg'"):
+        StreamGroupedAggregateOperator("avg", 0, first)
+
+
+# -- None keys ------------------------------------------------------------------------
+
+
+def test_none_key_is_rejected_everywhere():
+    ops = [
+        StreamGroupedReduceOperator(lambda a, b: a, lambda v: None),
+        StreamGroupedAggregateOperator("sum", None, lambda v: None),
+        KeyedProcessOperator(lambda v, ctx: None, lambda v: None),
+    ]
+    for op in ops:
+        start(op)
+        with pytest.raises(ValueError, match="^Assigned key must not be null!$"):
+            op.process_element(1)
+        with pytest.raises(ValueError, match="^Assigned key must not be null!$"):
+            op.process_batch([1, 2])
+
+
+# -- keyed state ------------------------------------------------------------------------
+
+
+class StatefulCounter(KeyedProcessFunction):
+    def open(self, runtime_context):
+        self.count = runtime_context.get_state(ValueStateDescriptor("count"))
+        self.seen = runtime_context.get_list_state(ListStateDescriptor("seen"))
+        self.per_value = runtime_context.get_map_state(MapStateDescriptor("per_value"))
+        self.total = runtime_context.get_reducing_state(ReducingStateDescriptor("total", lambda a, b: a + b))
+
+    def process_element(self, value, ctx):
+        key, n = value
+        assert ctx.get_current_key() == key
+        c = (self.count.value() or 0) + 1
+        self.count.update(c)
+        self.seen.add(n)
+        self.per_value.put(n, (self.per_value.get(n) or 0) + 1)
+        self.total.add(n)
+        yield key, c, list(self.seen.get()), self.total.get(), sorted(self.per_value.items())
+
+
+def test_keyed_state_is_isolated_per_key_and_snapshotted_by_key_group():
+    op = KeyedProcessOperator(StatefulCounter(), first)
+    out, rc = start(op)
+    op.process_batch([("a", 1), ("b", 10)])
+    op.process_element(("a", 1))
+    op.process_element(("a", 2))
+    assert out.records == [
+        ("a", 1, [1], 1, [(1, 1)]),
+        ("b", 1, [10], 10, [(10, 1)]),
+        ("a", 2, [1, 1], 2, [(1, 2)]),
+        ("a", 3, [1, 1, 2], 4, [(1, 2), (2, 1)]),
+    ]
+    backend = op.keyed_state_backend
+    assert rc.keyed_state_backend is backend
+    kg_a, kg_b = assign_to_key_group("a", 128), assign_to_key_group("b", 128)
+    snap = backend.snapshot()
+    expected_a = {"count": {"a": 3}, "seen": {"a": [1, 1, 2]}, "per_value": {"a": {1: 2, 2: 1}}, "total": {"a": 4}}
+    expected_b = {"count": {"b": 1}, "seen": {"b": [10]}, "per_value": {"b": {10: 1}}, "total": {"b": 10}}
+    if kg_a == kg_b:
+        assert snap == {kg_a: {name: {**expected_a[name], **expected_b[name]} for name in expected_a}}
+    else:
+        assert snap == {kg_a: expected_a, kg_b: expected_b}
+    # the snapshot is a copy
+    snap[kg_a]["seen"]["a"].append(99)
+    assert backend.snapshot()[kg_a]["seen"]["a"] == [1, 1, 2]
+
+
+def test_state_clear_and_map_state_api():
+    backend = HeapKeyedStateBackend((0, 127), 128)
+    value = backend.get_or_create_state(ValueStateDescriptor("v"))
+    mstate = backend.get_or_create_state(MapStateDescriptor("m"))
+    lstate = backend.get_or_create_state(ListStateDescriptor("l"))
+    assert backend.get_or_create_state(ValueStateDescriptor("v")) is value
+    with pytest.raises(ValueError, match="'v' is a value state"):
+        backend.get_or_create_state(ListStateDescriptor("v"))
+    with pytest.raises(RuntimeError, match="no current key"):
+        value.value()
+    backend.set_current_key("k1")
+    value.update(5)
+    mstate.put_all({"x": 1, "y": 2})
+    lstate.update([1, 2])
+    backend.set_current_key("k2")
+    assert value.value() is None and mstate.is_empty() and lstate.get() == []
+    backend.set_current_key("k1")
+    assert value.value() == 5 and mstate.contains("x") and sorted(mstate.keys()) == ["x", "y"]
+    assert sorted(mstate.values()) == [1, 2]
+    mstate.remove("x")
+    mstate.remove("y")
+    assert mstate.is_empty()
+    value.clear()
+    lstate.update([])
+    assert value.value() is None and lstate.get() == []
+    assert backend.snapshot() == {}
+    with pytest.raises(ValueError, match="cannot add null"):
+        lstate.add(None)
+
+
+def test_snapshot_restore_rescales_by_key_group():
+    keys = [f"key{i}" for i in range(50)]
+    whole = HeapKeyedStateBackend((0, 127), 128)
+    state = whole.get_or_create_state(ValueStateDescriptor("v"))
+    for k in keys:
+        whole.set_current_key(k)
+        state.update(k.upper())
+    snap = whole.snapshot()
+    assert sum(len(s["v"]) for s in snap.values()) == 50
+    restored = {}
+    for i in range(3):
+        start_kg, end_kg = key_group_range_for_subtask(128, 3, i)
+        part = HeapKeyedStateBackend((start_kg, end_kg), 128)
+        part.restore(snap)
+        part_state = part.get_or_create_state(ValueStateDescriptor("v"))
+        for kg, states in part.snapshot().items():
+            assert start_kg <= kg <= end_kg
+            for k in states["v"]:
+                part.set_current_key(k)
+                restored[k] = part_state.value()
+    assert restored == {k: k.upper() for k in keys}
+
+
+def test_key_outside_the_subtask_range_is_reported():
+    kg = assign_to_key_group("a", 128)
+    other = (kg + 1) % 128
+    backend = HeapKeyedStateBackend((other, other), 128)
+    with pytest.raises(ValueError, match=f"Key group {kg} is not in KeyGroupRange"):
+        backend.set_current_key("a")
+
+
+def test_key_group_ranges_cover_max_parallelism_exactly_once():
+    for p in (1, 2, 3, 7, 128):
+        covered = []
+        for i in range(p):
+            s, e = key_group_range_for_subtask(128, p, i)
+            covered.extend(range(s, e + 1))
+        assert covered == list(range(128))
+
+
+# -- timers ---------------------------------------------------------------------------------
+
+
+class TimerFn(KeyedProcessFunction):
+    def process_element(self, value, ctx):
+        key, ts = value
+        ctx.timer_service().register_event_time_timer(ts)
+        ctx.timer_service().register_event_time_timer(ts)  # deduplicated
+        if key == "drop":
+            ctx.timer_service().delete_event_time_timer(ts)
+        return None
+
+    def on_timer(self, timestamp, ctx):
+        yield ("fired", ctx.get_current_key(), timestamp, ctx.timestamp(), ctx.time_domain(),
+               ctx.timer_service().current_watermark())
+
+
+def test_event_time_timers_fire_on_watermark_in_order_with_their_key():
+    op = KeyedProcessOperator(TimerFn(), first)
+    out, rc = start(op)
+    op.process_batch([("a", 30), ("b", 10), ("a", 20), ("c", 20), ("drop", 5)])
+    rc.record_context.timestamp = 1234
+    op.process_watermark(15)
+    op.process_watermark(25)
+    assert out.records == [
+        ("fired", "b", 10, 10, TimeDomain.EVENT_TIME, 15),
+        ("fired", "a", 20, 20, TimeDomain.EVENT_TIME, 25),
+        ("fired", "c", 20, 20, TimeDomain.EVENT_TIME, 25),
+    ]
+    assert out.timestamps == [10, 20, 20]  # on_timer output carries the timer timestamp
+    assert rc.record_context.timestamp == 1234  # restored afterwards
+    assert out.watermarks == [15, 25]
+    assert op.timer_service.num_event_time_timers() == 1
+    snap = op.timer_service.snapshot()
+    assert snap == {assign_to_key_group("a", 128): {"event": [(30, "a")], "processing": []}}
+    op.process_watermark(100)
+    assert out.records[-1] == ("fired", "a", 30, 30, TimeDomain.EVENT_TIME, 100)
+    assert op.timer_service.num_event_time_timers() == 0
+
+
+def test_watermark_is_emitted_after_the_timers_it_fires():
+    events = []
+
+    class Out:
+        def collect(self, v):
+            events.append(("record", v))
+
+        def collect_batch(self, vs):
+            events.extend(("record", v) for v in vs)
+
+        def collect_side(self, tag, v):
+            pass
+
+        def emit_watermark(self, ts):
+            events.append(("watermark", ts))
+
+    class Fn(KeyedProcessFunction):
+        def process_element(self, value, ctx):
+            ctx.timer_service().register_event_time_timer(value)
+
+        def on_timer(self, timestamp, ctx):
+            yield timestamp
+
+    op = KeyedProcessOperator(Fn(), lambda v: v)
+    rc = StreamingRuntimeContext(processing_time_service=ManualProcessingTimeService())
+    op.setup(Out(), rc)
+    op.open()
+    op.process_element(3)
+    op.process_watermark(5)
+    assert events == [("record", 3), ("watermark", 5)]
+
+
+def test_processing_time_timers_with_manual_clock():
+    class Fn(KeyedProcessFunction):
+        def process_element(self, value, ctx):
+            key, delay = value
+            ts = ctx.timer_service()
+            ts.register_processing_time_timer(ts.current_processing_time() + delay)
+
+        def on_timer(self, timestamp, ctx):
+            yield ctx.get_current_key(), timestamp, ctx.time_domain(), ctx.timestamp()
+            if ctx.get_current_key() == "again" and timestamp < 300:
+                ctx.timer_service().register_processing_time_timer(timestamp + 100)
+
+    op = KeyedProcessOperator(Fn(), first)
+    out, rc = start(op)
+    clock = rc.processing_time_service
+    clock.set_current_time(100)
+    op.process_element(("a", 50))
+    op.process_element(("b", 20))
+    op.process_element(("again", 100))
+    assert clock.num_pending() == 1  # only the earliest timer is registered physically
+    clock.set_current_time(149)
+    assert out.records == [("b", 120, TimeDomain.PROCESSING_TIME, 120)]
+    assert out.timestamps == [None]
+    clock.set_current_time(400)
+    assert out.records[1:] == [
+        ("a", 150, TimeDomain.PROCESSING_TIME, 150),
+        ("again", 200, TimeDomain.PROCESSING_TIME, 200),
+        ("again", 300, TimeDomain.PROCESSING_TIME, 300),
+    ]
+    assert op.timer_service.num_processing_time_timers() == 0
+    assert clock.num_pending() == 0
+
+
+def test_deleted_processing_timer_does_not_fire_and_close_cancels():
+    class Fn(KeyedProcessFunction):
+        def process_element(self, value, ctx):
+            ctx.timer_service().register_processing_time_timer(value[1])
+            if value[0] == "x":
+                ctx.timer_service().delete_processing_time_timer(value[1])
+
+        def on_timer(self, timestamp, ctx):
+            yield ctx.get_current_key()
+
+    op = KeyedProcessOperator(Fn(), first)
+    out, rc = start(op)
+    op.process_batch([("x", 10), ("y", 20), ("z", 50)])
+    rc.processing_time_service.set_current_time(30)
+    assert out.records == ["y"]
+    op.close()
+    rc.processing_time_service.set_current_time(100)
+    assert out.records == ["y"]
