@@ -28,6 +28,8 @@ class JobExecutionResult:
     net_runtime_ms: int
     accumulators: dict = field(default_factory=dict)
     task_metrics: list = field(default_factory=list)
+    executor_stats: list = field(default_factory=list)
+    locations: dict = field(default_factory=dict)
 
     def get_job_id(self) -> str:
         return self.job_id

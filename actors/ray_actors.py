@@ -1,0 +1,70 @@
+"""The Ray actor classes: thin wrappers over the plain runtime classes.
+
+``TaskExecutorActor`` is a threaded actor (control calls, the transport's
+``receive_buffers`` / ``add_credit`` / ``request_partition`` and the JobMaster's
+long poll run concurrently) around a :class:`TaskExecutor` and its
+:class:`~raylink.shuffle.ray_transport.RayTransport`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+
+from raylink.actors.task_executor import NetworkSettings, TaskExecutor
+from raylink.shuffle.ray_transport import RayTransport
+
+
+@ray.remote
+class TaskExecutorActor:
+    def __init__(self, executor_id: str, settings: dict, window: int, max_batch_bytes: int) -> None:
+        self.transport = RayTransport(
+            executor_id, self._partition, window=window, max_batch_bytes=max_batch_bytes
+        )
+        self.te = TaskExecutor(executor_id, NetworkSettings(settings), self.transport)
+
+    def _partition(self, partition_id: str) -> Any:
+        return self.te.partitions[partition_id]
+
+    # -- control (JobMaster) ------------------------------------------------------------------
+    def location(self) -> dict:
+        ctx = ray.get_runtime_context()
+        import os
+
+        return {"node_id": ctx.get_node_id(), "pid": os.getpid()}
+
+    def register_peers(self, peers: dict) -> None:
+        self.transport.register_peers(peers)
+
+    def deploy(self, descriptors: list) -> list:
+        return [self.te.deploy(tdd) for tdd in descriptors]
+
+    def start(self) -> None:
+        self.te.start()
+
+    def cancel(self) -> None:
+        self.te.cancel()
+
+    def next_events(self, timeout: float) -> list:
+        return self.te.next_events(timeout)
+
+    def metrics(self) -> list:
+        return self.te.metrics()
+
+    def stats(self) -> dict:
+        return self.te.stats()
+
+    def shutdown(self) -> None:
+        self.te.shutdown()
+
+    # -- transport (other TaskExecutors) ------------------------------------------------------------
+    def request_partition(self, consumer_id: str, channel_id: str, partition_id: str,
+                          subpartition_index: int, initial_credit: int) -> None:
+        self.transport.request_partition(consumer_id, channel_id, partition_id, subpartition_index, initial_credit)
+
+    def receive_buffers(self, producer_id: str, seq: int, batch: list) -> None:
+        self.transport.receive_buffers(producer_id, seq, batch)
+
+    def add_credit(self, consumer_id: str, credits: list) -> None:
+        self.transport.add_credit(consumer_id, credits)

@@ -1,0 +1,202 @@
+"""``execution.target = "ray"`` (the default): a job's subtasks on TaskExecutor actors.
+
+The JobMaster (this driver-side object) connects to Ray (``RAY_ADDRESS`` /
+``ray.init()`` conventions, else starts a local Ray), assigns slots (slot sharing
+groups respected), places one TaskExecutor actor per ``taskmanager.numberOfTaskSlots``
+slots in a SPREAD placement group so a job covers every node, deploys every
+subtask, starts them, and long-polls the executors for task state changes. A
+lost actor or node fails the job with the tasks it hosted; every actor and the
+placement group are released when the job ends, fails or is cancelled.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Optional
+
+import ray
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from raylink.actors.deployment import assign_slots, create_deployment_descriptors
+from raylink.actors.job_master import JobMasterBase
+from raylink.actors.job_result import CloseableIterator, JobExecutionResult
+from raylink.actors.ray_actors import TaskExecutorActor
+from raylink.shuffle.ray_transport import DEFAULT_MAX_BATCH_BYTES, DEFAULT_WINDOW
+
+POLL_TIMEOUT_S = 1.0
+PLACEMENT_TIMEOUT_S = 60.0
+
+
+class TaskExecutorLostError(RuntimeError):
+    pass
+
+
+def ensure_ray() -> None:
+    """Connect to the cluster named by RAY_ADDRESS, else start (or reuse) a local Ray."""
+    if not ray.is_initialized():
+        ray.init(address=os.environ.get("RAY_ADDRESS"), ignore_reinit_error=True,
+                 log_to_driver=True, configure_logging=False)
+
+
+class RayJobClient(JobMasterBase):
+    """Flink's JobMaster + JobClient for a job on Ray actors."""
+
+    def __init__(self, env: Any, job_name: Optional[str]) -> None:
+        super().__init__(env, job_name)
+        conf = self.configuration
+        ensure_ray()
+        slots = conf.get_integer("taskmanager.numberOfTaskSlots")
+        if slots < 1:
+            raise ValueError(f"taskmanager.numberOfTaskSlots must be >= 1, got {slots}")
+        cpus = conf.get_float("taskmanager.cpu.cores", 0.01)
+        memory = conf.get_integer("taskmanager.memory.process.size", 0)
+        slot_of, count = assign_slots(self.execution_graph, slots)
+        self.executor_ids = [f"te-{self.job_id[:6]}-{i}" for i in range(count)]
+        placement = {key: self.executor_ids[i] for key, i in slot_of.items()}
+        bundle = {"CPU": cpus} if cpus > 0 else {"CPU": 0.01}
+        if memory > 0:
+            bundle["memory"] = memory
+        self._pg = placement_group([dict(bundle) for _ in range(count)], strategy="SPREAD")
+        self.handles: dict[str, Any] = {}
+        self._released = False
+        self._monitor: Optional[threading.Thread] = None
+        self.executor_stats: list[dict] = []
+        self.locations: dict[str, dict] = {}
+        try:
+            ready, _ = ray.wait([self._pg.ready()], timeout=PLACEMENT_TIMEOUT_S)
+            if not ready:
+                raise RuntimeError(
+                    f"could not place {count} TaskExecutors ({bundle} each) on the Ray cluster "
+                    f"within {PLACEMENT_TIMEOUT_S:.0f} s; lower taskmanager.cpu.cores or the parallelism"
+                )
+            settings = conf.to_dict()
+            window = conf.get_integer("raylink.network.window", DEFAULT_WINDOW)
+            batch = conf.get_integer("raylink.network.max-batch-bytes", DEFAULT_MAX_BATCH_BYTES)
+            for index, executor_id in enumerate(self.executor_ids):
+                self.handles[executor_id] = TaskExecutorActor.options(
+                    num_cpus=bundle["CPU"],
+                    max_concurrency=32,
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(
+                        placement_group=self._pg, placement_group_bundle_index=index
+                    ),
+                ).remote(executor_id, settings, window, batch)
+            self.locations = dict(
+                zip(self.executor_ids, ray.get([h.location.remote() for h in self.handles.values()]))
+            )
+            for ev in self.executions.values():
+                ev.current_execution.state = "SCHEDULED"
+                ev.current_execution.assigned_location = placement[(ev.job_vertex.id, ev.subtask_index)]
+            ray.get([h.register_peers.remote(self.handles) for h in self.handles.values()])
+            per_executor: dict[str, list] = {e: [] for e in self.executor_ids}
+            for tdd in create_deployment_descriptors(self.job_id, self.execution_graph, placement, settings):
+                per_executor[placement[(tdd.job_vertex.id, tdd.subtask_index)]].append(tdd)
+            self._set_all("DEPLOYING")
+            ray.get([self.handles[e].deploy.remote(tdds) for e, tdds in per_executor.items()])
+        except BaseException:
+            self._release_resources()
+            raise
+
+    def tasks_on(self, executor_id: str) -> list[str]:
+        return sorted(
+            ev.name for ev in self.executions.values()
+            if ev.current_execution.assigned_location == executor_id
+        )
+
+    def start(self) -> "RayJobClient":
+        self._job_running()
+        ray.get([h.start.remote() for h in self.handles.values()])
+        self._monitor = threading.Thread(target=self._monitor_loop, name=f"JobMaster {self.job_id[:6]}",
+                                         daemon=True)
+        self._monitor.start()
+        return self
+
+    def _monitor_loop(self) -> None:
+        pending = {h.next_events.remote(POLL_TIMEOUT_S): e for e, h in self.handles.items()}
+        while pending and not self._done.is_set():
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_TIMEOUT_S * 5)
+            for ref in ready:
+                executor_id = pending.pop(ref)
+                try:
+                    events = ray.get(ref)
+                except Exception as exc:  # the actor (or its node) is gone
+                    node = self.locations.get(executor_id, {}).get("node_id", "?")
+                    lost = TaskExecutorLostError(
+                        f"TaskExecutor {executor_id} on node {node[:12]} was lost "
+                        f"({type(exc).__name__}); tasks: {', '.join(self.tasks_on(executor_id))}"
+                    )
+                    self.fail(lost)
+                    return
+                for event in events:
+                    self.on_task_event(event)
+                if self._done.is_set():
+                    return
+                pending[self.handles[executor_id].next_events.remote(POLL_TIMEOUT_S)] = executor_id
+
+    # -- JobMasterBase hooks -----------------------------------------------------------------------------
+    def _cancel_all_tasks(self) -> None:
+        for handle in self.handles.values():
+            try:
+                handle.cancel.remote()
+            except Exception:  # a dead actor: nothing to cancel
+                pass
+
+    def _release_resources(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        if self.handles:
+            refs = [h.stats.remote() for h in self.handles.values()]
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=2)
+            for ref in ready:
+                try:
+                    self.executor_stats.append(ray.get(ref))
+                except Exception:
+                    pass
+        for handle in self.handles.values():
+            try:
+                ray.kill(handle, no_restart=True)
+            except Exception:
+                pass
+        try:
+            remove_placement_group(self._pg)
+        except Exception:
+            pass
+
+    def _live_metrics(self) -> list[dict]:
+        refs = [h.metrics.remote() for h in self.handles.values()]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=5)
+        out: list[dict] = []
+        for ref in ready:
+            try:
+                out.extend(ray.get(ref))
+            except Exception:
+                pass
+        return out
+
+    def get_job_execution_result(self, timeout: Optional[float] = None) -> JobExecutionResult:
+        result = super().get_job_execution_result(timeout)
+        result.executor_stats = list(self.executor_stats)
+        result.locations = dict(self.locations)
+        return result
+
+
+def execute_async(env: Any, job_name: Optional[str] = None) -> RayJobClient:
+    client = RayJobClient(env, job_name)
+    env.transformations.clear()
+    return client.start()
+
+
+def execute(env: Any, job_name: Optional[str] = None) -> JobExecutionResult:
+    return execute_async(env, job_name).get_job_execution_result()
+
+
+def execute_and_collect(
+    env: Any, job_name: Optional[str], collect_id: str, limit: Optional[int] = None
+) -> CloseableIterator:
+    result = execute(env, job_name)
+    records = result.accumulators.get(collect_id, [])
+    if limit is not None:
+        records = records[:limit]
+    return CloseableIterator(records, result)

@@ -1,0 +1,226 @@
+"""Flink's ``TaskExecutor``: hosts StreamTasks, owns the network buffers and the transport.
+
+A plain class, so the in-process executor and tests drive it directly; the Ray
+actor in :mod:`raylink.actors.ray_actors` is a thin wrapper. ``deploy`` builds a
+subtask's result partitions, record writers and input gates (a
+``LocalInputChannel`` when the producer lives here, a credit-based remote
+channel through the transport otherwise); ``start`` requests the partitions and
+starts the task thread. State changes are queued for the JobMaster, which
+long-polls them with ``next_events``.
+"""
+
+from __future__ import annotations
+
+import pickle
+import threading
+from typing import Any, Optional
+
+from raylink.actors.deployment import TaskDeploymentDescriptor
+from raylink.actors.stream_task import CANCELED, FAILED, FINISHED, StreamTask
+from raylink.shuffle.buffer_pool import NetworkBufferPool
+from raylink.shuffle.credit import create_floating_pool
+from raylink.shuffle.input_gate import InputGate, LocalInputChannel, StreamTaskNetworkInput, UnionInputGate
+from raylink.shuffle.partitioners import create_partitioner
+from raylink.shuffle.record_writer import RecordWriter
+from raylink.shuffle.result_partition import ResultPartition
+
+
+class NetworkSettings:
+    """Flink's network options, read from a ``Configuration`` or a plain dict."""
+
+    def __init__(self, conf: Any = None) -> None:
+        def get(key: str, default: int) -> int:
+            if conf is None:
+                return default
+            if hasattr(conf, "get_integer"):
+                return conf.get_integer(key, default)
+            return int(conf.get(key, default))
+
+        self.buffer_size = get("taskmanager.memory.segment-size", 32 * 1024)
+        self.num_buffers = get("taskmanager.network.numberOfBuffers", 2048)
+        self.buffers_per_channel = get("taskmanager.network.memory.buffers-per-channel", 2)
+        self.floating_per_gate = get("taskmanager.network.memory.floating-buffers-per-gate", 8)
+
+    def output_pool_size(self, num_subpartitions: int) -> tuple[int, int]:
+        """(min, max) buffers of a result partition's pool, as Flink sizes it."""
+        return (
+            num_subpartitions + 1,
+            num_subpartitions * self.buffers_per_channel + self.floating_per_gate,
+        )
+
+
+def portable_error(error: Optional[BaseException]) -> Optional[BaseException]:
+    """The error itself if it pickles, else a RuntimeError with its text (crosses Ray safely)."""
+    if error is None:
+        return None
+    try:
+        pickle.loads(pickle.dumps(error))
+        return error
+    except Exception:
+        return RuntimeError(f"{type(error).__name__}: {error}")
+
+
+class TaskExecutor:
+    """The tasks of one process (Flink's TaskExecutor / TaskManager)."""
+
+    def __init__(self, executor_id: str, settings: Optional[NetworkSettings] = None,
+                 transport: Any = None, num_slots: int = 1) -> None:
+        self.executor_id = executor_id
+        self.settings = settings or NetworkSettings()
+        self.num_slots = num_slots
+        self.network_pool = NetworkBufferPool(self.settings.num_buffers, self.settings.buffer_size)
+        self.transport = transport
+        self.partitions: dict[str, ResultPartition] = {}
+        self.tasks: dict[str, StreamTask] = {}
+        self._gates: dict[str, list] = {}
+        self._events: list = []
+        self._events_cond = threading.Condition()
+        self.on_task_state: Any = None  # optional direct callback (in-process executor)
+
+    # -- deployment ------------------------------------------------------------------------------
+    def deploy(self, tdd: TaskDeploymentDescriptor) -> str:
+        settings = self.settings
+        writers: dict[str, RecordWriter] = {}
+        for rpdd in tdd.produced_partitions:
+            low, high = settings.output_pool_size(rpdd.num_subpartitions)
+            partition = ResultPartition(
+                rpdd.num_subpartitions,
+                rpdd.partition_type,
+                self.network_pool.create_buffer_pool(low, high),
+                rpdd.partition_id,
+            )
+            self.partitions[rpdd.partition_id] = partition
+            writers[rpdd.edge_id] = RecordWriter(
+                partition,
+                create_partitioner(rpdd.partitioner, max_parallelism=rpdd.target_max_parallelism),
+                buffer_timeout_ms=rpdd.buffer_timeout,
+                buffer_size=settings.buffer_size,
+                name=f"{tdd.job_vertex.name} -> {rpdd.target_name}",
+            )
+        gates_by_input: dict[int, list[InputGate]] = {}
+        for gdd in tdd.input_gates:
+            floating_pool = None
+            channels = []
+            for cdd in gdd.channels:
+                if cdd.producer_executor == self.executor_id:
+                    subpartition = self.partitions[cdd.partition_id].subpartitions[cdd.subpartition_index]
+                    channels.append(LocalInputChannel(subpartition))
+                    continue
+                if self.transport is None:
+                    raise RuntimeError(
+                        f"task {tdd.task_name}: producer on executor {cdd.producer_executor} "
+                        "but this TaskExecutor has no network transport"
+                    )
+                if floating_pool is None:
+                    floating_pool = create_floating_pool(self.network_pool, settings.floating_per_gate)
+                channels.append(
+                    self.transport.create_input_channel(
+                        cdd.producer_executor,
+                        cdd.partition_id,
+                        cdd.subpartition_index,
+                        floating_pool,
+                        settings.buffers_per_channel,
+                        self.network_pool,
+                    )
+                )
+            gates_by_input.setdefault(max(gdd.type_number, 1), []).append(InputGate(channels))
+        inputs = []
+        all_gates = []
+        for index in sorted(gates_by_input):
+            gates = gates_by_input[index]
+            all_gates.extend(gates)
+            gate = gates[0] if len(gates) == 1 else UnionInputGate(gates)
+            inputs.append(StreamTaskNetworkInput(gate, index - 1))
+        task = StreamTask(
+            tdd.job_vertex,
+            tdd.subtask_index,
+            writers,
+            inputs,
+            attempt_number=tdd.attempt_number,
+            on_state_change=self._on_state_change,
+            job_parameters=tdd.job_parameters,
+        )
+        task.attempt_id = tdd.attempt_id
+        self.tasks[tdd.attempt_id] = task
+        self._gates[tdd.attempt_id] = all_gates
+        return tdd.attempt_id
+
+    def start(self, attempt_ids: Optional[list[str]] = None) -> None:
+        ids = list(self.tasks) if attempt_ids is None else attempt_ids
+        for attempt_id in ids:
+            for gate in self._gates[attempt_id]:
+                gate.request_partitions()
+        for attempt_id in ids:
+            self.tasks[attempt_id].start()
+
+    def cancel(self, attempt_ids: Optional[list[str]] = None) -> None:
+        for attempt_id in list(self.tasks) if attempt_ids is None else attempt_ids:
+            task = self.tasks.get(attempt_id)
+            if task is not None:
+                task.cancel()
+
+    # -- state reporting ---------------------------------------------------------------------------
+    def _on_state_change(self, task: StreamTask, state: str, error: Optional[BaseException]) -> None:
+        if state not in (FINISHED, CANCELED, FAILED):
+            return
+        if state in (CANCELED, FAILED):  # give back the buffers of channels that will never end
+            for gate in self._gates.get(task.attempt_id, []):
+                gate.release()
+        event = {
+            "attempt_id": task.attempt_id,
+            "task": task.name,
+            "state": state,
+            "error": portable_error(error),
+            "accumulators": task.accumulators if state == FINISHED else {},
+            "metrics": self._task_metrics(task),
+        }
+        if self.on_task_state is not None:
+            self.on_task_state(event)
+        with self._events_cond:
+            self._events.append(event)
+            self._events_cond.notify_all()
+
+    def next_events(self, timeout: float = 1.0) -> list[dict]:
+        """Long poll: the task state changes since the last call (waits up to ``timeout``)."""
+        with self._events_cond:
+            if not self._events:
+                self._events_cond.wait(timeout)
+            events, self._events = self._events, []
+        return events
+
+    # -- metrics -----------------------------------------------------------------------------------
+    def _task_metrics(self, task: StreamTask) -> dict:
+        metrics = task.metrics()
+        metrics["vertex_name"] = task.job_vertex.name
+        metrics["executor"] = self.executor_id
+        gates = self._gates.get(getattr(task, "attempt_id", ""), [])
+        channels = [c for g in gates for c in g.channels if hasattr(c, "max_buffers_in_flight")]
+        if channels:
+            metrics["maxBuffersInFlightPerChannel"] = max(c.max_buffers_in_flight for c in channels)
+            pool = channels[0].floating_pool
+            metrics["creditPerChannel"] = channels[0].initial_credit + (pool.max_buffers or 0 if pool else 0)
+            floating = [c.floating_pool for c in channels if c.floating_pool is not None]
+            metrics["inPoolUsage"] = max((p.usage() for p in floating), default=0.0)
+        return metrics
+
+    def metrics(self) -> list[dict]:
+        return [self._task_metrics(t) for t in self.tasks.values()]
+
+    def stats(self) -> dict:
+        out = {"executor": self.executor_id, "tasks": len(self.tasks),
+               "networkPoolUsage": self.network_pool.usage()}
+        if self.transport is not None:
+            out.update(self.transport.stats())
+        return out
+
+    # -- teardown ----------------------------------------------------------------------------------
+    def join(self, timeout: Optional[float] = None) -> bool:
+        return all(task.join(timeout) for task in self.tasks.values())
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        self.cancel()
+        self.join(timeout)
+        for partition in self.partitions.values():
+            partition.release()
+        if self.transport is not None:
+            self.transport.close()
