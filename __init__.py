@@ -4,12 +4,15 @@ The repository root is this package (``pyproject.toml`` maps ``raylink`` to ``.`
 The public DataStream API lives in :mod:`raylink.api` and is re-exported here.
 """
 
+import importlib
+
 __version__ = "0.1.0"
 
 
 def __getattr__(name):  # lazy re-export so ``import raylink.graph`` stays light
-    from raylink import api
-
+    if name.startswith("__"):
+        raise AttributeError(name)
+    api = importlib.import_module("raylink.api")
     try:
         return getattr(api, name)
     except AttributeError:

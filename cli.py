@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import runpy
 import sys
 from typing import Optional
@@ -23,30 +24,32 @@ class _PlanCaptured(Exception):
         self.job_name = job_name
 
 
+class _PlanExecutor:
+    """Stands in for the executor module: every way to run the job stops with the plan."""
+
+    def __init__(self, env: StreamExecutionEnvironment) -> None:
+        self.env = env
+
+    def _stop(self, _env=None, job_name=None, *args, **kwargs):
+        raise _PlanCaptured(self.env, job_name)
+
+    execute = execute_async = execute_and_collect = _stop
+
+
 def capture_job_graph(path: str, argv: list[str]) -> JobGraph:
     """Run ``path`` until its first execute call and return that job's JobGraph."""
-
-    def intercept(self, job_name=None, *args, **kwargs):
-        raise _PlanCaptured(self, job_name)
-
-    patched = ("execute", "execute_async")
-    saved = {name: getattr(StreamExecutionEnvironment, name) for name in patched}
-    saved_collect = StreamExecutionEnvironment._execute_and_collect
+    if not os.path.isfile(path):
+        raise SystemExit(f"raylink: no such job file: {path}")
+    saved = StreamExecutionEnvironment._executor
     old_argv = sys.argv
     try:
-        for name in patched:
-            setattr(StreamExecutionEnvironment, name, intercept)
-        StreamExecutionEnvironment._execute_and_collect = (
-            lambda self, stream, job_name, limit: intercept(self, job_name)
-        )
+        StreamExecutionEnvironment._executor = lambda self: _PlanExecutor(self)
         sys.argv = [path] + argv
         runpy.run_path(path, run_name="__main__")
     except _PlanCaptured as captured:
         return captured.env.get_job_graph(captured.job_name)
     finally:
-        for name, fn in saved.items():
-            setattr(StreamExecutionEnvironment, name, fn)
-        StreamExecutionEnvironment._execute_and_collect = saved_collect
+        StreamExecutionEnvironment._executor = saved
         sys.argv = old_argv
     raise SystemExit(f"raylink plan: {path} never called execute(); no job to show")
 

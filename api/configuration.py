@@ -21,6 +21,9 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+_UNSET = object()
+
+
 class Configuration:
     """A flat key/value configuration with Flink's key names."""
 
@@ -43,27 +46,35 @@ class Configuration:
         self._data[key] = float(value)
         return self
 
-    def get_string(self, key: str, default_value: Optional[str] = None) -> Optional[str]:
-        value = self._data.get(key, DEFAULTS.get(key, default_value))
+    def _get(self, key: str, default_value: Any, fallback: Any) -> Any:
+        """The set value; else the caller's default; else Flink's default for the key."""
+        if key in self._data:
+            return self._data[key]
+        if default_value is not _UNSET:
+            return default_value
+        return DEFAULTS.get(key, fallback)
+
+    def get_string(self, key: str, default_value: Any = _UNSET) -> Optional[str]:
+        value = self._get(key, default_value, None)
         return None if value is None else str(value)
 
-    def get_integer(self, key: str, default_value: int = 0) -> int:
-        value = self._data.get(key, DEFAULTS.get(key, default_value))
+    def get_integer(self, key: str, default_value: Any = _UNSET) -> int:
+        value = self._get(key, default_value, 0)
         try:
             return int(value)
         except (TypeError, ValueError):
             raise ValueError(f"configuration key {key!r}: {value!r} is not an integer") from None
 
-    def get_boolean(self, key: str, default_value: bool = False) -> bool:
-        value = self._data.get(key, DEFAULTS.get(key, default_value))
+    def get_boolean(self, key: str, default_value: Any = _UNSET) -> bool:
+        value = self._get(key, default_value, False)
         if isinstance(value, str):
             if value.lower() not in ("true", "false"):
                 raise ValueError(f"configuration key {key!r}: {value!r} is not a boolean")
             return value.lower() == "true"
         return bool(value)
 
-    def get_float(self, key: str, default_value: float = 0.0) -> float:
-        return float(self._data.get(key, DEFAULTS.get(key, default_value)))
+    def get_float(self, key: str, default_value: Any = _UNSET) -> float:
+        return float(self._get(key, default_value, 0.0))
 
     def contains_key(self, key: str) -> bool:
         return key in self._data

@@ -99,8 +99,6 @@ class StreamGraphGenerator:
         done = self._already_transformed.get(t.id)
         if done is not None:
             return done
-        if t.max_parallelism <= 0 and self.default_max_parallelism > 0:
-            t.max_parallelism = self.default_max_parallelism
         if t.kind == T.UNION:
             ids = [i for inp in t.inputs for i in self._transform(inp)]
         elif t.kind == T.PARTITION:
@@ -125,16 +123,19 @@ class StreamGraphGenerator:
 
     def _transform_physical(self, t: Transformation) -> list[int]:
         validate_parallelism(t.parallelism, t.describe())
+        max_parallelism = t.max_parallelism
+        if max_parallelism <= 0 and self.default_max_parallelism > 0:
+            max_parallelism = self.default_max_parallelism
         if t.non_parallel and t.parallelism != 1:
             raise GraphError(
                 f"The parallelism of non parallel operator must be 1 (operator {t.describe()})."
             )
-        if t.max_parallelism > 0:
-            validate_max_parallelism(t.max_parallelism, t.describe())
-            if t.parallelism > t.max_parallelism:
+        if max_parallelism > 0:
+            validate_max_parallelism(max_parallelism, t.describe())
+            if t.parallelism > max_parallelism:
                 raise GraphError(
                     f"The parallelism ({t.parallelism}) of operator {t.describe()} is higher than "
-                    f"its max parallelism ({t.max_parallelism}). Please lower the parallelism or "
+                    f"its max parallelism ({max_parallelism}). Please lower the parallelism or "
                     "increase the max parallelism."
                 )
         input_ids = [self._transform(inp) for inp in t.inputs]
@@ -152,7 +153,7 @@ class StreamGraphGenerator:
             operator_name=name,
             operator=spec,
             parallelism=t.parallelism,
-            max_parallelism=t.max_parallelism,
+            max_parallelism=max_parallelism,
             slot_sharing_group=self._slot_sharing_group(t.slot_sharing_group, flat_inputs),
             uid=t.uid,
             buffer_timeout=t.buffer_timeout if t.buffer_timeout is not None else self.buffer_timeout,

@@ -1,0 +1,400 @@
+"""Credit-based flow control (Flink FLINK-7282).
+
+Sender side: ``CreditBasedSequenceNumberingViewReader`` — one per consumed
+subpartition; holds the receiver's credit, hands out a buffer only while
+credit > 0 (events need no credit), decrements it per data buffer, numbers
+every buffer and reports the backlog (data buffers still queued) with it.
+
+Receiver side: ``CreditBasedInputChannel`` (Flink's ``RemoteInputChannel`` +
+``BufferManager``) — owns ``exclusive_buffers`` buffers (default 2 =
+``taskmanager.network.memory.buffers-per-channel``) and borrows floating
+buffers from its gate's pool (default 8 = ``floating-buffers-per-gate``,
+``create_floating_pool``). Credit = free buffers announced to the sender. On
+every buffer it learns the sender's backlog and requests floating buffers up
+to ``backlog + exclusive_buffers``; consuming a buffer frees it again and
+announces new credit (or gives a floating buffer back to the pool when it is
+no longer needed). Hence at most ``exclusive + floating`` buffers per channel
+are ever in flight: a slow consumer stops its producer, whose subpartition
+then fills its (bounded) buffer pool and back pressure moves upstream.
+
+Transport: the only two calls that cross between sender and receiver are
+``channel.on_buffer(BufferResponse)`` (sender -> receiver; a remote transport
+should ship several responses per call) and the channel's credit
+announcement ``announce_credit(n)`` (receiver -> sender, ending in
+``reader.add_credit(n)``). ``LocalCreditConnection`` wires the two with
+direct calls in one process; a Ray transport replaces it, keeping the reader
+on the producer's TaskExecutor and the channel on the consumer's.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Any, Callable, Deque, NamedTuple, Optional, Tuple
+
+from .buffer_pool import LocalBufferPool, NetworkBufferPool
+from .input_gate import InputChannel
+
+__all__ = [
+    "DEFAULT_EXCLUSIVE_BUFFERS",
+    "DEFAULT_FLOATING_BUFFERS",
+    "BufferResponse",
+    "CreditProtocolError",
+    "CreditBasedSequenceNumberingViewReader",
+    "CreditBasedInputChannel",
+    "LocalCreditConnection",
+    "create_floating_pool",
+    "connect_local",
+]
+
+DEFAULT_EXCLUSIVE_BUFFERS = 2  # taskmanager.network.memory.buffers-per-channel
+DEFAULT_FLOATING_BUFFERS = 8  # taskmanager.network.memory.floating-buffers-per-gate
+
+_EXCLUSIVE = 1
+_FLOATING = 2
+
+
+class BufferResponse(NamedTuple):
+    """One buffer on the wire (Flink's ``NettyMessage.BufferResponse``)."""
+
+    buffer: bytes
+    is_event: bool
+    backlog: int
+    sequence_number: int
+
+
+class CreditProtocolError(RuntimeError):
+    """Out-of-order buffer, or a buffer sent without credit."""
+
+
+class CreditBasedSequenceNumberingViewReader:
+    """Sender side of one channel: a subpartition read view plus the receiver's credit.
+
+    ``on_available(reader)`` (set by the transport) is called — outside the
+    reader's lock, in whatever thread made it true — when the reader may
+    have something to send: data arrived or credit was added.
+    """
+
+    def __init__(self, subpartition: Any, receiver_id: Any = None,
+                 on_available: Optional[Callable[["CreditBasedSequenceNumberingViewReader"], None]] = None) -> None:
+        self.subpartition = subpartition
+        self.receiver_id = receiver_id
+        self.on_available = on_available
+        self._lock = threading.Lock()
+        self._view: Any = None
+        self.credit = 0
+        self._sequence_number = 0
+        self.num_buffers_sent = 0
+
+    def request_subpartition(self) -> None:
+        if self._view is None:
+            self._view = self.subpartition.create_read_view(self.notify_data_available)
+
+    def notify_data_available(self) -> None:
+        """Subpartition listener: data became available."""
+        cb = self.on_available
+        if cb is not None and self.is_available():
+            cb(self)
+
+    def add_credit(self, credit: int) -> None:
+        """The receiver announced ``credit`` more free buffers."""
+        with self._lock:
+            self.credit += credit
+        cb = self.on_available
+        if cb is not None and self.is_available():
+            cb(self)
+
+    def is_available(self) -> bool:
+        """Something to send: an event, or a data buffer and credit > 0."""
+        view = self._view
+        if view is None:
+            return False
+        nxt = view.peek_next_is_event()
+        return nxt is not None and (nxt or self.credit > 0)
+
+    @property
+    def backlog(self) -> int:
+        return 0 if self._view is None else self._view.backlog
+
+    def poll_next(self) -> Optional[BufferResponse]:
+        """Next buffer to send (consumes one credit for data), or None."""
+        with self._lock:
+            view = self._view
+            if view is None:
+                return None
+            nxt = view.peek_next_is_event()
+            if nxt is None or (not nxt and self.credit <= 0):
+                return None
+            r = view.poll_buffer()
+            if r is None:
+                return None
+            if not r.is_event:
+                self.credit -= 1
+            seq = self._sequence_number
+            self._sequence_number = seq + 1
+            self.num_buffers_sent += 1
+        return BufferResponse(r.buffer, r.is_event, r.backlog, seq)
+
+
+def create_floating_pool(network_pool: Optional[NetworkBufferPool] = None,
+                         floating_buffers: int = DEFAULT_FLOATING_BUFFERS) -> Optional[LocalBufferPool]:
+    """The per-gate pool of floating buffers (None for 0 floating buffers)."""
+    if floating_buffers <= 0:
+        return None
+    return LocalBufferPool(network_pool, 0, floating_buffers)
+
+
+class CreditBasedInputChannel(InputChannel):
+    """Receiver side of a credit-based channel (Flink's ``RemoteInputChannel``).
+
+    ``announce_credit(n)`` is the transport hook that carries new credit to the
+    sender; ``request(initial_credit)`` is called by ``request_subpartition`` to
+    open the connection (the transport sets both). ``max_buffers_in_flight``
+    records the most data buffers ever held (received, not yet consumed).
+    """
+
+    def __init__(self, floating_pool: Optional[LocalBufferPool] = None,
+                 exclusive_buffers: int = DEFAULT_EXCLUSIVE_BUFFERS,
+                 network_pool: Optional[NetworkBufferPool] = None,
+                 announce_credit: Optional[Callable[[int], None]] = None) -> None:
+        super().__init__()
+        if exclusive_buffers < 1 and floating_pool is None:
+            raise ValueError("a credit-based channel needs exclusive or floating buffers")
+        self.initial_credit = exclusive_buffers
+        self.floating_pool = floating_pool
+        self.network_pool = network_pool
+        self.announce_credit = announce_credit
+        self.request: Optional[Callable[[int], None]] = None
+        self._lock = threading.Lock()
+        self._received: Deque[Tuple[bytes, bool, int]] = deque()
+        self._free_exclusive = exclusive_buffers
+        self._free_floating = 0
+        self._floating_held = 0
+        self._required = exclusive_buffers
+        self._unannounced = 0
+        self._waiting_for_floating = False
+        self._expected_sequence = 0
+        self._queued_data = 0
+        self.max_buffers_in_flight = 0
+        self.num_buffers_received = 0
+        self._released = False
+        if network_pool is not None and exclusive_buffers:
+            network_pool.request_exclusive(exclusive_buffers)
+
+    # -- connection ----------------------------------------------------------------------
+    def request_subpartition(self) -> None:
+        if self.request is None:
+            raise RuntimeError("credit-based channel is not connected to a transport")
+        self.request(self.initial_credit)
+
+    # -- transport thread ---------------------------------------------------------------
+    def on_buffer(self, response: BufferResponse) -> None:
+        """A buffer arrived from the sender (it used one credit unless it is an event)."""
+        with self._lock:
+            if response.sequence_number != self._expected_sequence:
+                raise CreditProtocolError(
+                    f"channel {self.channel_index}: expected buffer #{self._expected_sequence}, "
+                    f"got #{response.sequence_number}")
+            self._expected_sequence += 1
+            if response.is_event:
+                kind = 0
+            elif self._free_floating:
+                self._free_floating -= 1
+                kind = _FLOATING
+            elif self._free_exclusive:
+                self._free_exclusive -= 1
+                kind = _EXCLUSIVE
+            else:
+                raise CreditProtocolError(f"channel {self.channel_index}: buffer received without credit")
+            self._received.append((response.buffer, response.is_event, kind))
+            if kind:
+                self._queued_data += 1
+                if self._queued_data > self.max_buffers_in_flight:
+                    self.max_buffers_in_flight = self._queued_data
+            self.num_buffers_received += 1
+            was_empty = len(self._received) == 1
+        if not response.is_event:
+            self.on_sender_backlog(response.backlog)
+        if was_empty:
+            self.notify_channel_non_empty()
+
+    def on_sender_backlog(self, backlog: int) -> None:
+        """Request floating buffers until ``backlog + exclusive`` buffers are free."""
+        with self._lock:
+            self._required = backlog + self.initial_credit
+        self._request_floating()
+        self._announce()
+
+    def _request_floating(self) -> bool:
+        """Take floating buffers while needed; True if still waiting for the pool."""
+        pool = self.floating_pool
+        if pool is None:
+            return False
+        while True:
+            with self._lock:
+                if self._released or self._free_exclusive + self._free_floating >= self._required:
+                    self._waiting_for_floating = False
+                    return False
+                if self._waiting_for_floating:
+                    return True
+            if pool.request():
+                with self._lock:
+                    self._floating_held += 1
+                    self._free_floating += 1
+                    self._unannounced += 1
+                continue
+            with self._lock:
+                self._waiting_for_floating = True
+            if pool.add_buffer_listener(self._on_floating_available):
+                return True
+            with self._lock:  # became available meanwhile: try again
+                self._waiting_for_floating = False
+
+    def _on_floating_available(self) -> bool:
+        """Buffer listener: the gate's pool may have a buffer for us."""
+        with self._lock:
+            self._waiting_for_floating = False
+        still_waiting = self._request_floating()
+        self._announce()
+        return still_waiting
+
+    def _announce(self) -> None:
+        with self._lock:
+            n = self._unannounced
+            self._unannounced = 0
+        if n:
+            cb = self.announce_credit
+            if cb is None:
+                raise RuntimeError("credit-based channel has no transport to announce credit")
+            cb(n)
+
+    # -- task thread ----------------------------------------------------------------------
+    def get_next_buffer(self) -> Optional[Tuple[bytes, bool, int, bool, bool]]:
+        """Next received buffer (its buffer is recycled at once: the caller copies it)."""
+        with self._lock:
+            if not self._received:
+                return None
+            buffer, is_event, kind = self._received.popleft()
+            q = self._received
+            more = bool(q)
+            next_is_event = more and q[0][1]
+            if kind:
+                self._queued_data -= 1
+        if kind:
+            self._recycle(kind)
+        return buffer, is_event, 0, more, next_is_event
+
+    def _recycle(self, kind: int) -> None:
+        release_floating = False
+        with self._lock:
+            if self._released:
+                release_floating = kind == _FLOATING
+                if release_floating:
+                    self._floating_held -= 1
+            elif kind == _EXCLUSIVE:
+                self._free_exclusive += 1
+                if self._free_exclusive + self._free_floating > self._required and self._free_floating:
+                    # the exclusive buffer replaces a free floating one: no new credit
+                    self._free_floating -= 1
+                    self._floating_held -= 1
+                    release_floating = True
+                else:
+                    self._unannounced += 1
+            else:
+                if self._free_exclusive + self._free_floating >= self._required:
+                    self._floating_held -= 1
+                    release_floating = True
+                else:
+                    self._free_floating += 1
+                    self._unannounced += 1
+        if release_floating and self.floating_pool is not None:
+            self.floating_pool.recycle()
+        self._announce()
+
+    # -- state ----------------------------------------------------------------------------
+    @property
+    def buffers_in_flight(self) -> int:
+        """Data buffers received and not yet consumed."""
+        return self._queued_data
+
+    @property
+    def available_credit(self) -> int:
+        """Free buffers (announced or not)."""
+        return self._free_exclusive + self._free_floating
+
+    @property
+    def unannounced_credit(self) -> int:
+        return self._unannounced
+
+    @property
+    def num_floating_buffers(self) -> int:
+        return self._floating_held
+
+    def release(self) -> None:
+        """Return floating buffers and the exclusive reservation (after EndOfPartition)."""
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+            free_floating = self._free_floating
+            self._floating_held -= free_floating
+            self._free_floating = 0
+        if free_floating and self.floating_pool is not None:
+            self.floating_pool.recycle(free_floating)
+        if self.network_pool is not None and self.initial_credit:
+            self.network_pool.recycle_exclusive(self.initial_credit)
+
+    def __repr__(self) -> str:
+        return f"CreditBasedInputChannel(index={self.channel_index})"
+
+
+class LocalCreditConnection:
+    """Direct-call transport between one reader and one channel (same process).
+
+    Sending happens in whichever thread makes the reader available (producer
+    adding a buffer, consumer announcing credit); a reentrancy guard keeps one
+    drain loop at a time, so buffers are delivered in order.
+    """
+
+    def __init__(self, reader: CreditBasedSequenceNumberingViewReader, channel: CreditBasedInputChannel) -> None:
+        self.reader = reader
+        self.channel = channel
+        self._lock = threading.Lock()
+        self._pumping = False
+        self._again = False
+        reader.on_available = self._trigger
+        channel.announce_credit = reader.add_credit
+        channel.request = self._open
+
+    def _open(self, initial_credit: int) -> None:
+        self.reader.request_subpartition()
+        self.reader.add_credit(initial_credit)
+        self._trigger(self.reader)
+
+    def _trigger(self, _reader: Any = None) -> None:
+        with self._lock:
+            if self._pumping:
+                self._again = True
+                return
+            self._pumping = True
+        try:
+            while True:
+                while True:
+                    resp = self.reader.poll_next()
+                    if resp is None:
+                        break
+                    self.channel.on_buffer(resp)
+                with self._lock:
+                    if not self._again:
+                        self._pumping = False
+                        return
+                    self._again = False
+        except BaseException:
+            with self._lock:
+                self._pumping = False
+            raise
+
+
+def connect_local(subpartition: Any, channel: CreditBasedInputChannel) -> LocalCreditConnection:
+    """Wire ``channel`` to ``subpartition`` through a reader and a direct-call connection."""
+    return LocalCreditConnection(CreditBasedSequenceNumberingViewReader(subpartition), channel)

@@ -1,0 +1,350 @@
+"""Input side: Flink's ``InputChannel``, ``LocalInputChannel``, ``SingleInputGate``,
+``UnionInputGate`` and ``StreamTaskNetworkInput``.
+
+An ``InputGate`` has one channel per consumed subpartition and a queue of the
+channels that have data; a channel is queued once, when its producer signals
+that data became available (``notify_channel_non_empty``, called from the
+producer's thread), and re-queued by ``poll_next`` while it has more. The
+task thread calls ``poll_next()`` until it returns None and then waits on
+``get_available_future()`` (a ``concurrent.futures.Future`` completed by the
+next notification or when the gate is finished). Events are decoded by the
+gate: ``poll_next`` returns ``(channel_index, bytes)`` for a data buffer and
+``(channel_index, event)`` for an event; ``EndOfPartition`` marks the channel
+finished and ``is_finished()`` turns True once every channel delivered it.
+
+``StreamTaskNetworkInput`` adds one ``RecordDeserializer`` per channel and a
+``StatusWatermarkValve``: its ``poll_next()`` returns the grouped stream items
+of one buffer (runs of records as lists, ``TimestampedRecords``, aligned
+``Watermark``/``WatermarkStatus`` changes, ``LatencyMarker``,
+``CheckpointBarrier``, ``EndOfPartition``).
+
+Thread safety: notifications may come from any thread; everything else is
+for the single task thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from concurrent.futures import Future
+from typing import Any, Deque, List, Optional, Sequence, Tuple
+
+from .buffer_pool import _AvailabilityHelper, _complete, completed_future
+from .codec import decode_event
+from .elements import (
+    END_OF_PARTITION,
+    EndOfPartition,
+    Watermark,
+    WatermarkStatus,
+)
+from .serializer import RecordDeserializer
+from .watermark_valve import StatusWatermarkValve
+
+__all__ = [
+    "InputChannel",
+    "LocalInputChannel",
+    "InputGate",
+    "SingleInputGate",
+    "UnionInputGate",
+    "StreamTaskNetworkInput",
+]
+
+
+class InputChannel:
+    """One input of a gate, reading one subpartition.
+
+    Subclasses implement ``request_subpartition()`` and ``get_next_buffer()``
+    (-> ``BufferAndBacklog``-like ``(buffer, is_event, backlog, more_available,
+    ...)`` or None) and call ``notify_channel_non_empty()`` when data arrives.
+    """
+
+    def __init__(self) -> None:
+        self.gate: Optional["InputGate"] = None
+        self.channel_index = -1
+        self.is_finished = False
+        self._queued = False
+
+    def _attach(self, gate: "InputGate", index: int) -> None:
+        self.gate = gate
+        self.channel_index = index
+
+    def request_subpartition(self) -> None:
+        raise NotImplementedError
+
+    def get_next_buffer(self) -> Optional[Tuple]:
+        raise NotImplementedError
+
+    def notify_channel_non_empty(self) -> None:
+        gate = self.gate
+        if gate is not None:
+            gate.notify_channel_non_empty(self)
+
+    def release(self) -> None:
+        pass
+
+
+class LocalInputChannel(InputChannel):
+    """Reads a subpartition of the same process directly (its availability listener)."""
+
+    def __init__(self, subpartition: Any) -> None:
+        super().__init__()
+        self.subpartition = subpartition
+        self._view: Any = None
+
+    def request_subpartition(self) -> None:
+        if self._view is None:
+            self._view = self.subpartition.create_read_view(self.notify_channel_non_empty)
+
+    def get_next_buffer(self) -> Optional[Tuple]:
+        view = self._view
+        if view is None:
+            raise RuntimeError("request_subpartition() was not called")
+        return view.poll_buffer()
+
+    def __repr__(self) -> str:
+        return f"LocalInputChannel(index={self.channel_index})"
+
+
+class InputGate:
+    """Flink's ``SingleInputGate``: the channels of one logical input."""
+
+    def __init__(self, channels: Sequence[InputChannel] = (), gate_index: int = 0, name: str = "") -> None:
+        self.gate_index = gate_index
+        self.name = name
+        self.channels: List[InputChannel] = []
+        self._lock = threading.Lock()
+        self._queue: Deque[InputChannel] = deque()
+        self._helper = _AvailabilityHelper()
+        self._num_finished = 0
+        self._requested = False
+        self.num_buffers_in = 0
+        self.num_bytes_in = 0
+        self.num_events_in = 0
+        for ch in channels:
+            self.add_channel(ch)
+
+    def add_channel(self, channel: InputChannel) -> int:
+        if self._requested:
+            raise RuntimeError("cannot add channels after request_partitions()")
+        index = len(self.channels)
+        channel._attach(self, index)
+        self.channels.append(channel)
+        return index
+
+    @property
+    def num_channels(self) -> int:
+        return len(self.channels)
+
+    def request_partitions(self) -> None:
+        """Connect every channel to its subpartition (data may flow from now on)."""
+        if self._requested:
+            return
+        self._requested = True
+        for ch in self.channels:
+            ch.request_subpartition()
+
+    setup = request_partitions
+
+    # -- producer side (any thread) ----------------------------------------------------
+    def notify_channel_non_empty(self, channel: InputChannel) -> None:
+        """Queue ``channel`` (once) and wake the task if the gate was empty."""
+        with self._lock:
+            if channel._queued:
+                return
+            channel._queued = True
+            self._queue.append(channel)
+            f = self._helper.take_to_complete() if len(self._queue) == 1 else None
+        _complete(f)
+
+    # -- task side ---------------------------------------------------------------------
+    def poll_next(self) -> Optional[Tuple[int, Any]]:
+        """Next ``(channel_index, bytes | event)`` or None if no channel has data."""
+        while True:
+            with self._lock:
+                if not self._queue:
+                    return None
+                ch = self._queue.popleft()
+                ch._queued = False
+            r = ch.get_next_buffer()
+            if r is None:
+                continue
+            buffer, is_event, _backlog, more = r[0], r[1], r[2], r[3]
+            if more:
+                self.notify_channel_non_empty(ch)
+            if not is_event:
+                self.num_buffers_in += 1
+                self.num_bytes_in += len(buffer)
+                return ch.channel_index, buffer
+            self.num_events_in += 1
+            event = decode_event(buffer)
+            if type(event) is EndOfPartition and not ch.is_finished:
+                ch.is_finished = True
+                ch.release()
+                with self._lock:
+                    self._num_finished += 1
+                    done = self._num_finished == len(self.channels)
+                    f = self._helper.take_to_complete() if done else None
+                _complete(f)
+            return ch.channel_index, event
+
+    def has_data(self) -> bool:
+        return bool(self._queue)
+
+    def is_finished(self) -> bool:
+        """True once every channel delivered EndOfPartition."""
+        return self._num_finished == len(self.channels) and bool(self.channels)
+
+    def get_available_future(self) -> Future:
+        """Done if a channel has data or the gate is finished; else completed on the next data."""
+        with self._lock:
+            if self._queue or self.is_finished():
+                return completed_future()
+            return self._helper.get_unavailable_future()
+
+    def release(self) -> None:
+        for ch in self.channels:
+            ch.release()
+
+    def __repr__(self) -> str:
+        return f"InputGate({self.name or self.gate_index}, channels={len(self.channels)})"
+
+
+SingleInputGate = InputGate
+
+
+class UnionInputGate:
+    """Several gates read as one (Flink's ``UnionInputGate``).
+
+    Channel indices are flattened: gate ``g``'s channel ``c`` is
+    ``channel_offsets[g] + c``. Gates are polled round robin.
+    """
+
+    def __init__(self, gates: Sequence[InputGate]) -> None:
+        if not gates:
+            raise ValueError("UnionInputGate needs at least one gate")
+        self.gates = list(gates)
+        self.channel_offsets: List[int] = []
+        off = 0
+        for g in self.gates:
+            self.channel_offsets.append(off)
+            off += g.num_channels
+        self.num_channels = off
+        self._next = 0
+        self._future: Optional[Future] = None
+
+    def request_partitions(self) -> None:
+        for g in self.gates:
+            g.request_partitions()
+
+    setup = request_partitions
+
+    def poll_next(self) -> Optional[Tuple[int, Any]]:
+        n = len(self.gates)
+        start = self._next
+        for i in range(n):
+            k = (start + i) % n
+            r = self.gates[k].poll_next()
+            if r is not None:
+                self._next = (k + 1) % n
+                return self.channel_offsets[k] + r[0], r[1]
+        return None
+
+    def gate_of_channel(self, flat_index: int) -> Tuple[int, int]:
+        """``(gate position, channel index in that gate)`` of a flattened index."""
+        for g in range(len(self.gates) - 1, -1, -1):
+            if flat_index >= self.channel_offsets[g]:
+                return g, flat_index - self.channel_offsets[g]
+        raise IndexError(flat_index)
+
+    def is_finished(self) -> bool:
+        return all(g.is_finished() for g in self.gates)
+
+    def has_data(self) -> bool:
+        return any(g.has_data() for g in self.gates)
+
+    def get_available_future(self) -> Future:
+        """Done when any unfinished gate has data, or when all gates are finished."""
+        live = [g for g in self.gates if not g.is_finished()]
+        if not live:
+            return completed_future()
+        futures = [g.get_available_future() for g in live]
+        if any(f.done() for f in futures):
+            return completed_future()
+        f = self._future
+        if f is not None and not f.done():
+            return f
+        f = self._future = Future()
+        for gf in futures:
+            gf.add_done_callback(lambda _gf, _f=f: _complete(_f))
+        return f
+
+    @property
+    def num_buffers_in(self) -> int:
+        return sum(g.num_buffers_in for g in self.gates)
+
+    @property
+    def num_bytes_in(self) -> int:
+        return sum(g.num_bytes_in for g in self.gates)
+
+    def release(self) -> None:
+        for g in self.gates:
+            g.release()
+
+
+class StreamTaskNetworkInput:
+    """Gate + per-channel deserializers + watermark valve (Flink's ``StreamTaskNetworkInput``).
+
+    ``poll_next()`` processes at most one buffer/event and returns the list of
+    stream items it yielded (possibly empty), or None when nothing is
+    available — then check ``is_finished()`` (end of input) or wait on
+    ``get_available_future()``. ``last_channel`` is the flattened channel the
+    items came from (for barrier alignment). Watermarks and statuses are
+    returned only when the valve's output changes.
+    """
+
+    def __init__(self, gate: "InputGate | UnionInputGate", input_index: int = 0) -> None:
+        self.gate = gate
+        self.input_index = input_index
+        n = gate.num_channels
+        self._deserializers = [RecordDeserializer() for _ in range(n)]
+        self.valve = StatusWatermarkValve(n)
+        self.last_channel = -1
+
+    def poll_next(self) -> Optional[List[Any]]:
+        r = self.gate.poll_next()
+        if r is None:
+            return None
+        channel, boe = r
+        self.last_channel = channel
+        if type(boe) is bytes:
+            items = self._deserializers[channel].feed(boe)
+            if len(items) == 1 and type(items[0]) is list:
+                return items
+            return self._through_valve(items, channel)
+        if type(boe) is EndOfPartition:
+            if self._deserializers[channel].has_partial_record:
+                raise RuntimeError(f"channel {channel}: partial record at end of partition")
+            return [END_OF_PARTITION]
+        return self._through_valve([boe], channel)
+
+    def _through_valve(self, items: List[Any], channel: int) -> List[Any]:
+        out: List[Any] = []
+        valve = self.valve
+        for it in items:
+            t = type(it)
+            if t is Watermark:
+                wm = valve.input_watermark(it, channel)
+                if wm is not None:
+                    out.append(Watermark(wm))
+            elif t is WatermarkStatus:
+                out.extend(valve.input_stream_status(it, channel))
+            else:  # list, TimestampedRecords, LatencyMarker, CheckpointBarrier
+                out.append(it)
+        return out
+
+    def is_finished(self) -> bool:
+        return self.gate.is_finished()
+
+    def get_available_future(self) -> Future:
+        return self.gate.get_available_future()
+

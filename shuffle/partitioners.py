@@ -1,0 +1,335 @@
+"""Channel selectors: Flink's ``StreamPartitioner`` subclasses.
+
+``ForwardPartitioner``, ``RebalancePartitioner``, ``RescalePartitioner``,
+``ShufflePartitioner``, ``BroadcastPartitioner``, ``GlobalPartitioner``,
+``CustomPartitionerWrapper`` and ``KeyGroupStreamPartitioner``, plus
+``create_partitioner`` which builds one from a ship-strategy name (what the
+graph layer stores: "FORWARD" "REBALANCE" "RESCALE" "SHUFFLE" "BROADCAST"
+"GLOBAL" "HASH" "CUSTOM").
+
+Every partitioner: ``setup(num_channels)`` (once, by the RecordWriter),
+``select_channel(value) -> int`` and the batch ``select_channels(values) ->
+list[int]``, which produces the same choices as calling ``select_channel`` in
+a loop, only faster. Partitioners are stateful (round robin): one instance per
+RecordWriter — use ``copy()``. ``BroadcastPartitioner`` has ``is_broadcast``
+set and, as in Flink, refuses ``select_channel``: the writer sends every
+record to every channel.
+"""
+
+from __future__ import annotations
+
+import copy as _copy
+import operator
+import random
+from typing import Any, Callable, List, Optional
+
+from .key_groups import (
+    assign_key_to_parallel_operator,
+    assign_keys_to_operators,
+    compute_default_max_parallelism,
+    operator_index_table,
+    UPPER_BOUND_MAX_PARALLELISM,
+)
+
+__all__ = [
+    "StreamPartitioner",
+    "ForwardPartitioner",
+    "RebalancePartitioner",
+    "RescalePartitioner",
+    "ShufflePartitioner",
+    "BroadcastPartitioner",
+    "GlobalPartitioner",
+    "CustomPartitionerWrapper",
+    "KeyGroupStreamPartitioner",
+    "create_partitioner",
+    "SHIP_STRATEGIES",
+]
+
+
+class StreamPartitioner:
+    """Base class (Flink's ``StreamPartitioner``)."""
+
+    ship_strategy = "UNDEFINED"
+    is_broadcast = False
+    is_pointwise = False
+
+    def __init__(self) -> None:
+        self.num_channels = 0
+
+    def setup(self, num_channels: int) -> None:
+        if num_channels < 1:
+            raise ValueError(f"number of channels must be >= 1, got {num_channels}")
+        self.num_channels = num_channels
+
+    def select_channel(self, value: Any) -> int:
+        raise NotImplementedError
+
+    def select_channels(self, values: List[Any]) -> List[int]:
+        sel = self.select_channel
+        return [sel(v) for v in values]
+
+    def copy(self) -> "StreamPartitioner":
+        return _copy.copy(self)
+
+    def __str__(self) -> str:
+        return self.ship_strategy
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class ForwardPartitioner(StreamPartitioner):
+    """Always channel 0: the one local downstream subtask."""
+
+    ship_strategy = "FORWARD"
+    is_pointwise = True
+
+    def select_channel(self, value: Any) -> int:
+        return 0
+
+    def select_channels(self, values: List[Any]) -> List[int]:
+        return [0] * len(values)
+
+
+class GlobalPartitioner(StreamPartitioner):
+    """Always channel 0 (all records to the first downstream subtask)."""
+
+    ship_strategy = "GLOBAL"
+
+    def select_channel(self, value: Any) -> int:
+        return 0
+
+    def select_channels(self, values: List[Any]) -> List[int]:
+        return [0] * len(values)
+
+
+class _RoundRobin(StreamPartitioner):
+    """Shared round robin: the next channel after ``_next``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._next = -1
+
+    def select_channel(self, value: Any) -> int:
+        nxt = self._next + 1
+        if nxt >= self.num_channels:
+            nxt = 0
+        self._next = nxt
+        return nxt
+
+    def select_channels(self, values: List[Any]) -> List[int]:
+        k = len(values)
+        n = self.num_channels
+        if k == 0:
+            return []
+        start = (self._next + 1) % n
+        self._next = (self._next + k) % n
+        if n == 1:
+            return [0] * k
+        rot = list(range(start, n)) + list(range(start))
+        if k <= n:
+            return rot[:k]
+        return (rot * (k // n + 1))[:k]
+
+
+class RebalancePartitioner(_RoundRobin):
+    """Round robin over all channels, starting at a random channel (as Flink)."""
+
+    ship_strategy = "REBALANCE"
+
+    def setup(self, num_channels: int) -> None:
+        super().setup(num_channels)
+        self._next = random.randrange(num_channels)
+
+
+class RescalePartitioner(_RoundRobin):
+    """Round robin over the (pointwise-connected) channels, starting at 0."""
+
+    ship_strategy = "RESCALE"
+    is_pointwise = True
+
+
+class ShufflePartitioner(StreamPartitioner):
+    """Uniformly random channel per record."""
+
+    ship_strategy = "SHUFFLE"
+
+    def __init__(self, seed: Optional[int] = None) -> None:
+        super().__init__()
+        self._random = random.Random(seed)
+
+    def select_channel(self, value: Any) -> int:
+        return self._random.randrange(self.num_channels)
+
+    def select_channels(self, values: List[Any]) -> List[int]:
+        return self._random.choices(range(self.num_channels), k=len(values))
+
+    def copy(self) -> "ShufflePartitioner":
+        c = _copy.copy(self)
+        c._random = random.Random()
+        return c
+
+
+class BroadcastPartitioner(StreamPartitioner):
+    """Every record to every channel (``is_broadcast``; the writer fans out)."""
+
+    ship_strategy = "BROADCAST"
+    is_broadcast = True
+
+    def select_channel(self, value: Any) -> int:
+        raise NotImplementedError("Broadcast partitioner does not support select channels.")
+
+    def select_channels(self, values: List[Any]) -> List[int]:
+        raise NotImplementedError("Broadcast partitioner does not support select channels.")
+
+    def all_channels(self) -> List[int]:
+        return list(range(self.num_channels))
+
+
+def _as_key_selector(key_selector: Any) -> Callable[[Any], Any]:
+    if key_selector is None:
+        raise ValueError("a key selector is required")
+    if isinstance(key_selector, int):
+        return operator.itemgetter(key_selector)
+    get_key = getattr(key_selector, "get_key", None)  # a KeySelector object
+    if get_key is not None and callable(get_key):
+        return get_key
+    if not callable(key_selector):
+        raise TypeError(f"key selector must be callable, got {type(key_selector).__qualname__}")
+    return key_selector
+
+
+def _extract_keys(key_selector: Callable[[Any], Any], values: List[Any]) -> List[Any]:
+    try:
+        return list(map(key_selector, values))
+    except Exception:
+        for v in values:  # find the culprit for the message
+            try:
+                key_selector(v)
+            except Exception as e:
+                raise RuntimeError(f"Could not extract key from {v!r}") from e
+        raise
+
+
+class KeyGroupStreamPartitioner(StreamPartitioner):
+    """Hash partitioning through key groups (Flink's ``KeyGroupStreamPartitioner``).
+
+    ``max_parallelism`` must equal the downstream operator's max parallelism;
+    ``None`` means Flink's default for the downstream parallelism.
+    """
+
+    ship_strategy = "HASH"
+
+    def __init__(self, key_selector: Any, max_parallelism: Optional[int] = None) -> None:
+        super().__init__()
+        self.key_selector = _as_key_selector(key_selector)
+        if max_parallelism is not None and not 0 < max_parallelism <= UPPER_BOUND_MAX_PARALLELISM:
+            raise ValueError(f"max parallelism must be in [1, {UPPER_BOUND_MAX_PARALLELISM}], got {max_parallelism}")
+        self.max_parallelism = max_parallelism
+        self._table: List[int] = []
+
+    def setup(self, num_channels: int) -> None:
+        super().setup(num_channels)
+        if self.max_parallelism is None:
+            self.max_parallelism = compute_default_max_parallelism(num_channels)
+        if self.max_parallelism < num_channels:
+            raise ValueError("Maximum parallelism must not be smaller than parallelism.")
+        self._table = operator_index_table(self.max_parallelism, num_channels)
+
+    def select_channel(self, value: Any) -> int:
+        try:
+            key = self.key_selector(value)
+        except Exception as e:
+            raise RuntimeError(f"Could not extract key from {value!r}") from e
+        return assign_key_to_parallel_operator(key, self.max_parallelism, self.num_channels)
+
+    def select_channels(self, values: List[Any]) -> List[int]:
+        keys = _extract_keys(self.key_selector, values)
+        return assign_keys_to_operators(keys, self.max_parallelism, self.num_channels, self._table)
+
+    def __repr__(self) -> str:
+        return f"KeyGroupStreamPartitioner(max_parallelism={self.max_parallelism})"
+
+
+class CustomPartitionerWrapper(StreamPartitioner):
+    """User partitioning: ``partitioner_fn(key, num_partitions) -> channel``."""
+
+    ship_strategy = "CUSTOM"
+
+    def __init__(self, partitioner_fn: Any, key_selector: Any) -> None:
+        super().__init__()
+        partition = getattr(partitioner_fn, "partition", None)  # a Partitioner object
+        self.partitioner_fn = partition if callable(partition) else partitioner_fn
+        if not callable(self.partitioner_fn):
+            raise TypeError("custom partitioner must be callable (key, num_partitions) -> int")
+        self.key_selector = _as_key_selector(key_selector)
+
+    def _bad(self, channel: Any) -> ValueError:
+        return ValueError(
+            f"custom partitioner returned {channel!r}, not a channel in [0, {self.num_channels})"
+        )
+
+    def select_channel(self, value: Any) -> int:
+        try:
+            key = self.key_selector(value)
+        except Exception as e:
+            raise RuntimeError(f"Could not extract key from {value!r}") from e
+        c = self.partitioner_fn(key, self.num_channels)
+        if type(c) is not int or not 0 <= c < self.num_channels:
+            raise self._bad(c)
+        return c
+
+    def select_channels(self, values: List[Any]) -> List[int]:
+        if not values:
+            return []
+        keys = _extract_keys(self.key_selector, values)
+        fn = self.partitioner_fn
+        n = self.num_channels
+        chans = [fn(k, n) for k in keys]
+        if set(map(type, chans)) != {int} or min(chans) < 0 or max(chans) >= n:
+            bad = next(c for c in chans if type(c) is not int or not 0 <= c < n)
+            raise self._bad(bad)
+        return chans
+
+
+SHIP_STRATEGIES = ("FORWARD", "REBALANCE", "RESCALE", "SHUFFLE", "BROADCAST", "GLOBAL", "HASH", "CUSTOM")
+
+
+def create_partitioner(name: Any, **kwargs: Any) -> StreamPartitioner:
+    """Build a partitioner from a ship-strategy name (or a spec with ``ship_strategy``).
+
+    kwargs: ``key_selector`` (HASH, CUSTOM), ``max_parallelism`` (HASH),
+    ``partitioner_fn`` or ``custom_partitioner`` (CUSTOM), ``seed`` (SHUFFLE).
+    A spec object's ``key_selector``/``custom_partitioner``/``max_parallelism``
+    attributes are used unless overridden by kwargs.
+    """
+    if not isinstance(name, str):
+        spec = name
+        name = getattr(spec, "ship_strategy", None)
+        if name is None:
+            raise TypeError(f"not a ship strategy name or partitioner spec: {spec!r}")
+        for attr in ("key_selector", "custom_partitioner", "max_parallelism"):
+            val = getattr(spec, attr, None)
+            if val is not None:
+                kwargs.setdefault(attr, val)
+    strategy = name.upper()
+    if strategy == "FORWARD":
+        return ForwardPartitioner()
+    if strategy == "REBALANCE":
+        return RebalancePartitioner()
+    if strategy == "RESCALE":
+        return RescalePartitioner()
+    if strategy == "SHUFFLE":
+        return ShufflePartitioner(kwargs.get("seed"))
+    if strategy == "BROADCAST":
+        return BroadcastPartitioner()
+    if strategy == "GLOBAL":
+        return GlobalPartitioner()
+    if strategy == "HASH":
+        return KeyGroupStreamPartitioner(kwargs.get("key_selector"), kwargs.get("max_parallelism"))
+    if strategy == "CUSTOM":
+        fn = kwargs.get("partitioner_fn") or kwargs.get("custom_partitioner")
+        if fn is None:
+            raise ValueError("CUSTOM partitioning needs partitioner_fn (or custom_partitioner)")
+        return CustomPartitionerWrapper(fn, kwargs.get("key_selector"))
+    raise ValueError(f"unknown ship strategy {name!r}; expected one of {SHIP_STRATEGIES}")

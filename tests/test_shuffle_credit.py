@@ -1,0 +1,168 @@
+"""Credit-based flow control: buffers in flight per channel never exceed exclusive + floating."""
+
+import threading
+
+import pytest
+
+from raylink.shuffle.buffer_pool import LocalBufferPool, NetworkBufferPool
+from raylink.shuffle.credit import (
+    BufferResponse,
+    CreditBasedInputChannel,
+    CreditBasedSequenceNumberingViewReader,
+    CreditProtocolError,
+    connect_local,
+    create_floating_pool,
+)
+from raylink.shuffle.elements import END_OF_PARTITION, EndOfPartition
+from raylink.shuffle.input_gate import InputGate, StreamTaskNetworkInput
+from raylink.shuffle.record_writer import RecordWriter
+from raylink.shuffle.result_partition import ResultPartition
+from raylink.shuffle.serializer import RecordDeserializer
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def credit_gate(subpartitions, exclusive=2, floating=8, network_pool=None):
+    pool = create_floating_pool(network_pool, floating)
+    channels = [CreditBasedInputChannel(pool, exclusive, network_pool) for _ in subpartitions]
+    conns = [connect_local(sp, ch) for sp, ch in zip(subpartitions, channels)]
+    gate = InputGate(channels)
+    return gate, channels, conns, pool
+
+
+def test_sender_stops_at_credit_and_floating_follows_backlog():
+    part = ResultPartition(1, "PIPELINED")
+    w = RecordWriter(part, buffer_timeout_ms=-1, buffer_size=64)
+    values = ["v%03d" % i + "x" * 20 for i in range(300)]
+    w.emit_batch(values)
+    w.finish()
+    sub = part.subpartitions[0]
+    produced = sub.backlog
+    assert produced > 50
+
+    gate, (ch,), (conn,), fpool = credit_gate([sub])
+    gate.request_partitions()  # initial credit = 2 exclusive buffers
+    # 2 sent on exclusive credit; the backlog they carried got 8 floating buffers -> 8 more
+    assert ch.buffers_in_flight == 10 and ch.num_floating_buffers == 8
+    assert conn.reader.credit == 0
+    assert sub.backlog == produced - 10
+    assert fpool.num_in_use == 8
+
+    d = RecordDeserializer()
+    got = []
+    eop = 0
+    while True:
+        r = gate.poll_next()
+        if r is None:
+            break
+        assert ch.buffers_in_flight <= 10
+        assert ch.buffers_in_flight + conn.reader.credit <= 10
+        _, boe = r
+        if type(boe) is EndOfPartition:
+            eop += 1
+        else:
+            got.extend(x for run in d.feed(boe) for x in run)
+    assert got == values and eop == 1
+    assert ch.max_buffers_in_flight == 10
+    assert gate.is_finished()
+    assert fpool.num_in_use == 0  # floating buffers went back to the gate's pool
+
+
+def test_event_needs_no_credit():
+    part = ResultPartition(1, "PIPELINED")
+    sub = part.subpartitions[0]
+    sub.finish()  # only EndOfPartition queued
+    reader = CreditBasedSequenceNumberingViewReader(sub)
+    reader.request_subpartition()
+    assert reader.credit == 0 and reader.is_available()
+    r = reader.poll_next()
+    assert r.is_event and r.sequence_number == 0
+    sub2 = ResultPartition(1, "PIPELINED").subpartitions[0]
+    sub2.add(b"data")
+    reader2 = CreditBasedSequenceNumberingViewReader(sub2)
+    reader2.request_subpartition()
+    assert not reader2.is_available() and reader2.poll_next() is None
+    reader2.add_credit(1)
+    assert reader2.poll_next().buffer == b"data" and reader2.credit == 0
+
+
+def test_protocol_errors():
+    ch = CreditBasedInputChannel(None, exclusive_buffers=1, announce_credit=lambda n: None)
+    ch.on_buffer(BufferResponse(b"a", False, 0, 0))
+    with pytest.raises(CreditProtocolError, match="expected buffer #1"):
+        ch.on_buffer(BufferResponse(b"b", False, 0, 5))
+    with pytest.raises(CreditProtocolError, match="without credit"):
+        ch.on_buffer(BufferResponse(b"b", False, 0, 1))
+
+
+def test_exclusive_buffers_reserved_from_network_pool():
+    net = NetworkBufferPool(10)
+    part = ResultPartition(2, "PIPELINED")
+    gate, channels, _, _ = credit_gate(part.subpartitions, exclusive=2, floating=4, network_pool=net)
+    assert net.free_buffers == 6
+    for ch in channels:
+        ch.release()
+    assert net.free_buffers == 10
+
+
+def test_slow_consumer_bounds_in_flight_buffers_and_stops_producer():
+    n_channels = 2
+    out_pool = LocalBufferPool(None, 0, 4 * n_channels)
+    part = ResultPartition(n_channels, "PIPELINED_BOUNDED", out_pool)
+    gate, channels, conns, fpool = credit_gate(part.subpartitions, exclusive=2, floating=8)
+    gate.request_partitions()
+    net_input = StreamTaskNetworkInput(gate)
+    n = 30000
+    back_pressured = []
+    max_out_in_use = []
+
+    def produce():
+        w = RecordWriter(part, buffer_timeout_ms=-1, buffer_size=256)
+        for i in range(0, n, 100):
+            w.emit_batch([("k", j) for j in range(i, i + 100)])
+            max_out_in_use.append(out_pool.num_in_use)
+            if not w.is_available():
+                back_pressured.append(i)
+                w.get_available_future().result(timeout=10)
+        w.finish()
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    received = []
+    max_floating = 0
+    while True:
+        items = net_input.poll_next()
+        if items is None:
+            if net_input.is_finished():
+                break
+            net_input.get_available_future().result(timeout=10)
+            continue
+        for ch in channels:
+            assert ch.buffers_in_flight <= 2 + 8
+        max_floating = max(max_floating, fpool.num_in_use)
+        for it in items:
+            if type(it) is list:
+                received.extend(it)
+                sum(hash(str(x)) for x in it)  # a slow consumer: real work per record
+    producer.join(10)
+    assert sorted(v for _, v in received) == list(range(n))
+    assert all(ch.max_buffers_in_flight <= 10 for ch in channels)
+    assert max_floating <= 8  # the gate's floating buffers are shared by its channels
+    assert back_pressured, "the producer never saw back pressure"
+    # the producer's pool overdraft is bounded by one emit_batch per suspension
+    assert max(max_out_in_use) <= 4 * n_channels + 2 * n_channels
+    assert fpool.num_in_use == 0 and out_pool.num_in_use == 0
+    assert [c.reader.num_buffers_sent for c in conns] == [c.num_buffers_received for c in channels]
+
+
+def test_credit_channel_end_of_partition_through_network_input():
+    part = ResultPartition(1, "PIPELINED")
+    gate, (ch,), _, _ = credit_gate(part.subpartitions, exclusive=1, floating=0)
+    gate.request_partitions()
+    w = RecordWriter(part, buffer_timeout_ms=0)
+    ni = StreamTaskNetworkInput(gate)
+    w.emit("one")
+    assert ni.poll_next() == [["one"]]
+    w.finish()
+    assert ni.poll_next() == [END_OF_PARTITION]
+    assert ni.is_finished()

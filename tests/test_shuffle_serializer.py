@@ -1,0 +1,213 @@
+"""RecordSerializer / RecordDeserializer: spanning records, order, grouping, events."""
+
+import os
+import random
+
+import pytest
+
+from raylink.shuffle import codec
+from raylink.shuffle.codec import SerializationError
+from raylink.shuffle.elements import (
+    END_OF_PARTITION,
+    CheckpointBarrier,
+    LatencyMarker,
+    TimestampedRecords,
+    Watermark,
+    WatermarkStatus,
+)
+from raylink.shuffle.serializer import DEFAULT_BUFFER_SIZE, RecordDeserializer, RecordSerializer
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def collect(buffer_size=DEFAULT_BUFFER_SIZE):
+    out = []
+    return RecordSerializer(buffer_size, lambda b, e: out.append((b, e))), out
+
+
+def decode_stream(buffers):
+    d = RecordDeserializer()
+    items = []
+    for b, is_event in buffers:
+        if is_event:
+            items.append(codec.decode_event(b))
+        else:
+            items.extend(d.feed(b))
+    assert not d.has_partial_record
+    return items
+
+
+def flat_records(items):
+    out = []
+    for it in items:
+        if type(it) is list:
+            out.extend(it)
+        elif type(it) is TimestampedRecords:
+            out.extend(it.values)
+    return out
+
+
+def test_default_buffer_size_is_32k():
+    assert DEFAULT_BUFFER_SIZE == 32 * 1024
+
+
+def test_5mib_record_spans_32k_buffers_intact():
+    big = os.urandom(5 * 1024 * 1024)
+    s, out = collect()
+    s.add_record(("big", big))
+    # the record does not fit: all full buffers were handed over, the tail waits for a flush
+    assert len(out) == (5 * 1024 * 1024) // DEFAULT_BUFFER_SIZE
+    s.flush()
+    assert len(out) == 161
+    sizes = [len(b) for b, _ in out]
+    assert all(n == DEFAULT_BUFFER_SIZE for n in sizes[:-1])
+    assert 0 < sizes[-1] <= DEFAULT_BUFFER_SIZE
+
+    d = RecordDeserializer()
+    for b, _ in out[:-1]:
+        assert d.feed(b) == []  # nothing complete before the last piece
+        assert d.has_partial_record
+    last = d.feed(out[-1][0])
+    assert last == [[("big", big)]]
+    assert not d.has_partial_record
+
+
+def test_large_record_in_batch_path_spans_and_neighbours_survive():
+    big = "x" * 200_000
+    s, out = collect(4096)
+    s.add_records([("a", 1), big, ("b", [2])])
+    s.flush()
+    assert all(len(b) == 4096 for b, _ in out[:-1])
+    assert flat_records(decode_stream(out)) == [("a", 1), big, ("b", [2])]
+
+
+@pytest.mark.parametrize("buffer_size", [16, 100, 4096])
+def test_many_small_records_cross_boundaries_in_order(buffer_size):
+    rnd = random.Random(7)
+    values = [("k%d" % rnd.randrange(1000), i, rnd.random()) for i in range(5000)]
+    s, out = collect(buffer_size)
+    for i in range(0, 2000):
+        s.add_record(values[i])
+    s.add_records(values[2000:4500])
+    for v in values[4500:]:
+        s.add_record(v)
+    s.flush()
+    assert len(out) > 1
+    assert all(len(b) == buffer_size for b, _ in out[:-1])
+    assert flat_records(decode_stream(out)) == values
+
+
+def test_plain_buffer_decodes_as_single_run():
+    s, out = collect(1 << 20)
+    s.add_records(list(range(100)))
+    s.flush()
+    d = RecordDeserializer()
+    items = d.feed(out[0][0])
+    assert items == [list(range(100))]
+    assert type(items[0]) is list
+
+
+def test_grouping_of_runs_and_control_elements():
+    s, out = collect(1 << 16)
+    s.add_records([1, 2])
+    s.add_element(Watermark(10))
+    s.add_record(3)
+    s.add_timestamped_record("a", 100)
+    s.add_timestamped_records(["b", "c"], [101, 102])
+    s.add_element(WatermarkStatus.IDLE)
+    s.add_element(LatencyMarker(5, "op", 0))
+    s.add_records([4, [5]])
+    s.flush()
+    assert len(out) == 1
+    items = RecordDeserializer().feed(out[0][0])
+    assert items == [
+        [1, 2],
+        Watermark(10),
+        [3],
+        TimestampedRecords(["a", "b", "c"], [100, 101, 102]),
+        WatermarkStatus.IDLE,
+        LatencyMarker(5, "op", 0),
+        [4, [5]],
+    ]
+
+
+def test_long_timestamped_batch_is_cut_into_runs_and_reassembled():
+    values = [(i, str(i)) for i in range(5000)]
+    stamps = list(range(1000, 6000))
+    s, out = collect(1024)
+    s.add_timestamped_records(values, stamps)
+    s.flush()
+    got_v, got_t = [], []
+    for it in decode_stream(out):
+        assert type(it) is TimestampedRecords
+        got_v.extend(it.values)
+        got_t.extend(it.timestamps)
+    assert got_v == values and got_t == stamps
+    with pytest.raises(ValueError):
+        s.add_timestamped_records([1], [])
+
+
+def test_event_finishes_current_buffer_and_travels_alone():
+    s, out = collect(1024)
+    s.add_record("before")
+    s.add_event(CheckpointBarrier(1, 2))
+    s.add_record("after")
+    assert [e for _, e in out] == [False, True]
+    assert codec.decode_event(out[1][0]) == CheckpointBarrier(1, 2)
+    s.add_event(END_OF_PARTITION)
+    assert [e for _, e in out] == [False, True, False, True]
+    assert decode_stream(out) == [["before"], CheckpointBarrier(1, 2), ["after"], END_OF_PARTITION]
+
+
+def test_event_on_empty_serializer_emits_only_the_event():
+    s, out = collect()
+    s.add_event(END_OF_PARTITION)
+    assert len(out) == 1 and out[0][1] is True
+
+
+def test_flush_is_noop_when_empty_and_partial_buffer_only_on_flush():
+    s, out = collect(1024)
+    assert s.flush() is False
+    s.add_record("x")
+    assert out == [] and s.pending_bytes > 0
+    assert s.flush() is True
+    assert len(out) == 1 and len(out[0][0]) < 1024
+    assert s.flush() is False
+
+
+def test_take_full_buffers_without_sink():
+    s = RecordSerializer(64)
+    s.add_records(["y" * 30] * 10)
+    full = s.take_full_buffers()
+    assert full and all(len(b) == 64 and not e for b, e in full)
+    assert s.take_full_buffers() == []
+
+
+def test_add_element_rejects_events_and_add_event_rejects_records():
+    s, _ = collect()
+    with pytest.raises(TypeError):
+        s.add_element(CheckpointBarrier(1, 1))
+    with pytest.raises(TypeError):
+        s.add_event(("record",))
+
+
+def test_unserialisable_record_raises_and_earlier_records_survive():
+    import threading
+
+    s, out = collect(1 << 16)
+    with pytest.raises(SerializationError) as ei:
+        s.add_records([("ok", 1), ("bad", threading.Lock()), ("never", 2)])
+    assert "lock" in str(ei.value)
+    with pytest.raises(SerializationError):
+        s.add_record(lambda: None)
+    s.add_record(("fine", 3))
+    s.flush()
+    assert flat_records(decode_stream(out)) == [("ok", 1), ("fine", 3)]
+
+
+def test_metrics_count_buffers_and_bytes():
+    s, out = collect(100)
+    s.add_records(list(range(1000)))
+    s.flush()
+    assert s.num_buffers == len(out)
+    assert s.num_bytes == sum(len(b) for b, _ in out)
