@@ -23,7 +23,8 @@ from raylink.operators.processing_time import SystemProcessingTimeService
 from raylink.operators.runtime_context import RecordContext, StreamingRuntimeContext
 from raylink.shuffle.elements import LatencyMarker, TimestampedRecords, Watermark
 
-SOURCE_BATCH_SIZE = 1024
+SOURCE_BATCH_SIZE = 1024  # records per source step at most
+SOURCE_BATCH_BUFFERS = 2  # ... and about this many output buffers' worth
 
 CREATED, RUNNING, FINISHED, CANCELED, FAILED = "CREATED", "RUNNING", "FINISHED", "CANCELED", "FAILED"
 
@@ -65,8 +66,11 @@ class StreamTask:
         accumulators: Optional[dict] = None,
         on_state_change: Optional[Callable[["StreamTask", str, Optional[BaseException]], None]] = None,
         job_parameters: Optional[dict] = None,
+        buffer_size: int = 32 * 1024,
     ) -> None:
         self.job_vertex = job_vertex
+        self.buffer_size = buffer_size
+        self._source_batch = SOURCE_BATCH_SIZE
         self.subtask_index = subtask_index
         self.name = f"{job_vertex.name} ({subtask_index + 1}/{job_vertex.parallelism})"
         self.record_writers = record_writers
@@ -215,8 +219,10 @@ class StreamTask:
             blocked.add_done_callback(mp.suspend_default_action(BACK_PRESSURE).resume)
             return
         if self.job_vertex.invokable == "SourceStreamTask":
-            if not self._source.emit_next(SOURCE_BATCH_SIZE):
+            if not self._source.emit_next(self._source_batch):
                 self._end_of_input(mp)
+            else:
+                self._adapt_source_batch()
             return
         inputs = self.inputs
         n = len(inputs)
@@ -240,6 +246,18 @@ class StreamTask:
         futures = [inp.get_available_future() for inp, ended in zip(inputs, self._input_ended) if not ended]
         waiting = futures[0] if len(futures) == 1 else any_of(futures)
         waiting.add_done_callback(mp.suspend_default_action(IDLE).resume)
+
+    def _adapt_source_batch(self) -> None:
+        """Size source batches to ~SOURCE_BATCH_BUFFERS output buffers, so one batch can
+        overdraw a full output pool by only that much (memory stays bounded)."""
+        writers = self.writers
+        if not writers:
+            return
+        records = writers[0].num_records_out
+        if records:
+            per_record = max(1.0, writers[0].num_bytes_out / records)
+            batch = int(SOURCE_BATCH_BUFFERS * self.buffer_size / per_record)
+            self._source_batch = max(1, min(SOURCE_BATCH_SIZE, batch))
 
     def _process_items(self, items: list, index: int) -> None:
         process_batch = self._batch[index]

@@ -139,6 +139,7 @@ class TaskExecutor:
             attempt_number=tdd.attempt_number,
             on_state_change=self._on_state_change,
             job_parameters=tdd.job_parameters,
+            buffer_size=settings.buffer_size,
         )
         task.attempt_id = tdd.attempt_id
         self.tasks[tdd.attempt_id] = task
