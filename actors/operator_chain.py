@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+import time
+from collections import deque
+
 import cloudpickle
 
 from raylink.graph.job_graph import StreamConfig
@@ -44,12 +47,12 @@ class ChainingOutput:
 
     __slots__ = ("collect", "collect_batch", "emit_watermark", "emit_latency_marker", "operator")
 
-    def __init__(self, operator: Any) -> None:
+    def __init__(self, operator: Any, latency_handler: Optional[Callable[[Any], None]] = None) -> None:
         self.operator = operator
         self.collect = operator.process_element
         self.collect_batch = operator.process_batch
         self.emit_watermark = operator.process_watermark
-        self.emit_latency_marker = operator.process_latency_marker
+        self.emit_latency_marker = latency_handler or operator.process_latency_marker
 
 
 class RecordWriterOutput:
@@ -141,6 +144,8 @@ class OperatorChain:
     ) -> None:
         self.configs = configs
         self.context = context
+        # end-to-end latencies (ms) of the latency markers that reached a sink of this chain
+        self.latency_samples: deque = deque(maxlen=10_000)
         self.operators: list[Any] = []
         self.names: list[str] = []
         by_node: dict[int, Any] = {}
@@ -150,6 +155,10 @@ class OperatorChain:
             by_node[config.node_id] = operator
             self.operators.append(operator)
             self.names.append(config.operator_name)
+        # operators without outputs (sinks) end latency markers: their latency is recorded here
+        self._sinks = {
+            id(by_node[c.node_id]) for c in configs if not c.chained_outputs and not c.non_chained_outputs
+        }
         for config in configs:
             main: list = []
             side: dict[str, list] = {}
@@ -158,7 +167,8 @@ class OperatorChain:
             ]
             for edge, chained in edges:
                 if chained:
-                    output = ChainingOutput(by_node[edge.target_id])
+                    target = by_node[edge.target_id]
+                    output = ChainingOutput(target, self.latency_handler(target))
                 else:
                     output = RecordWriterOutput(record_writers[edge.edge_id], context.record_context)
                 if edge.output_tag is None:
@@ -172,6 +182,13 @@ class OperatorChain:
                 op_context.keyed_state_backend = keyed_backend_factory(spec)
             operator.setup(OutputCollector(main, side), op_context)
         self.head = self.operators[0]
+
+    def latency_handler(self, operator: Any) -> Callable[[Any], None]:
+        """Where a latency marker for ``operator`` goes: recorded at sinks, else the operator."""
+        return self._record_latency if id(operator) in self._sinks else operator.process_latency_marker
+
+    def _record_latency(self, marker: Any) -> None:
+        self.latency_samples.append(time.time() * 1000.0 - marker.marked_time)
 
     # -- lifecycle ------------------------------------------------------------------------
     def open(self) -> None:

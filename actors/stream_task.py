@@ -88,6 +88,7 @@ class StreamTask:
         self._input_ended = [False] * len(inputs)
         self._next_input = 0
         self._canceled = False
+        self._ended = False
         self._thread: Optional[threading.Thread] = None
         self._time_service: Optional[SystemProcessingTimeService] = None
         self._flushers: list = []
@@ -155,6 +156,9 @@ class StreamTask:
                 flusher = writer.start_output_flusher(mp.mailbox.put)
                 if flusher is not None:
                     self._flushers.append(flusher)
+            interval = int(self.job_parameters.get("metrics.latency.interval", 0) or 0)
+            if interval > 0 and jv.invokable == "SourceStreamTask":
+                self._schedule_latency_marker(interval)
             mp.run_mailbox_loop()
             if self._canceled:
                 raise CancelTaskException(f"task {self.name} was cancelled")
@@ -187,7 +191,22 @@ class StreamTask:
             self._batch = (head.process_batch,)
             self._element = (head.process_element,)
             self._watermark = (head.process_watermark,)
-            self._latency = (head.process_latency_marker,)
+            self._latency = (self.chain.latency_handler(head),)
+
+    def _schedule_latency_marker(self, interval_ms: int) -> None:
+        """Flink's LatencyMarkerEmitter: every ``metrics.latency.interval`` ms, in the task thread."""
+        service = self._time_service
+        head = self.chain.head
+        config = self.job_vertex.chain[0]
+
+        def emit(_timestamp: int) -> None:
+            if self._ended:
+                return
+            marker = LatencyMarker(int(time.time() * 1000), config.operator_id, self.subtask_index)
+            head.output.emit_latency_marker(marker)
+            service.register_timer(service.current_processing_time() + interval_ms, emit)
+
+        service.register_timer(service.current_processing_time() + interval_ms, emit)
 
     def _stop_timers(self) -> None:
         for flusher in self._flushers:
@@ -281,6 +300,7 @@ class StreamTask:
             # EndOfPartition markers, statuses and barriers need no action here yet
 
     def _end_of_input(self, mp: MailboxProcessor) -> None:
+        self._ended = True
         self._stop_timers()
         self.chain.finish(head_inputs_ended=len(self.inputs) == 2)
         for writer in self.writers:
@@ -327,4 +347,13 @@ class StreamTask:
         pools = [w.partition.buffer_pool for w in self.writers if w.partition.buffer_pool is not None]
         out["outPoolUsage"] = max((p.usage() for p in pools), default=0.0)
         out.update(self.mailbox_processor.time_metrics())
+        samples = sorted(self.chain.latency_samples) if self.chain is not None else []
+        if samples:
+            n = len(samples)
+            out["latencyMs"] = {
+                "count": n,
+                "p50": samples[n // 2],
+                "p95": samples[min(n - 1, int(n * 0.95))],
+                "p99": samples[min(n - 1, int(n * 0.99))],
+            }
         return out

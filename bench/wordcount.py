@@ -49,9 +49,10 @@ def plain_loop(num_lines: int) -> float:
 
 
 def raylink_job(num_lines: int, parallelism: int, buffer_timeout: int = 100) -> tuple[float, object]:
-    from raylink.api import StreamExecutionEnvironment
+    from raylink.api import Configuration, StreamExecutionEnvironment
 
-    env = StreamExecutionEnvironment.get_execution_environment()
+    conf = Configuration().set_integer("metrics.latency.interval", 50)
+    env = StreamExecutionEnvironment.get_execution_environment(conf)
     env.set_parallelism(parallelism)
     env.set_buffer_timeout(buffer_timeout)
     (
@@ -95,6 +96,17 @@ def main(argv: Optional[list] = None) -> None:
           f"{loop_s / job_s:>8.2f}x")
     net = result.net_runtime_ms / 1000
     print(f"{'raylink on Ray (tasks running)':<44}{net:>9.2f}{words / net:>14,.0f}{loop_s / net:>8.2f}x")
+    print("end-to-end latency from latency markers (every 50 ms, source -> sink):")
+    for timeout in (0, 100):
+        if timeout == 100:
+            res = result
+        else:
+            _s, res = raylink_job(num_lines, args.parallelism, buffer_timeout=timeout)
+        lat = [m["latencyMs"] for m in res.task_metrics if m.get("latencyMs")]
+        if lat:
+            worst = max(lat, key=lambda l: l["p99"])
+            print(f"  buffer timeout {timeout:>3} ms: p50 {worst['p50']:7.1f} ms  p99 {worst['p99']:7.1f} ms"
+                  f"  ({sum(l['count'] for l in lat)} markers)")
     for m in result.task_metrics:
         print(f"  {m['task']:<60} in {m['numRecordsIn']:>9,} out {m['numRecordsOut']:>9,} "
               f"busy {m['busyTimeMsPerSecond']:>6.0f} idle {m['idleTimeMsPerSecond']:>6.0f} "
