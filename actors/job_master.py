@@ -10,12 +10,18 @@ and start the tasks (in this process, or on Ray actors) and call
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 import uuid
 from typing import Any, Optional
 
-from raylink.actors.job_result import JobExecutionException, JobExecutionResult
+from raylink.actors.job_result import (
+    COLLECT_PREFIX,
+    CloseableIterator,
+    JobExecutionException,
+    JobExecutionResult,
+)
 from raylink.graph.execution_graph import ExecutionGraph, build_execution_graph
 
 
@@ -51,6 +57,8 @@ class JobMasterBase:
         self._cancel_requested = False
         self._done = threading.Event()
         self._reports: dict[str, dict] = {}
+        # record batches of collect sinks, in arrival order; None once the job has ended
+        self.collected: "queue.Queue[Optional[list]]" = queue.Queue()
         self._started = time.perf_counter()
         self._ended: Optional[float] = None
 
@@ -75,7 +83,10 @@ class JobMasterBase:
         self._set_all("RUNNING")
 
     def on_task_event(self, event: dict) -> None:
-        """A task reached FINISHED / CANCELED / FAILED."""
+        """A task reached FINISHED / CANCELED / FAILED, or a collect sink sent records."""
+        if event.get("type") == "collected":
+            self.collected.put(event["records"])
+            return
         attempt_id = event["attempt_id"]
         cancel = False
         with self._lock:
@@ -86,6 +97,9 @@ class JobMasterBase:
             if ev is not None:
                 ev.current_execution.state = event["state"]
                 ev.current_execution.failure_cause = event.get("error")
+            for name, records in (event.get("accumulators") or {}).items():
+                if name.startswith(COLLECT_PREFIX) and records:
+                    self.collected.put(list(records))
             if event["state"] == "FAILED" and self._failure is None:
                 self._failure = event.get("error") or RuntimeError(f"task {event['task']} failed")
                 cancel = True
@@ -124,6 +138,7 @@ class JobMasterBase:
             self._release_resources()
         finally:
             self._done.set()
+            self.collected.put(None)
 
     # -- JobClient --------------------------------------------------------------------------------------
     def get_job_id(self) -> str:
@@ -140,6 +155,10 @@ class JobMasterBase:
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         return self._done.wait(timeout)
+
+    def collect(self, limit: Optional[int] = None) -> CloseableIterator:
+        """The records of the job's collect sink as they arrive."""
+        return CloseableIterator(self, limit)
 
     def get_job_execution_result(self, timeout: Optional[float] = None) -> JobExecutionResult:
         if not self._done.wait(timeout):

@@ -60,22 +60,66 @@ class JobExecutionResult:
         return out
 
 
-class CloseableIterator:
-    """Iterator over collected records usable as ``with env.execute_and_collect() as it``."""
+COLLECT_PREFIX = "collect-"
 
-    def __init__(self, records: list, result: Optional[JobExecutionResult] = None) -> None:
-        self._records = records
-        self._iter: Iterator = iter(records)
-        self.job_execution_result = result
+
+class CloseableIterator:
+    """The records of ``execute_and_collect`` while the job runs (PyFlink's CloseableIterator).
+
+    Batches arrive on ``client.collected`` (a queue the JobMaster fills as the
+    collect sinks report; ``None`` marks the end of the job). With ``limit`` the
+    job is cancelled once that many records were read. Usable as
+    ``with stream.execute_and_collect() as results: ...``.
+    """
+
+    def __init__(self, client: Any, limit: Optional[int] = None) -> None:
+        self._client = client
+        self._limit = limit
+        self._pending: list = []
+        self._index = 0
+        self._returned = 0
+        self._exhausted = False
+        self._stopped_early = False
 
     def __iter__(self) -> "CloseableIterator":
         return self
 
     def __next__(self) -> Any:
-        return next(self._iter)
+        if self._limit is not None and self._returned >= self._limit:
+            self.close()
+            raise StopIteration
+        while self._index >= len(self._pending):
+            if self._exhausted:
+                raise StopIteration
+            batch = self._client.collected.get()
+            if batch is None:
+                self._exhausted = True
+                if self._client.get_job_status() == "FAILED":
+                    self._client.get_job_execution_result()  # raises with the cause
+                continue
+            self._pending, self._index = batch, 0
+        value = self._pending[self._index]
+        self._index += 1
+        self._returned += 1
+        return value
+
+    @property
+    def job_client(self) -> Any:
+        """The JobClient of the job feeding this iterator."""
+        return self._client
+
+    @property
+    def job_execution_result(self) -> JobExecutionResult:
+        """The job's result once it has ended (waits for it)."""
+        return self._client.get_job_execution_result()
 
     def close(self) -> None:
-        self._iter = iter(())
+        """Stop reading; a job still running is cancelled."""
+        if not self._exhausted and self._client.get_job_status() not in ("FINISHED", "FAILED", "CANCELED"):
+            self._stopped_early = True
+            self._client.cancel()
+        self._exhausted = True
+        self._pending, self._index = [], 0
 
     def __enter__(self) -> "CloseableIterator":
         return self

@@ -64,8 +64,5 @@ def execute(env: Any, job_name: Optional[str] = None) -> JobExecutionResult:
 def execute_and_collect(
     env: Any, job_name: Optional[str], collect_id: str, limit: Optional[int] = None
 ) -> CloseableIterator:
-    result = execute(env, job_name)
-    records = result.accumulators.get(collect_id, [])
-    if limit is not None:
-        records = records[:limit]
-    return CloseableIterator(records, result)
+    """Start the job; its collect sink's records stream back through the iterator."""
+    return execute_async(env, job_name).collect(limit)

@@ -25,7 +25,7 @@ from raylink.actors.job_result import CloseableIterator, JobExecutionResult
 from raylink.actors.ray_actors import TaskExecutorActor
 from raylink.shuffle.ray_transport import DEFAULT_MAX_BATCH_BYTES, DEFAULT_WINDOW
 
-POLL_TIMEOUT_S = 1.0
+POLL_TIMEOUT_S = 0.5
 PLACEMENT_TIMEOUT_S = 60.0
 
 
@@ -195,8 +195,5 @@ def execute(env: Any, job_name: Optional[str] = None) -> JobExecutionResult:
 def execute_and_collect(
     env: Any, job_name: Optional[str], collect_id: str, limit: Optional[int] = None
 ) -> CloseableIterator:
-    result = execute(env, job_name)
-    records = result.accumulators.get(collect_id, [])
-    if limit is not None:
-        records = records[:limit]
-    return CloseableIterator(records, result)
+    """Start the job; its collect sink's records stream back through the iterator."""
+    return execute_async(env, job_name).collect(limit)

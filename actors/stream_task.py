@@ -152,8 +152,16 @@ class StreamTask:
             head = self.chain.head
             self._bind_head(head)
             self.chain.open()
+            request_flush = getattr(head, "request_flush", None) if jv.invokable == "SourceStreamTask" else None
+            if any(w.flush_always for w in self.writers) and request_flush is not None:
+                self._source_batch = 1  # buffer timeout 0: every record leaves at once
             for writer in self.writers:
-                flusher = writer.start_output_flusher(mp.mailbox.put)
+                schedule = mp.mailbox.put
+                if request_flush is not None:  # an inline SourceFunction holds a partial batch
+                    def schedule(action, _put=mp.mailbox.put, _flush=request_flush):
+                        _flush()
+                        _put(action)
+                flusher = writer.start_output_flusher(schedule)
                 if flusher is not None:
                     self._flushers.append(flusher)
             interval = int(self.job_parameters.get("metrics.latency.interval", 0) or 0)

@@ -16,6 +16,7 @@ import threading
 from typing import Any, Optional
 
 from raylink.actors.deployment import TaskDeploymentDescriptor
+from raylink.actors.job_result import COLLECT_PREFIX
 from raylink.actors.stream_task import CANCELED, FAILED, FINISHED, StreamTask
 from raylink.shuffle.buffer_pool import NetworkBufferPool
 from raylink.shuffle.credit import create_floating_pool
@@ -182,12 +183,25 @@ class TaskExecutor:
             self._events_cond.notify_all()
 
     def next_events(self, timeout: float = 1.0) -> list[dict]:
-        """Long poll: the task state changes since the last call (waits up to ``timeout``)."""
+        """Long poll: records of collect sinks and task state changes since the last call."""
         with self._events_cond:
             if not self._events:
                 self._events_cond.wait(timeout)
+            collected = self.drain_collected()
             events, self._events = self._events, []
-        return events
+        return collected + events
+
+    def drain_collected(self) -> list[dict]:
+        """Take what the collect sinks gathered so far (they keep appending to the same lists)."""
+        out = []
+        for task in self.tasks.values():
+            for name, records in list(task.accumulators.items()):
+                if name.startswith(COLLECT_PREFIX) and records:
+                    n = len(records)
+                    batch = records[:n]
+                    del records[:n]
+                    out.append({"type": "collected", "collect_id": name, "records": batch})
+        return out
 
     # -- metrics -----------------------------------------------------------------------------------
     def _task_metrics(self, task: StreamTask) -> dict:

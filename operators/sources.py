@@ -126,6 +126,8 @@ class _SourceContext(SourceContext):
         self._batch_size = max(1, batch_size)
         self._buffer: List[Any] = []
         self._timestamp: Optional[int] = None
+        # set from another thread (the task's OutputFlusher) to hand over a partial batch
+        self.flush_requested = False
 
     def get_runtime_context(self) -> Any:
         return self._operator.runtime_context
@@ -136,7 +138,7 @@ class _SourceContext(SourceContext):
             self._timestamp = None
         buffer = self._buffer
         buffer.append(value)
-        if len(buffer) >= self._batch_size:
+        if len(buffer) >= self._batch_size or self.flush_requested:
             self.flush()
 
     def collect_with_timestamp(self, value: Any, timestamp: int) -> None:
@@ -145,7 +147,7 @@ class _SourceContext(SourceContext):
             self._timestamp = timestamp
         buffer = self._buffer
         buffer.append(value)
-        if len(buffer) >= self._batch_size:
+        if len(buffer) >= self._batch_size or self.flush_requested:
             self.flush()
 
     def emit_watermark(self, watermark: Any) -> None:
@@ -164,6 +166,7 @@ class _SourceContext(SourceContext):
         """Idleness is not propagated (watermarks of idle sources are not tracked)."""
 
     def flush(self) -> None:
+        self.flush_requested = False
         buffer = self._buffer
         if not buffer:
             return
@@ -187,6 +190,7 @@ class SourceFunctionOperator(SourceOperator):
     def __init__(self, function: Any, name: str = "", operator_id: str = "") -> None:
         super().__init__(function, name, operator_id)
         self.on_batch_flushed: Optional[Callable[[], None]] = None
+        self._context: Optional[_SourceContext] = None
         self._iterator: Any = None
         self._run: Optional[Callable[[Any], Any]] = None
 
@@ -211,7 +215,7 @@ class SourceFunctionOperator(SourceOperator):
         if self.finished or self.cancelled:
             return False
         if self._run is not None:
-            ctx = _SourceContext(self, max_records)
+            ctx = self._context = _SourceContext(self, max_records)
             self._run(ctx)
             ctx.flush()
             self._finish()
@@ -224,6 +228,12 @@ class SourceFunctionOperator(SourceOperator):
             self._finish()
             return False
         return True
+
+    def request_flush(self) -> None:
+        """Any thread: hand the records collected so far over at the next ``collect``."""
+        ctx = self._context
+        if ctx is not None:
+            ctx.flush_requested = True
 
     def cancel(self) -> None:
         self.cancelled = True

@@ -238,3 +238,16 @@ def test_two_node_cluster_runs_subtasks_on_both_nodes(tmp_path):
     assert report["cluster_nodes"] == 2
     assert len(report["nodes"]) == 2, report
     assert report["remote"] > 0
+
+
+def test_execute_and_collect_streams_records_of_an_unbounded_job():
+    """Records reach the driver while the job runs; the limit cancels the job."""
+    env = ray_env(2)
+    stream = env.add_source(Endless()).rebalance().map(lambda x: x * 2)
+    with stream.execute_and_collect(limit=500) as results:
+        got = list(results)
+    assert len(got) == 500
+    assert all(x % 2 == 0 for x in got)
+    assert results.job_client.wait(10), "the job was not cancelled after the limit"
+    assert results.job_client.get_job_status() == "CANCELED"
+    assert alive_task_executors() == 0
