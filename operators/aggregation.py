@@ -134,6 +134,10 @@ def _positional_aggregator(agg: str, i: int) -> Reducer:
 
         def sum_reduce(acc: Any, value: Any) -> Any:
             if type(acc) is tuple:
+                if len(acc) == 2:  # the common (key, count) pair: one small tuple, no slicing
+                    if i == 1:
+                        return (acc[0], acc[1] + value[1])
+                    return (acc[0] + value[0], acc[1])
                 return acc[:i] + (acc[i] + value[i],) + acc[j:]
             return set_field(acc, i, acc[i] + value[i])
 
