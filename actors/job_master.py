@@ -61,6 +61,7 @@ class JobMasterBase:
         self.collected: "queue.Queue[Optional[list]]" = queue.Queue()
         self._started = time.perf_counter()
         self._ended: Optional[float] = None
+        self.metrics_server: Any = None  # optional Prometheus endpoint (``metrics.port``)
 
     # -- to be provided by an executor ---------------------------------------------------------------
     def _cancel_all_tasks(self) -> None:
@@ -78,6 +79,11 @@ class JobMasterBase:
             ev.current_execution.state = state
 
     def _job_running(self) -> None:
+        port = self.configuration.get_integer("metrics.port", -1)
+        if port >= 0 and self.metrics_server is None:
+            from raylink.actors.metrics import MetricsHttpServer
+
+            self.metrics_server = MetricsHttpServer(self.get_metrics, self.job_name, port)
         self._status = "RUNNING"
         self._started = time.perf_counter()
         self._set_all("RUNNING")
@@ -137,6 +143,8 @@ class JobMasterBase:
         try:
             self._release_resources()
         finally:
+            if self.metrics_server is not None:
+                self.metrics_server.close()
             self._done.set()
             self.collected.put(None)
 
@@ -173,6 +181,12 @@ class JobMasterBase:
             accumulators=merge_accumulators([r.get("accumulators") or {} for r in ordered]),
             task_metrics=[r["metrics"] for r in ordered if r.get("metrics")],
         )
+
+    def get_vertex_metrics(self) -> dict:
+        """Per JobVertex, as Flink's web UI aggregates them (with back-pressure status)."""
+        from raylink.actors.metrics import aggregate_by_vertex
+
+        return aggregate_by_vertex(self.get_metrics())
 
     def get_metrics(self) -> list[dict]:
         """Per-subtask metrics: live while running, the final reports afterwards."""

@@ -44,20 +44,10 @@ class JobExecutionResult:
         return self.accumulators.get(name)
 
     def vertex_metrics(self) -> dict:
-        """Per JobVertex: summed record/buffer counts, max busy/back-pressure (Flink's UI)."""
-        out: dict = {}
-        for m in self.task_metrics:
-            agg = out.setdefault(
-                m["vertex_name"],
-                {"numRecordsIn": 0, "numRecordsOut": 0, "numBuffersOut": 0, "backPressuredTimeMsPerSecond": 0.0,
-                 "busyTimeMsPerSecond": 0.0, "subtasks": 0},
-            )
-            for key in ("numRecordsIn", "numRecordsOut", "numBuffersOut"):
-                agg[key] += m.get(key, 0)
-            for key in ("backPressuredTimeMsPerSecond", "busyTimeMsPerSecond"):
-                agg[key] = max(agg[key], m.get(key, 0.0))
-            agg["subtasks"] += 1
-        return out
+        """Per JobVertex: summed counts, max busy/back-pressured time, back-pressure status."""
+        from raylink.actors.metrics import aggregate_by_vertex
+
+        return aggregate_by_vertex(self.task_metrics)
 
 
 COLLECT_PREFIX = "collect-"

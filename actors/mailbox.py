@@ -91,6 +91,9 @@ class MailboxProcessor:
         self.back_pressured_ns = 0
         self.started_ns = 0
         self.ended_ns = 0
+        self._waiting_since = 0  # while blocked: when the wait began (counted live)
+        self._waiting_kind = IDLE
+        self._samples: list = []  # (time, idle, back pressured) for per-second rates
 
     # -- control (task thread) ---------------------------------------------------------
     def suspend_default_action(self, kind: str = IDLE) -> Suspension:
@@ -128,8 +131,10 @@ class MailboxProcessor:
                     default_action(self)
                     continue
                 # suspended: sleep until a mail (resume, timer, control) arrives
-                start = time.perf_counter_ns()
+                start = self._waiting_since = time.perf_counter_ns()
+                self._waiting_kind = suspension.kind
                 mail = mailbox.take()
+                self._waiting_since = 0
                 waited = time.perf_counter_ns() - start
                 if suspension.kind == BACK_PRESSURE:
                     self.back_pressured_ns += waited
@@ -141,13 +146,31 @@ class MailboxProcessor:
             self.ended_ns = time.perf_counter_ns()
 
     def time_metrics(self) -> dict:
-        """busy/idle/backPressured time in ms per second over the task's life so far."""
-        end = self.ended_ns or time.perf_counter_ns()
-        total = max(end - self.started_ns, 1) if self.started_ns else 1
-        idle = 1000.0 * self.idle_ns / total
-        back = 1000.0 * self.back_pressured_ns / total
+        """busy / idle / back-pressured time in ms per second, over about the last second
+        between two calls (Flink's per-second TimerGauges); over the task's life at first."""
+        now = self.ended_ns or time.perf_counter_ns()
+        idle, back = self.idle_ns, self.back_pressured_ns
+        since = self._waiting_since
+        if since and not self.ended_ns:  # blocked right now: count the wait so far
+            if self._waiting_kind == BACK_PRESSURE:
+                back += now - since
+            else:
+                idle += now - since
+        sample = (now, idle, back)
+        samples = self._samples
+        base = (self.started_ns or now, 0, 0)
+        for old in reversed(samples):
+            if now - old[0] >= 1_000_000_000:
+                base = old
+                break
+        samples.append(sample)
+        if len(samples) > 16:
+            del samples[:-16]
+        span = max(now - base[0], 1)
+        idle_rate = 1000.0 * (idle - base[1]) / span
+        back_rate = 1000.0 * (back - base[2]) / span
         return {
-            "idleTimeMsPerSecond": idle,
-            "backPressuredTimeMsPerSecond": back,
-            "busyTimeMsPerSecond": max(0.0, 1000.0 - idle - back),
+            "idleTimeMsPerSecond": idle_rate,
+            "backPressuredTimeMsPerSecond": back_rate,
+            "busyTimeMsPerSecond": max(0.0, 1000.0 - idle_rate - back_rate),
         }

@@ -63,14 +63,24 @@ def _bare_de(use_list: bool) -> Callable[[bytes], int]:
     return lambda data: len(msgpack.unpackb(data, use_list=use_list))
 
 
-def _serialize_batches(records: list, batch: int) -> List[bytes]:
+def _serialize_batches(batches: List[list]) -> List[bytes]:
     bufs: List[bytes] = []
     s = RecordSerializer(DEFAULT_BUFFER_SIZE, lambda b, e: bufs.append(b))
     add = s.add_records
-    for i in range(0, len(records), batch):
-        add(records[i:i + batch])
+    for b in batches:
+        add(b)
     s.flush()
     assert all(len(b) == DEFAULT_BUFFER_SIZE for b in bufs[:-1])
+    return bufs
+
+
+def _serialize_timestamped_batches(batches: List[list], stamps: List[List[int]]) -> List[bytes]:
+    bufs: List[bytes] = []
+    s = RecordSerializer(DEFAULT_BUFFER_SIZE, lambda b, e: bufs.append(b))
+    add = s.add_timestamped_records
+    for b, t in zip(batches, stamps):
+        add(b, t)
+    s.flush()
     return bufs
 
 
@@ -94,15 +104,15 @@ def _deserialize(bufs: List[bytes]) -> int:
     return sum(map(len, runs))
 
 
-def _keyed_exchange(records: list, batch: int, channels: int = 4) -> int:
+def _keyed_exchange(batches: List[list], channels: int = 4) -> int:
     """RecordWriter (HASH on field 0) -> local InputGate -> per-channel deserializers."""
     part = ResultPartition(channels, "PIPELINED")
     w = RecordWriter(part, create_partitioner("HASH", key_selector=_key0, max_parallelism=128),
                      buffer_timeout_ms=-1)
     gate = InputGate([LocalInputChannel(s) for s in part.subpartitions])
     gate.request_partitions()
-    for i in range(0, len(records), batch):
-        w.emit_batch(records[i:i + batch])
+    for b in batches:
+        w.emit_batch(b)
     w.finish()
     des = [RecordDeserializer() for _ in range(channels)]
     runs: list = []
@@ -125,6 +135,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = ap.parse_args(argv)
     n = args.records
     records = make_records(n)
+    # the batches are the serializer's input, as the whole list is bare packb's input
+    batches = [records[i:i + args.batch] for i in range(0, n, args.batch)]
+    stamps = [[v[1] for v in b] for b in batches]
 
     cases = [
         Case("bare msgpack packb(list) + unpackb(use_list=False)",
@@ -132,11 +145,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         Case("bare msgpack packb(list) + unpackb() [lists out]",
              lambda: msgpack.packb(records), _bare_de(True), n),
         Case(f"RecordSerializer.add_records(batch={args.batch}) + feed",
-             lambda: _serialize_batches(records, args.batch), _deserialize, n),
+             lambda: _serialize_batches(batches), _deserialize, n),
+        Case("RecordSerializer.add_timestamped_records(batch) + feed",
+             lambda: _serialize_timestamped_batches(batches, stamps), _deserialize, n),
         Case("RecordSerializer.add_record (per record) + feed",
              lambda: _serialize_per_record(records), _deserialize, n),
         Case("keyed RecordWriter.emit_batch (HASH, 4 ch) + gate + feed",
-             lambda: _keyed_exchange(records, args.batch), None, n),
+             lambda: _keyed_exchange(batches), None, n),
     ]
     for _ in range(args.repeat):  # interleaved, so background load hits all rows alike
         for c in cases:

@@ -13,8 +13,8 @@ Modules, producer to consumer:
 * ``input_gate``      — InputChannel, LocalInputChannel, InputGate, UnionInputGate, StreamTaskNetworkInput
 * ``credit``          — credit-based flow control: sender view reader, CreditBasedInputChannel, local transport
 * ``watermark_valve`` — StatusWatermarkValve
+* ``ray_transport``   — the remote transport between a sender view reader and a
+  ``CreditBasedInputChannel`` (the only module here that imports Ray)
 
-Pure Python (msgpack, mmh3, stdlib); no Ray import here — a Ray transport
-plugs in between ``credit.CreditBasedSequenceNumberingViewReader`` and
-``credit.CreditBasedInputChannel``.
+Everything else is pure Python (msgpack, mmh3, stdlib).
 """

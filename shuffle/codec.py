@@ -16,7 +16,10 @@ Wire format (one msgpack object per element, concatenated):
   namedtuple, bytearray, ints beyond 64 bit, ...) is ``ExtType(EXT_PICKLE,
   pickle.dumps(value))``;
 * control elements and timestamped runs use reserved ext codes >= 10
-  (``EXT_WATERMARK`` ... ``EXT_TIMESTAMPED``).
+  (``EXT_WATERMARK`` ... ``EXT_TIMESTAMPED``); a single timestamped record is
+  a 10-byte ``EXT_TIMESTAMP_NEXT`` marker (fixext 8 holding the timestamp)
+  followed by the record itself, decoded as a ``TimestampMark`` that the
+  ``RecordDeserializer`` pairs with the next object.
 
 Fast path: msgpack's packer treats tuple and list alike, so a value may be
 handed to the C packer as is only if it contains no list and no type msgpack
@@ -61,6 +64,9 @@ __all__ = [
     "EXT_END_OF_PARTITION",
     "EXT_BARRIER",
     "EXT_TIMESTAMPED",
+    "EXT_TIMESTAMP_NEXT",
+    "TimestampMark",
+    "timestamp_marker",
     "encode",
     "decode",
     "encode_event",
@@ -83,6 +89,7 @@ EXT_LATENCY = 12
 EXT_END_OF_PARTITION = 13
 EXT_BARRIER = 14
 EXT_TIMESTAMPED = 15
+EXT_TIMESTAMP_NEXT = 16
 #: ext codes at or above this mark a top-level control element / timestamped run
 FIRST_CONTROL_CODE = 10
 
@@ -96,6 +103,24 @@ _chain_from_iterable = chain.from_iterable
 
 _Q = struct.Struct(">q")
 _QQ = struct.Struct(">qq")
+_TS_MARKER = struct.Struct(">BBq")  # fixext 8 header, ext code, timestamp
+
+
+def timestamp_marker(timestamp: int) -> bytes:
+    """The 10 bytes announcing that the next encoded object is a record with ``timestamp``."""
+    return _TS_MARKER.pack(0xD7, EXT_TIMESTAMP_NEXT, timestamp)
+
+
+class TimestampMark:
+    """Decoded ``EXT_TIMESTAMP_NEXT``: the next top-level object is a record with this timestamp."""
+
+    __slots__ = ("timestamp",)
+
+    def __init__(self, timestamp: int) -> None:
+        self.timestamp = timestamp
+
+    def __repr__(self) -> str:
+        return f"TimestampMark({self.timestamp})"
 
 
 class SerializationError(TypeError):
@@ -240,14 +265,17 @@ def prepare_batch(values: List[Any]) -> List[Any]:
     return [v if is_flat_value(v) else prepare(v) for v in values]
 
 
-def _encode_ts_payload(values: List[Any], timestamps: List[int]) -> bytes:
-    if len(values) != len(timestamps):
+def _encode_ts_payload(values: List[Any], timestamps: "List[int] | int") -> bytes:
+    if type(timestamps) is not int and len(values) != len(timestamps):
         raise ValueError(f"{len(values)} values but {len(timestamps)} timestamps")
     return _pack_nested((timestamps, prepare_batch(values)))
 
 
-def encode_timestamped(values: List[Any], timestamps: List[int]) -> bytes:
-    """Encode a timestamped run as one top-level EXT_TIMESTAMPED object."""
+def encode_timestamped(values: List[Any], timestamps: "List[int] | int") -> bytes:
+    """Encode a timestamped run as one top-level EXT_TIMESTAMPED object.
+
+    ``timestamps``: one per value, or a single int shared by all values.
+    """
     return _pack_nested(ExtType(EXT_TIMESTAMPED, _encode_ts_payload(values, timestamps)))
 
 
@@ -268,6 +296,8 @@ def encode_event(event: Any) -> bytes:
 # -- decoding --------------------------------------------------------------------
 def ext_hook(code: int, data: bytes) -> Any:
     """Unpacker ``ext_hook`` for every code this codec writes."""
+    if code == EXT_TIMESTAMP_NEXT:
+        return TimestampMark(_Q.unpack(data)[0])
     if code == EXT_LIST:
         return list(_unpackb(data))
     if code == EXT_PICKLE:
@@ -279,7 +309,7 @@ def ext_hook(code: int, data: bytes) -> Any:
         return Watermark(_Q.unpack(data)[0])
     if code == EXT_TIMESTAMPED:
         ts, vals = _unpackb(data)
-        return TimestampedRecords(list(vals), list(ts))
+        return TimestampedRecords(list(vals), [ts] * len(vals) if type(ts) is int else list(ts))
     if code == EXT_STATUS:
         return WatermarkStatus.IDLE if data == b"\x01" else WatermarkStatus.ACTIVE
     if code == EXT_LATENCY:

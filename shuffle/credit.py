@@ -225,8 +225,12 @@ class CreditBasedInputChannel(InputChannel):
         self._request_floating()
         self._announce()
 
-    def _request_floating(self) -> bool:
-        """Take floating buffers while needed; True if still waiting for the pool."""
+    def _request_floating(self, from_listener: bool = False) -> bool:
+        """Take floating buffers while needed; True if still waiting for the pool.
+
+        Outside a listener call, a failed request registers ``_on_floating_available``
+        with the pool; inside one, returning True keeps that registration.
+        """
         pool = self.floating_pool
         if pool is None:
             return False
@@ -235,8 +239,8 @@ class CreditBasedInputChannel(InputChannel):
                 if self._released or self._free_exclusive + self._free_floating >= self._required:
                     self._waiting_for_floating = False
                     return False
-                if self._waiting_for_floating:
-                    return True
+                if self._waiting_for_floating and not from_listener:
+                    return True  # already registered with the pool
             if pool.request():
                 with self._lock:
                     self._floating_held += 1
@@ -245,16 +249,14 @@ class CreditBasedInputChannel(InputChannel):
                 continue
             with self._lock:
                 self._waiting_for_floating = True
-            if pool.add_buffer_listener(self._on_floating_available):
+            if from_listener or pool.add_buffer_listener(self._on_floating_available):
                 return True
-            with self._lock:  # became available meanwhile: try again
+            with self._lock:  # a buffer came back meanwhile: try again
                 self._waiting_for_floating = False
 
     def _on_floating_available(self) -> bool:
-        """Buffer listener: the gate's pool may have a buffer for us."""
-        with self._lock:
-            self._waiting_for_floating = False
-        still_waiting = self._request_floating()
+        """Buffer listener: the gate's pool may have a buffer for us (True: keep waiting)."""
+        still_waiting = self._request_floating(from_listener=True)
         self._announce()
         return still_waiting
 

@@ -254,9 +254,17 @@ def _hash_bytes_iter(keys: Sequence[Any]):
     return map(_pack_u32, map(stable_hash, keys))
 
 
+def _key_group_iter(keys: Sequence[Any], max_parallelism: int):
+    murmurs = map(abs, map(_mmh3, _hash_bytes_iter(keys)))
+    if max_parallelism & (max_parallelism - 1) == 0:
+        # power of two: abs(h) & (maxP - 1) == (abs(h) & 0x7FFFFFFF) % maxP, MIN_VALUE included
+        return map((max_parallelism - 1).__and__, murmurs)
+    return map(max_parallelism.__rmod__, map(_i31_and, murmurs))
+
+
 def assign_key_groups(keys: Sequence[Any], max_parallelism: int) -> List[int]:
     """``[assign_to_key_group(k, max_parallelism) for k in keys]``, fast."""
-    return list(map(max_parallelism.__rmod__, map(_i31_and, map(abs, map(_mmh3, _hash_bytes_iter(keys))))))
+    return list(_key_group_iter(keys, max_parallelism))
 
 
 def operator_index_table(max_parallelism: int, parallelism: int) -> List[int]:
@@ -270,9 +278,4 @@ def assign_keys_to_operators(
     """``[assign_key_to_parallel_operator(k, maxP, p) for k in keys]``, fast."""
     if table is None:
         table = operator_index_table(max_parallelism, parallelism)
-    return list(
-        map(
-            table.__getitem__,
-            map(max_parallelism.__rmod__, map(_i31_and, map(abs, map(_mmh3, _hash_bytes_iter(keys))))),
-        )
-    )
+    return list(map(table.__getitem__, _key_group_iter(keys, max_parallelism)))

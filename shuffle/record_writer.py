@@ -113,6 +113,8 @@ class RecordWriter:
     def emit_batch(self, values: List[Any]) -> None:
         """Emit many records: channels are selected for the whole batch, then each
         channel's share is serialized in one call."""
+        if type(values) is not list:
+            values = list(values)
         if not values:
             return
         self.num_records_out += len(values)
@@ -134,8 +136,12 @@ class RecordWriter:
                 if flush:
                     ser.flush()
 
-    def emit_timestamped_batch(self, values: List[Any], timestamps: List[int]) -> None:
-        if len(values) != len(timestamps):
+    def emit_timestamped_batch(self, values: List[Any], timestamps: "List[int] | int") -> None:
+        """Emit many timestamped records; ``timestamps`` is one per value or one int for all."""
+        if type(values) is not list:
+            values = list(values)
+        shared = type(timestamps) is int
+        if not shared and len(values) != len(timestamps):
             raise ValueError(f"{len(values)} values but {len(timestamps)} timestamps")
         if not values:
             return
@@ -149,10 +155,17 @@ class RecordWriter:
         chans = self._select_batch(values)
         n = self.num_channels
         vb: List[List[Any]] = [[] for _ in range(n)]
-        tb: List[List[int]] = [[] for _ in range(n)]
-        for v, t, c in zip(values, timestamps, chans):
-            vb[c].append(v)
-            tb[c].append(t)
+        appends = [b.append for b in vb]
+        if shared:
+            for v, c in zip(values, chans):
+                appends[c](v)
+            tb: List[Any] = [timestamps] * n
+        else:
+            tb = [[] for _ in range(n)]
+            tappends = [b.append for b in tb]
+            for v, t, c in zip(values, timestamps, chans):
+                appends[c](v)
+                tappends[c](t)
         for ser, bv, bt in zip(self._serializers, vb, tb):
             if bv:
                 ser.add_timestamped_records(bv, bt)

@@ -17,7 +17,10 @@ data only after ``finish()`` (batch exchange); it can be read several times
 Buffer permits: for ``PIPELINED_BOUNDED`` partitions with a buffer pool, every
 data buffer added takes a permit (overdraft if the pool is exhausted) that is
 recycled when the reader polls the buffer. Event buffers are unpooled (as in
-Flink). ``PIPELINED`` and ``BLOCKING`` partitions are unbounded.
+Flink). ``PIPELINED`` and ``BLOCKING`` partitions are unbounded. A pipelined
+partition gives its buffer pool back (``LocalBufferPool.destroy``) once every
+subpartition's reader has polled EndOfPartition; ``release()`` does it for
+blocking partitions and on cancellation.
 
 Thread safety: one writer thread, one reader thread per subpartition;
 listeners are called outside the subpartition lock, in the writer's thread.
@@ -116,12 +119,14 @@ class PipelinedSubpartition(ResultSubpartition):
     ``peek_next_is_event()``.
     """
 
-    def __init__(self, index: int, recycle: Optional[Callable[[int], None]] = None) -> None:
+    def __init__(self, index: int, recycle: Optional[Callable[[int], None]] = None,
+                 on_consumed: Optional[Callable[[], None]] = None) -> None:
         self.index = index
         self._queue: Deque[Tuple[bytes, bool]] = deque()
         self._lock = threading.Lock()
         self._listener: Optional[Callable[[], None]] = None
         self._recycle = recycle
+        self._on_consumed = on_consumed  # called once the reader polled EndOfPartition
         self._backlog = 0
         self._finished = False
         self._released = False
@@ -152,9 +157,17 @@ class PipelinedSubpartition(ResultSubpartition):
 
     def finish(self) -> None:
         """Append EndOfPartition; nothing can be added afterwards."""
-        self.add(_EOP_BYTES, True)
         with self._lock:
+            if self._finished or self._released:
+                return
+            was_empty = not self._queue
+            self._queue.append((_EOP_BYTES, True))
             self._finished = True
+            self.num_buffers += 1
+            self.num_bytes += len(_EOP_BYTES)
+            listener = self._listener if was_empty else None
+        if listener is not None:
+            listener()
 
     def create_read_view(self, listener: Callable[[], None]) -> "PipelinedSubpartition":
         """Register the reader's listener (one reader); notifies at once if data is queued."""
@@ -179,8 +192,11 @@ class PipelinedSubpartition(ResultSubpartition):
                 self._backlog -= 1
             q = self._queue
             result = BufferAndBacklog(buffer, is_event, self._backlog, bool(q), bool(q) and q[0][1])
+            consumed = is_event and self._finished and not q
         if not is_event and self._recycle is not None:
             self._recycle(1)
+        elif consumed and self._on_consumed is not None:
+            self._on_consumed()
         return result
 
     def peek_next_is_event(self) -> Optional[bool]:
@@ -350,10 +366,15 @@ class ResultPartition:
         self.partition_type = ResultPartitionType.of(partition_type)
         self.partition_id = partition_id
         self.buffer_pool = buffer_pool if self.partition_type.is_bounded else None
+        self._owned_pool = buffer_pool  # destroyed when consumed / released, even if unused
         pool = self.buffer_pool
+        self._lock = threading.Lock()
+        self._num_consumed = 0
         if self.partition_type.is_pipelined:
             recycle = pool.recycle if pool is not None else None
-            self.subpartitions: List[Any] = [PipelinedSubpartition(i, recycle) for i in range(num_subpartitions)]
+            self.subpartitions: List[Any] = [
+                PipelinedSubpartition(i, recycle, self._on_subpartition_consumed) for i in range(num_subpartitions)
+            ]
         else:
             self.subpartitions = [BoundedBlockingSubpartition(i) for i in range(num_subpartitions)]
         self._finished = False
@@ -404,13 +425,37 @@ class ResultPartition:
     def is_finished(self) -> bool:
         return self._finished
 
+    def _on_subpartition_consumed(self) -> None:
+        with self._lock:
+            self._num_consumed += 1
+            all_consumed = self._num_consumed == len(self.subpartitions)
+        if all_consumed:  # Flink: a pipelined partition is released once fully consumed
+            self._destroy_pool()
+
+    @property
+    def is_consumed(self) -> bool:
+        """True once every (pipelined) subpartition's reader polled EndOfPartition."""
+        return self._num_consumed == len(self.subpartitions)
+
+    def _destroy_pool(self) -> None:
+        pool = self._owned_pool
+        self._owned_pool = None
+        if pool is not None:
+            pool.destroy()
+
     def release(self) -> None:
-        """Drop all data (cancellation/failover); readers get PartitionReleasedError."""
+        """Drop all data (cancellation/failover/batch cleanup), give the buffer pool back;
+        readers then get PartitionReleasedError."""
         if self._released:
             return
         self._released = True
         for s in self.subpartitions:
             s.release()
+        self._destroy_pool()
+
+    @property
+    def is_released(self) -> bool:
+        return self._released
 
     def is_available(self) -> bool:
         """False while the output buffer pool is exhausted (back pressure)."""

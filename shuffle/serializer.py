@@ -26,18 +26,26 @@ buffers) and returns every element completed by it, in order, grouped::
       [v6] ]
 
 A buffer holding only plain records yields ``[[...all records...]]`` with no
-per-record Python work at all.
+per-record Python work at all. A timestamped record is written as a 10-byte
+timestamp marker followed by the record (``add_timestamped_record``) or, for
+batches, as one ext object holding both lists (``add_timestamped_records``);
+the deserializer pairs markers with their records (also across buffers) and
+merges consecutive timestamped records into one ``TimestampedRecords`` run.
 """
 
 from __future__ import annotations
 
 from itertools import compress, count
+from operator import attrgetter
 from typing import Any, Callable, List, Optional, Tuple
 
 import msgpack
 
 from .codec import (
+    _TS_MARKER,
+    EXT_TIMESTAMP_NEXT,
     FIRST_CONTROL_CODE,
+    TimestampMark,
     DeserializationError,
     encode_event,
     encode_timestamped,
@@ -68,6 +76,7 @@ TIMESTAMPED_RUN_LENGTH = 1024
 BufferSink = Callable[[bytes, bool], None]
 
 _INLINE_TYPES = (Watermark, WatermarkStatus, LatencyMarker)
+_ts_marker = _TS_MARKER.pack
 _EVENT_TYPES = frozenset((Watermark, WatermarkStatus, LatencyMarker, CheckpointBarrier, EndOfPartition))
 
 
@@ -132,35 +141,53 @@ class RecordSerializer:
             self._spill()
 
     def add_records(self, values: List[Any]) -> None:
-        """Serialize a batch of records (one C-level pass when the batch is flat)."""
-        p = self._bpacker
-        try:
-            if is_flat_batch(values):
-                any(map(p.pack, values))  # pack() returns None: consumes everything
-            else:
+        """Serialize a batch of records (one C call when the batch is flat)."""
+        if type(values) is not list and type(values) is not tuple:
+            values = list(values)
+        n = len(values)
+        if not n:
+            return
+        buf = self._buf
+        if is_flat_batch(values):
+            # pack the whole batch as one array and drop the array header: what
+            # remains is exactly the concatenation of the packed records
+            data = self._pack(values)
+            buf += memoryview(data)[1 if n < 16 else 3 if n < 0x10000 else 5:]
+        else:
+            p = self._bpacker
+            try:
                 pk = p.pack
                 for v in values:
                     pk(v if is_flat_value(v) else prepare(v))
-        finally:
-            # commit what was packed (all of it, or the records before a failing one)
-            buf = self._buf
-            buf += p.bytes()
-            p.reset()
+            finally:
+                # commit what was packed (all of it, or the records before a failing one)
+                buf += p.bytes()
+                p.reset()
         if len(buf) >= self.buffer_size:
             self._spill()
 
     def add_timestamped_record(self, value: Any, timestamp: int) -> None:
         """Serialize one record carrying an event-time timestamp."""
+        if not is_flat_value(value):
+            value = prepare(value)
         buf = self._buf
-        buf += encode_timestamped([value], [timestamp])
+        buf += _ts_marker(0xD7, EXT_TIMESTAMP_NEXT, timestamp)
+        buf += self._pack(value)
         if len(buf) >= self.buffer_size:
             self._spill()
 
-    def add_timestamped_records(self, values: List[Any], timestamps: List[int]) -> None:
-        """Serialize a batch of timestamped records (runs of <= TIMESTAMPED_RUN_LENGTH)."""
+    def add_timestamped_records(self, values: List[Any], timestamps: "List[int] | int") -> None:
+        """Serialize a batch of timestamped records (runs of <= TIMESTAMPED_RUN_LENGTH).
+
+        ``timestamps``: one per value, or one int for the whole batch.
+        """
         n = len(values)
-        if n != len(timestamps):
+        shared = type(timestamps) is int
+        if not shared and n != len(timestamps):
             raise ValueError(f"{n} values but {len(timestamps)} timestamps")
+        if n == 1:
+            self.add_timestamped_record(values[0], timestamps if shared else timestamps[0])
+            return
         buf = self._buf
         step = TIMESTAMPED_RUN_LENGTH
         if n <= step:
@@ -168,7 +195,7 @@ class RecordSerializer:
                 buf += encode_timestamped(values, timestamps)
         else:
             for i in range(0, n, step):
-                buf += encode_timestamped(values[i:i + step], timestamps[i:i + step])
+                buf += encode_timestamped(values[i:i + step], timestamps if shared else timestamps[i:i + step])
         if len(buf) >= self.buffer_size:
             self._spill()
 
@@ -235,35 +262,10 @@ class RecordSerializer:
 
 
 _GROUP_TYPES = frozenset((Watermark, WatermarkStatus, LatencyMarker, CheckpointBarrier, EndOfPartition,
-                          TimestampedRecords))
+                          TimestampedRecords, TimestampMark))
 _is_group_type = _GROUP_TYPES.__contains__
-
-
-def _group(objs: List[Any]) -> List[Any]:
-    """Split decoded objects into runs of plain records and control elements."""
-    positions = list(compress(count(), map(_is_group_type, map(type, objs))))
-    out: List[Any] = []
-    start = 0
-    last_ts: Optional[TimestampedRecords] = None
-    for i in positions:
-        if i > start:
-            out.append(objs[start:i])
-            last_ts = None
-        o = objs[i]
-        if type(o) is TimestampedRecords:
-            if last_ts is not None:
-                last_ts.values.extend(o.values)
-                last_ts.timestamps.extend(o.timestamps)
-            else:
-                out.append(o)
-                last_ts = o
-        else:
-            out.append(o)
-            last_ts = None
-        start = i + 1
-    if start < len(objs):
-        out.append(objs[start:])
-    return out
+_ONLY_MARKS = {TimestampMark}
+_get_timestamp = attrgetter("timestamp")
 
 
 class RecordDeserializer:
@@ -275,7 +277,8 @@ class RecordDeserializer:
     buffered (must be False at end of partition). Not thread safe.
     """
 
-    __slots__ = ("_unpacker", "_feed", "_hook", "_controls", "_fed", "num_buffers", "num_bytes")
+    __slots__ = ("_unpacker", "_feed", "_hook", "_controls", "_fed", "_pending_ts",
+                 "num_buffers", "num_bytes")
 
     def __init__(self) -> None:
         controls = [0]
@@ -290,15 +293,17 @@ class RecordDeserializer:
         self._unpacker = make_unpacker(hook)
         self._feed = self._unpacker.feed
         self._fed = 0
+        self._pending_ts: Optional[int] = None  # a TimestampMark whose record is still to come
         self.num_buffers = 0
         self.num_bytes = 0
 
     def feed(self, buffer: Any) -> List[Any]:
         """Consume one data buffer; return the completed elements, grouped."""
         self._feed(buffer)
-        self._fed += len(buffer)
+        n = len(buffer)
+        self._fed += n
         self.num_buffers += 1
-        self.num_bytes += len(buffer)
+        self.num_bytes += n
         try:
             objs = list(self._unpacker)
         except DeserializationError:
@@ -306,18 +311,83 @@ class RecordDeserializer:
         except (ValueError, TypeError, msgpack.UnpackException) as e:
             raise DeserializationError(f"corrupt stream: {type(e).__name__}: {e}") from e
         controls = self._controls
-        if not controls[0]:
+        if not controls[0] and self._pending_ts is None:
             return [objs] if objs else []
         controls[0] = 0
-        return _group(objs)
+        return self._group(objs)
+
+    def _group(self, objs: List[Any]) -> List[Any]:
+        """Split decoded objects into runs of plain records and control elements,
+        pairing every TimestampMark with the object after it."""
+        out: List[Any] = []
+        last_ts: Optional[TimestampedRecords] = None
+        start = 0
+        n = len(objs)
+        pending = self._pending_ts
+        if pending is not None:
+            if not n:
+                return out
+            last_ts = TimestampedRecords([objs[0]], [pending])
+            out.append(last_ts)
+            self._pending_ts = None
+            start = 1
+        # fast path: nothing but (mark, record) pairs, as event-time streams produce
+        marks = objs[start::2]
+        if marks and set(map(type, marks)) == _ONLY_MARKS:
+            values = objs[start + 1::2]
+            if len(values) < len(marks):
+                self._pending_ts = marks.pop().timestamp
+            if values:
+                stamps = list(map(_get_timestamp, marks))
+                if last_ts is not None:
+                    last_ts.values.extend(values)
+                    last_ts.timestamps.extend(stamps)
+                else:
+                    out.append(TimestampedRecords(values, stamps))
+            return out
+        positions = compress(count(), map(_is_group_type, map(type, objs)))
+        for i in positions:
+            if i < start:  # the record of a TimestampMark (whatever its type)
+                continue
+            if i > start:
+                out.append(objs[start:i])
+                last_ts = None
+            o = objs[i]
+            t = type(o)
+            start = i + 1
+            if t is TimestampMark:
+                if i + 1 == n:  # its record is in a later buffer
+                    self._pending_ts = o.timestamp
+                    return out
+                if last_ts is not None:
+                    last_ts.values.append(objs[i + 1])
+                    last_ts.timestamps.append(o.timestamp)
+                else:
+                    last_ts = TimestampedRecords([objs[i + 1]], [o.timestamp])
+                    out.append(last_ts)
+                start = i + 2
+            elif t is TimestampedRecords:
+                if last_ts is not None:
+                    last_ts.values.extend(o.values)
+                    last_ts.timestamps.extend(o.timestamps)
+                else:
+                    out.append(o)
+                    last_ts = o
+            else:
+                out.append(o)
+                last_ts = None
+        if start < n:
+            out.append(objs[start:])
+        return out
 
     @property
     def has_partial_record(self) -> bool:
-        return self._unpacker.tell() < self._fed
+        return self._unpacker.tell() < self._fed or self._pending_ts is not None
 
     def clear(self) -> None:
         """Forget buffered partial data (channel released)."""
         self._unpacker = make_unpacker(self._hook)
         self._controls[0] = 0
+        self._pending_ts = None
         self._feed = self._unpacker.feed
         self._fed = 0

@@ -166,3 +166,63 @@ def test_credit_channel_end_of_partition_through_network_input():
     w.finish()
     assert ni.poll_next() == [END_OF_PARTITION]
     assert ni.is_finished()
+
+
+def test_channels_waiting_for_floating_buffers_get_them_when_recycled():
+    """Two channels compete for 2 floating buffers; listeners are not duplicated."""
+    fpool = LocalBufferPool(None, 0, 2)
+    a = CreditBasedInputChannel(fpool, 1, announce_credit=lambda n: None)
+    b = CreditBasedInputChannel(fpool, 1, announce_credit=lambda n: None)
+    a.on_buffer(BufferResponse(b"a0", False, 5, 0))  # backlog 5: wants 6 free, gets both floating
+    assert a.num_floating_buffers == 2 and fpool.num_in_use == 2
+    b.on_buffer(BufferResponse(b"b0", False, 3, 0))  # nothing left: b waits as a listener
+    assert b.num_floating_buffers == 0
+    owners = [m.__self__ for m in fpool._listeners]
+    assert len(owners) == 2 and set(owners) == {a, b}  # both still want more, once each
+    for _ in range(2):  # the sender had 1 exclusive + 2 floating credits for a
+        a.on_buffer(BufferResponse(b"a", False, 0, a._expected_sequence))  # backlog now 0
+    assert a.buffers_in_flight == 3
+    with pytest.raises(CreditProtocolError):
+        a.on_buffer(BufferResponse(b"a", False, 0, a._expected_sequence))
+    while a.get_next_buffer() is not None:  # a no longer needs its floating buffers
+        pass
+    assert b.num_floating_buffers == 2  # ...which went to the waiting channel b
+    assert a.num_floating_buffers == 0 and fpool.num_in_use == 2
+    assert [m.__self__ for m in fpool._listeners] == [b]  # b still wants 4, has 2
+
+
+def test_many_producers_share_few_floating_buffers_without_deadlock():
+    parts = [ResultPartition(1, "PIPELINED_BOUNDED", LocalBufferPool(None, 0, 3)) for _ in range(4)]
+    gate, channels, _, fpool = credit_gate([p.subpartitions[0] for p in parts], exclusive=1, floating=3)
+    gate.request_partitions()
+    n = 3000
+
+    def produce(idx, part):
+        w = RecordWriter(part, buffer_timeout_ms=-1, buffer_size=128)
+        for i in range(0, n, 50):
+            w.emit_batch([(idx, j) for j in range(i, i + 50)])
+            if not w.is_available():
+                w.get_available_future().result(timeout=10)
+        w.finish()
+
+    threads = [threading.Thread(target=produce, args=(i, p)) for i, p in enumerate(parts)]
+    for t in threads:
+        t.start()
+    net_input = StreamTaskNetworkInput(gate)
+    got = {i: [] for i in range(4)}
+    while True:
+        items = net_input.poll_next()
+        if items is None:
+            if net_input.is_finished():
+                break
+            net_input.get_available_future().result(timeout=10)
+            continue
+        assert fpool.num_in_use <= 3
+        for it in items:
+            if type(it) is list:
+                for idx, j in it:
+                    got[idx].append(j)
+    for t in threads:
+        t.join(10)
+    assert all(got[i] == list(range(n)) for i in range(4))
+    assert all(ch.max_buffers_in_flight <= 1 + 3 for ch in channels)

@@ -149,7 +149,8 @@ def test_none_key_error_text():
     ],
 )
 def test_batch_paths_match_scalar_functions(keys):
-    assert assign_key_groups(keys, 128) == [assign_to_key_group(k, 128) for k in keys]
+    for max_p in (128, 100, 1):
+        assert assign_key_groups(keys, max_p) == [assign_to_key_group(k, max_p) for k in keys]
     for p in (1, 3, 7):
         assert assign_keys_to_operators(keys, 128, p) == [assign_key_to_parallel_operator(k, 128, p) for k in keys]
 

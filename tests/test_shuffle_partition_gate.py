@@ -351,3 +351,40 @@ def test_network_input_aligns_watermarks_and_statuses():
     assert step() == [Watermark(10)]
     w1.broadcast_emit(WatermarkStatus.IDLE)
     assert step() == [WatermarkStatus.IDLE]
+
+
+def test_consumed_pipelined_partition_returns_its_pool_to_the_network():
+    net = NetworkBufferPool(16)
+    part = ResultPartition(2, "PIPELINED_BOUNDED", net.create_buffer_pool(4, 8))
+    assert net.free_buffers == 12
+    w = RecordWriter(part, create_partitioner("REBALANCE"), buffer_size=64)
+    gate = local_gate(part)
+    w.emit_batch(["q" * 30] * 20)
+    w.finish()
+    drain(StreamTaskNetworkInput(gate))
+    assert part.is_consumed and net.free_buffers == 16
+
+
+def test_release_returns_pool_of_blocking_partition():
+    net = NetworkBufferPool(8)
+    part = ResultPartition(1, "BLOCKING", net.create_buffer_pool(2, 4))
+    assert net.free_buffers == 6
+    part.release()
+    assert part.is_released and net.free_buffers == 8
+
+
+@pytest.mark.parametrize("stamps", [7, "per-record"])
+def test_timestamped_batches_through_a_keyed_writer(stamps):
+    part = ResultPartition(3, "PIPELINED")
+    w = RecordWriter(part, create_partitioner("HASH", key_selector=lambda v: v[0], max_parallelism=128))
+    gates = [local_gate(part, [i]) for i in range(3)]
+    values = [("k%d" % (i % 11), i) for i in range(500)]
+    ts = 7 if stamps == 7 else [1000 + i for i in range(500)]
+    w.emit_timestamped_batch(values, ts)
+    w.finish()
+    seen = []
+    for g in gates:
+        recs, _ = drain(StreamTaskNetworkInput(g))
+        seen.extend(recs)
+    expect = [(v, 7 if stamps == 7 else 1000 + v[1]) for v in values]
+    assert sorted(seen, key=lambda r: r[0][1]) == expect

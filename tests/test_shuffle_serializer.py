@@ -211,3 +211,77 @@ def test_metrics_count_buffers_and_bytes():
     s.flush()
     assert s.num_buffers == len(out)
     assert s.num_bytes == sum(len(b) for b, _ in out)
+
+
+def _flatten(items):
+    out = []
+    for it in items:
+        if type(it) is list:
+            out.extend(("rec", v, None) for v in it)
+        elif type(it) is TimestampedRecords:
+            out.extend(("rec", v, t) for v, t in zip(it.values, it.timestamps))
+        else:
+            out.append(("ctl", it, None))
+    return out
+
+
+@pytest.mark.parametrize("buffer_size", [16, 23, 64, 1 << 16])
+def test_timestamped_records_mixed_with_everything_across_tiny_buffers(buffer_size):
+    rnd = random.Random(buffer_size)
+    s, out = collect(buffer_size)
+    expect = []
+    for i in range(1500):
+        r = rnd.random()
+        if r < 0.5:
+            v = ("t", i, [i] if i % 7 == 0 else i)
+            s.add_timestamped_record(v, 1000 + i)
+            expect.append(("rec", v, 1000 + i))
+        elif r < 0.7:
+            s.add_record(("p", i))
+            expect.append(("rec", ("p", i), None))
+        elif r < 0.8:
+            vals = [("b", i, k) for k in range(rnd.randrange(1, 4))]
+            stamps = [i * 10 + k for k in range(len(vals))]
+            s.add_timestamped_records(vals, stamps)
+            expect.extend(("rec", v, t) for v, t in zip(vals, stamps))
+        elif r < 0.9:
+            s.add_records([i, str(i)])
+            expect.extend([("rec", i, None), ("rec", str(i), None)])
+        else:
+            s.add_element(Watermark(i))
+            expect.append(("ctl", Watermark(i), None))
+    s.flush()
+    assert _flatten(decode_stream(out)) == expect
+
+
+def test_timestamped_run_of_single_records_is_one_run():
+    s, out = collect(1 << 16)
+    for i in range(100):
+        s.add_timestamped_record(("v", i), i * 2)
+    s.flush()
+    items = RecordDeserializer().feed(out[0][0])
+    assert items == [TimestampedRecords([("v", i) for i in range(100)], [i * 2 for i in range(100)])]
+
+
+def test_timestamp_mark_waiting_for_its_record_counts_as_partial():
+    s, out = collect(1 << 16)
+    s.add_timestamped_record("x" * 50, 7)
+    s.flush()
+    data = out[0][0]
+    d = RecordDeserializer()
+    assert d.feed(data[:10]) == []  # just the 10-byte timestamp marker
+    assert d.has_partial_record
+    assert d.feed(data[10:]) == [TimestampedRecords(["x" * 50], [7])]
+    assert not d.has_partial_record
+
+
+def test_batch_with_one_shared_timestamp():
+    s, out = collect(256)
+    values = [("s", i) for i in range(3000)]
+    s.add_timestamped_records(values, 42)
+    s.add_timestamped_records(["one"], 43)
+    s.flush()
+    items = decode_stream(out)
+    assert all(type(it) is TimestampedRecords for it in items)
+    assert [v for it in items for v in it.values] == values + ["one"]
+    assert [t for it in items for t in it.timestamps] == [42] * 3000 + [43]

@@ -1,0 +1,123 @@
+"""Job metrics as Flink shows them: per subtask, per JobVertex, back-pressure status, Prometheus.
+
+Per vertex, counts are summed over subtasks and times take the maximum (Flink's
+web UI does the same for busy / back-pressured time). The back-pressure status
+follows Flink: OK when at most 10% of the time is back pressured, LOW up to 50%,
+HIGH above.
+"""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Optional
+
+SUMMED = (
+    "numRecordsIn", "numRecordsOut", "numBytesIn", "numBytesOut", "numBuffersIn", "numBuffersOut",
+)
+MAXED = (
+    "busyTimeMsPerSecond", "idleTimeMsPerSecond", "backPressuredTimeMsPerSecond",
+    "outPoolUsage", "inPoolUsage",
+)
+
+
+def back_pressure_status(back_pressured_ms_per_second: float) -> str:
+    ratio = back_pressured_ms_per_second / 1000.0
+    if ratio <= 0.10:
+        return "OK"
+    if ratio <= 0.50:
+        return "LOW"
+    return "HIGH"
+
+
+def aggregate_by_vertex(task_metrics: list[dict]) -> dict[str, dict]:
+    """``{vertex name: {summed counts, max times, subtasks, backPressureStatus}}`` in job order."""
+    out: dict[str, dict] = {}
+    for m in task_metrics:
+        name = m.get("vertex_name") or m.get("task", "?")
+        agg = out.get(name)
+        if agg is None:
+            agg = out[name] = {k: 0 for k in SUMMED}
+            agg.update({k: 0.0 for k in MAXED})
+            agg["subtasks"] = 0
+        for key in SUMMED:
+            agg[key] += m.get(key, 0) or 0
+        for key in MAXED:
+            agg[key] = max(agg[key], m.get(key, 0.0) or 0.0)
+        agg["subtasks"] += 1
+        lat = m.get("latencyMs")
+        if lat:
+            prev = agg.get("latencyMs")
+            if prev is None or lat["p99"] > prev["p99"]:
+                agg["latencyMs"] = dict(lat)
+    for agg in out.values():
+        agg["backPressureStatus"] = back_pressure_status(agg["backPressuredTimeMsPerSecond"])
+    return out
+
+
+def bottleneck(task_metrics: list[dict]) -> Optional[str]:
+    """The busiest vertex that is not itself back pressured (where back pressure starts)."""
+    vertices = aggregate_by_vertex(task_metrics)
+    candidates = [
+        (agg["busyTimeMsPerSecond"], name)
+        for name, agg in vertices.items()
+        if agg["backPressureStatus"] == "OK"
+    ]
+    return max(candidates)[1] if candidates else None
+
+
+def _label(value: Any) -> str:
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
+
+
+def to_prometheus(task_metrics: list[dict], job_name: str = "") -> str:
+    """Prometheus text exposition of the per-subtask metrics (``raylink_task_<metric>``)."""
+    lines = []
+    for key in SUMMED + MAXED:
+        metric = f"raylink_task_{key}"
+        kind = "counter" if key in SUMMED else "gauge"
+        lines.append(f"# TYPE {metric} {kind}")
+        for m in task_metrics:
+            labels = (
+                f'job="{_label(job_name)}",vertex="{_label(m.get("vertex_name", ""))}",'
+                f'subtask="{m.get("subtask", 0)}"'
+            )
+            lines.append(f"{metric}{{{labels}}} {float(m.get(key, 0) or 0)}")
+    return "\n".join(lines) + "\n"
+
+
+class MetricsHttpServer:
+    """Serves ``/metrics`` (Prometheus text) and ``/vertices`` (JSON) for a running job."""
+
+    def __init__(self, supplier: Callable[[], list[dict]], job_name: str, port: int = 0,
+                 host: str = "127.0.0.1") -> None:
+        import json
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server API
+                if self.path.startswith("/metrics"):
+                    body = to_prometheus(supplier(), job_name).encode()
+                    kind = "text/plain; version=0.0.4"
+                elif self.path.startswith("/vertices"):
+                    body = json.dumps(aggregate_by_vertex(supplier())).encode()
+                    kind = "application/json"
+                else:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer((host, port), Handler)
+        self.port = self.server.server_address[1]
+        self._thread = threading.Thread(target=self.server.serve_forever, name="metrics-http", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
