@@ -33,6 +33,7 @@ class OperatorError(RuntimeError):
         self.operator_name = operator_name
         self.task_name = task_name
         self.cause = cause
+        self.__cause__ = cause
 
     def __reduce__(self):
         return (OperatorError, (self.operator_name, self.task_name, self.cause))

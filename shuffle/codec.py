@@ -130,16 +130,23 @@ class SerializationError(TypeError):
     that the message names the operator that emitted the value.
     """
 
-    def __init__(self, value_type: type, cause: Optional[BaseException] = None,
+    def __init__(self, value_type: "type | str", cause: Optional[BaseException] = None,
                  operator_name: Optional[str] = None) -> None:
         self.value_type = value_type
         self.cause = cause
         self.operator_name = operator_name
         super().__init__(self._message())
 
-    def _message(self) -> str:
+    @property
+    def type_name(self) -> str:
+        """The qualified name of the value's type (what survives pickling)."""
         t = self.value_type
-        name = f"{t.__module__}.{t.__qualname__}" if t.__module__ != "builtins" else t.__qualname__
+        if isinstance(t, str):
+            return t
+        return f"{t.__module__}.{t.__qualname__}" if t.__module__ != "builtins" else t.__qualname__
+
+    def _message(self) -> str:
+        name = self.type_name
         where = f" emitted by operator '{self.operator_name}'" if self.operator_name else ""
         why = f": {type(self.cause).__name__}: {self.cause}" if self.cause is not None else ""
         return f"Cannot serialize a value of type '{name}'{where}{why}"
@@ -151,7 +158,8 @@ class SerializationError(TypeError):
         return err
 
     def __reduce__(self):
-        return (SerializationError, (self.value_type, None, self.operator_name))
+        # the type itself may not be importable by name (locks, local classes): keep its name
+        return (SerializationError, (self.type_name, None, self.operator_name))
 
 
 class DeserializationError(ValueError):

@@ -1,0 +1,334 @@
+"""Two Ray nodes on this machine, jobs through the dashboard with the raylink CLI.
+
+A head (with the dashboard, so the Job Submission API works) and a second node
+are started with ``ray start --block`` as processes this test owns, each with
+its own ports and a dedicated ``--temp-dir``; nothing here touches another Ray
+instance on the machine. The test submits the word-count example, checks its
+counts in ``raylink logs``, that its TaskExecutors ran on both nodes and that
+remote channels carried buffers, runs it again with ``raylink run --address``,
+checks a failing job's exit code and cause, cancels an unbounded job, and ends
+with the cluster's processes gone and its temp dir removed.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import psutil
+import pytest
+import requests
+
+from raylink.cli_commands.common import auth_headers
+
+pytestmark = pytest.mark.timeout(240)
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+RAY = str(VENV_BIN / "ray")
+WORD_COUNT = ROOT / "examples" / "word_count.py"
+UNBOUNDED = ROOT / "examples" / "unbounded_word_count.py"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+FAILING_JOB = '''
+from raylink.api import StreamExecutionEnvironment
+
+
+def check(x):
+    if x == 3:
+        raise ValueError("bad record 3")
+    return x
+
+
+env = StreamExecutionEnvironment.get_execution_environment()
+env.from_collection([1, 2, 3, 4]).map(check).print()
+env.execute("failing")
+'''
+
+
+def expected_counts() -> Counter:
+    lines = ["to be or not to be", "that is the question", "whether tis nobler in the mind to suffer"]
+    return Counter(w for line in lines for w in line.split())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_range(size: int = 40) -> tuple[int, int]:
+    """``size`` consecutive free ports (Ray workers of one node listen there)."""
+    for _ in range(200):
+        base = random.randrange(30000, 60000 - size)
+        ok = True
+        for port in range(base, base + size):
+            with socket.socket() as s:
+                try:
+                    s.bind(("0.0.0.0", port))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base, base + size - 1
+    raise RuntimeError("no free port range")
+
+
+def node_ports() -> list[str]:
+    low, high = port_range()
+    return ["--node-manager-port", str(free_port()), "--object-manager-port", str(free_port()),
+            "--dashboard-agent-listen-port", str(free_port()), "--dashboard-agent-grpc-port", str(free_port()),
+            "--metrics-export-port", str(free_port()), "--runtime-env-agent-port", str(free_port()),
+            "--min-worker-port", str(low), "--max-worker-port", str(high)]
+
+
+def clean_env() -> dict:
+    """A fresh shell's environment: the venv on PATH, no Ray or raylink settings."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("RAY_", "RAYLINK_")) and k not in ("PYTHONPATH",)}
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+class TwoNodeCluster:
+    def __init__(self) -> None:
+        # short: Ray's unix socket paths live under it (limit ~107 characters)
+        self.temp_dir = tempfile.mkdtemp(prefix="rlcli", dir="/tmp")
+        self.gcs_port = free_port()
+        self.dashboard = f"http://127.0.0.1:{free_port()}"
+        self.procs: list[subprocess.Popen] = []
+        self.logs: list = []
+
+    def _start(self, name: str, args: list[str]) -> None:
+        env = clean_env()
+        env["RAY_USAGE_STATS_ENABLED"] = "0"
+        log = open(os.path.join(self.temp_dir, f"{name}.log"), "w")
+        self.logs.append(log)
+        self.procs.append(subprocess.Popen([RAY, "start", "--block", "--num-cpus", "1", "--temp-dir", self.temp_dir,
+                                            "--disable-usage-stats", *node_ports(), *args],
+                                           env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.temp_dir))
+
+    def _node_ids(self) -> list[str]:
+        r = requests.get(f"{self.dashboard}/api/v0/nodes", headers=auth_headers(), timeout=5)
+        r.raise_for_status()
+        return [n["node_id"] for n in r.json()["data"]["result"]["result"] if n["state"] == "ALIVE"]
+
+    def _poll(self, what: str, check, timeout_s: float):
+        deadline = time.monotonic() + timeout_s
+        while True:
+            for proc in self.procs:
+                assert proc.poll() is None, f"a ray node exited while {what}:\n{self.log_text()}"
+            try:
+                value = check()
+                if value:
+                    return value
+            except (requests.RequestException, KeyError, ValueError):
+                pass
+            assert time.monotonic() < deadline, f"timed out while {what}:\n{self.log_text()}"
+            time.sleep(0.5)  # polling the dashboard API with a deadline
+
+    def log_text(self) -> str:
+        out = []
+        for name in ("head", "worker"):
+            path = os.path.join(self.temp_dir, f"{name}.log")
+            if os.path.exists(path):
+                out.append(f"--- {name}\n" + Path(path).read_text()[-3000:])
+        return "\n".join(out)
+
+    def start(self) -> "TwoNodeCluster":
+        self._start("head", ["--head", "--port", str(self.gcs_port), "--dashboard-host", "127.0.0.1",
+                             "--dashboard-port", self.dashboard.rsplit(":", 1)[1],
+                             "--ray-client-server-port", str(free_port())])
+        self._poll("waiting for the head", lambda: len(self._node_ids()) == 1, 90)
+        self._start("worker", ["--address", f"127.0.0.1:{self.gcs_port}"])
+        self.node_ids = self._poll("waiting for the second node",
+                                   lambda: (lambda ids: ids if len(ids) == 2 else None)(self._node_ids()), 90)
+        return self
+
+    def processes(self) -> list[psutil.Process]:
+        """Every live process that belongs to this cluster (its temp dir or session in the command line)."""
+        out = []
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            try:
+                if any(self.temp_dir in part for part in proc.info["cmdline"] or []):
+                    out.append(proc)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+        return out
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):  # worker first, then head
+            if proc.poll() is None:
+                proc.terminate()
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        self.procs = []
+        for log in self.logs:
+            log.close()
+        self.logs = []
+
+
+def raylink(*args: str, timeout: float = 120, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "raylink", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=cwd, env=clean_env())
+
+
+def submitted_id(stderr: str) -> str:
+    match = re.search(r"^raylink: submitted job (\S+) to ", stderr, re.M)
+    assert match, stderr
+    return match.group(1)
+
+
+def word_counts(log: str) -> Counter:
+    """The final count per word: the largest rolling sum printed for it."""
+    counts: Counter = Counter()
+    for word, n in re.findall(r"^(?:\(TaskExecutorActor[^)]*\) )?\d> \('(\w+)', (\d+)\)$", ANSI.sub("", log), re.M):
+        counts[word] = max(counts[word], int(n))
+    return counts
+
+
+def executor_lines(log: str) -> list[tuple[str, str, int, int]]:
+    return [(m[0], m[1], int(m[2]), int(m[3])) for m in re.findall(
+        r"^raylink: TaskExecutor (\S+) on node ([0-9a-f]+) pid \d+: tasks=\d+ remoteBuffersSent=(\d+) "
+        r"remoteChannels=(\d+)$", log, re.M)]
+
+
+def alive_task_executors(cluster: TwoNodeCluster) -> int:
+    r = requests.get(f"{cluster.dashboard}/api/v0/actors", params={"limit": 1000}, headers=auth_headers(),
+                     timeout=10)
+    r.raise_for_status()
+    return sum(1 for a in r.json()["data"]["result"]["result"]
+               if a["class_name"] == "TaskExecutorActor" and a["state"] != "DEAD")
+
+
+def job_logs(cluster: TwoNodeCluster, job_id: str) -> str:
+    r = requests.get(f"{cluster.dashboard}/api/jobs/{job_id}/logs", headers=auth_headers(), timeout=10)
+    r.raise_for_status()
+    return r.json()["logs"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = TwoNodeCluster()
+    try:
+        yield c.start()
+    finally:
+        c.stop()
+        shutil.rmtree(c.temp_dir, ignore_errors=True)
+
+
+def test_submit_logs_run_fail_and_cancel_on_two_nodes(cluster, tmp_path):
+    expected = expected_counts()
+
+    # -- submit the word count, follow it to the end -------------------------------------------------
+    proc = raylink("submit", "--address", cluster.dashboard, str(WORD_COUNT), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    job_id = submitted_id(proc.stderr)
+    assert re.fullmatch(r"raylink-word_count-[0-9a-f]{8}", job_id)
+    assert proc.stderr.splitlines()[-1] == f"raylink: job {job_id} SUCCEEDED"
+
+    # -- its logs: the counts, and TaskExecutors on both nodes exchanging buffers remotely ------------
+    logs = raylink("logs", "--address", cluster.dashboard, job_id)
+    assert logs.returncode == 0 and logs.stderr == "", logs.stderr
+    assert word_counts(logs.stdout) == expected, logs.stdout
+    assert "raylink: job 'word count' FINISHED in " in logs.stdout
+    executors = executor_lines(logs.stdout)
+    assert len(executors) == 2, logs.stdout
+    assert {node for _, node, _, _ in executors} == set(cluster.node_ids)  # one TaskExecutor per node
+    assert all(sent > 0 and channels > 0 for _, _, sent, channels in executors), executors
+
+    # -- list and status -----------------------------------------------------------------------------
+    listing = raylink("list", "--address", cluster.dashboard)
+    assert listing.returncode == 0, listing.stderr
+    assert listing.stdout.splitlines()[0].split() == ["JOB", "ID", "STATUS", "START", "END", "ENTRYPOINT"]
+    row = next(line for line in listing.stdout.splitlines() if line.startswith(job_id))
+    assert row.split()[1] == "SUCCEEDED"
+    assert row.endswith("python -m raylink run --progress log word_count.py")
+    status = raylink("status", "--address", cluster.dashboard, job_id)
+    assert status.returncode == 0, status.stderr
+    lines = status.stdout.splitlines()
+    assert lines[:3] == [f"Job:        {job_id}", "Status:     SUCCEEDED",
+                         "Entrypoint: python -m raylink run --progress log word_count.py"]
+    assert "Exit code:  0" in lines
+    progress = lines[lines.index("Progress:") + 1:]
+    assert progress[0].startswith("  job 'word count' FINISHED ")
+    assert progress[2].split()[-4:] == ["1", "0", "3", "OK"] or progress[2].split()[-5:-1] == ["1", "0", "3", "OK"]
+
+    # -- raylink run --address: this process is the driver, the job on the cluster --------------------
+    result_file = tmp_path / "result.json"
+    run = raylink("run", "--address", f"127.0.0.1:{cluster.gcs_port}", "--progress", "log",
+                  "--result-file", str(result_file), str(WORD_COUNT))
+    assert run.returncode == 0, run.stderr
+    assert word_counts(run.stdout) == expected, run.stdout
+    import json
+
+    result = json.loads(result_file.read_text())
+    assert result["job_name"] == "word count" and result["status"] == "FINISHED"
+    assert {e["node_id"] for e in result["executors"]} == set(cluster.node_ids)
+    assert [v["numRecordsOut"] for v in result["vertices"]] == [3, 18, 0]
+
+    # -- a failing job: exit code 1 and the cause ----------------------------------------------------
+    failing = tmp_path / "failing_job.py"
+    failing.write_text(FAILING_JOB)
+    proc = raylink("submit", "--address", cluster.dashboard, str(failing))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    fail_id = submitted_id(proc.stderr)
+    assert proc.stderr.splitlines()[-1] == (
+        f"raylink: job {fail_id} FAILED (exit code 1): job 'failing' FAILED: Operator 'Map' in task "
+        "'Source: Collection Source -> Map -> Sink: Print to Std. Out (1/1)' failed: ValueError: bad record 3")
+    status = raylink("status", "--address", cluster.dashboard, fail_id)
+    assert status.returncode == 0 and "Status:     FAILED" in status.stdout.splitlines()
+    assert "Exit code:  1" in status.stdout.splitlines()
+
+    # -- an unbounded job: submitted without waiting, running, then cancelled --------------------------
+    proc = raylink("submit", "--no-wait", "--address", cluster.dashboard, "--conf", "raylink.progress.interval=500",
+                   str(UNBOUNDED), "--rate", "100")
+    assert proc.returncode == 0, proc.stderr
+    endless_id = proc.stdout.strip()
+    assert proc.stdout == endless_id + "\n" and endless_id.startswith("raylink-unbounded_word_count-")
+    deadline = time.monotonic() + 90
+    # running when a progress block shows the source's output growing
+    while not re.search(r"^raylink\| Endless Lines\s+2\s+0\s+[1-9]\d*\s", job_logs(cluster, endless_id), re.M):
+        info = requests.get(f"{cluster.dashboard}/api/jobs/{endless_id}", headers=auth_headers(), timeout=10).json()
+        assert info["status"] in ("PENDING", "RUNNING"), info
+        assert time.monotonic() < deadline, job_logs(cluster, endless_id)
+        time.sleep(0.5)  # polling the job API with a deadline
+    status = raylink("status", "--address", cluster.dashboard, endless_id)
+    assert "Status:     RUNNING" in status.stdout.splitlines(), status.stdout
+    assert "Progress:" in status.stdout.splitlines()
+    assert alive_task_executors(cluster) == 2
+    cancel = raylink("cancel", "--address", cluster.dashboard, endless_id)
+    assert cancel.returncode == 0, cancel.stderr
+    assert cancel.stderr == f"raylink: job {endless_id} STOPPED\n"
+    again = raylink("cancel", "--address", cluster.dashboard, endless_id)
+    assert (again.returncode, again.stderr) == (0, f"raylink: job {endless_id} already STOPPED; nothing to cancel\n")
+    assert "raylink: cancelling job 'unbounded word count'" in job_logs(cluster, endless_id)
+    deadline = time.monotonic() + 30
+    while alive_task_executors(cluster) != 0:  # the TaskExecutors are released
+        assert time.monotonic() < deadline, "TaskExecutors still alive after cancel"
+        time.sleep(0.5)
+
+    # -- the cluster is clean afterwards -------------------------------------------------------------
+    cluster.stop()
+    deadline = time.monotonic() + 30
+    while cluster.processes():
+        assert time.monotonic() < deadline, [p.info for p in cluster.processes()]
+        time.sleep(0.5)
+    shutil.rmtree(cluster.temp_dir)
+    assert not os.path.exists(cluster.temp_dir)
+    gone = raylink("list", "--address", cluster.dashboard)
+    assert gone.returncode == 3
+    assert gone.stderr == f"raylink: cannot reach the Ray dashboard at {cluster.dashboard[len('http://'):]}: " \
+                          f"Connection refused\n"
