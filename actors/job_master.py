@@ -16,6 +16,8 @@ import time
 import uuid
 from typing import Any, Optional
 
+import cloudpickle
+
 from raylink.actors.job_result import (
     COLLECT_PREFIX,
     CloseableIterator,
@@ -94,6 +96,8 @@ class JobMasterBase:
             self.collected.put(event["records"])
             return
         attempt_id = event["attempt_id"]
+        if isinstance(event.get("error"), bytes):
+            event["error"] = cloudpickle.loads(event["error"])
         cancel = False
         with self._lock:
             if attempt_id in self._reports:

@@ -19,6 +19,7 @@ from typing import Callable, Optional
 
 IDLE = "idle"
 BACK_PRESSURE = "backpressure"
+SOURCE_THREAD = "source"  # a legacy source thread works while the mailbox thread waits: not idle
 
 
 class MailboxClosedError(RuntimeError):
@@ -94,6 +95,7 @@ class MailboxProcessor:
         self._waiting_since = 0  # while blocked: when the wait began (counted live)
         self._waiting_kind = IDLE
         self._samples: list = []  # (time, idle, back pressured) for per-second rates
+        self.lock = None  # the checkpoint lock mails run under, while a legacy source thread runs
 
     # -- control (task thread) ---------------------------------------------------------
     def suspend_default_action(self, kind: str = IDLE) -> Suspension:
@@ -123,7 +125,7 @@ class MailboxProcessor:
                 while mailbox._queue and self._running:
                     mail = mailbox.try_take()
                     if mail is not None:
-                        mail()
+                        self._run_mail(mail)
                 if not self._running:
                     break
                 suspension = self._suspension
@@ -138,12 +140,20 @@ class MailboxProcessor:
                 waited = time.perf_counter_ns() - start
                 if suspension.kind == BACK_PRESSURE:
                     self.back_pressured_ns += waited
-                else:
+                elif suspension.kind == IDLE:
                     self.idle_ns += waited
                 if mail is not None:
-                    mail()
+                    self._run_mail(mail)
         finally:
             self.ended_ns = time.perf_counter_ns()
+
+    def _run_mail(self, mail: Callable[[], None]) -> None:
+        lock = self.lock
+        if lock is None:
+            mail()
+        else:
+            with lock:
+                mail()
 
     def time_metrics(self) -> dict:
         """busy / idle / back-pressured time in ms per second, over about the last second
@@ -154,7 +164,7 @@ class MailboxProcessor:
         if since and not self.ended_ns:  # blocked right now: count the wait so far
             if self._waiting_kind == BACK_PRESSURE:
                 back += now - since
-            else:
+            elif self._waiting_kind == IDLE:
                 idle += now - since
         sample = (now, idle, back)
         samples = self._samples

@@ -16,7 +16,7 @@ import time
 from concurrent.futures import Future
 from typing import Any, Callable, Optional
 
-from raylink.actors.mailbox import BACK_PRESSURE, IDLE, MailboxProcessor
+from raylink.actors.mailbox import BACK_PRESSURE, IDLE, SOURCE_THREAD, MailboxProcessor
 from raylink.actors.operator_chain import OperatorChain, exception_with_operator
 from raylink.graph.job_graph import JobVertex
 from raylink.operators.processing_time import SystemProcessingTimeService
@@ -27,10 +27,6 @@ SOURCE_BATCH_SIZE = 1024  # records per source step at most
 SOURCE_BATCH_BUFFERS = 2  # ... and about this many output buffers' worth
 
 CREATED, RUNNING, FINISHED, CANCELED, FAILED = "CREATED", "RUNNING", "FINISHED", "CANCELED", "FAILED"
-
-
-def _noop() -> None:
-    return None
 
 
 class CancelTaskException(Exception):
@@ -89,6 +85,10 @@ class StreamTask:
         self._next_input = 0
         self._canceled = False
         self._ended = False
+        # legacy SourceFunction mode: run() on its own thread, chain calls under this lock
+        self._legacy_lock: Optional[threading.RLock] = None
+        self._source_thread: Optional[threading.Thread] = None
+        self._source_wakeup: Optional[threading.Event] = None
         self._thread: Optional[threading.Thread] = None
         self._time_service: Optional[SystemProcessingTimeService] = None
         self._flushers: list = []
@@ -108,6 +108,9 @@ class StreamTask:
         if self.done.is_set() or self._canceled:
             return
         self._canceled = True
+        wakeup = self._source_wakeup
+        if wakeup is not None:
+            wakeup.set()
         chain = self.chain
         if chain is not None and self.job_vertex.invokable == "SourceStreamTask":
             cancel = getattr(chain.head, "cancel", None)
@@ -152,14 +155,15 @@ class StreamTask:
             head = self.chain.head
             self._bind_head(head)
             self.chain.open()
-            request_flush = getattr(head, "request_flush", None) if jv.invokable == "SourceStreamTask" else None
-            if any(w.flush_always for w in self.writers) and request_flush is not None:
+            if jv.invokable == "SourceStreamTask" and getattr(head, "runs_source_function", False):
+                self._start_legacy_mode(head)
+            if self._legacy_lock is not None and any(w.flush_always for w in self.writers):
                 self._source_batch = 1  # buffer timeout 0: every record leaves at once
             for writer in self.writers:
                 schedule = mp.mailbox.put
-                if request_flush is not None:  # an inline SourceFunction holds a partial batch
-                    def schedule(action, _put=mp.mailbox.put, _flush=request_flush):
-                        _flush()
+                if self._legacy_lock is not None:  # the source thread may hold a partial batch
+                    def schedule(action, _put=mp.mailbox.put, _flush=head.flush_pending):
+                        _put(_flush)
                         _put(action)
                 flusher = writer.start_output_flusher(schedule)
                 if flusher is not None:
@@ -187,9 +191,6 @@ class StreamTask:
         invokable = self.job_vertex.invokable
         if invokable == "SourceStreamTask":
             self._source = head
-            on_flush = getattr(head, "on_batch_flushed", "absent")
-            if on_flush != "absent":
-                head.on_batch_flushed = self._yield_inside_source
         elif invokable == "TwoInputStreamTask":
             self._batch = (head.process_batch1, head.process_batch2)
             self._element = (head.process_element1, head.process_element2)
@@ -225,6 +226,12 @@ class StreamTask:
 
     def _cleanup_after_failure(self) -> None:
         self._stop_timers()
+        if self._source_thread is not None and self._source_thread is not threading.current_thread():
+            if self.chain is not None:
+                cancel = getattr(self.chain.head, "cancel", None)
+                if cancel is not None:
+                    cancel()
+            self._source_thread.join(5)
         if self.chain is not None:
             self.chain.close_quietly()
         for writer in self.writers:
@@ -240,7 +247,47 @@ class StreamTask:
                 return writer.get_available_future()
         return None
 
+    # -- legacy SourceFunction thread (Flink's LegacySourceFunctionThread) ---------------------------------
+    def _start_legacy_mode(self, head: Any) -> None:
+        lock = self._legacy_lock = threading.RLock()
+        head.checkpoint_lock = lock
+        head.on_batch_flushed = self._wait_for_output_in_source_thread
+        self.mailbox_processor.lock = lock
+
+    def _legacy_source_main(self) -> None:
+        put = self.mailbox_processor.mailbox.put
+        try:
+            self._source.emit_next(self._source_batch)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the task thread
+            def fail(exc=exc):
+                raise exc
+
+            put(fail)
+            return
+        put(lambda: self._end_of_input(self.mailbox_processor))
+
+    def _wait_for_output_in_source_thread(self) -> None:
+        """Source thread: wait (outside the lock) while every output buffer is taken."""
+        mp = self.mailbox_processor
+        blocked = self._unavailable_output()
+        while blocked is not None and not self._canceled:
+            wakeup = self._source_wakeup = threading.Event()
+            blocked.add_done_callback(lambda _f: wakeup.set())
+            start = time.perf_counter_ns()
+            wakeup.wait()
+            mp.back_pressured_ns += time.perf_counter_ns() - start
+            blocked = self._unavailable_output()
+
     def _default_action(self, mp: MailboxProcessor) -> None:
+        if self._legacy_lock is not None:
+            if self._source_thread is None:
+                self._source_thread = threading.Thread(
+                    target=self._legacy_source_main, name=f"Legacy Source Thread - {self.name}", daemon=True
+                )
+                self._source_thread.start()
+            # the source thread feeds the chain; this thread only runs mails until it ends
+            mp.suspend_default_action(SOURCE_THREAD)
+            return
         blocked = self._unavailable_output()
         if blocked is not None:
             blocked.add_done_callback(mp.suspend_default_action(BACK_PRESSURE).resume)
@@ -314,29 +361,6 @@ class StreamTask:
         for writer in self.writers:
             writer.finish()
         mp.all_actions_completed()
-
-    def _yield_inside_source(self) -> None:
-        """Called by an inline SourceFunction between batches: run mails, honour back pressure."""
-        mp = self.mailbox_processor
-        mailbox = mp.mailbox
-        while mailbox.has_mail():
-            mail = mailbox.try_take()
-            if mail is not None:
-                mail()
-        blocked = self._unavailable_output()
-        while blocked is not None and not self._canceled:
-            # sleep until a buffer comes back or a mail arrives (no polling)
-            blocked.add_done_callback(lambda _f: mailbox.put(_noop))
-            start = time.perf_counter_ns()
-            mail = mailbox.take()
-            mp.back_pressured_ns += time.perf_counter_ns() - start
-            if mail is not None:
-                mail()
-            while mailbox.has_mail():
-                mail = mailbox.try_take()
-                if mail is not None:
-                    mail()
-            blocked = self._unavailable_output()
 
     # -- metrics -------------------------------------------------------------------------------
     def metrics(self) -> dict:

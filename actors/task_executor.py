@@ -11,9 +11,10 @@ long-polls them with ``next_events``.
 
 from __future__ import annotations
 
-import pickle
 import threading
 from typing import Any, Optional
+
+import cloudpickle
 
 from raylink.actors.deployment import TaskDeploymentDescriptor
 from raylink.actors.job_result import COLLECT_PREFIX
@@ -50,15 +51,19 @@ class NetworkSettings:
         )
 
 
-def portable_error(error: Optional[BaseException]) -> Optional[BaseException]:
-    """The error itself if it pickles, else a RuntimeError with its text (crosses Ray safely)."""
+def portable_error(error: Optional[BaseException]) -> Optional[bytes]:
+    """The error as cloudpickle bytes (the same pickler that shipped the user's code, so the
+    driver gets back its own exception classes), or a RuntimeError with its text."""
     if error is None:
         return None
     try:
-        pickle.loads(pickle.dumps(error))
-        return error
-    except Exception:
-        return RuntimeError(f"{type(error).__name__}: {error}")
+        data = cloudpickle.dumps(error)
+        cloudpickle.loads(data)
+        return data
+    except Exception as exc:
+        return cloudpickle.dumps(
+            RuntimeError(f"{type(error).__name__}: {error} (the error itself could not be shipped: {exc!r})")
+        )
 
 
 class TaskExecutor:

@@ -166,21 +166,91 @@ class _SourceContext(SourceContext):
         """Idleness is not propagated (watermarks of idle sources are not tracked)."""
 
     def flush(self) -> None:
+        if self._hand_over():
+            hook = self._operator.on_batch_flushed
+            if hook is not None:
+                hook()
+
+    def _hand_over(self) -> bool:
+        """Give the collected records to the chain; True if there were any."""
         self.flush_requested = False
         buffer = self._buffer
         if not buffer:
-            return
+            return False
         self._buffer = []
         operator = self._operator
         if operator.cancelled:
-            return
+            return False
         rc = self._record_context
         rc.timestamp = self._timestamp
         operator._collect_batch(buffer)
         rc.timestamp = None
-        hook = operator.on_batch_flushed
-        if hook is not None:
-            hook()
+        return True
+
+
+class _LockingSourceContext(_SourceContext):
+    """For ``run`` on its own thread (Flink's LegacySourceFunctionThread): every call into
+    the chain holds the task's checkpoint lock, which the mailbox thread also takes for
+    its mails, so a partial batch can be handed over from the task thread at any time.
+    ``on_batch_flushed`` runs after the lock is released (it may wait for buffers)."""
+
+    def __init__(self, operator: "SourceFunctionOperator", batch_size: int, lock: Any) -> None:
+        super().__init__(operator, batch_size)
+        self._lock = lock
+        self._handed = False
+
+    def _hand_over(self) -> bool:
+        handed = _SourceContext._hand_over(self)
+        if handed:
+            self._handed = True
+        return handed
+
+    def _after(self) -> None:
+        if self._handed:
+            self._handed = False
+            hook = self._operator.on_batch_flushed
+            if hook is not None:
+                hook()
+
+    def collect(self, value: Any) -> None:
+        with self._lock:
+            buffer = self._buffer
+            if self._timestamp is not None:
+                self._hand_over()
+                self._timestamp = None
+                buffer = self._buffer
+            buffer.append(value)
+            if len(buffer) >= self._batch_size or self.flush_requested:
+                self._hand_over()
+        if self._handed:
+            self._after()
+
+    def collect_with_timestamp(self, value: Any, timestamp: int) -> None:
+        with self._lock:
+            if timestamp != self._timestamp:
+                self._hand_over()
+                self._timestamp = timestamp
+            buffer = self._buffer
+            buffer.append(value)
+            if len(buffer) >= self._batch_size or self.flush_requested:
+                self._hand_over()
+        self._after()
+
+    def emit_watermark(self, watermark: Any) -> None:
+        with self._lock:
+            _SourceContext.emit_watermark(self, watermark)
+        self._after()
+
+    def flush(self) -> None:
+        with self._lock:
+            self._hand_over()
+        self._after()
+
+    def flush_pending(self) -> None:
+        """Task thread (holding the lock): hand over what ``run`` collected so far."""
+        with self._lock:
+            self._hand_over()
+            self._handed = False  # nothing for the source thread to wait on
 
 
 class SourceFunctionOperator(SourceOperator):
@@ -190,6 +260,8 @@ class SourceFunctionOperator(SourceOperator):
     def __init__(self, function: Any, name: str = "", operator_id: str = "") -> None:
         super().__init__(function, name, operator_id)
         self.on_batch_flushed: Optional[Callable[[], None]] = None
+        # set by the task to run ``run`` on its own thread under this (re-entrant) lock
+        self.checkpoint_lock: Any = None
         self._context: Optional[_SourceContext] = None
         self._iterator: Any = None
         self._run: Optional[Callable[[Any], Any]] = None
@@ -215,10 +287,18 @@ class SourceFunctionOperator(SourceOperator):
         if self.finished or self.cancelled:
             return False
         if self._run is not None:
-            ctx = self._context = _SourceContext(self, max_records)
-            self._run(ctx)
-            ctx.flush()
-            self._finish()
+            lock = self.checkpoint_lock
+            if lock is None:
+                ctx = self._context = _SourceContext(self, max_records)
+                self._run(ctx)
+                ctx.flush()
+                self._finish()
+            else:
+                ctx = self._context = _LockingSourceContext(self, max_records, lock)
+                self._run(ctx)
+                with lock:
+                    ctx._hand_over()
+                    self._finish()
             return False
         batch = list(islice(self._iterator, max_records))
         if batch:
@@ -229,11 +309,22 @@ class SourceFunctionOperator(SourceOperator):
             return False
         return True
 
+    @property
+    def runs_source_function(self) -> bool:
+        """True when this source runs a ``SourceFunction.run(ctx)`` loop (after ``open``)."""
+        return self._run is not None
+
     def request_flush(self) -> None:
         """Any thread: hand the records collected so far over at the next ``collect``."""
         ctx = self._context
         if ctx is not None:
             ctx.flush_requested = True
+
+    def flush_pending(self) -> None:
+        """Task thread, legacy-thread mode: hand over a partial batch now."""
+        ctx = self._context
+        if isinstance(ctx, _LockingSourceContext):
+            ctx.flush_pending()
 
     def cancel(self) -> None:
         self.cancelled = True

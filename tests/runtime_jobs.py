@@ -24,7 +24,7 @@ from raylink.api import Configuration, StreamExecutionEnvironment
 from raylink.api.functions import MapFunction, SourceFunction
 
 #: the executors the end-to-end tests run on (add "ray" here)
-TARGETS = ["local"]
+TARGETS = ["local", "ray"]
 
 #: thread name prefixes of the runtime (task threads, output flushers)
 RUNTIME_THREAD_PREFIXES = ("task ", "OutputFlusher")

@@ -28,10 +28,9 @@ for _pickler in (cloudpickle, ray.cloudpickle):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def ray_runtime():
+def ray_runtime(ray_session):
     ensure_ray()
     yield
-    # the session's Ray is shut down by the interpreter's atexit hook (or conftest)
 
 
 def ray_env(parallelism: int) -> StreamExecutionEnvironment:
@@ -40,14 +39,16 @@ def ray_env(parallelism: int) -> StreamExecutionEnvironment:
     return env
 
 
-def alive_task_executors() -> int:
-    from ray.util.state import list_actors
-
-    return sum(
-        1
-        for a in list_actors(filters=[("state", "=", "ALIVE")], limit=1000)
-        if a.class_name == "TaskExecutorActor"
-    )
+def alive_task_executors(client) -> int:
+    """How many of the job's TaskExecutor actors still answer a call."""
+    alive = 0
+    for handle in client.handles.values():
+        try:
+            ray.get(handle.location.remote(), timeout=10)
+            alive += 1
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            pass
+    return alive
 
 
 LINES = [f"w{i % 7} w{i % 3} w{i % 11} w{i % 5}" for i in range(400)]
@@ -78,7 +79,7 @@ def test_word_count_over_several_task_executors(parallelism):
     assert len(executors) == parallelism
     if parallelism > 1:  # the keyed exchange crossed actors through remote channels
         assert sum(s["remoteBuffersSent"] for s in result.executor_stats) > 0
-    assert alive_task_executors() == 0
+    assert alive_task_executors(it.job_client) == 0
 
 
 def test_chain_union_side_output_and_rebalance_on_ray():
@@ -155,7 +156,7 @@ def test_cancel_stops_an_unbounded_job_within_5s():
     assert client.wait(5.0), "job did not stop within 5 s"
     assert time.monotonic() - started < 5.0
     assert client.get_job_status() == "CANCELED"
-    assert alive_task_executors() == 0
+    assert alive_task_executors(client) == 0
 
 
 def test_killed_task_executor_fails_the_job_naming_the_lost_task():
@@ -174,7 +175,7 @@ def test_killed_task_executor_fails_the_job_naming_the_lost_task():
         client.get_job_execution_result(timeout=1)
     message = str(info.value)
     assert victim in message and lost_tasks[0] in message
-    assert alive_task_executors() == 0
+    assert alive_task_executors(client) == 0
 
 
 def test_user_exception_on_ray_names_the_operator():
@@ -186,11 +187,13 @@ def test_user_exception_on_ray_names_the_operator():
         return x
 
     env.from_sequence(1, 200).rebalance().map(explode).name("exploding map").add_sink(lambda v: None)
+    client = env.execute_async("explodes")
     with pytest.raises(JobExecutionException) as info:
-        env.execute("explodes")
+        client.get_job_execution_result(timeout=60)
     assert "exploding map" in str(info.value)
     assert "KeyError" in str(info.value)
-    assert alive_task_executors() == 0
+    assert isinstance(info.value.__cause__.__cause__, KeyError)  # the cause survived the actor boundary
+    assert alive_task_executors(client) == 0
 
 
 TWO_NODE_SCRIPT = textwrap.dedent(
@@ -250,4 +253,4 @@ def test_execute_and_collect_streams_records_of_an_unbounded_job():
     assert all(x % 2 == 0 for x in got)
     assert results.job_client.wait(10), "the job was not cancelled after the limit"
     assert results.job_client.get_job_status() == "CANCELED"
-    assert alive_task_executors() == 0
+    assert alive_task_executors(results.job_client) == 0

@@ -28,6 +28,8 @@ SMALL_BUFFERS = {"taskmanager.memory.segment-size": 1024, "taskmanager.network.n
 
 @pytest.fixture(params=TARGETS)
 def target(request):
+    if request.param == "ray":
+        request.getfixturevalue("ray_session")
     return request.param
 
 

@@ -20,6 +20,8 @@ pytestmark = pytest.mark.timeout(60)
 
 @pytest.fixture(params=TARGETS)
 def target(request):
+    if request.param == "ray":
+        request.getfixturevalue("ray_session")
     return request.param
 
 
@@ -166,14 +168,6 @@ def test_buffer_timeout_zero_delivers_a_source_record_before_the_source_goes_on(
     assert run_one_then_wait(target, 0) == DELIVERED
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a SourceFunction record that is followed by no further collect() is never flushed "
-    "while run() is busy/blocked: operators/sources.py _SourceContext only hands its partial batch to "
-    "the RecordWriter on the next collect() (request_flush just sets flush_requested), and the "
-    "OutputFlusher's flush_all is a mail the source task only runs between batches "
-    "(StreamTask._yield_inside_source); Flink flushes within the buffer timeout regardless",
-)
 def test_buffer_timeout_100_delivers_a_waiting_source_record_within_the_timeout(target):
     assert run_one_then_wait(target, 100) == DELIVERED
 

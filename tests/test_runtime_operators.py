@@ -22,6 +22,8 @@ pytestmark = pytest.mark.timeout(60)
 
 @pytest.fixture(params=TARGETS)
 def target(request):
+    if request.param == "ray":
+        request.getfixturevalue("ray_session")
     return request.param
 
 
