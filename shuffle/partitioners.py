@@ -186,6 +186,9 @@ class BroadcastPartitioner(StreamPartitioner):
         return list(range(self.num_channels))
 
 
+_CHANNEL_CACHE_SIZE = 1 << 16
+
+
 def _as_key_selector(key_selector: Any) -> Callable[[Any], Any]:
     if key_selector is None:
         raise ValueError("a key selector is required")
@@ -227,6 +230,9 @@ class KeyGroupStreamPartitioner(StreamPartitioner):
             raise ValueError(f"max parallelism must be in [1, {UPPER_BOUND_MAX_PARALLELISM}], got {max_parallelism}")
         self.max_parallelism = max_parallelism
         self._table: List[int] = []
+        # key -> channel for keys seen recently: most streams repeat their keys, and a dict
+        # lookup is several times cheaper than two murmur hashes (bounded, cleared when full)
+        self._channel_of: dict = {}
 
     def setup(self, num_channels: int) -> None:
         super().setup(num_channels)
@@ -245,7 +251,23 @@ class KeyGroupStreamPartitioner(StreamPartitioner):
 
     def select_channels(self, values: List[Any]) -> List[int]:
         keys = _extract_keys(self.key_selector, values)
-        return assign_keys_to_operators(keys, self.max_parallelism, self.num_channels, self._table)
+        cache = self._channel_of
+        try:
+            channels = list(map(cache.get, keys))
+        except TypeError:  # unhashable keys: no cache
+            return assign_keys_to_operators(keys, self.max_parallelism, self.num_channels, self._table)
+        if None not in channels:
+            return channels
+        missing = [i for i, c in enumerate(channels) if c is None]
+        computed = assign_keys_to_operators(
+            [keys[i] for i in missing], self.max_parallelism, self.num_channels, self._table
+        )
+        if len(cache) + len(missing) > _CHANNEL_CACHE_SIZE:
+            cache.clear()
+        for i, channel in zip(missing, computed):
+            channels[i] = channel
+            cache[keys[i]] = channel
+        return channels
 
     def __repr__(self) -> str:
         return f"KeyGroupStreamPartitioner(max_parallelism={self.max_parallelism})"
