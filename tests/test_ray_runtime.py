@@ -216,12 +216,46 @@ TWO_NODE_SCRIPT = textwrap.dedent(
         for w in words:
             seen[w] += 1; expected.append((w, seen[w]))
         res = it.job_execution_result
-        print(json.dumps({
+        report = {
             "ok": got == sorted(expected),
             "nodes": sorted({loc["node_id"] for loc in res.locations.values()}),
             "cluster_nodes": len([n for n in ray.nodes() if n["Alive"]]),
             "remote": sum(s["remoteBuffersSent"] for s in res.executor_stats),
-        }))
+        }
+        # losing a node fails a running job within seconds, naming the tasks it hosted
+        from raylink.api.functions import SourceFunction
+
+        class Endless(SourceFunction):
+            def __init__(self):
+                self.running = True
+            def run(self, ctx):
+                i = 0
+                while self.running:
+                    ctx.collect(i)
+                    i += 1
+            def cancel(self):
+                self.running = False
+
+        env = StreamExecutionEnvironment.get_execution_environment()
+        env.set_parallelism(2)
+        env.add_source(Endless()).rebalance().map(lambda x: x).add_sink(lambda v: None)
+        client = env.execute_async("node loss")
+        worker = cluster.list_all_nodes()[1]
+        worker_id = worker.node_id
+        on_worker = [e for e, loc in client.locations.items() if loc["node_id"] == worker_id]
+        cluster.remove_node(worker)
+        import time
+        t0 = time.monotonic()
+        report["failed_in_time"] = client.wait(10.0)
+        report["fail_seconds"] = time.monotonic() - t0
+        report["status"] = client.get_job_status()
+        try:
+            client.get_job_execution_result(timeout=1)
+            report["error"] = ""
+        except Exception as exc:
+            report["error"] = str(exc)
+        report["lost_executor_named"] = bool(on_worker) and any(e in report["error"] for e in on_worker)
+        print(json.dumps(report))
     finally:
         ray.shutdown()
         cluster.shutdown()
@@ -229,7 +263,7 @@ TWO_NODE_SCRIPT = textwrap.dedent(
 )
 
 
-def test_two_node_cluster_runs_subtasks_on_both_nodes(tmp_path):
+def test_two_node_cluster_runs_subtasks_on_both_nodes_and_fails_on_node_loss(tmp_path):
     script = tmp_path / "two_nodes.py"
     script.write_text(TWO_NODE_SCRIPT)
     env = dict(os.environ)
@@ -241,6 +275,8 @@ def test_two_node_cluster_runs_subtasks_on_both_nodes(tmp_path):
     assert report["cluster_nodes"] == 2
     assert len(report["nodes"]) == 2, report
     assert report["remote"] > 0
+    assert report["failed_in_time"] and report["status"] == "FAILED", report
+    assert report["lost_executor_named"], report
 
 
 def test_execute_and_collect_streams_records_of_an_unbounded_job():
