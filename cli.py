@@ -95,6 +95,28 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _demo_module():
+    """``examples/clicks_demo.py`` of this checkout (examples/ is not a package)."""
+    import importlib.util
+
+    name = "raylink_examples_clicks_demo"
+    if name in sys.modules:
+        return sys.modules[name]
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "examples", "clicks_demo.py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    if getattr(args, "args", None):
+        raise SystemExit(f"raylink demo: unexpected arguments {args.args}")
+    _demo_module().run(args.rows, args.users, args.parallelism, args.warehouse)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raylink", description="Flink's streaming runtime on Ray.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -103,6 +125,19 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("args", nargs="*", help="arguments passed to the job")
     plan.add_argument("--format", choices=("text", "json", "dot"), default="text")
     plan.set_defaults(func=_cmd_plan)
+    demo = sub.add_parser("demo", help="the clicks demo: Spark table -> raylink job on Ray -> Spark tables "
+                                       "(starts local Ray and Spark-on-Ray itself)")
+    demo.add_argument("--rows", type=int, default=100_000, help="click events in the day (default 100000)")
+    demo.add_argument("--users", type=int, default=5_000, help="distinct users (default 5000)")
+    demo.add_argument("--parallelism", type=int, default=2, help="job parallelism (default 2)")
+    demo.add_argument("--warehouse", default="warehouse", help="Spark warehouse folder (default ./warehouse)")
+    demo.set_defaults(func=_cmd_demo)
+    from raylink.cli_commands import register_commands  # run, submit, list, status, logs, cancel
+
+    register_commands(parser, sub)
+    from raylink.loadtest import register_cli as register_loadtest  # raylink loadtest SCENARIO
+
+    register_loadtest(sub)
     return parser
 
 

@@ -43,6 +43,12 @@ class JobExecutionResult:
     def get_accumulator_result(self, name: str) -> Any:
         return self.accumulators.get(name)
 
+    def get_spark_dataframe(self, sink: Any = None) -> Any:
+        """The Spark DataFrame a result-mode ``sink_to_spark`` sink produced (see connectors.spark)."""
+        from raylink.connectors.spark.sink import get_spark_dataframe
+
+        return get_spark_dataframe(self, sink)
+
     def vertex_metrics(self) -> dict:
         """Per JobVertex: summed counts, max busy/back-pressured time, back-pressure status."""
         from raylink.actors.metrics import aggregate_by_vertex

@@ -27,6 +27,21 @@ from raylink.shuffle.record_writer import RecordWriter
 from raylink.shuffle.result_partition import ResultPartition
 
 
+def process_memory() -> dict:
+    """This process's resident set now and at its peak, in bytes (Linux; peak only elsewhere)."""
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    out = {"peakRssBytes": peak if sys.platform == "darwin" else peak * 1024}
+    try:
+        with open("/proc/self/statm") as f:
+            out["rssBytes"] = int(f.read().split()[1]) * resource.getpagesize()
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
 class NetworkSettings:
     """Flink's network options, read from a ``Configuration`` or a plain dict."""
 
@@ -221,6 +236,11 @@ class TaskExecutor:
             metrics["creditPerChannel"] = channels[0].initial_credit + (pool.max_buffers or 0 if pool else 0)
             floating = [c.floating_pool for c in channels if c.floating_pool is not None]
             metrics["inPoolUsage"] = max((p.usage() for p in floating), default=0.0)
+        chain = getattr(task, "chain", None)
+        if chain is not None and getattr(chain, "operators", None):  # Flink's current input/output watermark
+            metrics["currentInputWatermark"] = chain.head.current_watermark
+            metrics["currentOutputWatermark"] = chain.operators[-1].current_watermark
+        metrics.update(process_memory())
         return metrics
 
     def metrics(self) -> list[dict]:
@@ -228,7 +248,7 @@ class TaskExecutor:
 
     def stats(self) -> dict:
         out = {"executor": self.executor_id, "tasks": len(self.tasks),
-               "networkPoolUsage": self.network_pool.usage()}
+               "networkPoolUsage": self.network_pool.usage(), **process_memory()}
         if self.transport is not None:
             out.update(self.transport.stats())
         return out

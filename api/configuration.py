@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 from typing import Any, Optional
 
 # Flink's option keys and defaults that raylink honours.
@@ -18,7 +20,17 @@ DEFAULTS: dict[str, Any] = {
     "taskmanager.network.numberOfBuffers": 2048,
     "taskmanager.network.memory.buffers-per-channel": 2,
     "taskmanager.network.memory.floating-buffers-per-gate": 8,
+    # resources per TaskExecutor actor, passed to Ray (0 memory: no reservation)
+    "taskmanager.cpu.cores": 0.01,
+    "taskmanager.memory.process.size": 0,
+    # `raylink run`: auto | tty | log | off, refreshed every interval ms
+    "raylink.progress": "auto",
+    "raylink.progress.interval": 1000,
 }
+
+# A JSON object of configuration keys for every environment created in this
+# process (the CLI sets it); explicit settings win over it.
+CONF_ENV_VAR = "RAYLINK_CONF"
 
 
 _UNSET = object()
@@ -91,6 +103,21 @@ class Configuration:
     def add_all(self, other: "Configuration") -> "Configuration":
         self._data.update(other._data)
         return self
+
+    @staticmethod
+    def from_environment() -> "Configuration":
+        """The configuration in ``RAYLINK_CONF`` (JSON object), empty when unset."""
+        conf = Configuration()
+        text = os.environ.get(CONF_ENV_VAR)
+        if text:
+            try:
+                data = json.loads(text)
+            except ValueError:
+                raise ValueError(f"{CONF_ENV_VAR} is not valid JSON: {text[:80]!r}") from None
+            if not isinstance(data, dict):
+                raise ValueError(f"{CONF_ENV_VAR} must be a JSON object, got {type(data).__name__}")
+            conf._data.update(data)
+        return conf
 
     def __repr__(self) -> str:
         return f"Configuration({self._data!r})"

@@ -266,6 +266,23 @@ class DataStream(_Configurable):
         check_function(sink, "invoke", "Sink", "sink")
         return self._sink("sink", "Unnamed", sink)
 
+    def sink_to_spark(self, path: Optional[str] = None, table: Optional[str] = None, schema: Any = None,
+                      mode: str = "append", format: Optional[str] = None, partition_by: Any = None,
+                      flush_interval: Optional[float] = None, options: Optional[dict] = None,
+                      name: str = "Spark Sink", **kwargs: Any) -> "DataStreamSink":
+        """Write the stream to Spark (RayDP). Without ``path``/``table`` the records come back
+        as one Spark DataFrame: ``raylink.connectors.spark.get_spark_dataframe(result)``;
+        with one, a Spark write (``mode``, ``format``, ``partition_by``) when the input ends,
+        or one append every ``flush_interval`` seconds. ``schema``: a Spark DDL string or
+        ``StructType``, else the stream's type. See :mod:`raylink.connectors.spark.sink`."""
+        from raylink.connectors.spark.sink import SparkSink
+
+        sink = SparkSink(path=path, table=table, schema=schema, mode=mode, format=format,
+                         partition_by=partition_by, options=options, flush_interval=flush_interval,
+                         name=name, stream_type=self._transformation.output_type,
+                         configuration=self._env.configuration, **kwargs)
+        return self.sink_to(sink)
+
     def print(self, sink_identifier: Optional[str] = None) -> "DataStreamSink":
         return self._sink("print", "Print to Std. Out", None, prefix=sink_identifier)
 

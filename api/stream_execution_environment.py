@@ -37,7 +37,10 @@ class StreamExecutionEnvironment:
     """The context a streaming program runs in (PyFlink's ``StreamExecutionEnvironment``)."""
 
     def __init__(self, configuration: Optional[Configuration] = None) -> None:
-        self.configuration = Configuration(configuration)
+        # RAYLINK_CONF (set by the raylink CLI) under the explicit configuration
+        self.configuration = Configuration.from_environment()
+        if configuration is not None:
+            self.configuration.add_all(configuration)
         conf = self.configuration
         self._parallelism = conf.get_integer("parallelism.default")
         validate_parallelism(self._parallelism, "parallelism.default")
@@ -155,6 +158,41 @@ class StreamExecutionEnvironment:
             kind, function, params, non_parallel = hook()
             return self._source(kind, source_name, function, type_info, non_parallel=non_parallel, **params)
         return self.add_source(source, source_name, type_info)
+
+    def from_spark(self, df: Any, parallelism: Optional[int] = None, record_format: str = "tuple",
+                   timestamp_column: Optional[str] = None, watermark_delay_ms: Optional[int] = None,
+                   source_name: str = "Spark Source") -> DataStream:
+        """A bounded source over a Spark DataFrame (of a Spark-on-Ray session).
+
+        The DataFrame becomes Ray blocks through RayDP now; the source subtasks
+        (``min(blocks, parallelism)``, default the environment's parallelism) split the
+        blocks and emit rows as tuples (``record_format="tuple"``) or dicts (``"dict"``).
+        The stream's type carries the Spark schema. ``timestamp_column`` gives each
+        record its event timestamp; ``watermark_delay_ms`` adds bounded-out-of-orderness
+        watermarks. See :mod:`raylink.connectors.spark.source`.
+        """
+        from raylink.connectors.spark.source import SOURCE_KIND, prepare_spark_source
+
+        if parallelism is not None:
+            validate_parallelism(parallelism, "from_spark")
+        function, type_info = prepare_spark_source(df, record_format, timestamp_column, watermark_delay_ms)
+        stream = self._source(SOURCE_KIND, source_name, function, type_info)
+        stream._transformation.parallelism = max(1, min(function.num_blocks, parallelism or self._parallelism))
+        return stream
+
+    def from_spark_table(self, path_or_table: str, poll_interval: float = 1.0, schema: Any = None,
+                         record_format: str = "tuple", timestamp_column: Optional[str] = None,
+                         watermark_delay_ms: Optional[int] = None, start_from: str = "earliest",
+                         source_name: str = "Spark Table Source") -> DataStream:
+        """An unbounded source that keeps reading the Parquet files of a directory or Spark
+        table (a table name resolves to its location through Spark) as they appear,
+        polling every ``poll_interval`` seconds. See :mod:`raylink.connectors.spark.source`."""
+        from raylink.connectors.spark.source import SOURCE_KIND, prepare_table_source
+
+        function, type_info = prepare_table_source(path_or_table, schema, poll_interval, record_format,
+                                                   timestamp_column, watermark_delay_ms, start_from,
+                                                   self.configuration)
+        return self._source(SOURCE_KIND, source_name, function, type_info)
 
     # -- the graphs ---------------------------------------------------------------------
     def get_stream_graph(self, job_name: Optional[str] = None) -> StreamGraph:

@@ -11,6 +11,7 @@ from typing import Any, Callable, Dict
 
 from raylink.operators.basic import StreamFilter, StreamFlatMap, StreamMap
 from raylink.operators.base import StreamOperator
+from raylink.operators.connector import CONNECTOR_SINK, CONNECTOR_SOURCE, create_connector_operator
 from raylink.operators.co import CoProcessOperator, CoStreamFlatMap, CoStreamMap, KeyedCoProcessOperator
 from raylink.operators.process import KeyedProcessOperator, ProcessOperator
 from raylink.operators.reduce import StreamGroupedAggregateOperator, StreamGroupedReduceOperator
@@ -51,11 +52,13 @@ _BUILDERS: Dict[str, Callable[[Any], StreamOperator]] = {
     "sink": lambda s: StreamSink(s.function),
     "print": lambda s: PrintSinkOperator(_params(s).get("prefix"), bool(_params(s).get("stderr", False))),
     "collect": lambda s: CollectSinkOperator(_required(s, "collect_id")),
+    CONNECTOR_SOURCE: create_connector_operator,
+    CONNECTOR_SINK: create_connector_operator,
 }
 
 OPERATOR_KINDS = frozenset(_BUILDERS)
 
-_HEAD_KINDS = frozenset({"source_collection", "source_sequence", "source_function"})
+_HEAD_KINDS = frozenset({"source_collection", "source_sequence", "source_function", CONNECTOR_SOURCE})
 
 
 def chaining_strategy_for_kind(kind: str) -> str:

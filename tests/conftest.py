@@ -26,3 +26,24 @@ def pytest_collection_modifyitems(config, items):
         return 1 if ("ray" in name or "spark" in name or "multinode" in name) else 0
 
     items.sort(key=weight)
+
+
+@pytest.fixture(scope="session")
+def spark(ray_session, tmp_path_factory):
+    """One Spark-on-Ray session (RayDP) for the whole test session: 1 executor x 1 core,
+    1 GiB, its warehouse in a temporary folder; stopped at the end (``raydp.stop_spark()``,
+    before ``ray_session`` shuts Ray down)."""
+    import os
+    import sys
+
+    import raydp
+
+    from raylink.connectors.spark import get_spark, stop
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    warehouse = tmp_path_factory.mktemp("spark-warehouse")
+    session = get_spark(num_executors=1, executor_cores=1, executor_memory="1G",
+                        warehouse_dir=str(warehouse))
+    yield session
+    stop(shutdown_ray=False)  # the Spark bridge and the session raylink started
+    raydp.stop_spark()  # no-op when stop() already stopped it

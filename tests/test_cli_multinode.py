@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import random
+import secrets
 import re
 import shutil
 import socket
@@ -27,8 +28,6 @@ from pathlib import Path
 import psutil
 import pytest
 import requests
-
-from raylink.cli_commands.common import auth_headers
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -60,49 +59,70 @@ def expected_counts() -> Counter:
     return Counter(w for line in lines for w in line.split())
 
 
-def free_port() -> int:
+# Ports below the kernel's ephemeral range (32768+), so no outgoing connection grabs one between
+# picking it and Ray binding it, and above Ray's default worker ports (10002-19999) of other clusters.
+PORT_LOW, PORT_HIGH = 20000, 32000
+_TAKEN: set = set()
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        try:
+            s.bind(("0.0.0.0", port))
+            return True
+        except OSError:
+            return False
 
 
-def port_range(size: int = 40) -> tuple[int, int]:
-    """``size`` consecutive free ports (Ray workers of one node listen there)."""
-    for _ in range(200):
-        base = random.randrange(30000, 60000 - size)
-        ok = True
-        for port in range(base, base + size):
-            with socket.socket() as s:
-                try:
-                    s.bind(("0.0.0.0", port))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
+def port_range(size: int = 1) -> tuple[int, int]:
+    """``size`` consecutive free ports not handed out before in this session."""
+    for _ in range(500):
+        base = random.randrange(PORT_LOW, PORT_HIGH - size)
+        ports = range(base, base + size)
+        if not _TAKEN.intersection(ports) and all(_bindable(p) for p in ports):
+            _TAKEN.update(ports)
             return base, base + size - 1
     raise RuntimeError("no free port range")
 
 
+def free_port() -> int:
+    return port_range(1)[0]
+
+
 def node_ports() -> list[str]:
-    low, high = port_range()
+    low, high = port_range(40)
     return ["--node-manager-port", str(free_port()), "--object-manager-port", str(free_port()),
             "--dashboard-agent-listen-port", str(free_port()), "--dashboard-agent-grpc-port", str(free_port()),
             "--metrics-export-port", str(free_port()), "--runtime-env-agent-port", str(free_port()),
             "--min-worker-port", str(low), "--max-worker-port", str(high)]
 
 
+# The test cluster's own token for Ray's token authentication (not the machine's
+# ~/.ray/auth_token); the file lives in the cluster's temp dir, set by the fixture.
+TOKEN = {"file": ""}
+
+
 def clean_env() -> dict:
-    """A fresh shell's environment: the venv on PATH, no Ray or raylink settings."""
+    """A fresh shell's environment: the venv on PATH, the cluster's token file, no other Ray settings."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("RAY_", "RAYLINK_")) and k not in ("PYTHONPATH",)}
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["RAY_AUTH_TOKEN_PATH"] = TOKEN["file"]
     return env
+
+
+def headers() -> dict:
+    token = Path(TOKEN["file"]).read_text().strip()
+    return {"Authorization": f"Bearer {token}"}
 
 
 class TwoNodeCluster:
     def __init__(self) -> None:
         # short: Ray's unix socket paths live under it (limit ~107 characters)
         self.temp_dir = tempfile.mkdtemp(prefix="rlcli", dir="/tmp")
+        TOKEN["file"] = os.path.join(self.temp_dir, "auth_token")
+        with open(TOKEN["file"], "w") as fh:
+            fh.write(secrets.token_hex(32))
         self.gcs_port = free_port()
         self.dashboard = f"http://127.0.0.1:{free_port()}"
         self.procs: list[subprocess.Popen] = []
@@ -111,14 +131,17 @@ class TwoNodeCluster:
     def _start(self, name: str, args: list[str]) -> None:
         env = clean_env()
         env["RAY_USAGE_STATS_ENABLED"] = "0"
+        env["RAY_AUTH_MODE"] = "token"
         log = open(os.path.join(self.temp_dir, f"{name}.log"), "w")
         self.logs.append(log)
-        self.procs.append(subprocess.Popen([RAY, "start", "--block", "--num-cpus", "1", "--temp-dir", self.temp_dir,
+        # one temp dir per node: nodes sharing a session's log dir would each forward every worker's output
+        node_dir = os.path.join(self.temp_dir, name[0])
+        self.procs.append(subprocess.Popen([RAY, "start", "--block", "--num-cpus", "1", "--temp-dir", node_dir,
                                             "--disable-usage-stats", *node_ports(), *args],
                                            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.temp_dir))
 
     def _node_ids(self) -> list[str]:
-        r = requests.get(f"{self.dashboard}/api/v0/nodes", headers=auth_headers(), timeout=5)
+        r = requests.get(f"{self.dashboard}/api/v0/nodes", headers=headers(), timeout=5)
         r.raise_for_status()
         return [n["node_id"] for n in r.json()["data"]["result"]["result"] if n["state"] == "ALIVE"]
 
@@ -180,9 +203,11 @@ class TwoNodeCluster:
         self.logs = []
 
 
-def raylink(*args: str, timeout: float = 120, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "raylink", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd, env=clean_env())
+def raylink(*args: str, timeout: float = 120, cwd: Path = ROOT, script: bool = False) -> subprocess.CompletedProcess:
+    """``python -m raylink ...`` (or the ``raylink`` console script) as from a fresh shell."""
+    command = [str(VENV_BIN / "raylink")] if script else [sys.executable, "-m", "raylink"]
+    return subprocess.run([*command, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd,
+                          env=clean_env())
 
 
 def submitted_id(stderr: str) -> str:
@@ -206,15 +231,22 @@ def executor_lines(log: str) -> list[tuple[str, str, int, int]]:
 
 
 def alive_task_executors(cluster: TwoNodeCluster) -> int:
-    r = requests.get(f"{cluster.dashboard}/api/v0/actors", params={"limit": 1000}, headers=auth_headers(),
+    r = requests.get(f"{cluster.dashboard}/api/v0/actors", params={"limit": 1000}, headers=headers(),
                      timeout=10)
     r.raise_for_status()
     return sum(1 for a in r.json()["data"]["result"]["result"]
                if a["class_name"] == "TaskExecutorActor" and a["state"] != "DEAD")
 
 
+def placement_groups(cluster: TwoNodeCluster) -> list[dict]:
+    r = requests.get(f"{cluster.dashboard}/api/v0/placement_groups", params={"limit": 1000, "detail": "true"},
+                     headers=headers(), timeout=10)
+    r.raise_for_status()
+    return r.json()["data"]["result"]["result"]
+
+
 def job_logs(cluster: TwoNodeCluster, job_id: str) -> str:
-    r = requests.get(f"{cluster.dashboard}/api/jobs/{job_id}/logs", headers=auth_headers(), timeout=10)
+    r = requests.get(f"{cluster.dashboard}/api/jobs/{job_id}/logs", headers=headers(), timeout=10)
     r.raise_for_status()
     return r.json()["logs"]
 
@@ -233,7 +265,8 @@ def test_submit_logs_run_fail_and_cancel_on_two_nodes(cluster, tmp_path):
     expected = expected_counts()
 
     # -- submit the word count, follow it to the end -------------------------------------------------
-    proc = raylink("submit", "--address", cluster.dashboard, str(WORD_COUNT), cwd=tmp_path)
+    proc = raylink("submit", "--address", cluster.dashboard, str(WORD_COUNT), cwd=tmp_path,
+                   script=(VENV_BIN / "raylink").exists())
     assert proc.returncode == 0, proc.stdout + proc.stderr
     job_id = submitted_id(proc.stderr)
     assert re.fullmatch(r"raylink-word_count-[0-9a-f]{8}", job_id)
@@ -248,6 +281,8 @@ def test_submit_logs_run_fail_and_cancel_on_two_nodes(cluster, tmp_path):
     assert len(executors) == 2, logs.stdout
     assert {node for _, node, _, _ in executors} == set(cluster.node_ids)  # one TaskExecutor per node
     assert all(sent > 0 and channels > 0 for _, _, sent, channels in executors), executors
+    followed = raylink("logs", "--follow", "--address", cluster.dashboard, job_id)  # ended: prints all, returns
+    assert (followed.returncode, followed.stdout, followed.stderr) == (0, logs.stdout, "")
 
     # -- list and status -----------------------------------------------------------------------------
     listing = raylink("list", "--address", cluster.dashboard)
@@ -264,7 +299,8 @@ def test_submit_logs_run_fail_and_cancel_on_two_nodes(cluster, tmp_path):
     assert "Exit code:  0" in lines
     progress = lines[lines.index("Progress:") + 1:]
     assert progress[0].startswith("  job 'word count' FINISHED ")
-    assert progress[2].split()[-4:] == ["1", "0", "3", "OK"] or progress[2].split()[-5:-1] == ["1", "0", "3", "OK"]
+    assert re.fullmatch(r"  Source: Collection Source +1 +0 +3  OK \(0%\)", progress[2]), progress
+    assert re.fullmatch(r"  Flat Map +2 +3 +18  (OK|LOW|HIGH) \(\d+%\)", progress[3]), progress
 
     # -- raylink run --address: this process is the driver, the job on the cluster --------------------
     result_file = tmp_path / "result.json"
@@ -294,14 +330,16 @@ def test_submit_logs_run_fail_and_cancel_on_two_nodes(cluster, tmp_path):
 
     # -- an unbounded job: submitted without waiting, running, then cancelled --------------------------
     proc = raylink("submit", "--no-wait", "--address", cluster.dashboard, "--conf", "raylink.progress.interval=500",
+                   "--conf", "taskmanager.cpu.cores=0.25", "--conf", "taskmanager.memory.process.size=64m",
                    str(UNBOUNDED), "--rate", "100")
     assert proc.returncode == 0, proc.stderr
     endless_id = proc.stdout.strip()
     assert proc.stdout == endless_id + "\n" and endless_id.startswith("raylink-unbounded_word_count-")
     deadline = time.monotonic() + 90
     # running when a progress block shows the source's output growing
-    while not re.search(r"^raylink\| Endless Lines\s+2\s+0\s+[1-9]\d*\s", job_logs(cluster, endless_id), re.M):
-        info = requests.get(f"{cluster.dashboard}/api/jobs/{endless_id}", headers=auth_headers(), timeout=10).json()
+    while not re.search(r"^raylink\| Source: Endless Lines -> Flat Map +2 +0 +[1-9]\d* ", job_logs(cluster, endless_id),
+                        re.M):
+        info = requests.get(f"{cluster.dashboard}/api/jobs/{endless_id}", headers=headers(), timeout=10).json()
         assert info["status"] in ("PENDING", "RUNNING"), info
         assert time.monotonic() < deadline, job_logs(cluster, endless_id)
         time.sleep(0.5)  # polling the job API with a deadline
@@ -309,6 +347,11 @@ def test_submit_logs_run_fail_and_cancel_on_two_nodes(cluster, tmp_path):
     assert "Status:     RUNNING" in status.stdout.splitlines(), status.stdout
     assert "Progress:" in status.stdout.splitlines()
     assert alive_task_executors(cluster) == 2
+    # the TaskExecutors' resources came from the job configuration, one bundle on each node
+    bundles = [b for pg in placement_groups(cluster) if pg["state"] == "CREATED" for b in pg["bundles"]]
+    assert sorted(b["unit_resources"]["CPU"] for b in bundles) == [0.25, 0.25]
+    assert [b["unit_resources"]["memory"] for b in bundles] == [64 << 20] * 2
+    assert {b["node_id"] for b in bundles} == set(cluster.node_ids)
     cancel = raylink("cancel", "--address", cluster.dashboard, endless_id)
     assert cancel.returncode == 0, cancel.stderr
     assert cancel.stderr == f"raylink: job {endless_id} STOPPED\n"
@@ -316,9 +359,16 @@ def test_submit_logs_run_fail_and_cancel_on_two_nodes(cluster, tmp_path):
     assert (again.returncode, again.stderr) == (0, f"raylink: job {endless_id} already STOPPED; nothing to cancel\n")
     assert "raylink: cancelling job 'unbounded word count'" in job_logs(cluster, endless_id)
     deadline = time.monotonic() + 30
-    while alive_task_executors(cluster) != 0:  # the TaskExecutors are released
-        assert time.monotonic() < deadline, "TaskExecutors still alive after cancel"
+    # the TaskExecutors and their placement group are released
+    while alive_task_executors(cluster) or [pg for pg in placement_groups(cluster) if pg["state"] != "REMOVED"]:
+        assert time.monotonic() < deadline, ("TaskExecutors or placement group still there after cancel",
+                                             placement_groups(cluster))
         time.sleep(0.5)
+
+    for command in ("status", "logs", "cancel"):
+        unknown = raylink(command, "--address", cluster.dashboard, "raylink-no-such-job")
+        assert (unknown.returncode, unknown.stdout, unknown.stderr) == (
+            5, "", f"raylink: no job 'raylink-no-such-job' on {cluster.dashboard}\n")
 
     # -- the cluster is clean afterwards -------------------------------------------------------------
     cluster.stop()

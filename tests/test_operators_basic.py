@@ -299,6 +299,22 @@ def test_collect_sink_appends_to_accumulator():
     assert rc.accumulators == {"c1": [1, 2, 3, 4]}
 
 
+class _ConnectorSource:
+    """A connector object as the Spark bridge passes it: it builds its own operator."""
+
+    def create_operator(self, spec):
+        from raylink.operators.sources import CollectionSourceOperator
+
+        return CollectionSourceOperator([1])
+
+
+class _ConnectorSink:
+    def create_operator(self, spec):
+        from raylink.operators.sinks import StreamSink
+
+        return StreamSink(print)
+
+
 def test_factory_builds_every_kind_with_name_and_id():
     kinds = {
         "source_collection": spec("source_collection", params={"elements": [1]}),
@@ -320,6 +336,8 @@ def test_factory_builds_every_kind_with_name_and_id():
         "sink": spec("sink", print),
         "print": spec("print", params={"prefix": "p"}),
         "collect": spec("collect", params={"collect_id": "x"}),
+        "source_connector": spec("source_connector", _ConnectorSource()),
+        "sink_connector": spec("sink_connector", _ConnectorSink()),
     }
     from raylink.operators import OPERATOR_KINDS, chaining_strategy_for_kind
 

@@ -1,0 +1,249 @@
+"""Job configuration from the command line: ``--conf-file job.yaml`` and ``--conf key=value``.
+
+Keys are Flink's names where Flink has one (``parallelism.default``,
+``taskmanager.numberOfTaskSlots``, ``execution.buffer-timeout``, ...). A YAML
+file may be flat (``parallelism.default: 2``) or nested like Flink's
+``config.yaml`` (``parallelism: {default: 2}``). Values are normalised to what
+the runtime reads: durations (``"100 ms"``, ``"2s"``) to milliseconds, memory
+sizes (``"512m"``, ``"2 gb"``; binary units as in Flink) to bytes.
+
+The result travels to the job as JSON in the ``RAYLINK_CONF`` environment
+variable, which ``StreamExecutionEnvironment`` merges under explicit settings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any, Callable, Optional
+
+from raylink.api.configuration import CONF_ENV_VAR
+
+import yaml
+
+
+class ConfError(ValueError):
+    """A configuration file or value the CLI cannot use (exit code 2)."""
+
+
+_MEMORY_UNITS = {
+    "": 1, "b": 1, "bytes": 1,
+    "k": 1 << 10, "kb": 1 << 10, "kibibytes": 1 << 10,
+    "m": 1 << 20, "mb": 1 << 20, "mebibytes": 1 << 20,
+    "g": 1 << 30, "gb": 1 << 30, "gibibytes": 1 << 30,
+    "t": 1 << 40, "tb": 1 << 40, "tebibytes": 1 << 40,
+}
+_DURATION_UNITS = {
+    "": 1, "ms": 1, "milli": 1, "millis": 1, "millisecond": 1, "milliseconds": 1,
+    "s": 1000, "sec": 1000, "secs": 1000, "second": 1000, "seconds": 1000,
+    "min": 60_000, "m": 60_000, "minute": 60_000, "minutes": 60_000,
+    "h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000,
+}
+_AMOUNT = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_memory(value: Any) -> int:
+    """Flink's ``MemorySize``: ``1024``, ``"64kb"``, ``"512 m"``, ``"2g"`` -> bytes."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a memory size")
+    if isinstance(value, (int, float)):
+        return int(value)
+    match = _AMOUNT.match(str(value))
+    unit = match.group(2).lower() if match else None
+    if not match or unit not in _MEMORY_UNITS:
+        raise ValueError(f"{value!r} is not a memory size (e.g. 1073741824, 512m, 2g)")
+    return int(float(match.group(1)) * _MEMORY_UNITS[unit])
+
+
+def parse_duration_ms(value: Any) -> int:
+    """Flink's ``Duration``: ``100`` (ms), ``"100 ms"``, ``"2s"``, ``"1 min"`` -> milliseconds."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a duration")
+    if isinstance(value, (int, float)):
+        return int(value)
+    match = _AMOUNT.match(str(value))
+    unit = match.group(2).lower() if match else None
+    if not match or unit not in _DURATION_UNITS:
+        raise ValueError(f"{value!r} is not a duration (e.g. 100, 100 ms, 2 s)")
+    return int(float(match.group(1)) * _DURATION_UNITS[unit])
+
+
+def _int(minimum: Optional[int] = None) -> Callable[[Any], int]:
+    def convert(value: Any) -> int:
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            raise ValueError(f"{value!r} is not an integer")
+        try:
+            out = int(str(value).strip()) if not isinstance(value, (int, float)) else int(value)
+        except ValueError:
+            raise ValueError(f"{value!r} is not an integer") from None
+        if minimum is not None and out < minimum:
+            raise ValueError(f"{out} is below the minimum {minimum}")
+        return out
+    return convert
+
+
+def _positive_float(value: Any) -> float:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{value!r} is not a number") from None
+    if isinstance(value, bool) or out <= 0:
+        raise ValueError(f"{value!r} must be a number > 0")
+    return out
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text not in ("true", "false"):
+        raise ValueError(f"{value!r} is not a boolean (true or false)")
+    return text == "true"
+
+
+def _choice(*options: str) -> Callable[[Any], str]:
+    def convert(value: Any) -> str:
+        text = str(value).strip().lower()
+        if text not in options:
+            raise ValueError(f"{value!r} is not one of {', '.join(options)}")
+        return text
+    return convert
+
+
+def _buffer_timeout(value: Any) -> int:
+    out = parse_duration_ms(value)
+    if out < -1:
+        raise ValueError(f"{value!r} must be >= -1 (-1: flush only full buffers)")
+    return out
+
+
+def _max_parallelism(value: Any) -> int:
+    out = _int()(value)
+    if out != -1 and not 1 <= out <= 32768:
+        raise ValueError(f"{out} must be -1 (derived) or between 1 and 32768")
+    return out
+
+
+def _memory(value: Any) -> int:
+    out = parse_memory(value)
+    if out < 0:
+        raise ValueError(f"{value!r} must not be negative")
+    return out
+
+
+def _duration_positive(value: Any) -> int:
+    out = parse_duration_ms(value)
+    if out <= 0:
+        raise ValueError(f"{value!r} must be > 0")
+    return out
+
+
+# key -> (converter, help); the keys the CLI knows and checks.
+KNOWN_KEYS: dict[str, tuple[Callable[[Any], Any], str]] = {
+    "parallelism.default": (_int(1), "default parallelism of operators"),
+    "pipeline.max-parallelism": (_max_parallelism, "max parallelism (number of key groups); -1 derives it"),
+    "pipeline.operator-chaining": (_bool, "chain operators (true/false)"),
+    "pipeline.name": (str, "job name when execute() gets none"),
+    "execution.target": (_choice("ray", "local"), "ray (TaskExecutor actors) or local (threads in this process)"),
+    "execution.buffer-timeout": (_buffer_timeout, "flush interval of output buffers (ms, or '100 ms'); 0 flushes every record, -1 only full buffers"),
+    "execution.shuffle-mode": (_choice("pipelined", "batch"), "pipelined or batch (blocking) exchanges"),
+    "taskmanager.numberOfTaskSlots": (_int(1), "slots per TaskExecutor actor"),
+    "taskmanager.cpu.cores": (_positive_float, "Ray CPUs reserved per TaskExecutor actor"),
+    "taskmanager.memory.process.size": (_memory, "Ray memory reserved per TaskExecutor actor (bytes, or 512m / 2g)"),
+    "taskmanager.memory.segment-size": (_memory, "network buffer size (default 32kb)"),
+    "taskmanager.network.numberOfBuffers": (_int(1), "network buffers per TaskExecutor"),
+    "taskmanager.network.memory.buffers-per-channel": (_int(0), "exclusive buffers (initial credit) per remote channel"),
+    "taskmanager.network.memory.floating-buffers-per-gate": (_int(0), "floating buffers per input gate"),
+    "raylink.network.window": (_int(1), "remote calls in flight per connection"),
+    "raylink.network.max-batch-bytes": (_memory, "bytes shipped per remote call"),
+    "raylink.progress": (_choice("auto", "tty", "log", "off"), "progress display of `raylink run`"),
+    "raylink.progress.interval": (_duration_positive, "progress refresh interval (ms, or '2 s')"),
+}
+
+
+def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(_flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def normalize(key: str, value: Any) -> Any:
+    """Check and convert one value for ``key`` (unknown keys pass through unchanged)."""
+    if value is None:
+        raise ConfError(f"configuration key {key!r} has no value")
+    entry = KNOWN_KEYS.get(key)
+    if entry is None:
+        return value if isinstance(value, (str, int, float, bool)) else str(value)
+    try:
+        return entry[0](value)
+    except ValueError as exc:
+        raise ConfError(f"configuration key {key!r}: {exc}") from None
+
+
+def load_conf_file(path: str) -> dict[str, Any]:
+    if not os.path.isfile(path):
+        raise ConfError(f"no such configuration file: {path}")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except yaml.YAMLError as exc:
+        raise ConfError(f"{path} is not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfError(f"{path} must hold a mapping of configuration keys, got {type(data).__name__}")
+    return _flatten(data)
+
+
+def parse_pair(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfError(f"--conf expects key=value, got {text!r}")
+    value = value.strip()
+    try:  # numbers and booleans as YAML reads them; anything else stays text
+        parsed = yaml.safe_load(value) if value else ""
+    except yaml.YAMLError:
+        parsed = value
+    return key, parsed if isinstance(parsed, (int, float, bool)) else value
+
+
+def build_conf(conf_file: Optional[str], pairs: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """The job configuration (file first, then ``--conf`` pairs) and warnings for unknown keys."""
+    raw: dict[str, Any] = {}
+    if conf_file:
+        raw.update(load_conf_file(conf_file))
+    for pair in pairs or []:
+        key, value = parse_pair(pair)
+        raw[key] = value
+    conf = {key: normalize(key, value) for key, value in raw.items()}
+    warnings = [
+        f"raylink: warning: unknown configuration key {key!r} (passed to the job unchanged)"
+        for key in conf if key not in KNOWN_KEYS
+    ]
+    return conf, warnings
+
+
+def conf_from_environment() -> dict[str, Any]:
+    """What ``RAYLINK_CONF`` holds already (e.g. set by ``raylink submit``)."""
+    text = os.environ.get(CONF_ENV_VAR)
+    if not text:
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise ConfError(f"{CONF_ENV_VAR} is not valid JSON: {text[:80]!r}") from None
+    if not isinstance(data, dict):
+        raise ConfError(f"{CONF_ENV_VAR} must be a JSON object")
+    return data
+
+
+def keys_help() -> str:
+    width = max(len(k) for k in KNOWN_KEYS)
+    return "\n".join(f"  {key.ljust(width)}  {text}" for key, (_, text) in KNOWN_KEYS.items())

@@ -1,0 +1,140 @@
+"""``raylink run job.py [args]``: run a program here, its job on a local Ray or ``--address``.
+
+The program runs in this process (as ``__main__``, with ``sys.argv = [job.py, args...]``);
+``execute()`` is routed through :class:`~raylink.cli_commands.progress.ProgressExecutor`,
+which shows per-vertex progress, prints where the TaskExecutors ran, and cancels the job
+cleanly on SIGTERM / Ctrl-C (that is how ``raylink cancel`` stops a submitted job).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import signal
+import sys
+import traceback
+from typing import Any
+
+from raylink.actors.job_result import JobExecutionException
+from raylink.api.configuration import CONF_ENV_VAR, DEFAULTS
+from raylink.api.stream_execution_environment import StreamExecutionEnvironment
+from raylink.cli_commands.common import (
+    EXIT_JOB_FAILED,
+    EXIT_OK,
+    EXIT_STOPPED,
+    EXIT_USAGE,
+    CliError,
+    EXIT_UNREACHABLE,
+    check_ray_address,
+    enable_auth_for,
+    err,
+)
+from raylink.cli_commands.conf import ConfError, build_conf, conf_from_environment
+from raylink.cli_commands.progress import (
+    ProgressExecutor,
+    Terminated,
+    cancel_job,
+    install_signal_handlers,
+    resolve_mode,
+    write_result_file,
+)
+
+
+def _has_traceback(exc: BaseException) -> bool:
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if exc.__traceback__ is not None:
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def connect_ray(address: str) -> None:
+    """Connect this driver to the cluster at ``address`` now, so a bad address is a clear error."""
+    check_ray_address(address)
+    enable_auth_for(address)
+    os.environ["RAY_ADDRESS"] = address
+    from raylink.actors.ray_executor import ensure_ray
+
+    try:
+        ensure_ray()
+    except Exception as exc:  # AuthenticationError, ConnectionError, version mismatch, ...
+        raise CliError(EXIT_UNREACHABLE, f"raylink: cannot connect to the Ray cluster at {address}: "
+                                         f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
+
+
+def prepare_conf(args: Any) -> dict:
+    try:
+        conf, warnings = build_conf(args.conf_file, args.conf)
+        inherited = conf_from_environment()
+    except ConfError as exc:
+        raise CliError(EXIT_USAGE, f"raylink: {exc}") from None
+    for warning in warnings:
+        err(warning)
+    merged = {**inherited, **conf}
+    if getattr(args, "progress", None):
+        merged["raylink.progress"] = args.progress
+    return merged
+
+
+def cmd_run(args: Any) -> int:
+    job = args.job
+    if not os.path.isfile(job):
+        raise CliError(EXIT_USAGE, f"raylink: no such job file: {job}")
+    conf = prepare_conf(args)
+    if args.address:
+        connect_ray(args.address)
+    os.environ[CONF_ENV_VAR] = json.dumps(conf)
+    mode = resolve_mode(str(conf.get("raylink.progress", DEFAULTS["raylink.progress"])), sys.stderr)
+    interval_s = int(conf.get("raylink.progress.interval", DEFAULTS["raylink.progress.interval"])) / 1000.0
+
+    entries: list = []
+    saved_executor = StreamExecutionEnvironment._executor
+    StreamExecutionEnvironment._executor = lambda env: ProgressExecutor(
+        saved_executor(env), env, mode, interval_s, sys.stderr, entries)
+    saved_handlers = install_signal_handlers()
+    saved_argv, saved_path = sys.argv, list(sys.path)
+    sys.argv = [job] + list(args.args)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(job)))
+    try:
+        runpy.run_path(job, run_name="__main__")
+    except Terminated as stop:
+        for entry in entries:  # jobs the program started with execute_async, or interrupted early
+            if entry["client"] is not None:
+                cancel_job(entry["client"], sys.stderr)
+        err(f"raylink: {job} stopped by signal {stop.signum}")
+        return 128 + stop.signum
+    except JobExecutionException as exc:
+        if exc.cause is not None and _has_traceback(exc.cause):
+            traceback.print_exception(exc.cause, file=sys.stderr)
+        cause = exc.cause if exc.cause is not None else "no cause reported"
+        err(f"raylink: job '{exc.job_name}' {exc.status}: {cause}")
+        return EXIT_STOPPED if exc.status == "CANCELED" else EXIT_JOB_FAILED
+    except SystemExit as exc:
+        if exc.code in (None, 0):
+            code = EXIT_OK
+        elif isinstance(exc.code, int):
+            code = exc.code
+        else:
+            err(str(exc.code))
+            code = EXIT_JOB_FAILED
+        if code != EXIT_OK:
+            return code
+    except Exception as exc:
+        traceback.print_exc()
+        err(f"raylink: {job} failed: {type(exc).__name__}: {exc}")
+        return EXIT_JOB_FAILED
+    finally:
+        StreamExecutionEnvironment._executor = saved_executor
+        for signum, handler in saved_handlers.items():
+            signal.signal(signum, handler)
+        sys.argv = saved_argv
+        sys.path[:] = saved_path
+    if not entries:
+        err(f"raylink run: {job} finished without calling execute(); no job ran")
+        return EXIT_JOB_FAILED
+    if args.result_file:
+        write_result_file(args.result_file, entries)
+    return EXIT_OK

@@ -1,0 +1,239 @@
+"""Spark on the job's Ray cluster, through RayDP.
+
+``get_spark()`` returns the Spark session raylink reads and writes with:
+
+* a session the user already started with ``raydp.init_spark`` is reused (and
+  never stopped by raylink);
+* otherwise raylink connects to Ray the way the executor does (``RAY_ADDRESS``
+  or a local Ray), checks that a Java runtime exists, and starts Spark-on-Ray
+  with the Java 17 module openings and small defaults (1 executor, 1 core,
+  1 GiB; configurable by arguments or ``raylink.spark.*`` configuration keys).
+
+``stop()`` releases only what raylink started: the bridge actor, the Spark
+session it started, and the local Ray it started for Spark.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import threading
+from typing import Any, Dict, Optional
+
+#: Java 17 packages Spark and Ray's Java workers reflect into (see DESIGN.md)
+JAVA_OPEN_PACKAGES = (
+    "java.lang", "java.lang.invoke", "java.io", "java.net", "java.nio", "java.math", "java.text",
+    "java.util", "java.util.concurrent", "java.util.concurrent.atomic", "sun.nio.ch", "sun.nio.cs",
+    "sun.security.action", "sun.util.calendar",
+)
+JAVA_OPTION_KEYS = (
+    "spark.ray.raydp_app_master.extraJavaOptions",
+    "spark.driver.extraJavaOptions",
+    "spark.executor.extraJavaOptions",
+)
+
+DEFAULT_APP_NAME = "raylink"
+DEFAULT_EXECUTORS = 1
+DEFAULT_EXECUTOR_CORES = 1
+DEFAULT_EXECUTOR_MEMORY = "1G"
+
+# raylink Configuration keys read by get_spark(configuration=...)
+CONF_EXECUTORS = "raylink.spark.executors"
+CONF_EXECUTOR_CORES = "raylink.spark.executor-cores"
+CONF_EXECUTOR_MEMORY = "raylink.spark.executor-memory"
+CONF_WAREHOUSE = "raylink.spark.warehouse-dir"
+CONF_PREFIX = "raylink.spark.conf."  # raylink.spark.conf.<spark key> = value
+
+_SMALL_DEFAULTS = {
+    "spark.sql.shuffle.partitions": "4",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.ui.enabled": "false",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+}
+
+_lock = threading.RLock()
+_state: Dict[str, Any] = {"spark": None, "started_spark": False, "started_ray": False}
+
+
+class SparkStartError(RuntimeError):
+    """Spark-on-Ray could not be started (no Java, RayDP failure, ...)."""
+
+
+def java_options() -> str:
+    return " ".join(f"--add-opens=java.base/{p}=ALL-UNNAMED" for p in JAVA_OPEN_PACKAGES)
+
+
+def spark_configs(extra: Optional[Dict[str, str]] = None, warehouse_dir: Optional[str] = None) -> Dict[str, str]:
+    """Spark configs raylink starts Spark with: Java 17 openings under all three keys,
+    small defaults, then ``extra`` (user keys win; Java options are appended)."""
+    configs = dict(_SMALL_DEFAULTS)
+    opens = java_options()
+    for key in JAVA_OPTION_KEYS:
+        configs[key] = opens
+    if warehouse_dir:
+        configs["spark.sql.warehouse.dir"] = os.path.abspath(warehouse_dir)
+    for key, value in (extra or {}).items():
+        if key in JAVA_OPTION_KEYS:
+            configs[key] = f"{opens} {value}"
+        else:
+            configs[key] = str(value)
+    return configs
+
+
+def find_java() -> str:
+    """The java executable Spark will use, or SparkStartError saying what is missing."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        candidate = os.path.join(java_home, "bin", "java")
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+        raise SparkStartError(
+            f"Spark cannot start: JAVA_HOME={java_home!r} has no executable bin/java. "
+            "Point JAVA_HOME to a Java 17 runtime or unset it to use 'java' from PATH "
+            "(install one with: apt-get install openjdk-17-jre-headless)."
+        )
+    found = shutil.which("java")
+    if found is None:
+        raise SparkStartError(
+            "Spark cannot start: no Java runtime found (JAVA_HOME is not set and there is no "
+            "'java' on PATH). Install Java 17 (apt-get install openjdk-17-jre-headless) or set JAVA_HOME."
+        )
+    return found
+
+
+def existing_raydp_session() -> Any:
+    """The session of ``raydp.init_spark`` in this process, if any."""
+    try:
+        import raydp.context as raydp_context
+    except ImportError:
+        return None
+    context = getattr(raydp_context, "_global_spark_context", None)
+    return getattr(context, "_spark_session", None) if context is not None else None
+
+
+def is_raydp_session(spark: Any) -> bool:
+    """True for a Spark session running on Ray through RayDP."""
+    if spark is None:
+        return False
+    if spark is existing_raydp_session():
+        return True
+    try:
+        return str(spark.sparkContext.master).startswith("ray://")
+    except Exception:
+        return False
+
+
+def _conf_value(configuration: Any, key: str, default: Any) -> Any:
+    if configuration is None or not configuration.contains_key(key):
+        return default
+    return configuration.get_string(key)
+
+
+def get_spark(
+    num_executors: Optional[int] = None,
+    executor_cores: Optional[int] = None,
+    executor_memory: Optional[str] = None,
+    configs: Optional[Dict[str, str]] = None,
+    app_name: Optional[str] = None,
+    warehouse_dir: Optional[str] = None,
+    configuration: Any = None,
+) -> Any:
+    """The Spark-on-Ray session: the user's ``raydp.init_spark`` session, else one raylink starts."""
+    with _lock:
+        existing = existing_raydp_session()
+        if existing is not None:
+            return existing
+        ours = _state["spark"]
+        if ours is not None:
+            return ours
+        num_executors = int(num_executors or _conf_value(configuration, CONF_EXECUTORS, DEFAULT_EXECUTORS))
+        executor_cores = int(executor_cores or _conf_value(configuration, CONF_EXECUTOR_CORES,
+                                                           DEFAULT_EXECUTOR_CORES))
+        executor_memory = executor_memory or _conf_value(configuration, CONF_EXECUTOR_MEMORY,
+                                                         DEFAULT_EXECUTOR_MEMORY)
+        warehouse_dir = warehouse_dir or _conf_value(configuration, CONF_WAREHOUSE, None)
+        extra = dict(configs or {})
+        if configuration is not None:
+            for key in configuration.key_set():
+                if key.startswith(CONF_PREFIX):
+                    extra.setdefault(key[len(CONF_PREFIX):], configuration.get_string(key))
+        if num_executors < 1 or executor_cores < 1:
+            raise ValueError(
+                f"Spark needs at least one executor with one core, got {num_executors} x {executor_cores}"
+            )
+        find_java()  # fail before anything is started
+        import ray
+        import raydp
+
+        # Spark's Python workers must run this interpreter (else "No module named pyspark").
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        started_ray = False
+        if not ray.is_initialized():
+            ray.init(address=os.environ.get("RAY_ADDRESS"), ignore_reinit_error=True,
+                     log_to_driver=False, configure_logging=False)
+            started_ray = True
+        try:
+            spark = raydp.init_spark(
+                app_name or DEFAULT_APP_NAME,
+                num_executors,
+                executor_cores,
+                executor_memory,
+                configs=spark_configs(extra, warehouse_dir),
+            )
+        except BaseException as exc:
+            if started_ray:
+                ray.shutdown()
+            raise SparkStartError(
+                f"Spark on Ray failed to start ({num_executors} executor(s) x {executor_cores} core(s), "
+                f"{executor_memory}): {type(exc).__name__}: {exc}"
+            ) from exc
+        spark.sparkContext.setLogLevel("ERROR")
+        _state.update(spark=spark, started_spark=True, started_ray=started_ray)
+        return spark
+
+
+def active_spark() -> Any:
+    """A Spark-on-Ray session if one exists (no start)."""
+    return existing_raydp_session() or _state["spark"]
+
+
+def started_by_raylink() -> bool:
+    return bool(_state["started_spark"])
+
+
+def stop(shutdown_ray: Optional[bool] = None) -> None:
+    """Stop what raylink started: the bridge, the Spark session raylink started and
+    (``shutdown_ray=None``: only if raylink started it for Spark) the local Ray."""
+    from raylink.connectors.spark import bridge
+
+    with _lock:
+        bridge.shutdown_bridge()
+        if _state["started_spark"]:
+            import raydp
+
+            try:
+                raydp.stop_spark()
+            finally:
+                _state.update(spark=None, started_spark=False)
+        ray_started = _state["started_ray"]
+        _state["started_ray"] = False
+        if shutdown_ray or (shutdown_ray is None and ray_started):
+            import ray
+
+            if ray.is_initialized():
+                ray.shutdown()
+
+
+__all__ = [
+    "SparkStartError",
+    "get_spark",
+    "active_spark",
+    "stop",
+    "find_java",
+    "java_options",
+    "spark_configs",
+    "is_raydp_session",
+    "existing_raydp_session",
+    "started_by_raylink",
+]
