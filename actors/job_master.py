@@ -197,3 +197,25 @@ class JobMasterBase:
         if self._done.is_set():
             return [r["metrics"] for r in self._reports.values() if r.get("metrics")]
         return self._live_metrics()
+
+
+class JobExecutor:
+    """The executor protocol the environment calls (``execute``, ``execute_async``,
+    ``execute_and_collect``) for one JobClient class — Flink's ``PipelineExecutor``."""
+
+    def __init__(self, client_class: type) -> None:
+        self.client_class = client_class
+
+    def execute_async(self, env: Any, job_name: Optional[str] = None) -> Any:
+        client = self.client_class(env, job_name)
+        env.transformations.clear()  # Flink clears the program once it is submitted
+        return client.start()
+
+    def execute(self, env: Any, job_name: Optional[str] = None) -> JobExecutionResult:
+        return self.execute_async(env, job_name).get_job_execution_result()
+
+    def execute_and_collect(
+        self, env: Any, job_name: Optional[str], collect_id: str, limit: Optional[int] = None
+    ) -> CloseableIterator:
+        """Start the job; its collect sink's records stream back through the iterator."""
+        return self.execute_async(env, job_name).collect(limit)

@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from raylink.actors.deployment import create_deployment_descriptors
-from raylink.actors.job_master import JobMasterBase
-from raylink.actors.job_result import CloseableIterator, JobExecutionResult
+from raylink.actors.job_master import JobExecutor, JobMasterBase
+from raylink.actors.job_result import JobExecutionResult
 from raylink.actors.task_executor import NetworkSettings, TaskExecutor
 
 LOCAL = "local"
@@ -51,18 +51,7 @@ class LocalJobClient(JobMasterBase):
         return super().get_job_execution_result(timeout)
 
 
-def execute_async(env: Any, job_name: Optional[str] = None) -> LocalJobClient:
-    client = LocalJobClient(env, job_name)
-    env.transformations.clear()  # Flink clears the program once it is submitted
-    return client.start()
-
-
-def execute(env: Any, job_name: Optional[str] = None) -> JobExecutionResult:
-    return execute_async(env, job_name).get_job_execution_result()
-
-
-def execute_and_collect(
-    env: Any, job_name: Optional[str], collect_id: str, limit: Optional[int] = None
-) -> CloseableIterator:
-    """Start the job; its collect sink's records stream back through the iterator."""
-    return execute_async(env, job_name).collect(limit)
+_executor = JobExecutor(LocalJobClient)
+execute_async = _executor.execute_async
+execute = _executor.execute
+execute_and_collect = _executor.execute_and_collect

@@ -20,8 +20,8 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from raylink.actors.deployment import assign_slots, create_deployment_descriptors
-from raylink.actors.job_master import JobMasterBase
-from raylink.actors.job_result import CloseableIterator, JobExecutionResult
+from raylink.actors.job_master import JobExecutor, JobMasterBase
+from raylink.actors.job_result import JobExecutionResult
 from raylink.actors.ray_actors import TaskExecutorActor
 from raylink.shuffle.ray_transport import DEFAULT_MAX_BATCH_BYTES, DEFAULT_WINDOW
 
@@ -182,18 +182,7 @@ class RayJobClient(JobMasterBase):
         return result
 
 
-def execute_async(env: Any, job_name: Optional[str] = None) -> RayJobClient:
-    client = RayJobClient(env, job_name)
-    env.transformations.clear()
-    return client.start()
-
-
-def execute(env: Any, job_name: Optional[str] = None) -> JobExecutionResult:
-    return execute_async(env, job_name).get_job_execution_result()
-
-
-def execute_and_collect(
-    env: Any, job_name: Optional[str], collect_id: str, limit: Optional[int] = None
-) -> CloseableIterator:
-    """Start the job; its collect sink's records stream back through the iterator."""
-    return execute_async(env, job_name).collect(limit)
+_executor = JobExecutor(RayJobClient)
+execute_async = _executor.execute_async
+execute = _executor.execute
+execute_and_collect = _executor.execute_and_collect
