@@ -120,14 +120,5 @@ class KeyedCoProcessOperator(KeyedTimersMixin, CoProcessOperator):
         if result is not None:
             self._emit(result)
 
-    def process_watermark(self, timestamp: int) -> None:
-        self.current_watermark = timestamp
-        self.timer_service.advance_watermark(timestamp)
-        self.output.emit_watermark(timestamp)  # type: ignore[union-attr]
-
-    def close(self) -> None:
-        self.timer_service.close()
-        super().close()
-
 
 __all__ = ["CoStreamMap", "CoStreamFlatMap", "CoProcessOperator", "KeyedCoProcessOperator"]

@@ -132,6 +132,16 @@ class KeyedTimersMixin:
     def on_processing_time(self, timestamp: int, key: Any) -> None:
         self._fire_timer(timestamp, None, TimeDomain.PROCESSING_TIME)
 
+    # event-time timers fire before the watermark moves on (Flink's InternalTimeServiceManager)
+    def process_watermark(self, timestamp: int) -> None:
+        self.current_watermark = timestamp
+        self.timer_service.advance_watermark(timestamp)
+        self.output.emit_watermark(timestamp)  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        self.timer_service.close()
+        super().close()  # type: ignore[misc]
+
 
 class KeyedProcessOperator(KeyedTimersMixin, ProcessOperator):
     """Runs a ``KeyedProcessFunction`` with keyed state, ``ctx.get_current_key()`` and timers."""
@@ -173,15 +183,6 @@ class KeyedProcessOperator(KeyedTimersMixin, ProcessOperator):
                 emit_into(result, append)
         if out:
             self._collect_batch(out)
-
-    def process_watermark(self, timestamp: int) -> None:
-        self.current_watermark = timestamp
-        self.timer_service.advance_watermark(timestamp)
-        self.output.emit_watermark(timestamp)  # type: ignore[union-attr]
-
-    def close(self) -> None:
-        self.timer_service.close()
-        super().close()
 
 
 __all__ = [
