@@ -14,6 +14,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from raylink.api.types import is_flat_type
 from raylink.graph.execution_graph import ExecutionGraph, ExecutionVertex
 from raylink.graph.job_graph import JobVertex
 from raylink.graph.operator_spec import PartitionerSpec
@@ -29,6 +30,7 @@ class ResultPartitionDeploymentDescriptor:
     target_max_parallelism: int
     buffer_timeout: int
     target_name: str
+    flat_records: bool = False  # declared flat type: the writer need not check batches
 
 
 @dataclass
@@ -75,6 +77,7 @@ def create_deployment_descriptor(
 ) -> TaskDeploymentDescriptor:
     jv = ev.job_vertex.job_vertex
     timeouts = {c.node_id: c.buffer_timeout for c in jv.chain}
+    out_types = {c.node_id: c.output_type for c in jv.chain}
     produced = []
     for partition in ev.produced_partitions:
         data_set = partition.result.data_set
@@ -90,6 +93,9 @@ def create_deployment_descriptor(
                 target_max_parallelism=target.max_parallelism,
                 buffer_timeout=timeouts.get(edge.source_id, 100),
                 target_name=target.name,
+                flat_records=is_flat_type(
+                    edge.output_tag.type_info if edge.output_tag is not None else out_types.get(edge.source_id)
+                ),
             )
         )
     gates = []

@@ -18,11 +18,12 @@ from raylink.shuffle.ray_transport import RayTransport
 
 @ray.remote
 class TaskExecutorActor:
-    def __init__(self, executor_id: str, settings: dict, window: int, max_batch_bytes: int) -> None:
+    def __init__(self, executor_id: str, settings: dict, max_batch_bytes: int) -> None:
+        network = NetworkSettings(settings)
         self.transport = RayTransport(
-            executor_id, self._partition, window=window, max_batch_bytes=max_batch_bytes
+            executor_id, self._partition, buffer_size=network.buffer_size, max_batch_bytes=max_batch_bytes
         )
-        self.te = TaskExecutor(executor_id, NetworkSettings(settings), self.transport)
+        self.te = TaskExecutor(executor_id, network, self.transport)
 
     def _partition(self, partition_id: str) -> Any:
         return self.te.partitions[partition_id]
@@ -58,13 +59,16 @@ class TaskExecutorActor:
     def shutdown(self) -> None:
         self.te.shutdown()
 
-    # -- transport (other TaskExecutors) ------------------------------------------------------------
+    # -- transport (other TaskExecutors): no task events, they would cost the GCS a report per call --
+    @ray.method(enable_task_events=False)
     def request_partition(self, consumer_id: str, channel_id: str, partition_id: str,
                           subpartition_index: int, initial_credit: int) -> None:
         self.transport.request_partition(consumer_id, channel_id, partition_id, subpartition_index, initial_credit)
 
+    @ray.method(enable_task_events=False)
     def receive_buffers(self, producer_id: str, seq: int, batch: list) -> None:
         self.transport.receive_buffers(producer_id, seq, batch)
 
+    @ray.method(enable_task_events=False)
     def add_credit(self, consumer_id: str, credits: list) -> None:
         self.transport.add_credit(consumer_id, credits)

@@ -23,7 +23,7 @@ from raylink.actors.deployment import assign_slots, create_deployment_descriptor
 from raylink.actors.job_master import JobExecutor, JobMasterBase
 from raylink.actors.job_result import JobExecutionResult
 from raylink.actors.ray_actors import TaskExecutorActor
-from raylink.shuffle.ray_transport import DEFAULT_MAX_BATCH_BYTES, DEFAULT_WINDOW
+from raylink.shuffle.ray_transport import DEFAULT_MAX_BATCH_BYTES, transport_runtime_env
 
 POLL_TIMEOUT_S = 0.5
 PLACEMENT_TIMEOUT_S = 60.0
@@ -72,16 +72,16 @@ class RayJobClient(JobMasterBase):
                     f"within {PLACEMENT_TIMEOUT_S:.0f} s; lower taskmanager.cpu.cores or the parallelism"
                 )
             settings = conf.to_dict()
-            window = conf.get_integer("raylink.network.window", DEFAULT_WINDOW)
             batch = conf.get_integer("raylink.network.max-batch-bytes", DEFAULT_MAX_BATCH_BYTES)
             for index, executor_id in enumerate(self.executor_ids):
                 self.handles[executor_id] = TaskExecutorActor.options(
                     num_cpus=bundle["CPU"],
                     max_concurrency=32,
+                    runtime_env=transport_runtime_env(batch),
                     scheduling_strategy=PlacementGroupSchedulingStrategy(
                         placement_group=self._pg, placement_group_bundle_index=index
                     ),
-                ).remote(executor_id, settings, window, batch)
+                ).remote(executor_id, settings, batch)
             self.locations = dict(
                 zip(self.executor_ids, ray.get([h.location.remote() for h in self.handles.values()]))
             )

@@ -117,6 +117,7 @@ class TaskExecutor:
                 buffer_timeout_ms=rpdd.buffer_timeout,
                 buffer_size=settings.buffer_size,
                 name=f"{tdd.job_vertex.name} -> {rpdd.target_name}",
+                flat_records=rpdd.flat_records,
             )
         gates_by_input: dict[int, list[InputGate]] = {}
         for gdd in tdd.input_gates:
@@ -133,7 +134,9 @@ class TaskExecutor:
                         "but this TaskExecutor has no network transport"
                     )
                 if floating_pool is None:
-                    floating_pool = create_floating_pool(self.network_pool, settings.floating_per_gate)
+                    floating = max(settings.floating_per_gate,
+                                   self.transport.min_floating_buffers(settings.buffers_per_channel))
+                    floating_pool = create_floating_pool(self.network_pool, floating)
                 channels.append(
                     self.transport.create_input_channel(
                         cdd.producer_executor,

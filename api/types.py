@@ -8,7 +8,9 @@ Spark sink derive a schema.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
+
+_BASIC = frozenset(("STRING", "INT", "LONG", "FLOAT", "DOUBLE", "BOOLEAN", "BYTE", "SHORT"))
 
 
 @dataclass(frozen=True)
@@ -17,11 +19,28 @@ class TypeInformation:
     field_types: Optional[tuple] = None
     field_names: Optional[tuple] = None
 
+    @property
+    def is_flat(self) -> bool:
+        """A basic type, or a TUPLE of basic types: msgpack encodes its values as
+        they are, so a record writer can skip checking every batch (values are
+        converted to the declared type, as PyFlink's coders do: a list declared
+        as a TUPLE arrives as a tuple)."""
+        if self.name in _BASIC:
+            return True
+        return self.name == "TUPLE" and all(
+            isinstance(f, TypeInformation) and f.name in _BASIC for f in self.field_types or ()
+        )
+
     def __repr__(self) -> str:
         if self.field_types is None:
             return self.name
         inner = ", ".join(map(repr, self.field_types))
         return f"{self.name}<{inner}>"
+
+
+def is_flat_type(type_info: Any) -> bool:
+    """``type_info.is_flat`` for a TypeInformation; False for None or anything else."""
+    return isinstance(type_info, TypeInformation) and type_info.is_flat
 
 
 class Types:

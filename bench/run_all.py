@@ -23,7 +23,7 @@ from typing import Callable, Optional
 BENCHES = [
     ("chain", "raylink.bench.chain", ["--records", "200000", "--repeat", "2"], []),
     ("serde", "raylink.bench.serde", ["--records", "100000", "--repeat", "2"], []),
-    ("wordcount", "raylink.bench.wordcount", ["--words", "200000"], []),
+    ("wordcount", "raylink.bench.wordcount", ["--words", "200000", "--repeat", "1"], []),
 ]
 
 _RATIO = re.compile(r"^(?P<label>.*?\S)\s{2,}.*?(?P<ratio>\d+(?:\.\d+)?)x?$")

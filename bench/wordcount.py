@@ -5,12 +5,13 @@ The shared job: lines generated from an integer sequence, ``flat_map`` to
 chain and the keyed chain sit in different slot sharing groups, so they run in
 different TaskExecutors and every record crosses the Ray transport.
 
-    python bench/wordcount.py [--words 2000000] [--parallelism 1]
+    python bench/wordcount.py [--words 2000000] [--parallelism 1] [--repeat 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 from typing import Optional
 
@@ -48,18 +49,21 @@ def plain_loop(num_lines: int) -> float:
     return time.perf_counter() - start
 
 
-def raylink_job(num_lines: int, parallelism: int, buffer_timeout: int = 100) -> tuple[float, object]:
-    from raylink.api import Configuration, StreamExecutionEnvironment
+def raylink_job(num_lines: int, parallelism: int, buffer_timeout: int = 100,
+                typed: bool = True) -> tuple[float, object]:
+    """Run the job on Ray; ``typed``: declare ``flat_map``'s output type as PyFlink programs do."""
+    from raylink.api import Configuration, StreamExecutionEnvironment, Types
 
     conf = Configuration().set_integer("metrics.latency.interval", 50)
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     env.set_parallelism(parallelism)
     env.set_buffer_timeout(buffer_timeout)
+    pairs = Types.TUPLE([Types.STRING(), Types.INT()]) if typed else None
     (
         env.from_sequence(0, num_lines - 1)
         .slot_sharing_group("source")
         .map(make_line)
-        .flat_map(split)
+        .flat_map(split, output_type=pairs)
         .key_by(word_of)
         .sum(1)
         .slot_sharing_group("keyed")
@@ -70,10 +74,16 @@ def raylink_job(num_lines: int, parallelism: int, buffer_timeout: int = 100) -> 
     return time.perf_counter() - start, result
 
 
+def _median(xs: list) -> float:
+    return statistics.median(xs)
+
+
 def main(argv: Optional[list] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--words", type=int, default=2_000_000)
     parser.add_argument("--parallelism", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="alternate loop and job this many times; medians are reported")
     args = parser.parse_args(argv)
     num_lines = args.words // WORDS_PER_LINE
     words = num_lines * WORDS_PER_LINE
@@ -83,19 +93,31 @@ def main(argv: Optional[list] = None) -> None:
 
     ensure_ray()
     raylink_job(2000, args.parallelism)  # warm up: worker processes, imports
-    loop_s = plain_loop(num_lines)
-    job_s, result = raylink_job(num_lines, args.parallelism)
+    loops, walls, nets, untyped_nets = [], [], [], []
+    result = None
+    for _ in range(max(1, args.repeat)):  # interleaved, so a slow spell of the machine hits both
+        loops.append(plain_loop(num_lines))
+        wall, result = raylink_job(num_lines, args.parallelism)
+        walls.append(wall)
+        nets.append(result.net_runtime_ms / 1000)
+        untyped_nets.append(raylink_job(num_lines, args.parallelism, typed=False)[1].net_runtime_ms / 1000)
+    loop_s, job_s, net, untyped = _median(loops), _median(walls), _median(nets), _median(untyped_nets)
     executors = {m["executor"] for m in result.task_metrics}
     sent = sum(s.get("remoteBuffersSent", 0) for s in result.executor_stats)
     calls = sum(s.get("remoteCalls", 0) for s in result.executor_stats)
-    print(f"word count, {words:,} words, parallelism {args.parallelism}, "
-          f"{len(executors)} TaskExecutors, {sent} remote buffers in {calls} Ray calls")
-    print(f"{'variant':<44}{'seconds':>9}{'words/s':>14}{'vs loop':>9}")
-    print(f"{'plain Python loop (1 process, baseline)':<44}{loop_s:>9.2f}{words / loop_s:>14,.0f}{1.0:>8.2f}x")
-    print(f"{'raylink on Ray (wall clock incl. deploy)':<44}{job_s:>9.2f}{words / job_s:>14,.0f}"
-          f"{loop_s / job_s:>8.2f}x")
-    net = result.net_runtime_ms / 1000
-    print(f"{'raylink on Ray (tasks running)':<44}{net:>9.2f}{words / net:>14,.0f}{loop_s / net:>8.2f}x")
+    credit_calls = sum(s.get("remoteCreditCalls", 0) for s in result.executor_stats)
+    print(f"word count, {words:,} words, parallelism {args.parallelism}, {len(executors)} TaskExecutors, "
+          f"{sent} remote buffers in {calls} calls (+{credit_calls} credit calls); "
+          f"medians of {len(loops)} interleaved runs")
+    print(f"{'variant':<48}{'seconds':>9}{'words/s':>14}{'vs loop':>9}")
+    rows = [
+        ("plain Python loop (1 process, baseline)", loop_s),
+        ("raylink on Ray, tasks running", net),
+        ("raylink on Ray, tasks running, no output_type", untyped),
+        ("raylink on Ray, wall clock incl. deploy", job_s),
+    ]
+    for label, secs in rows:
+        print(f"{label:<48}{secs:>9.2f}{words / secs:>14,.0f}{loop_s / secs:>8.2f}x")
     print("end-to-end latency from latency markers (every 50 ms, source -> sink):")
     for timeout in (0, 100):
         if timeout == 100:

@@ -155,8 +155,7 @@ KNOWN_KEYS: dict[str, tuple[Callable[[Any], Any], str]] = {
     "taskmanager.network.numberOfBuffers": (_int(1), "network buffers per TaskExecutor"),
     "taskmanager.network.memory.buffers-per-channel": (_int(0), "exclusive buffers (initial credit) per remote channel"),
     "taskmanager.network.memory.floating-buffers-per-gate": (_int(0), "floating buffers per input gate"),
-    "raylink.network.window": (_int(1), "remote calls in flight per connection"),
-    "raylink.network.max-batch-bytes": (_memory, "bytes shipped per remote call"),
+    "raylink.network.max-batch-bytes": (_memory, "bytes a remote call aims to carry (batching)"),
     "raylink.progress": (_choice("auto", "tty", "log", "off"), "progress display of `raylink run`"),
     "raylink.progress.interval": (_duration_positive, "progress refresh interval (ms, or '2 s')"),
 }

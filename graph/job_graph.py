@@ -46,6 +46,7 @@ class StreamConfig:
     out_edges_in_order: list[StreamEdge] = field(default_factory=list)
     in_edges: list[StreamEdge] = field(default_factory=list)
     buffer_timeout: int = 100
+    output_type: Any = None  # the operator's declared output TypeInformation (Flink: TYPE_SERIALIZER_OUT)
 
 
 @dataclass(eq=False)

@@ -76,6 +76,7 @@ class StreamingJobGraphGenerator:
             non_chained_outputs=non_chainable,
             is_chain_end=not chainable,
             buffer_timeout=node.buffer_timeout if node.buffer_timeout is not None else graph.buffer_timeout,
+            output_type=node.output_type,
         )
         node.operator.operator_id = config.operator_id
         config.serialized_operator = self._serialize(node.operator)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from raylink.graph.operator_spec import FORWARD, REBALANCE, OperatorSpec, PartitionerSpec
 from raylink.graph.output_tag import OutputTag
@@ -54,6 +54,7 @@ class StreamNode:
     slot_sharing_group: Optional[str] = "default"
     uid: Optional[str] = None
     buffer_timeout: Optional[int] = None
+    output_type: Any = None  # declared TypeInformation (Flink's typeSerializerOut), or None
     is_source: bool = False
     is_sink: bool = False
     in_edges: list[StreamEdge] = field(default_factory=list)

@@ -83,5 +83,33 @@ class StreamGroupedAggregateOperator(StreamGroupedReduceOperator):
         self.agg = agg
         self.field = field
 
+    def process_batch(self, values: List[Any]) -> None:
+        if self.agg != "sum" or self.field != 1 or type(self.field) is not int:
+            super().process_batch(values)
+            return
+        # sum(1) over (key, count) pairs, the word-count shape: the reducer inlined
+        out: List[Any] = []
+        append = out.append
+        key_of = self._key_of
+        reduce = self._reduce
+        cached = self._key_maps.get
+        map_for_key = self._map_for_key
+        missing = _MISSING
+        for value in values:
+            key = key_of(value)
+            m = cached(key)
+            if m is None:
+                m = map_for_key(key)
+            current = m.get(key, missing)
+            if current is not missing:
+                if type(current) is tuple and len(current) == 2:
+                    value = (current[0], current[1] + value[1])
+                else:
+                    value = reduce(current, value)
+            m[key] = value
+            append(value)
+        if out:
+            self._collect_batch(out)
+
 
 __all__ = ["StreamGroupedReduceOperator", "StreamGroupedAggregateOperator"]

@@ -24,6 +24,13 @@ announcement ``announce_credit(n)`` (receiver -> sender, ending in
 ``reader.add_credit(n)``). ``LocalCreditConnection`` wires the two with
 direct calls in one process; a Ray transport replaces it, keeping the reader
 on the producer's TaskExecutor and the channel on the consumer's.
+
+Batching (for transports where every message is expensive, like a Ray actor
+call): a channel created with ``min_credit`` keeps at least that many buffers
+(exclusive + floating) as credit even without a sender backlog, so the sender
+can gather a batch; with ``announce_threshold`` it announces freed buffers in
+groups of that size, or at once when its queue has run dry while the sender
+holds less than that. Defaults (0 / 1) are Flink's exact protocol.
 """
 
 from __future__ import annotations
@@ -70,13 +77,15 @@ class CreditProtocolError(RuntimeError):
 class CreditBasedSequenceNumberingViewReader:
     """Sender side of one channel: a subpartition read view plus the receiver's credit.
 
-    ``on_available(reader)`` (set by the transport) is called — outside the
-    reader's lock, in whatever thread made it true — when the reader may
-    have something to send: data arrived or credit was added.
+    ``on_available(reader, flushed)`` (set by the transport) is called — outside
+    the reader's lock, in whatever thread made it true — when the reader may
+    have something to send: data arrived or credit was added (``flushed``
+    False), or the writer flushed / added an event (``flushed`` True: ship now).
     """
 
     def __init__(self, subpartition: Any, receiver_id: Any = None,
-                 on_available: Optional[Callable[["CreditBasedSequenceNumberingViewReader"], None]] = None) -> None:
+                 on_available: Optional[Callable[["CreditBasedSequenceNumberingViewReader", bool], None]] = None
+                 ) -> None:
         self.subpartition = subpartition
         self.receiver_id = receiver_id
         self.on_available = on_available
@@ -84,17 +93,29 @@ class CreditBasedSequenceNumberingViewReader:
         self._view: Any = None
         self.credit = 0
         self._sequence_number = 0
+        self._flushed = False  # a flush is pending: ship the queue as soon as credit allows
         self.num_buffers_sent = 0
 
-    def request_subpartition(self) -> None:
+    def request_subpartition(self, every_buffer: bool = False) -> None:
+        """Open the view; ``every_buffer``: be told of every buffer added, not only the first."""
         if self._view is None:
-            self._view = self.subpartition.create_read_view(self.notify_data_available)
+            self._view = self.subpartition.create_read_view(
+                self.notify_data_available, on_flush=self.notify_flush, every_buffer=every_buffer
+            )
 
     def notify_data_available(self) -> None:
         """Subpartition listener: data became available."""
         cb = self.on_available
         if cb is not None and self.is_available():
-            cb(self)
+            cb(self, False)
+
+    def notify_flush(self) -> None:
+        """Subpartition flush listener: the writer flushed or added an event (sticky
+        until the queue is drained, like Flink's ``flushRequested``)."""
+        self._flushed = True
+        cb = self.on_available
+        if cb is not None and self.is_available():
+            cb(self, True)
 
     def add_credit(self, credit: int) -> None:
         """The receiver announced ``credit`` more free buffers."""
@@ -102,7 +123,22 @@ class CreditBasedSequenceNumberingViewReader:
             self.credit += credit
         cb = self.on_available
         if cb is not None and self.is_available():
-            cb(self)
+            cb(self, False)
+
+    def should_send(self, batch_buffers: int) -> bool:
+        """Shipping now is worth it: a flush is pending, an event is next, the credit is
+        used up by the queued buffers (waiting cannot grow the batch), or
+        ``batch_buffers`` are sendable."""
+        view = self._view
+        if view is None:
+            return False
+        nxt = view.peek_next_is_event()
+        if nxt is None:
+            return False
+        if nxt or self._flushed:
+            return nxt or self.credit > 0
+        credit = self.credit
+        return credit > 0 and (view.backlog >= credit or credit >= batch_buffers and view.backlog >= batch_buffers)
 
     def is_available(self) -> bool:
         """Something to send: an event, or a data buffer and credit > 0."""
@@ -127,7 +163,10 @@ class CreditBasedSequenceNumberingViewReader:
                 return None
             r = view.poll_buffer()
             if r is None:
+                self._flushed = False
                 return None
+            if not r.more_available:
+                self._flushed = False
             if not r.is_event:
                 self.credit -= 1
             seq = self._sequence_number
@@ -151,12 +190,14 @@ class CreditBasedInputChannel(InputChannel):
     sender; ``request(initial_credit)`` is called by ``request_subpartition`` to
     open the connection (the transport sets both). ``max_buffers_in_flight``
     records the most data buffers ever held (received, not yet consumed).
+    ``min_credit`` / ``announce_threshold``: see the module doc (batching).
     """
 
     def __init__(self, floating_pool: Optional[LocalBufferPool] = None,
                  exclusive_buffers: int = DEFAULT_EXCLUSIVE_BUFFERS,
                  network_pool: Optional[NetworkBufferPool] = None,
-                 announce_credit: Optional[Callable[[int], None]] = None) -> None:
+                 announce_credit: Optional[Callable[[int], None]] = None,
+                 min_credit: int = 0, announce_threshold: int = 1) -> None:
         super().__init__()
         if exclusive_buffers < 1 and floating_pool is None:
             raise ValueError("a credit-based channel needs exclusive or floating buffers")
@@ -170,8 +211,11 @@ class CreditBasedInputChannel(InputChannel):
         self._free_exclusive = exclusive_buffers
         self._free_floating = 0
         self._floating_held = 0
-        self._required = exclusive_buffers
+        self.min_credit = min_credit
+        self.announce_threshold = max(1, announce_threshold)
+        self._required = max(exclusive_buffers, min_credit)
         self._unannounced = 0
+        self._sender_credit = 0  # credit the sender holds, as far as this side knows
         self._waiting_for_floating = False
         self._expected_sequence = 0
         self._queued_data = 0
@@ -185,7 +229,12 @@ class CreditBasedInputChannel(InputChannel):
     def request_subpartition(self) -> None:
         if self.request is None:
             raise RuntimeError("credit-based channel is not connected to a transport")
-        self.request(self.initial_credit)
+        self._request_floating()  # up to min_credit, when floating buffers are free
+        with self._lock:
+            initial = self.initial_credit + self._unannounced
+            self._unannounced = 0
+            self._sender_credit = initial
+        self.request(initial)
 
     # -- transport thread ---------------------------------------------------------------
     def on_buffer(self, response: BufferResponse) -> None:
@@ -208,6 +257,7 @@ class CreditBasedInputChannel(InputChannel):
                 raise CreditProtocolError(f"channel {self.channel_index}: buffer received without credit")
             self._received.append((response.buffer, response.is_event, kind))
             if kind:
+                self._sender_credit -= 1
                 self._queued_data += 1
                 if self._queued_data > self.max_buffers_in_flight:
                     self.max_buffers_in_flight = self._queued_data
@@ -221,7 +271,7 @@ class CreditBasedInputChannel(InputChannel):
     def on_sender_backlog(self, backlog: int) -> None:
         """Request floating buffers until ``backlog + exclusive`` buffers are free."""
         with self._lock:
-            self._required = backlog + self.initial_credit
+            self._required = max(backlog + self.initial_credit, self.min_credit)
         self._request_floating()
         self._announce()
 
@@ -261,9 +311,17 @@ class CreditBasedInputChannel(InputChannel):
         return still_waiting
 
     def _announce(self) -> None:
+        """Announce freed buffers: at once (Flink) or, with batching, in groups of
+        ``announce_threshold`` / when the queue ran dry and the sender is short of credit."""
         with self._lock:
             n = self._unannounced
+            if not n:
+                return
+            threshold = self.announce_threshold
+            if n < threshold and (self._received or self._sender_credit >= threshold):
+                return
             self._unannounced = 0
+            self._sender_credit += n
         if n:
             cb = self.announce_credit
             if cb is None:
@@ -373,7 +431,7 @@ class LocalCreditConnection:
         self.reader.add_credit(initial_credit)
         self._trigger(self.reader)
 
-    def _trigger(self, _reader: Any = None) -> None:
+    def _trigger(self, _reader: Any = None, _flushed: bool = False) -> None:
         with self._lock:
             if self._pumping:
                 self._again = True

@@ -8,8 +8,12 @@ Flink's Netty connection:
   credit) and batched ``add_credit`` announcements;
 * producer -> consumer: batched ``receive_buffers``: several
   ``BufferResponse``s (buffer, backlog, sequence number) for any channels of
-  that consumer in one call (up to ``max_batch_bytes``), at most ``window`` calls
-  in flight.
+  that consumer in one call (up to ``max_batch_bytes``).
+
+Calls are made by whichever thread has something to send (the task thread
+that filled a buffer, the actor thread that received credit) — no sender
+threads: on a busy executor each extra thread that needs the GIL costs the
+task thread a hand-over of several hundred microseconds.
 
 A producer sends a data buffer only while its reader holds credit
 (``CreditBasedSequenceNumberingViewReader``); the consumer's
@@ -22,7 +26,6 @@ so buffers reach each channel in sequence even on a threaded actor.
 from __future__ import annotations
 
 import threading
-from collections import deque
 from typing import Any, Callable, Optional
 
 import ray
@@ -33,159 +36,151 @@ from raylink.shuffle.credit import (
     CreditBasedSequenceNumberingViewReader,
 )
 
-DEFAULT_WINDOW = 8
-DEFAULT_MAX_BATCH_BYTES = 96 * 1024
+DEFAULT_MAX_BATCH_BYTES = 256 * 1024
+MAX_BATCH_BUFFERS = 32  # tiny segments: credit stays at 2 x 32 buffers per channel
+_PRUNE_AT = 16  # calls kept for error checks before finished ones are dropped
 
 
-class _Sender:
-    """A daemon thread that ships batches to one peer with a bounded window of calls."""
+def transport_runtime_env(max_batch_bytes: int) -> dict:
+    """Ray settings for a TaskExecutor's process: a batch travels inline in the call.
 
-    def __init__(self, name: str, window: int) -> None:
-        self._cond = threading.Condition()
-        self._closed = False
+    Ray moves call arguments above ``max_direct_call_object_size`` (100 KiB by
+    default) through the object store and the raylet, which costs more CPU on a
+    busy node than the call itself.
+    """
+    limit = max(100 * 1024, max_batch_bytes + 64 * 1024)
+    return {"env_vars": {"RAY_max_direct_call_object_size": str(limit)}}
+
+
+class _Connection:
+    """One direction of the connection to a peer: numbered calls made from the
+    thread that has something to send (no sender thread, no GIL hand-over)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._lock = threading.Lock()
         self._inflight: list = []
-        self._window = window
         self.error: Optional[BaseException] = None
         self.num_calls = 0
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
 
-    def wake(self) -> None:
-        with self._cond:
-            self._cond.notify()
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify()
-
-    def _has_work(self) -> bool:  # called with the condition held
-        raise NotImplementedError
-
-    def _take_batch(self) -> Any:
-        raise NotImplementedError
-
-    def _send(self, batch: Any) -> Any:
-        raise NotImplementedError
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._closed and not self._has_work():
-                    self._cond.wait()
-                if self._closed:
-                    return
-            batch = self._take_batch()
-            if not batch:
-                continue
-            while len(self._inflight) >= self._window:
-                ready, self._inflight = ray.wait(self._inflight, num_returns=1, fetch_local=False)
-                try:
-                    ray.get(ready)
-                except Exception as exc:  # the peer died: nothing more can be delivered
-                    self.error = exc
-                    return
-            self._inflight.append(self._send(batch))
+    def _submitted(self, ref: Any) -> None:
+        """Keep ``ref``; drop finished calls (non-blocking) and remember a failed one."""
+        with self._lock:
+            inflight = self._inflight
+            inflight.append(ref)
             self.num_calls += 1
+            if len(inflight) < _PRUNE_AT:
+                return
+            done, self._inflight = ray.wait(inflight, num_returns=len(inflight), timeout=0, fetch_local=False)
+        for r in done:
+            try:
+                ray.get(r)
+            except Exception as exc:  # the peer died: the JobMaster fails the job
+                self.error = exc
 
 
-class _BufferSender(_Sender):
-    """Producer side of one connection: round robin over readers with data and credit."""
+class PartitionRequestQueue(_Connection):
+    """Producer end of one connection (Flink's ``PartitionRequestQueue``).
+
+    Readers call ``notify(reader, flushed)``; buffers are shipped, as several
+    ``BufferResponse``s per ``receive_buffers`` call, when the writer flushed
+    or added an event, when some reader's credit is used up by its queued
+    buffers, or when ``batch_buffers`` are ready — otherwise they wait a little
+    (at most until the buffer timeout's flush, or until the writer's pool runs
+    dry, which flushes). Every Ray call costs both processes a GIL hand-over,
+    so fewer, larger calls are what makes the transport fast.
+    """
 
     def __init__(self, transport: "RayTransport", consumer_id: str, handle: Any) -> None:
+        super().__init__(f"{transport.executor_id}->{consumer_id}")
         self._transport = transport
-        self._consumer_id = consumer_id
         self._handle = handle
-        self._available: deque = deque()
-        self._queued: set = set()
+        self._readers: list = []
+        self._next = 0  # round-robin start
         self._seq = 0
         self.num_buffers = 0
-        super().__init__(f"sender {transport.executor_id}->{consumer_id}", transport.window)
 
-    def notify(self, reader: CreditBasedSequenceNumberingViewReader) -> None:
-        with self._cond:
-            if id(reader) not in self._queued:
-                self._queued.add(id(reader))
-                self._available.append(reader)
-                self._cond.notify()
+    def add_reader(self, reader: CreditBasedSequenceNumberingViewReader) -> None:
+        with self._lock:
+            self._readers.append(reader)
 
-    def _has_work(self) -> bool:
-        return bool(self._available)
+    def notify(self, reader: CreditBasedSequenceNumberingViewReader, flushed: bool = False) -> None:
+        batch = self._transport.batch_buffers
+        while True:
+            with self._lock:
+                if not flushed and not any(r.should_send(batch) for r in self._readers):
+                    return
+                responses, more = self._take_batch()
+                if not responses:
+                    return
+                seq = self._seq
+                self._seq = seq + 1
+            self._submitted(self._handle.receive_buffers.remote(self._transport.executor_id, seq, responses))
+            if not more:
+                return
 
-    def _take_batch(self) -> list:
+    def _take_batch(self) -> tuple:
+        """Round robin over the readers: everything sendable, up to max_batch_bytes."""
         batch: list = []
         size = 0
         limit = self._transport.max_batch_bytes
-        while size < limit:
-            with self._cond:
-                if not self._available:
+        readers = self._readers
+        n = len(readers)
+        start = self._next
+        self._next = (start + 1) % n if n else 0
+        for i in range(n):
+            reader = readers[(start + i) % n]
+            while size < limit:
+                response = reader.poll_next()
+                if response is None:
                     break
-                reader = self._available.popleft()
-                self._queued.discard(id(reader))
-            response = reader.poll_next()
-            if response is None:
-                continue
-            batch.append(
-                (reader.receiver_id, response.buffer, response.is_event, response.backlog,
-                 response.sequence_number)
-            )
-            size += len(response.buffer)
-            if reader.is_available():
-                self.notify(reader)
+                batch.append((reader.receiver_id, response.buffer, response.is_event, response.backlog,
+                              response.sequence_number))
+                size += len(response.buffer)
+            if size >= limit:
+                self.num_buffers += len(batch)
+                return batch, True
         self.num_buffers += len(batch)
-        return batch
-
-    def _send(self, batch: list) -> Any:
-        seq = self._seq
-        self._seq += 1
-        return self._handle.receive_buffers.remote(self._transport.executor_id, seq, batch)
+        return batch, False
 
 
-class _CreditSender(_Sender):
-    """Consumer side of one connection: accumulated credit per channel, sent in batches."""
+class CreditAnnouncer(_Connection):
+    """Consumer end of one connection: ``add_credit`` calls, made by the thread that freed the buffers."""
 
     def __init__(self, transport: "RayTransport", producer_id: str, handle: Any) -> None:
+        super().__init__(f"{transport.executor_id}->{producer_id}")
         self._transport = transport
         self._handle = handle
-        self._credit: dict[str, int] = {}
-        super().__init__(f"credit {transport.executor_id}->{producer_id}", transport.window)
 
     def announce(self, channel_id: str, credit: int) -> None:
-        with self._cond:
-            self._credit[channel_id] = self._credit.get(channel_id, 0) + credit
-            self._cond.notify()
-
-    def _has_work(self) -> bool:
-        return bool(self._credit)
-
-    def _take_batch(self) -> list:
-        with self._cond:
-            batch = list(self._credit.items())
-            self._credit.clear()
-        return batch
-
-    def _send(self, batch: list) -> Any:
-        return self._handle.add_credit.remote(self._transport.executor_id, batch)
+        self._submitted(self._handle.add_credit.remote(self._transport.executor_id, [(channel_id, credit)]))
 
 
 class RayTransport:
-    """Both ends of every remote channel of one TaskExecutor."""
+    """Both ends of every remote channel of one TaskExecutor.
+
+    ``buffer_size`` and ``max_batch_bytes`` give the batch a sender aims for
+    (``batch_buffers``). A remote channel keeps credit for two batches (one in
+    flight while the next one fills) and announces freed buffers a batch at a
+    time; its gate gets the floating buffers that takes
+    (``min_floating_buffers``) when the configured number is smaller.
+    """
 
     def __init__(
         self,
         executor_id: str,
         partition_lookup: Callable[[str], Any],
-        window: int = DEFAULT_WINDOW,
+        buffer_size: int = 32 * 1024,
         max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
     ) -> None:
         self.executor_id = executor_id
         self.partition_lookup = partition_lookup
-        self.window = window
         self.max_batch_bytes = max_batch_bytes
+        self.batch_buffers = min(MAX_BATCH_BUFFERS, max(1, max_batch_bytes // buffer_size))
         self.peers: dict[str, Any] = {}
         self._lock = threading.Lock()
-        self._buffer_senders: dict[str, _BufferSender] = {}
-        self._credit_senders: dict[str, _CreditSender] = {}
+        self._queues: dict[str, PartitionRequestQueue] = {}
+        self._announcers: dict[str, CreditAnnouncer] = {}
         self._readers: dict[tuple[str, str], CreditBasedSequenceNumberingViewReader] = {}
         self._pending_credit: dict[tuple[str, str], int] = {}
         self._channels: dict[str, CreditBasedInputChannel] = {}
@@ -195,6 +190,10 @@ class RayTransport:
 
     def register_peers(self, peers: dict[str, Any]) -> None:
         self.peers.update(peers)
+
+    def min_floating_buffers(self, exclusive_buffers: int) -> int:
+        """Floating buffers a gate with remote channels needs for two batches in flight."""
+        return max(0, 2 * self.batch_buffers - exclusive_buffers)
 
     # -- consumer side -----------------------------------------------------------------------
     def create_input_channel(
@@ -209,13 +208,15 @@ class RayTransport:
         with self._lock:
             self._channel_ids += 1
             channel_id = f"{self.executor_id}#{self._channel_ids}"
-            sender = self._credit_senders.get(producer_id)
-            if sender is None:
-                sender = _CreditSender(self, producer_id, self.peers[producer_id])
-                self._credit_senders[producer_id] = sender
+            announcer = self._announcers.get(producer_id)
+            if announcer is None:
+                announcer = CreditAnnouncer(self, producer_id, self.peers[producer_id])
+                self._announcers[producer_id] = announcer
+        batch = self.batch_buffers
         channel = CreditBasedInputChannel(
             floating_pool, exclusive_buffers, network_pool,
-            announce_credit=lambda n: sender.announce(channel_id, n),
+            announce_credit=lambda n: announcer.announce(channel_id, n),
+            min_credit=2 * batch, announce_threshold=batch,
         )
         producer = self.peers[producer_id]
 
@@ -248,20 +249,19 @@ class RayTransport:
     ) -> None:
         partition = self.partition_lookup(partition_id)
         with self._lock:
-            sender = self._buffer_senders.get(consumer_id)
-            if sender is None:
-                sender = _BufferSender(self, consumer_id, self.peers[consumer_id])
-                self._buffer_senders[consumer_id] = sender
+            queue = self._queues.get(consumer_id)
+            if queue is None:
+                queue = PartitionRequestQueue(self, consumer_id, self.peers[consumer_id])
+                self._queues[consumer_id] = queue
             key = (consumer_id, channel_id)
             reader = CreditBasedSequenceNumberingViewReader(
-                partition.subpartitions[subpartition_index], receiver_id=channel_id, on_available=sender.notify
+                partition.subpartitions[subpartition_index], receiver_id=channel_id, on_available=queue.notify
             )
             self._readers[key] = reader
             extra = self._pending_credit.pop(key, 0)
-        reader.request_subpartition()
+        queue.add_reader(reader)
+        reader.request_subpartition(every_buffer=True)
         reader.add_credit(initial_credit + extra)
-        if reader.is_available():
-            sender.notify(reader)
 
     def add_credit(self, consumer_id: str, credits: list) -> None:
         for channel_id, credit in credits:
@@ -273,11 +273,12 @@ class RayTransport:
                     continue
             reader.add_credit(credit)
 
-    # -- metrics and teardown --------------------------------------------------------------------
+    # -- metrics -------------------------------------------------------------------------------
     def stats(self) -> dict:
         return {
-            "remoteBuffersSent": sum(s.num_buffers for s in self._buffer_senders.values()),
-            "remoteCalls": sum(s.num_calls for s in self._buffer_senders.values()),
+            "remoteBuffersSent": sum(q.num_buffers for q in self._queues.values()),
+            "remoteCalls": sum(q.num_calls for q in self._queues.values()),
+            "remoteCreditCalls": sum(a.num_calls for a in self._announcers.values()),
             "remoteChannels": len(self._channels),
             "maxBuffersInFlightPerChannel": max(
                 (c.max_buffers_in_flight for c in self._channels.values()), default=0
@@ -289,5 +290,4 @@ class RayTransport:
         }
 
     def close(self) -> None:
-        for sender in list(self._buffer_senders.values()) + list(self._credit_senders.values()):
-            sender.close()
+        """Nothing runs in the background: calls are made by the threads that send."""

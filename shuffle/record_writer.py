@@ -57,6 +57,8 @@ class RecordWriter:
     marker to every channel, inline), ``random_emit(element)``,
     ``broadcast_event(event)``, ``flush_all()``, ``finish()``.
     Metrics: ``num_records_out``, ``num_buffers_out``, ``num_bytes_out``.
+    ``flat_records``: the stream's declared type is flat
+    (``TypeInformation.is_flat``), so batches are packed without being checked.
     """
 
     def __init__(
@@ -66,6 +68,7 @@ class RecordWriter:
         buffer_timeout_ms: int = DEFAULT_BUFFER_TIMEOUT_MS,
         buffer_size: int = DEFAULT_BUFFER_SIZE,
         name: str = "",
+        flat_records: bool = False,
     ) -> None:
         n = partition.num_subpartitions
         if partitioner is None:
@@ -80,11 +83,16 @@ class RecordWriter:
         self.is_broadcast = partitioner.is_broadcast
         self.num_records_out = 0
         if self.is_broadcast:
-            self._broadcast_serializer = RecordSerializer(buffer_size, partition.broadcast_sink())
+            self._broadcast_serializer = RecordSerializer(
+                buffer_size, partition.broadcast_sink(), partition.flush_all, flat_records
+            )
             self._serializers: List[RecordSerializer] = [self._broadcast_serializer]
         else:
             self._broadcast_serializer = None
-            self._serializers = [RecordSerializer(buffer_size, partition.sink(i)) for i in range(n)]
+            self._serializers = [
+                RecordSerializer(buffer_size, partition.sink(i), partition.subpartitions[i].flush, flat_records)
+                for i in range(n)
+            ]
         self._select = None if self.is_broadcast else partitioner.select_channel
         self._select_batch = None if self.is_broadcast else partitioner.select_channels
         self._single = self._serializers[0] if (n == 1 or self.is_broadcast) else None

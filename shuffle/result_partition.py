@@ -8,9 +8,13 @@ A subpartition holds *finished* buffers (``bytes``) and event buffers, in
 order. The writer side (``RecordWriter``) decides when a buffer is finished:
 when full, on flush, on every record with ``flush_always``, and before an
 event. ``PipelinedSubpartition`` calls its reader's availability listener
-(a no-argument callable) whenever its queue goes from empty to non-empty; the
-reader then drains it with ``poll_buffer()`` until ``more_available`` is
-False. ``BoundedBlockingSubpartition`` keeps everything and lets readers see
+(a no-argument callable) whenever its queue goes from empty to non-empty (or,
+for a view created with ``every_buffer=True``, on every buffer); the reader
+then drains it with ``poll_buffer()`` until ``more_available`` is False. A
+view may also register ``on_flush``: called when the writer flushes (buffer
+timeout, events, end of partition, an exhausted buffer pool), Flink's
+``PipelinedSubpartition.flush`` -> ``notifyDataAvailable``; a transport that
+batches buffers ships what it holds at that point. ``BoundedBlockingSubpartition`` keeps everything and lets readers see
 data only after ``finish()`` (batch exchange); it can be read several times
 (one view per reader).
 
@@ -105,8 +109,12 @@ class ResultSubpartition:
     def finish(self) -> None:
         raise NotImplementedError
 
-    def create_read_view(self, listener: Callable[[], None]) -> Any:
+    def create_read_view(self, listener: Callable[[], None], on_flush: Optional[Callable[[], None]] = None,
+                         every_buffer: bool = False) -> Any:
         raise NotImplementedError
+
+    def flush(self) -> None:
+        """The writer flushed: tell a reader that registered ``on_flush``."""
 
     def release(self) -> None:
         raise NotImplementedError
@@ -125,6 +133,8 @@ class PipelinedSubpartition(ResultSubpartition):
         self._queue: Deque[Tuple[bytes, bool]] = deque()
         self._lock = threading.Lock()
         self._listener: Optional[Callable[[], None]] = None
+        self._on_flush: Optional[Callable[[], None]] = None
+        self._every_buffer = False
         self._recycle = recycle
         self._on_consumed = on_consumed  # called once the reader polled EndOfPartition
         self._backlog = 0
@@ -145,7 +155,10 @@ class PipelinedSubpartition(ResultSubpartition):
                     self._backlog += 1
                 self.num_buffers += 1
                 self.num_bytes += len(buffer)
-                listener = self._listener if was_empty else None
+                if is_event and self._on_flush is not None:
+                    listener = self._on_flush  # events flush
+                else:
+                    listener = self._listener if (was_empty or self._every_buffer) else None
         if released is not None:
             if not is_event and self._recycle is not None:
                 self._recycle(1)
@@ -165,19 +178,28 @@ class PipelinedSubpartition(ResultSubpartition):
             self._finished = True
             self.num_buffers += 1
             self.num_bytes += len(_EOP_BYTES)
-            listener = self._listener if was_empty else None
+            listener = self._on_flush or (self._listener if was_empty else None)
         if listener is not None:
             listener()
 
-    def create_read_view(self, listener: Callable[[], None]) -> "PipelinedSubpartition":
-        """Register the reader's listener (one reader); notifies at once if data is queued."""
+    def flush(self) -> None:
+        with self._lock:
+            listener = self._on_flush if self._queue else None
+        if listener is not None:
+            listener()
+
+    def create_read_view(self, listener: Callable[[], None], on_flush: Optional[Callable[[], None]] = None,
+                         every_buffer: bool = False) -> "PipelinedSubpartition":
+        """Register the reader's listeners (one reader); notifies at once if data is queued."""
         with self._lock:
             if self._released:
                 raise PartitionReleasedError(f"subpartition {self.index} was released")
             self._listener = listener
+            self._on_flush = on_flush
+            self._every_buffer = every_buffer
             notify = bool(self._queue)
         if notify:
-            listener()
+            (on_flush or listener)()
         return self
 
     def poll_buffer(self) -> Optional[BufferAndBacklog]:
@@ -314,8 +336,10 @@ class BoundedBlockingSubpartition(ResultSubpartition):
         for listener in listeners:
             listener()
 
-    def create_read_view(self, listener: Optional[Callable[[], None]] = None) -> _BlockingView:
-        view = _BlockingView(self, listener)
+    def create_read_view(self, listener: Optional[Callable[[], None]] = None,
+                         on_flush: Optional[Callable[[], None]] = None, every_buffer: bool = False) -> _BlockingView:
+        """A reader with its own position; ``listener`` (or ``on_flush``) is told once data is readable."""
+        view = _BlockingView(self, on_flush or listener)
         with self._lock:
             if self._released:
                 raise PartitionReleasedError(f"subpartition {self.index} was released")
@@ -392,13 +416,27 @@ class ResultPartition:
             return sub.add
         add = sub.add
         take = pool.request_overdraft
+        available = pool.is_available
+        flush_all = self.flush_all
 
         def on_buffer(buffer: bytes, is_event: bool) -> None:
-            if not is_event:
-                take()
-            add(buffer, is_event)
+            if is_event:
+                add(buffer, True)
+                return
+            take()
+            add(buffer, False)
+            if not available():  # the writer is about to block: readers must ship what they hold
+                flush_all()
 
         return on_buffer
+
+    def flush(self, index: int) -> None:
+        """Flink's ``ResultPartition.flush(i)``: notify subpartition ``i``'s reader of a flush."""
+        self.subpartitions[index].flush()
+
+    def flush_all(self) -> None:
+        for s in self.subpartitions:
+            s.flush()
 
     def broadcast_sink(self) -> Callable[[bytes, bool], None]:
         """``on_buffer`` that appends every buffer to all subpartitions (one permit each)."""

@@ -96,12 +96,15 @@ class RecordSerializer:
         "_pack",
         "_bpacker",
         "_sink",
+        "_on_flush",
+        "_flat",
         "_collected",
         "num_buffers",
         "num_bytes",
     )
 
-    def __init__(self, buffer_size: int = DEFAULT_BUFFER_SIZE, on_buffer: Optional[BufferSink] = None) -> None:
+    def __init__(self, buffer_size: int = DEFAULT_BUFFER_SIZE, on_buffer: Optional[BufferSink] = None,
+                 on_flush: Optional[Callable[[], None]] = None, flat_records: bool = False) -> None:
         if buffer_size < 16:
             raise ValueError(f"buffer_size must be >= 16 bytes, got {buffer_size}")
         self.buffer_size = int(buffer_size)
@@ -110,6 +113,8 @@ class RecordSerializer:
         self._bpacker = make_packer(autoreset=False)
         self._collected: List[Tuple[bytes, bool]] = []
         self._sink: BufferSink = on_buffer if on_buffer is not None else self._collect
+        self._on_flush = on_flush  # told after a flush handed data over (the partition's flush)
+        self._flat = flat_records  # the stream's declared type is flat: batches need no check
         self.num_buffers = 0  # buffers handed to the sink (data + events)
         self.num_bytes = 0
 
@@ -148,7 +153,7 @@ class RecordSerializer:
         if not n:
             return
         buf = self._buf
-        if is_flat_batch(values):
+        if self._flat or is_flat_batch(values):
             # pack the whole batch as one array and drop the array header: what
             # remains is exactly the concatenation of the packed records
             data = self._pack(values)
@@ -215,13 +220,20 @@ class RecordSerializer:
         if type(event) not in _EVENT_TYPES:
             raise TypeError(f"not an event: {type(event).__qualname__}")
         data = encode_event(event)
-        self.flush()
+        self._hand_over()  # the event buffer itself flushes
         self.num_buffers += 1
         self.num_bytes += len(data)
         self._sink(data, True)
 
     def flush(self) -> bool:
-        """Hand over the partial buffer; returns False if there was nothing to flush."""
+        """Hand over the partial buffer, then tell the partition (``on_flush``) so
+        buffers it holds get shipped; returns False if there was no partial buffer."""
+        handed = self._hand_over()
+        if self._on_flush is not None:
+            self._on_flush()
+        return handed
+
+    def _hand_over(self) -> bool:
         buf = self._buf
         if not buf:
             return False

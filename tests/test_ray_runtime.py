@@ -104,6 +104,8 @@ def test_back_pressure_is_bounded_by_credit():
     """A slow sink in another TaskExecutor stops the source within its credit."""
     env = ray_env(1)
     env.configuration.set_integer("taskmanager.memory.segment-size", 1024)
+    # batches of 4 buffers: the channel keeps credit for two (8 <= Flink's 2 exclusive + 8 floating)
+    env.configuration.set_integer("raylink.network.max-batch-bytes", 4 * 1024)
     payload = "x" * 100
 
     def slow_sink(_value):
