@@ -3,8 +3,8 @@
 A run is one job: a rate-limited :class:`RateLimitedSource` (each subtask paces
 itself by wall clock: it emits a small burst, hands it to the chain, then waits
 on an ``Event`` until the next burst is due — no busy loop), the scenario's
-operators, and a :class:`LatencySink` that measures ``now - emit time`` of every
-record into a bounded reservoir. Both report through accumulators: the source
+operators, and a :class:`LatencySink` that measures ``now - emit time`` of the
+records (a spread sample of each batch) into a bounded reservoir. Both report through accumulators: the source
 its record count and its own elapsed time (the achieved rate), both ends their
 per-quarter-second counts (throughput over time). While the job runs, the
 driver samples ``JobClient.get_metrics()`` for back pressure, busy time and the
@@ -102,6 +102,7 @@ class RateLimitedSource(SourceFunction):
         i = getattr(self, "index", 0)
         payload = self.payload
         collect = ctx.collect
+        collect_batch = getattr(ctx, "collect_batch", None)
         flush = getattr(ctx, "flush", None)
         now_ns = time.time_ns
         clock = time.perf_counter
@@ -125,9 +126,13 @@ class RateLimitedSource(SourceFunction):
                 n = max_burst
             if limit is not None:
                 n = min(n, limit - emitted)
-            for _ in range(n):
-                collect((now_ns(), payload(i)))
-                i += par
+            if collect_batch is not None:  # raylink: the burst in one call
+                collect_batch([(now_ns(), payload(j)) for j in range(i, i + n * par, par)])
+                i += n * par
+            else:
+                for _ in range(n):
+                    collect((now_ns(), payload(i)))
+                    i += par
             emitted += n
             buckets[int(time.time() * BUCKETS_PER_S)] += n
             if rate is not None and flush is not None:
@@ -142,8 +147,12 @@ class RateLimitedSource(SourceFunction):
             self._stop.set()
 
 
+BATCH_SAMPLES = 16  # latency samples taken from each batch that reaches the sink
+
+
 class LatencySink(SinkFunction):
-    """Measures ``now - record[0]`` (ns stamps) into a reservoir of ``max_samples`` per subtask.
+    """Measures ``now - record[0]`` (ns stamps) into a reservoir of ``max_samples`` per subtask
+    (of a batch, ~BATCH_SAMPLES records spread over it are measured).
     ``delay_s`` > 0 makes it a slow sink (sleeps that long per record, in 2 ms naps)."""
 
     def __init__(self, max_samples: int = 20000, delay_s: float = 0.0,
@@ -158,23 +167,44 @@ class LatencySink(SinkFunction):
         self.samples: list = []
         self._acc[ACC_LATENCY] = self.samples
         self.count = 0
+        self._seen = 0  # records offered to the reservoir
         self._owed = 0.0
         self._buckets: Counter = Counter()
         self._rng = random.Random(runtime_context.get_index_of_this_subtask())
+
+    def invoke_batch(self, values: list, context: Any = None) -> None:
+        """A batch arrives at one instant: count it once, sample ~``BATCH_SAMPLES`` stamps."""
+        n = len(values)
+        if not n:
+            return
+        now = time.time_ns()
+        self.count += n
+        self._buckets[now * BUCKETS_PER_S // 1_000_000_000] += n
+        stamp_of = self.stamp_of
+        for value in values[::max(1, n // BATCH_SAMPLES)]:
+            self._sample((now - (value[0] if stamp_of is None else stamp_of(value))) / 1e6)
+        if self.delay_s:
+            self._owed += self.delay_s * n
+            if self._owed >= 0.002:
+                time.sleep(self._owed)
+                self._owed = 0.0
+
+    def _sample(self, latency: float) -> None:
+        self._seen += 1
+        samples = self.samples
+        if len(samples) < self.max_samples:
+            samples.append(latency)
+        else:
+            j = self._rng.randrange(self._seen)
+            if j < self.max_samples:
+                samples[j] = latency
 
     def invoke(self, value: Any, context: Any = None) -> None:
         now = time.time_ns()
         stamp = value[0] if self.stamp_of is None else self.stamp_of(value)
         self.count += 1
         self._buckets[now * BUCKETS_PER_S // 1_000_000_000] += 1
-        latency = (now - stamp) / 1e6
-        samples = self.samples
-        if len(samples) < self.max_samples:
-            samples.append(latency)
-        else:
-            j = self._rng.randrange(self.count)
-            if j < self.max_samples:
-                samples[j] = latency
+        self._sample((now - stamp) / 1e6)
         if self.delay_s:
             self._owed += self.delay_s
             if self._owed >= 0.002:

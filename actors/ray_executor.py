@@ -23,7 +23,7 @@ from raylink.actors.deployment import assign_slots, create_deployment_descriptor
 from raylink.actors.job_master import JobExecutor, JobMasterBase
 from raylink.actors.job_result import JobExecutionResult
 from raylink.actors.ray_actors import TaskExecutorActor
-from raylink.shuffle.ray_transport import DEFAULT_MAX_BATCH_BYTES, transport_runtime_env
+from raylink.shuffle.ray_transport import DEFAULT_MAX_BATCH_BYTES, RAY_SYSTEM_CONFIG, transport_runtime_env
 
 POLL_TIMEOUT_S = 0.5
 PLACEMENT_TIMEOUT_S = 60.0
@@ -33,11 +33,34 @@ class TaskExecutorLostError(RuntimeError):
     pass
 
 
+def init_ray(address: Optional[str] = None, **kwargs: Any) -> None:
+    """``ray.init``; a Ray started here gets ``RAY_SYSTEM_CONFIG`` (transport
+    batches travel inline in their calls). A running cluster keeps its settings."""
+    try:
+        ray.init(address=address, _system_config=RAY_SYSTEM_CONFIG, **kwargs)
+    except ValueError as exc:
+        if "_system_config" not in str(exc):
+            raise
+        ray.init(address=address, **kwargs)
+
+
 def ensure_ray() -> None:
     """Connect to the cluster named by RAY_ADDRESS, else start (or reuse) a local Ray."""
     if not ray.is_initialized():
-        ray.init(address=os.environ.get("RAY_ADDRESS"), ignore_reinit_error=True,
-                 log_to_driver=True, configure_logging=False)
+        init_ray(os.environ.get("RAY_ADDRESS"), ignore_reinit_error=True, log_to_driver=True,
+                 configure_logging=False)
+
+
+def _executor_runtime_env(max_batch_bytes: int) -> Optional[dict]:
+    """None when the cluster already inlines call arguments of a batch's size (a Ray
+    raylink started), else the per-actor setting (costs a fresh worker process)."""
+    try:
+        limit = ray._private.worker._global_node._config.get("max_direct_call_object_size", 0)
+    except AttributeError:  # not a local node (Ray client): use the runtime env
+        limit = 0
+    env = transport_runtime_env(max_batch_bytes)
+    needed = int(env["env_vars"]["RAY_max_direct_call_object_size"])
+    return None if limit >= needed else env
 
 
 class RayJobClient(JobMasterBase):
@@ -73,11 +96,12 @@ class RayJobClient(JobMasterBase):
                 )
             settings = conf.to_dict()
             batch = conf.get_integer("raylink.network.max-batch-bytes", DEFAULT_MAX_BATCH_BYTES)
+            runtime_env = _executor_runtime_env(batch)
             for index, executor_id in enumerate(self.executor_ids):
                 self.handles[executor_id] = TaskExecutorActor.options(
                     num_cpus=bundle["CPU"],
                     max_concurrency=32,
-                    runtime_env=transport_runtime_env(batch),
+                    runtime_env=runtime_env,
                     scheduling_strategy=PlacementGroupSchedulingStrategy(
                         placement_group=self._pg, placement_group_bundle_index=index
                     ),

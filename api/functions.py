@@ -235,6 +235,11 @@ class SourceContext:
     def collect_with_timestamp(self, value: Any, timestamp: int) -> None:
         raise NotImplementedError
 
+    def collect_batch(self, values: list) -> None:
+        """raylink extension: ``collect`` every value of ``values`` (one call, much cheaper)."""
+        for value in values:
+            self.collect(value)
+
     def emit_watermark(self, watermark: Any) -> None:
         """Emit a watermark: an int (ms) or an object with a ``timestamp``."""
         raise NotImplementedError

@@ -38,15 +38,23 @@ class _SinkBase(AbstractUdfStreamOperator):
 
 
 class StreamSink(_SinkBase):
-    """``SinkFunction.invoke(value, context)`` or ``callable(value)``."""
+    """``SinkFunction.invoke(value, context)`` or ``callable(value)``.
+
+    raylink extension: a SinkFunction that also defines ``invoke_batch(values,
+    context)`` gets each batch of plain records in one call (per-record
+    ``invoke`` still serves single records).
+    """
 
     def open(self) -> None:
         function = self.function
         invoke = getattr(function, "invoke", None) if not isinstance(function, type) else None
+        self._invoke_batch = None
         if callable(invoke):
             self._lifecycle.append(function)
             self._invoke = invoke
             self._context: Optional[SinkContext] = _SinkContextImpl(self)
+            batch = getattr(function, "invoke_batch", None)
+            self._invoke_batch = batch if callable(batch) else None
         else:
             self._invoke = self._resolve(function, "invoke")
             self._context = None
@@ -64,6 +72,8 @@ class StreamSink(_SinkBase):
         context = self._context
         if context is None:
             deque(map(invoke, values), 0)
+        elif self._invoke_batch is not None:
+            self._invoke_batch(values, context)
         else:
             for value in values:
                 invoke(value, context)

@@ -41,6 +41,10 @@ MAX_BATCH_BUFFERS = 32  # tiny segments: credit stays at 2 x 32 buffers per chan
 _PRUNE_AT = 16  # calls kept for error checks before finished ones are dropped
 
 
+#: for a Ray that raylink starts: call arguments up to 1 MiB travel inline
+RAY_SYSTEM_CONFIG = {"max_direct_call_object_size": 1024 * 1024}
+
+
 def transport_runtime_env(max_batch_bytes: int) -> dict:
     """Ray settings for a TaskExecutor's process: a batch travels inline in the call.
 

@@ -12,7 +12,9 @@ def ray_session():
 
     started = False
     if not ray.is_initialized():
-        ray.init(address="local", include_dashboard=False, configure_logging=False)
+        from raylink.actors.ray_executor import init_ray
+
+        init_ray("local", include_dashboard=False, configure_logging=False)
         started = True
     yield ray
     if started:

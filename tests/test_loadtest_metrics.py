@@ -204,3 +204,17 @@ keyed RecordWriter.emit_batch (HASH, 4 ch) + gate + feed         -         -    
         ("bare msgpack packb(list) + unpackb(use_list=False)", 1.0),
         ("keyed RecordWriter.emit_batch (HASH, 4 ch) + gate + feed", 0.22),
     ]
+
+
+def test_latency_sink_takes_a_batch_in_one_call_and_samples_it():
+    from raylink.loadtest import BATCH_SAMPLES, LatencySink
+    from raylink.operators.runtime_context import StreamingRuntimeContext
+
+    sink = LatencySink(max_samples=1000)
+    sink.open(StreamingRuntimeContext())
+    stamp = time.time_ns() - 5_000_000  # emitted 5 ms ago
+    sink.invoke_batch([(stamp, "w", 1)] * 640)
+    sink.invoke((stamp, "w", 1))
+    assert sink.count == 641
+    assert len(sink.samples) == BATCH_SAMPLES + 1  # a spread sample of the batch + the single record
+    assert all(5.0 <= s < 5000 for s in sink.samples)

@@ -184,3 +184,29 @@ def test_cancelled_iterator_source_stops():
     op.cancel()
     assert op.emit_next(10) is False
     assert out.records == list(range(10)) and out.watermarks == []
+
+
+def test_collect_batch_emits_like_collect_in_order():
+    from raylink.api.functions import SourceContext
+
+    class Bursts(SourceFunction):
+        def run(self, ctx):
+            ctx.collect_batch([1, 2, 3])
+            ctx.collect(4)
+            ctx.collect_batch([5, 6])
+
+    op = SourceFunctionOperator(Bursts())
+    out, _rc = start(op)
+    drain(op, 4)
+    assert out.records == [1, 2, 3, 4, 5, 6]
+
+    class ListContext(SourceContext):  # the API default: one collect per value
+        def __init__(self):
+            self.got = []
+
+        def collect(self, value):
+            self.got.append(value)
+
+    ctx = ListContext()
+    ctx.collect_batch([7, 8])
+    assert ctx.got == [7, 8]

@@ -226,3 +226,140 @@ def test_many_producers_share_few_floating_buffers_without_deadlock():
         t.join(10)
     assert all(got[i] == list(range(n)) for i in range(4))
     assert all(ch.max_buffers_in_flight <= 1 + 3 for ch in channels)
+
+
+# -- batching for expensive transports (the Ray transport's settings) --------------------------------
+class RecordingConnection:
+    """A transport that ships only when the reader says a batch is worth it (or on a flush)."""
+
+    def __init__(self, sub, channel, batch):
+        self.reader = CreditBasedSequenceNumberingViewReader(sub, on_available=self.notify)
+        self.channel = channel
+        self.batch = batch
+        self.shipments = []
+        channel.announce_credit = self.credits
+        channel.request = self.open
+        self.announcements = []
+
+    def open(self, initial):
+        self.reader.request_subpartition(every_buffer=True)
+        self.reader.add_credit(initial)
+
+    def credits(self, n):
+        self.announcements.append(n)
+        self.reader.add_credit(n)
+
+    def notify(self, reader, flushed):
+        if not (flushed or reader.should_send(self.batch)):
+            return
+        sent = []
+        while True:
+            r = reader.poll_next()
+            if r is None:
+                break
+            sent.append(r)
+        if sent:
+            self.shipments.append(len(sent))
+            for r in sent:
+                self.channel.on_buffer(r)
+
+
+FULL = ["x" * 62]  # packs to exactly one 64-byte buffer
+
+
+def batching_setup(batch=4, floating=8, pool_size=16):
+    net = NetworkBufferPool(64, 64)
+    out_pool = net.create_buffer_pool(pool_size, pool_size)
+    part = ResultPartition(1, "PIPELINED_BOUNDED", out_pool)
+    writer = RecordWriter(part, buffer_timeout_ms=-1, buffer_size=64)
+    channel = CreditBasedInputChannel(create_floating_pool(net, floating), 2, net,
+                                      min_credit=2 * batch, announce_threshold=batch)
+    conn = RecordingConnection(part.subpartitions[0], channel, batch)
+    channel.request_subpartition()
+    return writer, channel, conn
+
+
+def drain(channel):
+    got = 0
+    while channel.get_next_buffer() is not None:
+        got += 1
+    return got
+
+
+def test_batching_channel_starts_with_credit_for_two_batches():
+    _writer, channel, conn = batching_setup(batch=4)
+    assert conn.reader.credit == 8  # 2 exclusive + 6 floating taken up front
+    assert channel.num_floating_buffers == 6
+
+
+def test_full_buffers_wait_for_a_batch_then_travel_together():
+    writer, channel, conn = batching_setup(batch=4)
+    writer.emit_batch(FULL * 3)  # 3 full 64-byte buffers
+    assert conn.shipments == []  # below a batch, no flush yet: nothing shipped
+    writer.emit_batch(FULL * 2)
+    assert conn.shipments == [4]  # the batch of 4 went in one shipment
+    assert channel.buffers_in_flight == 4
+
+
+def test_a_flush_ships_what_is_held_at_once():
+    writer, channel, conn = batching_setup(batch=4)
+    writer.emit_batch(["x" * 30])
+    assert conn.shipments == []
+    writer.flush_all()
+    assert conn.shipments == [1]
+
+
+def test_a_flush_seen_without_credit_is_kept_until_credit_arrives():
+    writer, channel, conn = batching_setup(batch=4)
+    writer.emit_batch(FULL * 16)  # 8 shipped on credit, the rest queued
+    assert sum(conn.shipments) == 8 and conn.reader.credit == 0
+    writer.finish()  # flush + end of partition while the reader has no credit
+    queued = conn.reader.subpartition.backlog
+    assert queued > 0
+    drain(channel)  # consuming announces credit: the pending flush ships everything it allows
+    assert sum(conn.shipments) > 8
+    while drain(channel):
+        pass
+    assert conn.reader.subpartition.backlog == 0
+    assert channel.buffers_in_flight == 0
+
+
+def test_credit_is_announced_a_batch_at_a_time():
+    writer, channel, conn = batching_setup(batch=4)
+    writer.emit_batch(FULL * 8)
+    assert conn.shipments == [4, 4] and conn.reader.credit == 0
+    while channel.buffers_in_flight:
+        before = len(conn.announcements)
+        channel.get_next_buffer()
+        if channel.buffers_in_flight and len(conn.announcements) > before:
+            assert conn.announcements[-1] >= 4  # while data is queued, only whole batches
+    assert conn.announcements and conn.reader.credit >= 4
+
+
+def test_a_drained_channel_keeps_small_credit_while_the_sender_has_enough():
+    writer, channel, conn = batching_setup(batch=4)
+    writer.emit_batch(FULL * 6)  # one batch of 4 shipped, 2 held back
+    assert conn.shipments == [4]
+    writer.flush_all()  # the 2 held back travel now
+    assert conn.shipments == [4, 2] and conn.reader.credit == 2
+    assert drain(channel) == 6
+    assert conn.announcements == [4]  # the sender holds 6 >= 4: the last 2 wait
+    assert channel.unannounced_credit == 2
+
+
+def test_a_drained_channel_announces_below_the_threshold_when_the_sender_is_short():
+    # only 2 floating buffers: credit for two batches (8) is out of reach, capacity is 4
+    writer, channel, conn = batching_setup(batch=4, floating=2)
+    assert conn.reader.credit == 4
+    writer.emit_batch(FULL * 3)
+    writer.flush_all()
+    assert conn.shipments == [3] and conn.reader.credit == 1
+    assert drain(channel) == 3
+    assert conn.announcements == [3]  # queue dry, sender held 1 < 4: all freed credit goes out
+
+
+def test_exhausted_output_pool_ships_held_buffers():
+    # a pool of 3 buffers cannot hold a batch of 4: running dry flushes the readers
+    writer, channel, conn = batching_setup(batch=4, pool_size=3)
+    writer.emit_batch(FULL * 3)
+    assert conn.shipments == [3]

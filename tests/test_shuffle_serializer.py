@@ -285,3 +285,24 @@ def test_batch_with_one_shared_timestamp():
     assert all(type(it) is TimestampedRecords for it in items)
     assert [v for it in items for v in it.values] == values + ["one"]
     assert [t for it in items for t in it.timestamps] == [42] * 3000 + [43]
+
+
+def test_a_declared_flat_stream_is_packed_without_checks_and_lists_arrive_as_tuples():
+    from raylink.api import Types
+
+    assert Types.TUPLE([Types.STRING(), Types.INT()]).is_flat
+    assert Types.STRING().is_flat
+    assert not Types.TUPLE([Types.STRING(), Types.LIST(Types.INT())]).is_flat
+    assert not Types.PICKLED_BYTE_ARRAY().is_flat and not Types.ROW([Types.INT()]).is_flat
+    flat = RecordSerializer(64, flat_records=True)
+    flat.add_records([("a", 1), ["b", 2], ("c", 3.5)])
+    flat.flush()
+    checked = RecordSerializer(64)
+    checked.add_records([("a", 1), ["b", 2], ("c", 3.5)])
+    checked.flush()
+    decode = RecordDeserializer()
+    out = [v for b, _ in flat.take_full_buffers() for g in decode.feed(b) for v in g]
+    assert out == [("a", 1), ("b", 2), ("c", 3.5)]  # converted to the declared tuple type
+    decode = RecordDeserializer()
+    out = [v for b, _ in checked.take_full_buffers() for g in decode.feed(b) for v in g]
+    assert out == [("a", 1), ["b", 2], ("c", 3.5)] and type(out[1]) is list

@@ -170,7 +170,9 @@ def get_spark(
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         started_ray = False
         if not ray.is_initialized():
-            ray.init(address=os.environ.get("RAY_ADDRESS"), ignore_reinit_error=True,
+            from raylink.actors.ray_executor import init_ray
+
+            init_ray(os.environ.get("RAY_ADDRESS"), ignore_reinit_error=True,
                      log_to_driver=False, configure_logging=False)
             started_ray = True
         try:
