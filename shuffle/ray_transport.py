@@ -89,10 +89,11 @@ class PartitionRequestQueue(_Connection):
     Readers call ``notify(reader, flushed)``; buffers are shipped, as several
     ``BufferResponse``s per ``receive_buffers`` call, when the writer flushed
     or added an event, when some reader's credit is used up by its queued
-    buffers, or when ``batch_buffers`` are ready — otherwise they wait a little
-    (at most until the buffer timeout's flush, or until the writer's pool runs
-    dry, which flushes). Every Ray call costs both processes a GIL hand-over,
-    so fewer, larger calls are what makes the transport fast.
+    buffers, or when ``batch_buffers`` are ready — otherwise they wait a little:
+    until the writer's next flush (its buffer timeout; with -1, until a batch
+    is full or end of input) or until its pool runs dry, which flushes too.
+    Every Ray call costs both processes about a millisecond of CPU, so fewer,
+    larger calls are what makes the transport fast.
     """
 
     def __init__(self, transport: "RayTransport", consumer_id: str, handle: Any) -> None:

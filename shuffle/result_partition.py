@@ -14,7 +14,8 @@ then drains it with ``poll_buffer()`` until ``more_available`` is False. A
 view may also register ``on_flush``: called when the writer flushes (buffer
 timeout, events, end of partition, an exhausted buffer pool), Flink's
 ``PipelinedSubpartition.flush`` -> ``notifyDataAvailable``; a transport that
-batches buffers ships what it holds at that point. ``BoundedBlockingSubpartition`` keeps everything and lets readers see
+batches buffers ships what it holds at that point.
+``BoundedBlockingSubpartition`` keeps everything and lets readers see
 data only after ``finish()`` (batch exchange); it can be read several times
 (one view per reader).
 
