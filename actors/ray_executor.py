@@ -23,7 +23,7 @@ from raylink.actors.deployment import assign_slots, create_deployment_descriptor
 from raylink.actors.job_master import JobExecutor, JobMasterBase
 from raylink.actors.job_result import JobExecutionResult
 from raylink.actors.ray_actors import TaskExecutorActor
-from raylink.shuffle.ray_transport import DEFAULT_MAX_BATCH_BYTES, RAY_SYSTEM_CONFIG, transport_runtime_env
+from raylink.shuffle.ray_transport import DEFAULT_MAX_BATCH_BYTES, RAY_SYSTEM_CONFIG, inline_call_limit
 
 POLL_TIMEOUT_S = 0.5
 PLACEMENT_TIMEOUT_S = 60.0
@@ -58,9 +58,8 @@ def _executor_runtime_env(max_batch_bytes: int) -> Optional[dict]:
         limit = ray._private.worker._global_node._config.get("max_direct_call_object_size", 0)
     except AttributeError:  # not a local node (Ray client): use the runtime env
         limit = 0
-    env = transport_runtime_env(max_batch_bytes)
-    needed = int(env["env_vars"]["RAY_max_direct_call_object_size"])
-    return None if limit >= needed else env
+    needed = inline_call_limit(max_batch_bytes)
+    return None if limit >= needed else {"env_vars": {"RAY_max_direct_call_object_size": str(needed)}}
 
 
 class RayJobClient(JobMasterBase):

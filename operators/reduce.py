@@ -82,9 +82,10 @@ class StreamGroupedAggregateOperator(StreamGroupedReduceOperator):
         super().__init__(make_aggregator(agg, field), key_selector, name, operator_id)
         self.agg = agg
         self.field = field
+        self._sum_of_pairs = agg == "sum" and type(field) is int and field == 1
 
     def process_batch(self, values: List[Any]) -> None:
-        if self.agg != "sum" or self.field != 1 or type(self.field) is not int:
+        if not self._sum_of_pairs:
             super().process_batch(values)
             return
         # sum(1) over (key, count) pairs, the word-count shape: the reducer inlined

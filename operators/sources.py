@@ -143,13 +143,20 @@ class _SourceContext(SourceContext):
 
     def collect_batch(self, values: List[Any]) -> None:
         """raylink extension: ``collect`` for each of ``values``, in one call."""
+        if self._add_batch(values):
+            self._batch_flushed()
+
+    def _add_batch(self, values: List[Any]) -> bool:
+        """Append ``values`` to the untimestamped batch; True if a batch was handed over."""
+        handed = False
         if self._timestamp is not None:
-            self.flush()
+            handed = self._hand_over()
             self._timestamp = None
         buffer = self._buffer
         buffer.extend(values)
         if len(buffer) >= self._batch_size or self.flush_requested:
-            self.flush()
+            handed = self._hand_over() or handed
+        return handed
 
     def collect_with_timestamp(self, value: Any, timestamp: int) -> None:
         if timestamp != self._timestamp:
@@ -177,9 +184,12 @@ class _SourceContext(SourceContext):
 
     def flush(self) -> None:
         if self._hand_over():
-            hook = self._operator.on_batch_flushed
-            if hook is not None:
-                hook()
+            self._batch_flushed()
+
+    def _batch_flushed(self) -> None:
+        hook = self._operator.on_batch_flushed
+        if hook is not None:
+            hook()
 
     def _hand_over(self) -> bool:
         """Give the collected records to the chain; True if there were any."""
@@ -218,9 +228,7 @@ class _LockingSourceContext(_SourceContext):
     def _after(self) -> None:
         if self._handed:
             self._handed = False
-            hook = self._operator.on_batch_flushed
-            if hook is not None:
-                hook()
+            self._batch_flushed()
 
     def collect(self, value: Any) -> None:
         with self._lock:
@@ -237,16 +245,8 @@ class _LockingSourceContext(_SourceContext):
 
     def collect_batch(self, values: List[Any]) -> None:
         with self._lock:
-            buffer = self._buffer
-            if self._timestamp is not None:
-                self._hand_over()
-                self._timestamp = None
-                buffer = self._buffer
-            buffer.extend(values)
-            if len(buffer) >= self._batch_size or self.flush_requested:
-                self._hand_over()
-        if self._handed:
-            self._after()
+            self._add_batch(values)
+        self._after()
 
     def collect_with_timestamp(self, value: Any, timestamp: int) -> None:
         with self._lock:

@@ -1,8 +1,8 @@
 """The network between TaskExecutors over Ray actor calls: Flink's ``NettyConnectionManager``.
 
-This is the one module of ``shuffle/`` that imports Ray. One logical connection
-per (producer executor, consumer executor) pair multiplexes all channels, like
-Flink's Netty connection:
+This is the one module of ``shuffle/`` that talks to Ray (its peers are actor
+handles). One logical connection per (producer executor, consumer executor)
+pair multiplexes all channels, like Flink's Netty connection:
 
 * consumer -> producer: ``request_partition`` (open a channel with its initial
   credit) and batched ``add_credit`` announcements;
@@ -26,9 +26,7 @@ so buffers reach each channel in sequence even on a threaded actor.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Optional
-
-import ray
+from typing import Any, Callable
 
 from raylink.shuffle.credit import (
     BufferResponse,
@@ -38,49 +36,36 @@ from raylink.shuffle.credit import (
 
 DEFAULT_MAX_BATCH_BYTES = 256 * 1024
 MAX_BATCH_BUFFERS = 32  # tiny segments: credit stays at 2 x 32 buffers per channel
-_PRUNE_AT = 16  # calls kept for error checks before finished ones are dropped
 
 
 #: for a Ray that raylink starts: call arguments up to 1 MiB travel inline
 RAY_SYSTEM_CONFIG = {"max_direct_call_object_size": 1024 * 1024}
 
 
-def transport_runtime_env(max_batch_bytes: int) -> dict:
-    """Ray settings for a TaskExecutor's process: a batch travels inline in the call.
+def inline_call_limit(max_batch_bytes: int) -> int:
+    """The ``max_direct_call_object_size`` a batch needs to travel inline in its call.
 
-    Ray moves call arguments above ``max_direct_call_object_size`` (100 KiB by
-    default) through the object store and the raylet, which costs more CPU on a
-    busy node than the call itself.
+    Ray moves call arguments above that size (100 KiB by default) through the
+    object store and the raylet, which costs more CPU on a busy node than the
+    call itself.
     """
-    limit = max(100 * 1024, max_batch_bytes + 64 * 1024)
-    return {"env_vars": {"RAY_max_direct_call_object_size": str(limit)}}
+    return max(100 * 1024, max_batch_bytes + 64 * 1024)
 
 
 class _Connection:
-    """One direction of the connection to a peer: numbered calls made from the
-    thread that has something to send (no sender thread, no GIL hand-over)."""
+    """One direction of the connection to a peer: calls made from the thread that
+    has something to send (no sender thread, no GIL hand-over). Their results are
+    not kept: a lost peer fails the job through the JobMaster, and an error in a
+    call is logged by Ray as an unhandled error of its reference."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self._lock = threading.Lock()
-        self._inflight: list = []
-        self.error: Optional[BaseException] = None
         self.num_calls = 0
 
-    def _submitted(self, ref: Any) -> None:
-        """Keep ``ref``; drop finished calls (non-blocking) and remember a failed one."""
+    def _submitted(self, _ref: Any) -> None:
         with self._lock:
-            inflight = self._inflight
-            inflight.append(ref)
             self.num_calls += 1
-            if len(inflight) < _PRUNE_AT:
-                return
-            done, self._inflight = ray.wait(inflight, num_returns=len(inflight), timeout=0, fetch_local=False)
-        for r in done:
-            try:
-                ray.get(r)
-            except Exception as exc:  # the peer died: the JobMaster fails the job
-                self.error = exc
 
 
 class PartitionRequestQueue(_Connection):

@@ -184,6 +184,8 @@ class PipelinedSubpartition(ResultSubpartition):
             listener()
 
     def flush(self) -> None:
+        if self._on_flush is None:  # a local reader: it already sees every buffer
+            return
         with self._lock:
             listener = self._on_flush if self._queue else None
         if listener is not None:

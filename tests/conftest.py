@@ -1,8 +1,11 @@
-"""Session fixtures: one local Ray for the whole test session (started lazily, shut down at the end)."""
+"""Session fixtures: one local Ray for the whole test session (started lazily, shut down at the end),
+and the ``target`` every runtime end-to-end test runs on."""
 
 from __future__ import annotations
 
 import pytest
+
+from raylink.tests.runtime_jobs import TARGETS
 
 
 @pytest.fixture(scope="session")
@@ -19,6 +22,14 @@ def ray_session():
     yield ray
     if started:
         ray.shutdown()
+
+
+@pytest.fixture(params=TARGETS)
+def target(request):
+    """Runs a runtime end-to-end test once per executor target."""
+    if request.param == "ray":
+        request.getfixturevalue("ray_session")
+    return request.param
 
 
 def pytest_collection_modifyitems(config, items):

@@ -1,7 +1,7 @@
 """Helpers shared by the end-to-end runtime tests (``tests/test_runtime_*.py``).
 
-Every end-to-end test takes a module-level ``target`` fixture
-(``@pytest.fixture(params=TARGETS)``) and builds its environment with
+Every end-to-end test takes the ``target`` fixture (``conftest.py``, one
+run per entry of ``TARGETS``) and builds its environment with
 ``make_env(target, parallelism)``, so running the same tests on Ray is a
 matter of adding ``"ray"`` to ``TARGETS``.
 

@@ -12,7 +12,6 @@ import pytest
 from raylink.actors.job_result import JobExecutionException
 from raylink.api.functions import KeyedProcessFunction, MapFunction, SourceFunction
 from raylink.tests.runtime_jobs import (
-    TARGETS,
     CountingSource,
     cause_chain,
     leftover_runtime_threads,
@@ -24,13 +23,6 @@ from raylink.tests.runtime_jobs import (
 pytestmark = pytest.mark.timeout(60)
 
 SMALL_BUFFERS = {"taskmanager.memory.segment-size": 1024, "taskmanager.network.numberOfBuffers": 64}
-
-
-@pytest.fixture(params=TARGETS)
-def target(request):
-    if request.param == "ray":
-        request.getfixturevalue("ray_session")
-    return request.param
 
 
 @pytest.fixture(autouse=True)

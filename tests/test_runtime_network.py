@@ -13,16 +13,9 @@ import pytest
 
 from raylink.api import OutputTag
 from raylink.api.functions import ProcessFunction, SourceFunction
-from raylink.tests.runtime_jobs import TARGETS, collected, local_only, make_env, reset_signal, signal
+from raylink.tests.runtime_jobs import collected, local_only, make_env, reset_signal, signal
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture(params=TARGETS)
-def target(request):
-    if request.param == "ray":
-        request.getfixturevalue("ray_session")
-    return request.param
 
 
 # -- back pressure ---------------------------------------------------------------------------------------

@@ -15,16 +15,9 @@ from raylink.api.functions import (
     ProcessFunction,
 )
 from raylink.api.state import ValueStateDescriptor
-from raylink.tests.runtime_jobs import TARGETS, make_env
+from raylink.tests.runtime_jobs import make_env
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture(params=TARGETS)
-def target(request):
-    if request.param == "ray":
-        request.getfixturevalue("ray_session")
-    return request.param
 
 
 def per_key(records, key=lambda r: r[0]):

@@ -16,7 +16,7 @@ import pytest
 from raylink.api.functions import MapFunction
 from raylink.operators.state_backend import key_group_range_for_subtask
 from raylink.shuffle.key_groups import assign_to_key_group
-from raylink.tests.runtime_jobs import TARGETS, TagSubtask, make_env
+from raylink.tests.runtime_jobs import TagSubtask, make_env
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -37,13 +37,6 @@ def _ray_subset(request):
     pair = (params.get("p_up", params.get("p")), params.get("p_down", params.get("p")))
     if pair not in RAY_PAIRS:
         pytest.skip("on Ray only a few parallelism shapes run; the local target covers them all")
-
-
-@pytest.fixture(params=TARGETS)
-def target(request):
-    if request.param == "ray":
-        request.getfixturevalue("ray_session")
-    return request.param
 
 
 class KeyedTag(MapFunction):

@@ -30,6 +30,19 @@ def credit_gate(subpartitions, exclusive=2, floating=8, network_pool=None):
     return gate, channels, conns, pool
 
 
+def network_items(net_input):
+    """What a StreamTaskNetworkInput delivers until it is finished, waiting (10 s at most)
+    for availability whenever nothing is ready."""
+    while True:
+        items = net_input.poll_next()
+        if items is None:
+            if net_input.is_finished():
+                return
+            net_input.get_available_future().result(timeout=10)
+            continue
+        yield items
+
+
 def test_sender_stops_at_credit_and_floating_follows_backlog():
     part = ResultPartition(1, "PIPELINED")
     w = RecordWriter(part, buffer_timeout_ms=-1, buffer_size=64)
@@ -130,13 +143,7 @@ def test_slow_consumer_bounds_in_flight_buffers_and_stops_producer():
     producer.start()
     received = []
     max_floating = 0
-    while True:
-        items = net_input.poll_next()
-        if items is None:
-            if net_input.is_finished():
-                break
-            net_input.get_available_future().result(timeout=10)
-            continue
+    for items in network_items(net_input):
         for ch in channels:
             assert ch.buffers_in_flight <= 2 + 8
         max_floating = max(max_floating, fpool.num_in_use)
@@ -210,13 +217,7 @@ def test_many_producers_share_few_floating_buffers_without_deadlock():
         t.start()
     net_input = StreamTaskNetworkInput(gate)
     got = {i: [] for i in range(4)}
-    while True:
-        items = net_input.poll_next()
-        if items is None:
-            if net_input.is_finished():
-                break
-            net_input.get_available_future().result(timeout=10)
-            continue
+    for items in network_items(net_input):
         assert fpool.num_in_use <= 3
         for it in items:
             if type(it) is list:
