@@ -8,6 +8,7 @@ long poll run concurrently) around a :class:`TaskExecutor` and its
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 import ray
@@ -15,10 +16,28 @@ import ray
 from raylink.actors.task_executor import NetworkSettings, TaskExecutor
 from raylink.shuffle.ray_transport import RayTransport
 
+#: ``raylink.taskmanager.gc-threshold``: allocations between two young-generation
+#: collections in a TaskExecutor process (Python's default: 700)
+DEFAULT_GC_THRESHOLD = 50_000
+
+
+def tune_gc(threshold: int) -> None:
+    """Collect the young generation every ``threshold`` allocations (0: Python's default).
+
+    A task keeps a batch of thousands of records alive while it processes it;
+    with Python's default every 700 allocations traverse the whole batch again,
+    which costs a keyed task ~10 % of its time. Cycles are still collected.
+    """
+    if threshold > 0:
+        gc.freeze()  # what the process imported is never garbage: keep it out of every collection
+        _, gen1, gen2 = gc.get_threshold()
+        gc.set_threshold(threshold, gen1, gen2)
+
 
 @ray.remote
 class TaskExecutorActor:
     def __init__(self, executor_id: str, settings: dict, max_batch_bytes: int) -> None:
+        tune_gc(int(settings.get("raylink.taskmanager.gc-threshold", DEFAULT_GC_THRESHOLD)))
         network = NetworkSettings(settings)
         self.transport = RayTransport(
             executor_id, self._partition, buffer_size=network.buffer_size, max_batch_bytes=max_batch_bytes

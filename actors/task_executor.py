@@ -104,6 +104,8 @@ class TaskExecutor:
         writers: dict[str, RecordWriter] = {}
         for rpdd in tdd.produced_partitions:
             low, high = settings.output_pool_size(rpdd.num_subpartitions)
+            if self.transport is not None:
+                high += self.transport.extra_output_buffers()
             partition = ResultPartition(
                 rpdd.num_subpartitions,
                 rpdd.partition_type,

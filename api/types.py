@@ -22,9 +22,14 @@ class TypeInformation:
     @property
     def is_flat(self) -> bool:
         """A basic type, or a TUPLE of basic types: msgpack encodes its values as
-        they are, so a record writer can skip checking every batch (values are
-        converted to the declared type, as PyFlink's coders do: a list declared
-        as a TUPLE arrives as a tuple)."""
+        they are, so a record writer packs batches without looking at them.
+
+        The declaration is a promise, as for PyFlink's coders: values are
+        converted to the declared shape (a list declared as a TUPLE arrives as a
+        tuple); a value of another type is converted as msgspec encodes it (a set
+        arrives as a tuple; Decimal, UUID and naive dates as strings) or, for a
+        type msgspec does not know, pickled. Declare no type to keep such values
+        as they are."""
         if self.name in _BASIC:
             return True
         return self.name == "TUPLE" and all(

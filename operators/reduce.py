@@ -31,26 +31,24 @@ class StreamGroupedReduceOperator(AbstractUdfStreamOperator):
     def setup(self, output: Any, runtime_context: Any) -> None:
         super().setup(output, runtime_context)
         self.keyed_state_backend = keyed_backend_for(runtime_context)
-        self._table = self.keyed_state_backend.get_table(self.STATE_NAME, "value")
+        self._values = self.keyed_state_backend.get_table(self.STATE_NAME, "value").values
 
     def open(self) -> None:
         if self.key_selector is None:
             raise ValueError(f"keyed operator {self.name!r} has no key selector")
         self._key_of = resolve_function(self.key_selector, "get_key", self.name)
         self._reduce = self._resolve(self.function, "reduce")
-        self._key_maps = self._table.key_maps
-        self._map_for_key = self._table.map_for_key
+        self._new_key = self.keyed_state_backend.key_group_of  # validates a key once, when first stored
         self._open_functions()
 
     def process_element(self, value: Any) -> None:
         key = self._key_of(value)
-        m = self._key_maps.get(key)
-        if m is None:
-            m = self._map_for_key(key)
-        current = m.get(key, _MISSING)
-        if current is not _MISSING:
+        current = self._values.get(key, _MISSING)
+        if current is _MISSING:
+            self._new_key(key)
+        else:
             value = self._reduce(current, value)
-        m[key] = value
+        self._values[key] = value
         self._collect(value)
 
     def process_batch(self, values: List[Any]) -> None:
@@ -58,18 +56,18 @@ class StreamGroupedReduceOperator(AbstractUdfStreamOperator):
         append = out.append
         key_of = self._key_of
         reduce = self._reduce
-        cached = self._key_maps.get
-        map_for_key = self._map_for_key
+        new_key = self._new_key
+        state = self._values
+        get = state.get
         missing = _MISSING
         for value in values:
             key = key_of(value)
-            m = cached(key)
-            if m is None:
-                m = map_for_key(key)
-            current = m.get(key, missing)
-            if current is not missing:
+            current = get(key, missing)
+            if current is missing:
+                new_key(key)
+            else:
                 value = reduce(current, value)
-            m[key] = value
+            state[key] = value
             append(value)
         if out:
             self._collect_batch(out)
@@ -82,32 +80,36 @@ class StreamGroupedAggregateOperator(StreamGroupedReduceOperator):
         super().__init__(make_aggregator(agg, field), key_selector, name, operator_id)
         self.agg = agg
         self.field = field
+        # sum(1) over (key, count) pairs, the word-count shape, while every stored
+        # accumulator is an exact 2-tuple (checked once per key, when it is first stored)
         self._sum_of_pairs = agg == "sum" and type(field) is int and field == 1
 
     def process_batch(self, values: List[Any]) -> None:
         if not self._sum_of_pairs:
             super().process_batch(values)
             return
-        # sum(1) over (key, count) pairs, the word-count shape: the reducer inlined
         out: List[Any] = []
         append = out.append
         key_of = self._key_of
-        reduce = self._reduce
-        cached = self._key_maps.get
-        map_for_key = self._map_for_key
+        new_key = self._new_key
+        state = self._values
+        get = state.get
         missing = _MISSING
+        tuple_ = tuple
         for value in values:
             key = key_of(value)
-            m = cached(key)
-            if m is None:
-                m = map_for_key(key)
-            current = m.get(key, missing)
-            if current is not missing:
-                if type(current) is tuple and len(current) == 2:
-                    value = (current[0], current[1] + value[1])
-                else:
-                    value = reduce(current, value)
-            m[key] = value
+            current = get(key, missing)
+            if current is missing:
+                if type(value) is not tuple_ or len(value) != 2:  # not a pair: the generic path from here on
+                    self._sum_of_pairs = False
+                    if out:
+                        self._collect_batch(out)
+                    super().process_batch(values[len(out):])
+                    return
+                new_key(key)
+            else:  # the accumulator's fields, field 1 replaced by the running sum
+                value = (current[0], current[1] + value[1])
+            state[key] = value
             append(value)
         if out:
             self._collect_batch(out)

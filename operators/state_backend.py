@@ -1,19 +1,21 @@
-"""Heap keyed state, organised by key group: Flink's ``HeapKeyedStateBackend`` / ``StateTable``.
+"""Heap keyed state, snapshotted by key group: Flink's ``HeapKeyedStateBackend`` / ``StateTable``.
 
 A backend serves one keyed operator of one subtask and owns the key groups
 ``[start, end]`` of that subtask (Flink's ``KeyGroupRange``). Every registered
-state is a ``StateTable``: one plain dict ``key -> value`` per key group of the
-range (Flink's ``StateMap[]``), so state is snapshotted, restored and rescaled
-by key group. A key's key group is computed once (``assign_to_key_group`` from
-``raylink.shuffle.key_groups``) and cached.
+state is a ``StateTable`` holding one plain dict ``key -> value``; state is
+snapshotted, restored and rescaled by key group, the key group of each key
+being derived when a snapshot is taken (Flink keeps one ``StateMap`` per key
+group; one dict saves the hot path a lookup per record). A key's key group is
+computed once (``assign_to_key_group`` from ``raylink.shuffle.key_groups``),
+validated against the range and cached.
 
 Two access paths:
 
 * descriptor states (``get_or_create_state``) read the backend's current key,
-  set per record / timer by the operator (``set_current_key``);
-* hot operators (reduce, aggregate) use ``get_table(name).map_for_key(key)``: it
-  returns the dict of the key's key group (cached per key), in which they keep
-  the per-key value directly — one dict lookup per record.
+  set (and validated) per record / timer by the operator (``set_current_key``);
+* hot operators (reduce, aggregate) keep the per-key value directly in
+  ``get_table(name).values`` and validate a key with ``backend.key_group_of``
+  the first time they store it — one dict lookup per record.
 """
 
 from __future__ import annotations
@@ -64,45 +66,31 @@ _COPY = {"list": _copy_list, "map": _copy_map}
 
 
 class StateTable:
-    """One state's values: ``maps[kg - start]`` is the dict ``key -> value`` of key group ``kg``."""
+    """One state's values: ``values`` maps each key to its value (Flink's ``StateTable``)."""
 
-    __slots__ = ("name", "kind", "start", "maps", "key_maps", "_backend")
+    __slots__ = ("name", "kind", "values")
 
-    def __init__(self, name: str, kind: Optional[str], backend: "HeapKeyedStateBackend") -> None:
+    def __init__(self, name: str, kind: Optional[str]) -> None:
         self.name = name
         self.kind = kind
-        self.start = backend.start
-        self.maps: List[Dict[Any, Any]] = [{} for _ in range(backend.end - backend.start + 1)]
-        self.key_maps: Dict[Any, Dict[Any, Any]] = {}
-        self._backend = backend
-
-    def map_for_key(self, key: Any) -> Dict[Any, Any]:
-        """The dict of ``key``'s key group (validates the key; cached per key)."""
-        m = self.key_maps.get(key)
-        if m is None:
-            m = self.maps[self._backend.key_group_of(key) - self.start]
-            if len(self.key_maps) >= _MAX_KEY_CACHE:
-                self.key_maps.clear()
-            self.key_maps[key] = m
-        return m
+        self.values: Dict[Any, Any] = {}
 
     def num_entries(self) -> int:
-        return sum(len(m) for m in self.maps)
+        return len(self.values)
 
 
 class _HeapState:
-    __slots__ = ("_backend", "_maps", "name")
+    __slots__ = ("_backend", "_values", "name")
 
     def __init__(self, backend: "HeapKeyedStateBackend", table: StateTable) -> None:
         self._backend = backend
-        self._maps = table.maps
+        self._values = table.values
         self.name = table.name
 
     def _map(self) -> Dict[Any, Any]:
-        b = self._backend
-        if b.current_key is None:
+        if self._backend.current_key is None:
             raise RuntimeError(f"state {self.name!r} accessed with no current key set")
-        return self._maps[b.current_index]
+        return self._values
 
     def clear(self) -> None:
         self._map().pop(self._backend.current_key, None)
@@ -282,7 +270,7 @@ class HeapKeyedStateBackend:
         """The raw table of a state (created on first use), for operators' fast paths."""
         table = self._tables.get(name)
         if table is None:
-            table = self._tables[name] = StateTable(name, kind, self)
+            table = self._tables[name] = StateTable(name, kind)
         elif table.kind is None:  # restored before first registration
             table.kind = kind
         elif table.kind != kind:
@@ -318,35 +306,33 @@ class HeapKeyedStateBackend:
         table = self._tables.get(state_name)
         if table is None:
             return iter(())
-        return (k for m in table.maps for k in list(m))
+        return iter(sorted(table.values, key=self.key_group_of))
 
     # -- snapshot / restore -------------------------------------------------------------
     def snapshot(self) -> Snapshot:
         """``{key_group: {state name: {key: value}}}`` for every non-empty key group (copies)."""
         result: Snapshot = {}
+        key_group_of = self.key_group_of
         for name, table in self._tables.items():
             copy = _COPY.get(table.kind or "", _same)
-            start = table.start
-            for i, m in enumerate(table.maps):
-                if m:
-                    result.setdefault(start + i, {})[name] = {k: copy(v) for k, v in m.items()}
+            for k, v in table.values.items():
+                result.setdefault(key_group_of(k), {}).setdefault(name, {})[k] = copy(v)
         return dict(sorted(result.items()))
 
     def restore(self, snapshot: Snapshot) -> None:
         """Replace all state by the key groups of ``snapshot`` that belong to this range
         (snapshots of several old subtasks may be merged before: rescaling)."""
         for table in self._tables.values():
-            for m in table.maps:
-                m.clear()
+            table.values.clear()
         for kg, states in snapshot.items():
             if not self.start <= kg <= self.end:
                 continue
             for name, entries in states.items():
                 table = self._tables.get(name)
                 if table is None:
-                    table = self._tables[name] = StateTable(name, None, self)
+                    table = self._tables[name] = StateTable(name, None)
                 copy = _COPY.get(table.kind or "", _same)
-                table.maps[kg - self.start].update({k: copy(v) for k, v in entries.items()})
+                table.values.update({k: copy(v) for k, v in entries.items()})
                 for k in entries:
                     self._kg_cache[k] = kg
 

@@ -34,12 +34,12 @@ from raylink.shuffle.credit import (
     CreditBasedSequenceNumberingViewReader,
 )
 
-DEFAULT_MAX_BATCH_BYTES = 256 * 1024
+DEFAULT_MAX_BATCH_BYTES = 1024 * 1024
 MAX_BATCH_BUFFERS = 32  # tiny segments: credit stays at 2 x 32 buffers per channel
 
 
-#: for a Ray that raylink starts: call arguments up to 1 MiB travel inline
-RAY_SYSTEM_CONFIG = {"max_direct_call_object_size": 1024 * 1024}
+#: for a Ray that raylink starts: call arguments up to 2 MiB travel inline
+RAY_SYSTEM_CONFIG = {"max_direct_call_object_size": 2 * 1024 * 1024}
 
 
 def inline_call_limit(max_batch_bytes: int) -> int:
@@ -184,6 +184,11 @@ class RayTransport:
     def min_floating_buffers(self, exclusive_buffers: int) -> int:
         """Floating buffers a gate with remote channels needs for two batches in flight."""
         return max(0, 2 * self.batch_buffers - exclusive_buffers)
+
+    def extra_output_buffers(self) -> int:
+        """Buffers a result partition's pool needs beyond Flink's size so that a whole
+        batch can queue up for a remote reader (a pool that runs dry ships what it has)."""
+        return self.batch_buffers
 
     # -- consumer side -----------------------------------------------------------------------
     def create_input_channel(

@@ -43,6 +43,7 @@ import msgpack
 
 from .codec import (
     _TS_MARKER,
+    array_header_size,
     EXT_TIMESTAMP_NEXT,
     FIRST_CONTROL_CODE,
     TimestampMark,
@@ -54,6 +55,7 @@ from .codec import (
     is_flat_value,
     make_packer,
     make_unpacker,
+    pack_flat_batch_into,
     prepare,
     SCALAR_TYPES,
 )
@@ -153,12 +155,10 @@ class RecordSerializer:
         if not n:
             return
         buf = self._buf
-        if self._flat or is_flat_batch(values):
-            # pack the whole batch as one array and drop the array header: what
-            # remains is exactly the concatenation of the packed records
-            data = self._pack(values)
-            buf += memoryview(data)[1 if n < 16 else 3 if n < 0x10000 else 5:]
-        else:
+        if self._flat:  # declared flat: packed as it is (see TypeInformation.is_flat)
+            if not pack_flat_batch_into(values, buf):  # ints beyond 64 bits, types msgspec lacks
+                buf += memoryview(self._pack(values))[array_header_size(n):]
+        elif not (is_flat_batch(values) and pack_flat_batch_into(values, buf)):
             p = self._bpacker
             try:
                 pk = p.pack
