@@ -31,6 +31,8 @@ class ResultPartitionDeploymentDescriptor:
     buffer_timeout: int
     target_name: str
     flat_records: bool = False  # declared flat type: the writer need not check batches
+    #: the executor consuming each subpartition (remote ones start with debloated buffers)
+    consumer_executors: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -96,6 +98,10 @@ def create_deployment_descriptor(
                 flat_records=is_flat_type(
                     edge.output_tag.type_info if edge.output_tag is not None else out_types.get(edge.source_id)
                 ),
+                consumer_executors=[
+                    placement[(c.target.job_vertex.id, c.target.subtask_index)]
+                    for c in sorted(partition.consumers, key=lambda c: c.subpartition_index)
+                ],
             )
         )
     gates = []

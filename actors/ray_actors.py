@@ -9,7 +9,7 @@ long poll run concurrently) around a :class:`TaskExecutor` and its
 from __future__ import annotations
 
 import gc
-from typing import Any
+from typing import Any, Optional
 
 import ray
 
@@ -81,8 +81,9 @@ class TaskExecutorActor:
     # -- transport (other TaskExecutors): no task events, they would cost the GCS a report per call --
     @ray.method(enable_task_events=False)
     def request_partition(self, consumer_id: str, channel_id: str, partition_id: str,
-                          subpartition_index: int, initial_credit: int) -> None:
-        self.transport.request_partition(consumer_id, channel_id, partition_id, subpartition_index, initial_credit)
+                          subpartition_index: int, initial_credit: int, buffer_size: Optional[int] = None) -> None:
+        self.transport.request_partition(consumer_id, channel_id, partition_id, subpartition_index, initial_credit,
+                                         buffer_size)
 
     @ray.method(enable_task_events=False)
     def receive_buffers(self, producer_id: str, seq: int, batch: list) -> None:
@@ -91,3 +92,7 @@ class TaskExecutorActor:
     @ray.method(enable_task_events=False)
     def add_credit(self, consumer_id: str, credits: list) -> None:
         self.transport.add_credit(consumer_id, credits)
+
+    @ray.method(enable_task_events=False)
+    def set_buffer_size(self, consumer_id: str, sizes: list) -> None:
+        self.transport.set_buffer_size(consumer_id, sizes)

@@ -25,6 +25,7 @@ from raylink.shuffle.elements import LatencyMarker, TimestampedRecords, Watermar
 
 SOURCE_BATCH_SIZE = 1024  # records per source step at most
 SOURCE_BATCH_BUFFERS = 2  # ... and about this many output buffers' worth
+FIRST_DEBLOAT_MS = 20  # the first buffer debloating measurement, after this long
 
 CREATED, RUNNING, FINISHED, CANCELED, FAILED = "CREATED", "RUNNING", "FINISHED", "CANCELED", "FAILED"
 
@@ -171,6 +172,7 @@ class StreamTask:
             interval = int(self.job_parameters.get("metrics.latency.interval", 0) or 0)
             if interval > 0 and jv.invokable == "SourceStreamTask":
                 self._schedule_latency_marker(interval)
+            self._schedule_debloating()
             mp.run_mailbox_loop()
             if self._canceled:
                 raise CancelTaskException(f"task {self.name} was cancelled")
@@ -216,6 +218,33 @@ class StreamTask:
             service.register_timer(service.current_processing_time() + interval_ms, emit)
 
         service.register_timer(service.current_processing_time() + interval_ms, emit)
+
+    def _schedule_debloating(self) -> None:
+        """Flink's ``StreamTask.debloat``: every period, each gate with a debloater measures
+        what the task consumed from it while not idle and resizes its remote buffers."""
+        gates = [g for inp in self.inputs for g in getattr(inp.gate, "gates", [inp.gate])
+                 if getattr(g, "debloater", None) is not None]
+        if not gates:
+            return
+        service = self._time_service
+        mp = self.mailbox_processor
+        period = gates[0].debloater.settings.period_ms
+
+        def debloat(_timestamp: int) -> None:
+            if self._ended:
+                return
+            busy_ns = time.perf_counter_ns() - mp.started_ns - mp.idle_ns
+            for gate in gates:
+                size = gate.debloater.measure(gate.num_bytes_in, busy_ns)
+                if size is not None:
+                    for channel in gate.debloated_channels:
+                        channel.announce_buffer_size(size)
+            measured = all(gate.debloater.throughput is not None for gate in gates)
+            delay = period if measured else min(period, FIRST_DEBLOAT_MS)
+            service.register_timer(service.current_processing_time() + delay, debloat)
+
+        # remote buffers start small: measure early and often until every gate has a throughput
+        service.register_timer(service.current_processing_time() + min(period, FIRST_DEBLOAT_MS), debloat)
 
     def _stop_timers(self) -> None:
         for flusher in self._flushers:

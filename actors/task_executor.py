@@ -19,6 +19,7 @@ import cloudpickle
 from raylink.actors.deployment import TaskDeploymentDescriptor
 from raylink.actors.job_result import COLLECT_PREFIX
 from raylink.actors.stream_task import CANCELED, FAILED, FINISHED, StreamTask
+from raylink.shuffle.buffer_debloater import BufferDebloater, DebloatSettings
 from raylink.shuffle.buffer_pool import NetworkBufferPool
 from raylink.shuffle.credit import create_floating_pool
 from raylink.shuffle.input_gate import InputGate, LocalInputChannel, StreamTaskNetworkInput, UnionInputGate
@@ -57,6 +58,7 @@ class NetworkSettings:
         self.num_buffers = get("taskmanager.network.numberOfBuffers", 2048)
         self.buffers_per_channel = get("taskmanager.network.memory.buffers-per-channel", 2)
         self.floating_per_gate = get("taskmanager.network.memory.floating-buffers-per-gate", 8)
+        self.debloat = DebloatSettings(conf, self.buffer_size)
 
     def output_pool_size(self, num_subpartitions: int) -> tuple[int, int]:
         """(min, max) buffers of a result partition's pool, as Flink sizes it."""
@@ -121,10 +123,18 @@ class TaskExecutor:
                 name=f"{tdd.job_vertex.name} -> {rpdd.target_name}",
                 flat_records=rpdd.flat_records,
             )
+            if self.transport is not None and settings.debloat.enabled:
+                # buffers for other executors start small, before the consumer's partition
+                # request arrives; its debloater resizes them from its first measurement
+                for index, consumer in enumerate(rpdd.consumer_executors):
+                    if consumer != self.executor_id:
+                        partition.subpartitions[index].set_buffer_size(settings.debloat.initial_size)
         gates_by_input: dict[int, list[InputGate]] = {}
+        debloat = settings.debloat if settings.debloat.enabled else None
         for gdd in tdd.input_gates:
             floating_pool = None
             channels = []
+            remote = []
             for cdd in gdd.channels:
                 if cdd.producer_executor == self.executor_id:
                     subpartition = self.partitions[cdd.partition_id].subpartitions[cdd.subpartition_index]
@@ -139,7 +149,7 @@ class TaskExecutor:
                     floating = max(settings.floating_per_gate,
                                    self.transport.min_floating_buffers(settings.buffers_per_channel))
                     floating_pool = create_floating_pool(self.network_pool, floating)
-                channels.append(
+                remote.append(
                     self.transport.create_input_channel(
                         cdd.producer_executor,
                         cdd.partition_id,
@@ -147,9 +157,16 @@ class TaskExecutor:
                         floating_pool,
                         settings.buffers_per_channel,
                         self.network_pool,
+                        buffer_size=debloat.initial_size if debloat else None,
                     )
                 )
-            gates_by_input.setdefault(max(gdd.type_number, 1), []).append(InputGate(channels))
+                channels.append(remote[-1])
+            gate = InputGate(channels)
+            if remote and debloat:  # Flink's buffer debloating, for the remote channels of the gate
+                gate.debloater = BufferDebloater(
+                    debloat, len(remote) * settings.buffers_per_channel + (floating_pool.max_buffers or 0))
+                gate.debloated_channels = remote
+            gates_by_input.setdefault(max(gdd.type_number, 1), []).append(gate)
         inputs = []
         all_gates = []
         for index in sorted(gates_by_input):
@@ -241,6 +258,9 @@ class TaskExecutor:
             metrics["creditPerChannel"] = channels[0].initial_credit + (pool.max_buffers or 0 if pool else 0)
             floating = [c.floating_pool for c in channels if c.floating_pool is not None]
             metrics["inPoolUsage"] = max((p.usage() for p in floating), default=0.0)
+        debloaters = [g.debloater for g in gates if getattr(g, "debloater", None) is not None]
+        if debloaters:  # Flink's debloatedBufferSize gauge
+            metrics["debloatedBufferSize"] = min(d.buffer_size for d in debloaters)
         chain = getattr(task, "chain", None)
         if chain is not None and getattr(chain, "operators", None):  # Flink's current input/output watermark
             metrics["currentInputWatermark"] = chain.head.current_watermark

@@ -156,6 +156,12 @@ KNOWN_KEYS: dict[str, tuple[Callable[[Any], Any], str]] = {
     "taskmanager.network.memory.buffers-per-channel": (_int(0), "exclusive buffers (initial credit) per remote channel"),
     "taskmanager.network.memory.floating-buffers-per-gate": (_int(0), "floating buffers per input gate"),
     "raylink.network.max-batch-bytes": (_memory, "bytes a remote call aims to carry (batching)"),
+    "taskmanager.network.memory.buffer-debloat.enabled": (_bool, "size remote buffers by the consumer's throughput (default true)"),
+    "taskmanager.network.memory.buffer-debloat.target": (_duration_positive, "time a gate's buffers of data take to process (ms, or '1 s')"),
+    "taskmanager.network.memory.buffer-debloat.period": (_duration_positive, "how often buffer sizes are recomputed (ms)"),
+    "taskmanager.network.memory.buffer-debloat.samples": (_int(1), "throughput measurements averaged"),
+    "taskmanager.network.memory.buffer-debloat.threshold-percentages": (_int(1), "smallest size change announced (%)"),
+    "raylink.network.buffer-debloat.initial-size": (_memory, "size of remote buffers before the first measurement"),
     "raylink.progress": (_choice("auto", "tty", "log", "off"), "progress display of `raylink run`"),
     "raylink.progress.interval": (_duration_positive, "progress refresh interval (ms, or '2 s')"),
 }

@@ -206,6 +206,8 @@ class CreditBasedInputChannel(InputChannel):
         self.network_pool = network_pool
         self.announce_credit = announce_credit
         self.request: Optional[Callable[[int], None]] = None
+        #: the transport hook that asks the sender for buffers of a new size (debloating)
+        self.announce_buffer_size: Optional[Callable[[int], None]] = None
         self._lock = threading.Lock()
         self._received: Deque[Tuple[bytes, bool, int]] = deque()
         self._free_exclusive = exclusive_buffers

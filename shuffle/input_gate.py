@@ -108,6 +108,10 @@ class LocalInputChannel(InputChannel):
 class InputGate:
     """Flink's ``SingleInputGate``: the channels of one logical input."""
 
+    #: a BufferDebloater sizing the buffers of ``debloated_channels`` (set by the TaskExecutor)
+    debloater: Any = None
+    debloated_channels: Sequence[Any] = ()
+
     def __init__(self, channels: Sequence[InputChannel] = (), gate_index: int = 0, name: str = "") -> None:
         self.gate_index = gate_index
         self.name = name

@@ -26,7 +26,7 @@ so buffers reach each channel in sequence even on a threaded actor.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from raylink.shuffle.credit import (
     BufferResponse,
@@ -145,6 +145,9 @@ class CreditAnnouncer(_Connection):
     def announce(self, channel_id: str, credit: int) -> None:
         self._submitted(self._handle.add_credit.remote(self._transport.executor_id, [(channel_id, credit)]))
 
+    def announce_buffer_size(self, channel_id: str, size: int) -> None:
+        self._submitted(self._handle.set_buffer_size.remote(self._transport.executor_id, [(channel_id, size)]))
+
 
 class RayTransport:
     """Both ends of every remote channel of one TaskExecutor.
@@ -173,6 +176,7 @@ class RayTransport:
         self._announcers: dict[str, CreditAnnouncer] = {}
         self._readers: dict[tuple[str, str], CreditBasedSequenceNumberingViewReader] = {}
         self._pending_credit: dict[tuple[str, str], int] = {}
+        self._pending_sizes: dict[tuple[str, str], int] = {}
         self._channels: dict[str, CreditBasedInputChannel] = {}
         self._inbound: dict[str, list] = {}  # producer id -> [next seq, {seq: batch}]
         self._inbound_lock = threading.Lock()
@@ -199,7 +203,10 @@ class RayTransport:
         floating_pool: Any,
         exclusive_buffers: int,
         network_pool: Any,
+        buffer_size: Optional[int] = None,
     ) -> CreditBasedInputChannel:
+        """A remote channel; ``buffer_size``: the size its sender starts cutting buffers at
+        (None: the sender's segment size), changed later by ``announce_buffer_size``."""
         with self._lock:
             self._channel_ids += 1
             channel_id = f"{self.executor_id}#{self._channel_ids}"
@@ -217,10 +224,11 @@ class RayTransport:
 
         def request(initial_credit: int) -> None:
             producer.request_partition.remote(
-                self.executor_id, channel_id, partition_id, subpartition_index, initial_credit
+                self.executor_id, channel_id, partition_id, subpartition_index, initial_credit, buffer_size
             )
 
         channel.request = request
+        channel.announce_buffer_size = lambda size: announcer.announce_buffer_size(channel_id, size)
         self._channels[channel_id] = channel
         return channel
 
@@ -240,9 +248,11 @@ class RayTransport:
 
     # -- producer side -----------------------------------------------------------------------
     def request_partition(
-        self, consumer_id: str, channel_id: str, partition_id: str, subpartition_index: int, initial_credit: int
+        self, consumer_id: str, channel_id: str, partition_id: str, subpartition_index: int, initial_credit: int,
+        buffer_size: Optional[int] = None,
     ) -> None:
         partition = self.partition_lookup(partition_id)
+        subpartition = partition.subpartitions[subpartition_index]
         with self._lock:
             queue = self._queues.get(consumer_id)
             if queue is None:
@@ -250,10 +260,13 @@ class RayTransport:
                 self._queues[consumer_id] = queue
             key = (consumer_id, channel_id)
             reader = CreditBasedSequenceNumberingViewReader(
-                partition.subpartitions[subpartition_index], receiver_id=channel_id, on_available=queue.notify
+                subpartition, receiver_id=channel_id, on_available=queue.notify
             )
             self._readers[key] = reader
             extra = self._pending_credit.pop(key, 0)
+            buffer_size = self._pending_sizes.pop(key, buffer_size)
+        if buffer_size:
+            subpartition.set_buffer_size(buffer_size)
         queue.add_reader(reader)
         reader.request_subpartition(every_buffer=True)
         reader.add_credit(initial_credit + extra)
@@ -267,6 +280,17 @@ class RayTransport:
                     self._pending_credit[key] = self._pending_credit.get(key, 0) + credit
                     continue
             reader.add_credit(credit)
+
+    def set_buffer_size(self, consumer_id: str, sizes: list) -> None:
+        """A consumer's debloater asks for new buffer sizes: ``[(channel_id, size), ...]``."""
+        for channel_id, size in sizes:
+            key = (consumer_id, channel_id)
+            with self._lock:
+                reader = self._readers.get(key)
+                if reader is None:  # overtook its partition request
+                    self._pending_sizes[key] = size
+                    continue
+            reader.subpartition.set_buffer_size(size)
 
     # -- metrics -------------------------------------------------------------------------------
     def stats(self) -> dict:

@@ -93,10 +93,22 @@ class RecordWriter:
                 RecordSerializer(buffer_size, partition.sink(i), partition.subpartitions[i].flush, flat_records)
                 for i in range(n)
             ]
+        if self.is_broadcast:  # one serializer for all: the smallest size any reader asks for
+            self._requested_sizes = [buffer_size] * n
+            for i in range(n):
+                partition.subpartitions[i].buffer_size_listener = (
+                    lambda size, i=i: self._set_broadcast_buffer_size(i, size))
+        else:
+            for i in range(n):
+                partition.subpartitions[i].buffer_size_listener = self._serializers[i].set_buffer_size
         self._select = None if self.is_broadcast else partitioner.select_channel
         self._select_batch = None if self.is_broadcast else partitioner.select_channels
         self._single = self._serializers[0] if (n == 1 or self.is_broadcast) else None
         self._flusher: Optional[OutputFlusher] = None
+
+    def _set_broadcast_buffer_size(self, index: int, size: int) -> None:
+        self._requested_sizes[index] = size
+        self._broadcast_serializer.set_buffer_size(min(self._requested_sizes))
 
     # -- records ---------------------------------------------------------------------
     def emit(self, value: Any) -> None:

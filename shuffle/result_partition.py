@@ -103,9 +103,17 @@ class ResultSubpartition:
     """Common interface of subpartitions (and their read views)."""
 
     index: int
+    #: set by the RecordWriter: called with the buffer size the reader asks for (debloating)
+    buffer_size_listener: Optional[Callable[[int], None]] = None
 
     def add(self, buffer: bytes, is_event: bool = False) -> None:
         raise NotImplementedError
+
+    def set_buffer_size(self, size: int) -> None:
+        """The consumer asks for buffers of ``size`` bytes from now on (Flink's buffer debloating)."""
+        listener = self.buffer_size_listener
+        if listener is not None:
+            listener(size)
 
     def finish(self) -> None:
         raise NotImplementedError

@@ -225,6 +225,10 @@ class RecordSerializer:
         self.num_bytes += len(data)
         self._sink(data, True)
 
+    def set_buffer_size(self, size: int) -> None:
+        """Cut the following buffers at ``size`` bytes (any thread: one int is replaced)."""
+        self.buffer_size = max(16, int(size))
+
     def flush(self) -> bool:
         """Hand over the partial buffer, then tell the partition (``on_flush``) so
         buffers it holds get shipped; returns False if there was no partial buffer."""

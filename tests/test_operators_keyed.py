@@ -87,6 +87,19 @@ def test_sum_keeps_first_records_other_fields():
     assert run_both_paths(agg("sum", 1), data) == [("a", 1, "x"), ("a", 3, "x"), ("b", 5, "z"), ("a", 6, "x")]
 
 
+def test_sum_of_pairs_leaves_its_fast_path_when_a_key_starts_with_another_shape():
+    op = agg("sum", 1)()
+    out, _ = start(op)
+    op.process_batch([("a", 1), ("b", 2), ("a", 3)])
+    op.process_batch([("a", 1), ("c", 5, "x"), ("b", 1), ("c", 1, "y"), ["d", 2]])
+    op.process_batch([("d", 3), ("a", 1)])
+    assert out.records == [
+        ("a", 1), ("b", 2), ("a", 4),
+        ("a", 5), ("c", 5, "x"), ("b", 3), ("c", 6, "x"), ["d", 2],
+        ["d", 5], ("a", 6),
+    ]
+
+
 def test_min_and_max_replace_only_the_field():
     data = [("a", 3, "x"), ("a", 1, "y"), ("a", 2, "z"), ("a", 0, "w")]
     assert run_both_paths(agg("min", 1), data) == [("a", 3, "x"), ("a", 1, "x"), ("a", 1, "x"), ("a", 0, "x")]

@@ -132,6 +132,39 @@ def test_back_pressure_is_bounded_by_credit():
     assert source["outPoolUsage"] <= 1.5
 
 
+def test_buffers_debloat_behind_a_slow_consumer_and_stay_whole_behind_a_fast_one():
+    """Flink's buffer debloating: a remote gate asks for buffers holding ~1 s of its work."""
+    env = ray_env(1)
+
+    def slow_sink(_value):
+        time.sleep(0.0002)  # ~5k records/s at most
+
+    (
+        env.from_sequence(1, 12_000).slot_sharing_group("source")
+        .map(lambda i: (i, "x" * 20))
+        .add_sink(slow_sink).slot_sharing_group("sink")
+    )
+    result = env.execute("slow consumer")
+    source = next(m for m in result.task_metrics if m["task"].startswith("Source"))
+    sink = next(m for m in result.task_metrics if m["task"].startswith("Sink"))
+    assert sink["numRecordsIn"] == 12_000
+    # <= 5k records/s of ~25 bytes: a second of it spread over the gate's 64 buffers is ~2 KiB
+    assert sink["debloatedBufferSize"] <= 4 * 1024
+    assert source["numBytesOut"] / source["numBuffersOut"] <= 4 * 1024
+
+    env = ray_env(1)
+    (
+        env.from_sequence(1, 400_000).slot_sharing_group("source")
+        .map(lambda i: (f"w{i % 100}", 1))
+        .key_by(lambda kv: kv[0]).sum(1).slot_sharing_group("keyed")
+        .add_sink(lambda _v: None)
+    )
+    result = env.execute("fast consumer")
+    keyed = next(m for m in result.task_metrics if m["task"].startswith("Keyed"))
+    assert keyed["numRecordsIn"] == 400_000
+    assert keyed["debloatedBufferSize"] == 32 * 1024  # whole segments
+
+
 class Endless(SourceFunction):
     def __init__(self):
         self.running = True

@@ -159,3 +159,27 @@ def test_serialization_error_with_operator():
 def test_corrupt_data_raises():
     with pytest.raises(codec.DeserializationError):
         decode(b"\xc1")  # never used by msgpack
+
+
+# -- flat batches: msgspec writes what msgpack's packer would --------------------------------------------
+_int64 = st.integers(min_value=-(2**63), max_value=2**64 - 1)
+_scalar = st.one_of(st.none(), st.booleans(), _int64, st.floats(allow_nan=False), st.text(), st.binary())
+_flat_batches = st.one_of(st.lists(_scalar, min_size=1, max_size=70),
+                          st.lists(st.tuples(st.text(), _int64, _scalar), min_size=1, max_size=70))
+
+
+@settings(max_examples=150, deadline=None)
+@given(_flat_batches)
+def test_a_flat_batch_packs_to_the_bytes_of_msgpack(values):
+    assert codec.is_flat_batch(values)
+    buf = bytearray(b"prefix")
+    assert codec.pack_flat_batch_into(values, buf)
+    reference = codec.make_packer().pack(values)
+    assert bytes(buf) == b"prefix" + reference[codec.array_header_size(len(values)):]
+    assert codec.decode_all(bytes(buf[6:])) == values
+
+
+def test_a_flat_batch_with_an_int_beyond_64_bits_is_left_to_the_codec():
+    buf = bytearray(b"x")
+    assert not codec.pack_flat_batch_into([("a", 1), ("b", 2**70)], buf)
+    assert buf == b"x"  # nothing half-written

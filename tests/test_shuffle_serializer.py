@@ -306,3 +306,39 @@ def test_a_declared_flat_stream_is_packed_without_checks_and_lists_arrive_as_tup
     decode = RecordDeserializer()
     out = [v for b, _ in checked.take_full_buffers() for g in decode.feed(b) for v in g]
     assert out == [("a", 1), ["b", 2], ("c", 3.5)] and type(out[1]) is list
+
+
+def decoded(serializer):
+    serializer.flush()
+    decode = RecordDeserializer()
+    return [v for b, _ in serializer.take_full_buffers() for g in decode.feed(b) for v in g]
+
+
+@pytest.mark.parametrize("declared", [False, True])
+def test_ints_beyond_64_bits_in_a_flat_batch_still_round_trip(declared):
+    s = RecordSerializer(64, flat_records=declared)
+    s.add_records([("a", 1), ("b", 2**70), ("c", -(2**64))])
+    assert decoded(s) == [("a", 1), ("b", 2**70), ("c", -(2**64))]
+
+
+class Opaque:
+    def __init__(self, v):
+        self.v = v
+
+    def __eq__(self, other):
+        return type(other) is Opaque and other.v == self.v
+
+
+def test_a_declared_flat_batch_holding_an_unknown_type_falls_back_to_pickle():
+    s = RecordSerializer(64, flat_records=True)
+    s.add_records([("a", 1), ("b", Opaque(7)), ["c", 3]])
+    # as before msgspec: the batch goes through msgpack's packer, lists still become tuples
+    assert decoded(s) == [("a", 1), ("b", Opaque(7)), ("c", 3)]
+
+
+def test_flat_batches_of_every_size_decode_in_order_across_buffers():
+    for n in (1, 15, 16, 65535, 65536):  # every msgpack array header size
+        s = RecordSerializer(1024)
+        values = [(f"w{i % 97}", i) for i in range(n)]
+        s.add_records(values)
+        assert decoded(s) == values
