@@ -14,7 +14,7 @@ from typing import Any, Optional
 import ray
 
 from raylink.actors.task_executor import NetworkSettings, TaskExecutor
-from raylink.shuffle.ray_transport import RayTransport
+from raylink.shuffle.ray_transport import DEFAULT_MAX_BATCH_DELAY_MS, RayTransport
 
 #: ``raylink.taskmanager.gc-threshold``: allocations between two young-generation
 #: collections in a TaskExecutor process (Python's default: 700)
@@ -40,7 +40,8 @@ class TaskExecutorActor:
         tune_gc(int(settings.get("raylink.taskmanager.gc-threshold", DEFAULT_GC_THRESHOLD)))
         network = NetworkSettings(settings)
         self.transport = RayTransport(
-            executor_id, self._partition, buffer_size=network.buffer_size, max_batch_bytes=max_batch_bytes
+            executor_id, self._partition, buffer_size=network.buffer_size, max_batch_bytes=max_batch_bytes,
+            max_batch_delay_ms=float(settings.get("raylink.network.max-batch-delay", DEFAULT_MAX_BATCH_DELAY_MS)),
         )
         self.te = TaskExecutor(executor_id, network, self.transport)
 

@@ -156,6 +156,7 @@ KNOWN_KEYS: dict[str, tuple[Callable[[Any], Any], str]] = {
     "taskmanager.network.memory.buffers-per-channel": (_int(0), "exclusive buffers (initial credit) per remote channel"),
     "taskmanager.network.memory.floating-buffers-per-gate": (_int(0), "floating buffers per input gate"),
     "raylink.network.max-batch-bytes": (_memory, "bytes a remote call aims to carry (batching)"),
+    "raylink.network.max-batch-delay": (_duration_positive, "longest a full buffer waits for its batch (ms)"),
     "taskmanager.network.memory.buffer-debloat.enabled": (_bool, "size remote buffers by the consumer's throughput (default true)"),
     "taskmanager.network.memory.buffer-debloat.target": (_duration_positive, "time a gate's buffers of data take to process (ms, or '1 s')"),
     "taskmanager.network.memory.buffer-debloat.period": (_duration_positive, "how often buffer sizes are recomputed (ms)"),

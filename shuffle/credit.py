@@ -36,6 +36,7 @@ holds less than that. Defaults (0 / 1) are Flink's exact protocol.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from typing import Any, Callable, Deque, NamedTuple, Optional, Tuple
 
@@ -125,10 +126,10 @@ class CreditBasedSequenceNumberingViewReader:
         if cb is not None and self.is_available():
             cb(self, False)
 
-    def should_send(self, batch_buffers: int) -> bool:
+    def should_send(self, batch_buffers: int, max_delay_ns: int = 0) -> bool:
         """Shipping now is worth it: a flush is pending, an event is next, the credit is
-        used up by the queued buffers (waiting cannot grow the batch), or
-        ``batch_buffers`` are sendable."""
+        used up by the queued buffers (waiting cannot grow the batch), ``batch_buffers``
+        are sendable, or (``max_delay_ns`` > 0) the oldest queued buffer waited that long."""
         view = self._view
         if view is None:
             return False
@@ -138,7 +139,12 @@ class CreditBasedSequenceNumberingViewReader:
         if nxt or self._flushed:
             return nxt or self.credit > 0
         credit = self.credit
-        return credit > 0 and (view.backlog >= credit or credit >= batch_buffers and view.backlog >= batch_buffers)
+        if credit <= 0:
+            return False
+        backlog = view.backlog
+        if backlog >= credit or credit >= batch_buffers and backlog >= batch_buffers:
+            return True
+        return max_delay_ns > 0 and time.perf_counter_ns() - getattr(view, "oldest_ns", 0) >= max_delay_ns
 
     def is_available(self) -> bool:
         """Something to send: an event, or a data buffer and credit > 0."""

@@ -35,6 +35,8 @@ from raylink.shuffle.credit import (
 )
 
 DEFAULT_MAX_BATCH_BYTES = 1024 * 1024
+#: ``raylink.network.max-batch-delay``: a full buffer waits at most this long for its batch
+DEFAULT_MAX_BATCH_DELAY_MS = 20
 MAX_BATCH_BUFFERS = 32  # tiny segments: credit stays at 2 x 32 buffers per channel
 
 
@@ -96,9 +98,10 @@ class PartitionRequestQueue(_Connection):
 
     def notify(self, reader: CreditBasedSequenceNumberingViewReader, flushed: bool = False) -> None:
         batch = self._transport.batch_buffers
+        delay = self._transport.max_batch_delay_ns
         while True:
             with self._lock:
-                if not flushed and not any(r.should_send(batch) for r in self._readers):
+                if not flushed and not any(r.should_send(batch, delay) for r in self._readers):
                     return
                 responses, more = self._take_batch()
                 if not responses:
@@ -165,10 +168,12 @@ class RayTransport:
         partition_lookup: Callable[[str], Any],
         buffer_size: int = 32 * 1024,
         max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+        max_batch_delay_ms: float = DEFAULT_MAX_BATCH_DELAY_MS,
     ) -> None:
         self.executor_id = executor_id
         self.partition_lookup = partition_lookup
         self.max_batch_bytes = max_batch_bytes
+        self.max_batch_delay_ns = int(max_batch_delay_ms * 1_000_000)
         self.batch_buffers = min(MAX_BATCH_BUFFERS, max(1, max_batch_bytes // buffer_size))
         self.peers: dict[str, Any] = {}
         self._lock = threading.Lock()

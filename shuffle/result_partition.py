@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import enum
 import threading
+import time
 from collections import deque
 from concurrent.futures import Future
 from typing import Any, Callable, Deque, List, NamedTuple, Optional, Tuple
@@ -151,6 +152,9 @@ class PipelinedSubpartition(ResultSubpartition):
         self._released = False
         self.num_buffers = 0
         self.num_bytes = 0
+        #: perf_counter_ns since when the queue has held what it holds (0: empty), for
+        #: transports that wait to batch buffers at most so long
+        self.oldest_ns = 0
 
     def add(self, buffer: bytes, is_event: bool = False) -> None:
         with self._lock:
@@ -159,6 +163,8 @@ class PipelinedSubpartition(ResultSubpartition):
             else:
                 released = None
                 was_empty = not self._queue
+                if was_empty:
+                    self.oldest_ns = time.perf_counter_ns()
                 self._queue.append((buffer, is_event))
                 if not is_event:
                     self._backlog += 1
@@ -224,6 +230,7 @@ class PipelinedSubpartition(ResultSubpartition):
             if not is_event:
                 self._backlog -= 1
             q = self._queue
+            self.oldest_ns = time.perf_counter_ns() if q else 0  # what is left waits afresh
             result = BufferAndBacklog(buffer, is_event, self._backlog, bool(q), bool(q) and q[0][1])
             consumed = is_event and self._finished and not q
         if not is_event and self._recycle is not None:

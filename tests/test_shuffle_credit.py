@@ -364,3 +364,25 @@ def test_exhausted_output_pool_ships_held_buffers():
     writer, channel, conn = batching_setup(batch=4, pool_size=3)
     writer.emit_batch(FULL * 3)
     assert conn.shipments == [3]
+
+
+def test_a_batching_sender_holds_full_buffers_at_most_the_batch_delay():
+    from raylink.shuffle.credit import CreditBasedSequenceNumberingViewReader
+    from raylink.shuffle.result_partition import PipelinedSubpartition
+
+    sub = PipelinedSubpartition(0)
+    reader = CreditBasedSequenceNumberingViewReader(sub)
+    reader.request_subpartition(every_buffer=True)
+    reader.add_credit(64)
+    assert sub.oldest_ns == 0
+    for _ in range(3):
+        sub.add(b"x" * 100)
+    delay = 20_000_000
+    # 3 buffers, a batch is 32 and the credit is plenty: worth waiting for more ...
+    assert not reader.should_send(32) and not reader.should_send(32, delay)
+    # ... until the oldest of them has waited the batch delay (its clock set back here)
+    sub.oldest_ns -= delay
+    assert reader.should_send(32, delay) and not reader.should_send(32)
+    while reader.poll_next() is not None:
+        pass
+    assert sub.oldest_ns == 0  # drained
