@@ -5,7 +5,8 @@ handles). One logical connection per (producer executor, consumer executor)
 pair multiplexes all channels, like Flink's Netty connection:
 
 * consumer -> producer: ``request_partition`` (open a channel with its initial
-  credit) and batched ``add_credit`` announcements;
+  credit and buffer size), batched ``add_credit`` announcements and
+  ``set_buffer_size`` (Flink's buffer debloating, see ``buffer_debloater``);
 * producer -> consumer: batched ``receive_buffers``: several
   ``BufferResponse``s (buffer, backlog, sequence number) for any channels of
   that consumer in one call (up to ``max_batch_bytes``).
@@ -76,11 +77,12 @@ class PartitionRequestQueue(_Connection):
     Readers call ``notify(reader, flushed)``; buffers are shipped, as several
     ``BufferResponse``s per ``receive_buffers`` call, when the writer flushed
     or added an event, when some reader's credit is used up by its queued
-    buffers, or when ``batch_buffers`` are ready — otherwise they wait a little:
-    until the writer's next flush (its buffer timeout; with -1, until a batch
-    is full or end of input) or until its pool runs dry, which flushes too.
-    Every Ray call costs both processes about a millisecond of CPU, so fewer,
-    larger calls are what makes the transport fast.
+    buffers, when ``batch_buffers`` are ready, or when the oldest queued buffer
+    has waited ``max_batch_delay`` — otherwise they wait a little: until the
+    writer's next flush (its buffer timeout; with -1, until a batch is full or
+    end of input) or until its pool runs dry, which flushes too. Every Ray call
+    costs both processes 1-3 ms of CPU, so fewer, larger calls are what makes
+    the transport fast.
     """
 
     def __init__(self, transport: "RayTransport", consumer_id: str, handle: Any) -> None:
