@@ -325,3 +325,10 @@ def test_execute_and_collect_streams_records_of_an_unbounded_job():
     assert results.job_client.wait(10), "the job was not cancelled after the limit"
     assert results.job_client.get_job_status() == "CANCELED"
     assert alive_task_executors(results.job_client) == 0
+
+
+def test_task_executor_processes_collect_the_young_generation_less_often():
+    code = ("import gc; from raylink.actors.ray_actors import tune_gc; before = gc.get_threshold(); "
+            "tune_gc(50000); print(before[0], gc.get_threshold()[0], gc.get_freeze_count() > 0)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split() == ["700", "50000", "True"]
