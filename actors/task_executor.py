@@ -54,11 +54,28 @@ class NetworkSettings:
                 return conf.get_integer(key, default)
             return int(conf.get(key, default))
 
+        def get_boolean(key: str, default: bool) -> bool:
+            if conf is None:
+                return default
+            if hasattr(conf, "get_boolean"):
+                return conf.get_boolean(key, default)
+            value = conf.get(key, default)
+            return value.strip().lower() == "true" if isinstance(value, str) else bool(value)
+
         self.buffer_size = get("taskmanager.memory.segment-size", 32 * 1024)
         self.num_buffers = get("taskmanager.network.numberOfBuffers", 2048)
         self.buffers_per_channel = get("taskmanager.network.memory.buffers-per-channel", 2)
         self.floating_per_gate = get("taskmanager.network.memory.floating-buffers-per-gate", 8)
-        self.debloat = DebloatSettings(conf, self.buffer_size)
+        debloat = "taskmanager.network.memory.buffer-debloat."
+        self.debloat = DebloatSettings(
+            enabled=get_boolean(debloat + "enabled", True),
+            target_ms=get(debloat + "target", 1000),
+            period_ms=get(debloat + "period", 200),
+            samples=get(debloat + "samples", 20),
+            threshold_percentages=get(debloat + "threshold-percentages", 25),
+            max_size=self.buffer_size,
+            initial_size=get("raylink.network.buffer-debloat.initial-size", 4096),
+        )
 
     def output_pool_size(self, num_subpartitions: int) -> tuple[int, int]:
         """(min, max) buffers of a result partition's pool, as Flink sizes it."""

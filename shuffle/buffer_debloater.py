@@ -30,27 +30,21 @@ MIN_BUSY_NS = 5_000_000
 
 
 class DebloatSettings:
-    """Flink's ``taskmanager.network.memory.buffer-debloat.*`` options (plus the start size)."""
+    """Flink's ``taskmanager.network.memory.buffer-debloat.*`` options (plus the start size);
+    the TaskExecutor's ``NetworkSettings`` reads them from the configuration."""
 
-    def __init__(self, conf: object = None, segment_size: int = 32 * 1024) -> None:
-        def get(key: str, default: object) -> object:
-            if conf is None:
-                return default
-            getter = getattr(conf, "get", None)
-            value = getter(key, default) if getter is not None else default
-            return default if value is None else value
-
-        prefix = "taskmanager.network.memory.buffer-debloat."
-        self.enabled = str(get(prefix + "enabled", True)).lower() not in ("false", "0", "no")
-        self.target_ms = int(get(prefix + "target", 1000))
-        self.period_ms = int(get(prefix + "period", 200))
-        self.samples = int(get(prefix + "samples", 20))
-        self.threshold = int(get(prefix + "threshold-percentages", 25)) / 100.0
-        self.max_size = int(segment_size)
-        self.initial_size = min(self.max_size, int(get("raylink.network.buffer-debloat.initial-size", 4096)))
-        for name in ("target_ms", "period_ms", "samples"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"buffer debloat {name.replace('_ms', '')} must be > 0, got {getattr(self, name)}")
+    def __init__(self, enabled: bool = True, target_ms: int = 1000, period_ms: int = 200, samples: int = 20,
+                 threshold_percentages: int = 25, max_size: int = 32 * 1024, initial_size: int = 4096) -> None:
+        for name, value in (("target", target_ms), ("period", period_ms), ("samples", samples)):
+            if value <= 0:
+                raise ValueError(f"buffer debloat {name} must be > 0, got {value}")
+        self.enabled = enabled
+        self.target_ms = target_ms
+        self.period_ms = period_ms
+        self.samples = samples
+        self.threshold = threshold_percentages / 100.0
+        self.max_size = max_size
+        self.initial_size = min(max_size, initial_size)
 
 
 class BufferDebloater:
@@ -81,9 +75,8 @@ class BufferDebloater:
         s = self.settings
         size = int(self.throughput * s.target_ms / 1000.0 / self.num_buffers)
         size = max(MIN_BUFFER_SIZE, min(s.max_size, size))
-        if abs(size - self.buffer_size) < s.threshold * self.buffer_size and size != s.max_size:
-            return None
-        if size == self.buffer_size:
+        if size == self.buffer_size or (abs(size - self.buffer_size) < s.threshold * self.buffer_size
+                                        and size != s.max_size):
             return None
         self.buffer_size = size
         return size

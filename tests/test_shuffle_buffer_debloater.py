@@ -11,17 +11,30 @@ pytestmark = pytest.mark.timeout(30)
 MS = 1_000_000
 
 
-def settings(**conf):
-    return DebloatSettings(conf, segment_size=32 * 1024)
+def settings():
+    return DebloatSettings(max_size=32 * 1024)
 
 
-def test_defaults_are_flinks_and_remote_buffers_start_small():
-    s = settings()
+@pytest.mark.parametrize("as_configuration", [False, True])
+def test_defaults_are_flinks_and_remote_buffers_start_small(as_configuration):
+    from raylink.actors.task_executor import NetworkSettings
+    from raylink.api import Configuration
+
+    def network(**conf):
+        if not as_configuration:
+            return NetworkSettings(conf)
+        configuration = Configuration()
+        for key, value in conf.items():
+            configuration.set_string(key, value)
+        return NetworkSettings(configuration)
+
+    s = network().debloat
     assert (s.enabled, s.target_ms, s.period_ms, s.samples, s.threshold) == (True, 1000, 200, 20, 0.25)
     assert s.initial_size == 4096 and s.max_size == 32 * 1024
-    assert not settings(**{"taskmanager.network.memory.buffer-debloat.enabled": "false"}).enabled
+    assert not network(**{"taskmanager.network.memory.buffer-debloat.enabled": "false"}).debloat.enabled
+    assert network(**{"taskmanager.network.memory.buffer-debloat.target": "500"}).debloat.target_ms == 500
     with pytest.raises(ValueError, match="target"):
-        settings(**{"taskmanager.network.memory.buffer-debloat.target": 0})
+        network(**{"taskmanager.network.memory.buffer-debloat.target": "0"})
 
 
 def test_size_holds_target_time_of_data_in_the_gates_buffers():
