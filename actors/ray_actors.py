@@ -9,7 +9,7 @@ long poll run concurrently) around a :class:`TaskExecutor` and its
 from __future__ import annotations
 
 import gc
-from typing import Any, Optional
+from typing import Any
 
 import ray
 
@@ -82,9 +82,8 @@ class TaskExecutorActor:
     # -- transport (other TaskExecutors): no task events, they would cost the GCS a report per call --
     @ray.method(enable_task_events=False)
     def request_partition(self, consumer_id: str, channel_id: str, partition_id: str,
-                          subpartition_index: int, initial_credit: int, buffer_size: Optional[int] = None) -> None:
-        self.transport.request_partition(consumer_id, channel_id, partition_id, subpartition_index, initial_credit,
-                                         buffer_size)
+                          subpartition_index: int, initial_credit: int) -> None:
+        self.transport.request_partition(consumer_id, channel_id, partition_id, subpartition_index, initial_credit)
 
     @ray.method(enable_task_events=False)
     def receive_buffers(self, producer_id: str, seq: int, batch: list) -> None:

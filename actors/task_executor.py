@@ -174,7 +174,6 @@ class TaskExecutor:
                         floating_pool,
                         settings.buffers_per_channel,
                         self.network_pool,
-                        buffer_size=debloat.initial_size if debloat else None,
                     )
                 )
                 channels.append(remote[-1])

@@ -5,7 +5,7 @@ handles). One logical connection per (producer executor, consumer executor)
 pair multiplexes all channels, like Flink's Netty connection:
 
 * consumer -> producer: ``request_partition`` (open a channel with its initial
-  credit and buffer size), batched ``add_credit`` announcements and
+  credit), batched ``add_credit`` announcements and
   ``set_buffer_size`` (Flink's buffer debloating, see ``buffer_debloater``);
 * producer -> consumer: batched ``receive_buffers``: several
   ``BufferResponse``s (buffer, backlog, sequence number) for any channels of
@@ -27,7 +27,7 @@ so buffers reach each channel in sequence even on a threaded actor.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 from raylink.shuffle.credit import (
     BufferResponse,
@@ -210,10 +210,7 @@ class RayTransport:
         floating_pool: Any,
         exclusive_buffers: int,
         network_pool: Any,
-        buffer_size: Optional[int] = None,
     ) -> CreditBasedInputChannel:
-        """A remote channel; ``buffer_size``: the size its sender starts cutting buffers at
-        (None: the sender's segment size), changed later by ``announce_buffer_size``."""
         with self._lock:
             self._channel_ids += 1
             channel_id = f"{self.executor_id}#{self._channel_ids}"
@@ -231,7 +228,7 @@ class RayTransport:
 
         def request(initial_credit: int) -> None:
             producer.request_partition.remote(
-                self.executor_id, channel_id, partition_id, subpartition_index, initial_credit, buffer_size
+                self.executor_id, channel_id, partition_id, subpartition_index, initial_credit
             )
 
         channel.request = request
@@ -255,8 +252,7 @@ class RayTransport:
 
     # -- producer side -----------------------------------------------------------------------
     def request_partition(
-        self, consumer_id: str, channel_id: str, partition_id: str, subpartition_index: int, initial_credit: int,
-        buffer_size: Optional[int] = None,
+        self, consumer_id: str, channel_id: str, partition_id: str, subpartition_index: int, initial_credit: int
     ) -> None:
         partition = self.partition_lookup(partition_id)
         subpartition = partition.subpartitions[subpartition_index]
@@ -271,8 +267,8 @@ class RayTransport:
             )
             self._readers[key] = reader
             extra = self._pending_credit.pop(key, 0)
-            buffer_size = self._pending_sizes.pop(key, buffer_size)
-        if buffer_size:
+            buffer_size = self._pending_sizes.pop(key, None)
+        if buffer_size is not None:  # a debloater's announcement that overtook this request
             subpartition.set_buffer_size(buffer_size)
         queue.add_reader(reader)
         reader.request_subpartition(every_buffer=True)
