@@ -4,10 +4,14 @@ Per vertex, counts are summed over subtasks and times take the maximum (Flink's
 web UI does the same for busy / back-pressured time). The back-pressure status
 follows Flink: OK when at most 10% of the time is back pressured, LOW up to 50%,
 HIGH above.
+
+:class:`MetricsHttpServer` serves them on the driver (``metrics.port``, loopback only);
+a port it cannot listen on raises :class:`MetricsPortError` naming the key and port.
 """
 
 from __future__ import annotations
 
+import errno
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Optional
@@ -86,6 +90,23 @@ def to_prometheus(task_metrics: list[dict], job_name: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
+class MetricsPortError(OSError):
+    """The job's metrics endpoint cannot listen on ``metrics.port`` (busy, or not allowed)."""
+
+    def __init__(self, port: int, host: str, cause: OSError) -> None:
+        if cause.errno == errno.EADDRINUSE:
+            why = "is already in use"
+        else:
+            why = f"cannot be used: {cause.strerror or cause}"
+        super().__init__(cause.errno, f"metrics.port {port} {why} on {host} "
+                                      f"(choose another port, 0 for any free one, or -1 to turn it off)")
+        self.port = port
+        self.host = host
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
 class MetricsHttpServer:
     """Serves ``/metrics`` (Prometheus text) and ``/vertices`` (JSON) for a running job."""
 
@@ -113,7 +134,10 @@ class MetricsHttpServer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer((host, port), Handler)
+        try:
+            self.server = ThreadingHTTPServer((host, port), Handler)
+        except OSError as exc:
+            raise MetricsPortError(port, host, exc) from None
         self.port = self.server.server_address[1]
         self._thread = threading.Thread(target=self.server.serve_forever, name="metrics-http", daemon=True)
         self._thread.start()

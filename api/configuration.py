@@ -66,6 +66,20 @@ class Configuration:
             return default_value
         return DEFAULTS.get(key, fallback)
 
+    def get(self, option: Any, default_value: Any = _UNSET) -> Any:
+        """The value of a registered ``ConfigOption`` (``api/options.py``), converted to its
+        type (durations in ms, memory sizes in bytes), from its key or a fallback key."""
+        for key in (option.key, *option.fallback_keys):
+            if key in self._data:
+                return option.convert(self._data[key])
+        return option.default if default_value is _UNSET else default_value
+
+    def set(self, option: Any, value: Any) -> "Configuration":
+        """Set a registered ``ConfigOption`` (checked now, so a bad value fails here)."""
+        option.convert(value)
+        self._data[option.key] = value
+        return self
+
     def get_string(self, key: str, default_value: Any = _UNSET) -> Optional[str]:
         value = self._get(key, default_value, None)
         return None if value is None else str(value)

@@ -2,7 +2,9 @@
 
 raylink ships values with msgpack, so type information is a declaration, not a
 serializer: it documents a stream, distinguishes side-output tags and lets a
-Spark sink derive a schema.
+Spark sink derive a schema. A *flat* declaration (``is_flat``) is also a
+contract the record writer enforces where the stream leaves its chain: records
+are checked against it (``raylink.shuffle.codec.DeclaredFlatType``).
 """
 
 from __future__ import annotations
@@ -21,15 +23,17 @@ class TypeInformation:
 
     @property
     def is_flat(self) -> bool:
-        """A basic type, or a TUPLE of basic types: msgpack encodes its values as
-        they are, so a record writer packs batches without looking at them.
+        """A basic type, or a TUPLE of basic types: a record writer packs batches of
+        it with one msgspec call, after checking them in one C pass.
 
-        The declaration is a promise, as for PyFlink's coders: values are
-        converted to the declared shape (a list declared as a TUPLE arrives as a
-        tuple); a value of another type is converted as msgspec encodes it (a set
-        arrives as a tuple; Decimal, UUID and naive dates as strings) or, for a
-        type msgspec does not know, pickled. Declare no type to keep such values
-        as they are."""
+        The declaration is checked as PyFlink's coders apply it: a list or
+        namedtuple declared as a TUPLE arrives as a tuple, an int (or Decimal) in
+        a FLOAT/DOUBLE field as a float, a bool/IntEnum/numpy int in an
+        INT/LONG/SHORT/BYTE field as an int, a str subclass as a str; ``None``
+        passes in any field. Any other value (a set, datetime, Decimal or UUID for
+        a STRING, a dataclass, an Enum, a float for an INT, a record of another
+        arity) fails the job with a ``RecordTypeError`` naming the field and the
+        value's type. Declare no type to ship any value as it is."""
         if self.name in _BASIC:
             return True
         return self.name == "TUPLE" and all(
@@ -46,6 +50,12 @@ class TypeInformation:
 def is_flat_type(type_info: Any) -> bool:
     """``type_info.is_flat`` for a TypeInformation; False for None or anything else."""
     return isinstance(type_info, TypeInformation) and type_info.is_flat
+
+
+def declared_flat_type(type_info: Any) -> Optional[TypeInformation]:
+    """``type_info`` if it is a flat TypeInformation (what a record writer checks
+    records against), else None."""
+    return type_info if is_flat_type(type_info) else None
 
 
 class Types:

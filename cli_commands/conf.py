@@ -15,58 +15,25 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from typing import Any, Callable, Optional
 
 from raylink.api.configuration import CONF_ENV_VAR
+from raylink.api.options import (  # noqa: F401 - parsers and limits shared with the options registry
+    MAX_SEGMENT_SIZE,
+    MIN_BUFFER_SIZE,
+    MIN_SEGMENT_SIZE,
+    IllegalConfigurationError,
+    find_option,
+    parse_duration_ms,
+    parse_memory,
+    unknown_key_message,
+)
 
 import yaml
 
 
 class ConfError(ValueError):
     """A configuration file or value the CLI cannot use (exit code 2)."""
-
-
-_MEMORY_UNITS = {
-    "": 1, "b": 1, "bytes": 1,
-    "k": 1 << 10, "kb": 1 << 10, "kibibytes": 1 << 10,
-    "m": 1 << 20, "mb": 1 << 20, "mebibytes": 1 << 20,
-    "g": 1 << 30, "gb": 1 << 30, "gibibytes": 1 << 30,
-    "t": 1 << 40, "tb": 1 << 40, "tebibytes": 1 << 40,
-}
-_DURATION_UNITS = {
-    "": 1, "ms": 1, "milli": 1, "millis": 1, "millisecond": 1, "milliseconds": 1,
-    "s": 1000, "sec": 1000, "secs": 1000, "second": 1000, "seconds": 1000,
-    "min": 60_000, "m": 60_000, "minute": 60_000, "minutes": 60_000,
-    "h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000,
-}
-_AMOUNT = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
-
-
-def parse_memory(value: Any) -> int:
-    """Flink's ``MemorySize``: ``1024``, ``"64kb"``, ``"512 m"``, ``"2g"`` -> bytes."""
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a memory size")
-    if isinstance(value, (int, float)):
-        return int(value)
-    match = _AMOUNT.match(str(value))
-    unit = match.group(2).lower() if match else None
-    if not match or unit not in _MEMORY_UNITS:
-        raise ValueError(f"{value!r} is not a memory size (e.g. 1073741824, 512m, 2g)")
-    return int(float(match.group(1)) * _MEMORY_UNITS[unit])
-
-
-def parse_duration_ms(value: Any) -> int:
-    """Flink's ``Duration``: ``100`` (ms), ``"100 ms"``, ``"2s"``, ``"1 min"`` -> milliseconds."""
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a duration")
-    if isinstance(value, (int, float)):
-        return int(value)
-    match = _AMOUNT.match(str(value))
-    unit = match.group(2).lower() if match else None
-    if not match or unit not in _DURATION_UNITS:
-        raise ValueError(f"{value!r} is not a duration (e.g. 100, 100 ms, 2 s)")
-    return int(float(match.group(1)) * _DURATION_UNITS[unit])
 
 
 def _int(minimum: Optional[int] = None) -> Callable[[Any], int]:
@@ -139,6 +106,35 @@ def _duration_positive(value: Any) -> int:
     return out
 
 
+def _segment_size(value: Any) -> int:
+    """Flink's check of ``taskmanager.memory.segment-size``: at least 4 KiB, a power of two."""
+    out = parse_memory(value)
+    if out < MIN_SEGMENT_SIZE:
+        raise ValueError(f"{out} bytes is below the minimum memory segment size of {MIN_SEGMENT_SIZE} (4kb)")
+    if out > MAX_SEGMENT_SIZE:
+        raise ValueError(f"{out} bytes is above the maximum memory segment size of {MAX_SEGMENT_SIZE} (1gb)")
+    if out & (out - 1):
+        raise ValueError(f"{out} bytes is not a power of 2 (memory segment sizes must be, e.g. 32kb)")
+    return out
+
+
+def _memory_at_least(minimum: int) -> Callable[[Any], int]:
+    def convert(value: Any) -> int:
+        out = parse_memory(value)
+        if out < minimum:
+            raise ValueError(f"{value!r} is below the minimum of {minimum} bytes")
+        return out
+    return convert
+
+
+def _port(value: Any) -> int:
+    """A TCP port: 0 (any free port) to 65535, or -1 (off)."""
+    out = _int()(value)
+    if not -1 <= out <= 65535:
+        raise ValueError(f"{out} is not a port (0-65535, 0 = any free port, -1 = off)")
+    return out
+
+
 # key -> (converter, help); the keys the CLI knows and checks.
 KNOWN_KEYS: dict[str, tuple[Callable[[Any], Any], str]] = {
     "parallelism.default": (_int(1), "default parallelism of operators"),
@@ -151,18 +147,19 @@ KNOWN_KEYS: dict[str, tuple[Callable[[Any], Any], str]] = {
     "taskmanager.numberOfTaskSlots": (_int(1), "slots per TaskExecutor actor"),
     "taskmanager.cpu.cores": (_positive_float, "Ray CPUs reserved per TaskExecutor actor"),
     "taskmanager.memory.process.size": (_memory, "Ray memory reserved per TaskExecutor actor (bytes, or 512m / 2g)"),
-    "taskmanager.memory.segment-size": (_memory, "network buffer size (default 32kb)"),
+    "taskmanager.memory.segment-size": (_segment_size, "network buffer size: a power of 2, at least 4kb (default 32kb)"),
     "taskmanager.network.numberOfBuffers": (_int(1), "network buffers per TaskExecutor"),
     "taskmanager.network.memory.buffers-per-channel": (_int(0), "exclusive buffers (initial credit) per remote channel"),
     "taskmanager.network.memory.floating-buffers-per-gate": (_int(0), "floating buffers per input gate"),
-    "raylink.network.max-batch-bytes": (_memory, "bytes a remote call aims to carry (batching)"),
+    "raylink.network.max-batch-bytes": (_memory_at_least(1), "bytes a remote call aims to carry (batching)"),
     "raylink.network.max-batch-delay": (_duration_positive, "longest a full buffer waits for its batch (ms)"),
     "taskmanager.network.memory.buffer-debloat.enabled": (_bool, "size remote buffers by the consumer's throughput (default true)"),
     "taskmanager.network.memory.buffer-debloat.target": (_duration_positive, "time a gate's buffers of data take to process (ms, or '1 s')"),
     "taskmanager.network.memory.buffer-debloat.period": (_duration_positive, "how often buffer sizes are recomputed (ms)"),
     "taskmanager.network.memory.buffer-debloat.samples": (_int(1), "throughput measurements averaged"),
     "taskmanager.network.memory.buffer-debloat.threshold-percentages": (_int(1), "smallest size change announced (%)"),
-    "raylink.network.buffer-debloat.initial-size": (_memory, "size of remote buffers before the first measurement"),
+    "raylink.network.buffer-debloat.initial-size": (_memory_at_least(MIN_BUFFER_SIZE), "size of remote buffers before the first measurement"),
+    "metrics.port": (_port, "port of the job's Prometheus /metrics endpoint on the driver, 127.0.0.1 (0: any free port; default -1: off)"),
     "raylink.progress": (_choice("auto", "tty", "log", "off"), "progress display of `raylink run`"),
     "raylink.progress.interval": (_duration_positive, "progress refresh interval (ms, or '2 s')"),
 }
@@ -185,6 +182,12 @@ def normalize(key: str, value: Any) -> Any:
         raise ConfError(f"configuration key {key!r} has no value")
     entry = KNOWN_KEYS.get(key)
     if entry is None:
+        option = find_option(key)
+        if option is not None:  # registered (api/options.py) but without a CLI converter here
+            try:
+                option.convert(value)
+            except IllegalConfigurationError as exc:
+                raise ConfError(str(exc)) from None
         return value if isinstance(value, (str, int, float, bool)) else str(value)
     try:
         return entry[0](value)
@@ -230,8 +233,8 @@ def build_conf(conf_file: Optional[str], pairs: list[str]) -> tuple[dict[str, An
         raw[key] = value
     conf = {key: normalize(key, value) for key, value in raw.items()}
     warnings = [
-        f"raylink: warning: unknown configuration key {key!r} (passed to the job unchanged)"
-        for key in conf if key not in KNOWN_KEYS
+        f"raylink: warning: {unknown_key_message(key)} (passed to the job unchanged)"
+        for key in conf if key not in KNOWN_KEYS and find_option(key) is None
     ]
     return conf, warnings
 
@@ -247,7 +250,10 @@ def conf_from_environment() -> dict[str, Any]:
         raise ConfError(f"{CONF_ENV_VAR} is not valid JSON: {text[:80]!r}") from None
     if not isinstance(data, dict):
         raise ConfError(f"{CONF_ENV_VAR} must be a JSON object")
-    return data
+    try:  # checked like --conf: a bad inherited value is a usage error here, not a traceback later
+        return {key: normalize(key, value) for key, value in data.items()}
+    except ConfError as exc:
+        raise ConfError(f"{CONF_ENV_VAR}: {exc}") from None
 
 
 def keys_help() -> str:

@@ -1,7 +1,10 @@
 """``raylink submit | list | status | logs | cancel``: jobs on a Ray cluster through the
 Ray Job Submission API (the dashboard, ``http://HEAD:8265``).
 
-``submit`` uploads the job's folder as the ``working_dir``, makes raylink
+``submit`` uploads the job's folder as the ``working_dir`` -- without what its
+``.gitignore`` / ``.rayignore`` files exclude (Ray honours them), caches and
+virtualenvs, and a deny list of secret files (``.env*``, ``.ssh/``, ``.aws/``,
+``*.pem``, ``id_rsa*``, ...), printing the file count and size first -- makes raylink
 importable on every node (``--ship-raylink``: the local raylink package as
 ``py_modules`` (default), a ``pip`` requirement, or ``installed`` when the image
 already has it), passes the configuration in ``RAYLINK_CONF`` and runs
@@ -20,6 +23,7 @@ import shutil
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from raylink.api.configuration import CONF_ENV_VAR
@@ -41,7 +45,19 @@ from raylink.cli_commands.progress import LOG_PREFIX
 from raylink.cli_commands.run import prepare_conf
 
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+# Ray's runtime_env ``excludes`` (gitignore syntax, relative to the working_dir). Ray itself also
+# honours every .gitignore (unless RAY_RUNTIME_ENV_IGNORE_GITIGNORE=1) and .rayignore in the tree.
 WORKING_DIR_EXCLUDES = [".git", ".venv", "venv", "__pycache__", "*.pyc", ".pytest_cache", ".hypothesis"]
+#: never uploaded, whatever the ignore files say: credentials that often sit next to a job
+#: (``.git`` is always left out above: its config and history can hold tokens too)
+SECRET_EXCLUDES = [
+    ".env*", ".netrc", ".pgpass", ".pypirc", ".npmrc", ".git-credentials", ".htpasswd",
+    ".ssh/", ".aws/", ".azure/", ".gnupg/", ".kube/", ".docker/", ".ray/", "**/.config/gcloud/",
+    "*.pem", "*.key", "*.p12", "*.pfx", "*.jks", "*.keystore",
+    "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*",
+    "credentials", "credentials.json", "*credentials*.json", "service-account*.json", "*.tfstate",
+]
+IGNORE_GITIGNORE_ENV = "RAY_RUNTIME_ENV_IGNORE_GITIGNORE"  # Ray's switch: "1" uploads .gitignore'd files
 SHIP_MODES = ("py_modules", "pip", "installed")
 QUIET_LOGGERS = ("ray.dashboard.modules.job.sdk", "ray.dashboard.modules.dashboard_sdk",
                  "ray._private.runtime_env.packaging")
@@ -104,6 +120,73 @@ def stage_raylink(dest_root: str) -> str:
     return dst
 
 
+@dataclass
+class UploadPlan:
+    """What ``raylink submit`` uploads as the working_dir: the files (relative paths and sizes),
+    and those the secrets deny list leaves out."""
+
+    root: str
+    files: list[tuple[str, int]]
+    secrets_left_out: list[str]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(size for _, size in self.files)
+
+    def summary(self) -> str:
+        n = len(self.files)
+        text = (f"raylink: uploading {self.root} as the working_dir: {n} file{'s' if n != 1 else ''}, "
+                f"{size_text(self.total_bytes)} (.gitignore and .rayignore apply)")
+        if self.secrets_left_out:
+            shown = ", ".join(self.secrets_left_out[:5])
+            more = f" and {len(self.secrets_left_out) - 5} more" if len(self.secrets_left_out) > 5 else ""
+            text += f"; left out as secrets: {shown}{more}"
+        return text
+
+
+def size_text(n: int) -> str:
+    """``912 bytes``, ``34.5 KiB``, ``1.2 GiB``."""
+    if n < 1024:
+        return f"{n} bytes"
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB"):
+        value /= 1024
+        if value < 1024 or unit == "GiB":
+            break
+    return f"{value:.1f} {unit}"
+
+
+def _walk_like_ray(root: str, excludes: list[str]) -> list[tuple[str, int]]:
+    """The files Ray packs for ``working_dir=root`` with ``excludes``: Ray's own traversal
+    (its gitignore-syntax matching, .gitignore / .rayignore in every folder)."""
+    from pathlib import Path
+
+    from ray._private.runtime_env.packaging import _dir_travel, _get_excludes
+
+    base = Path(root).absolute()
+    found: list[tuple[str, int]] = []
+
+    def handler(path: Path) -> None:
+        if path.is_file():
+            found.append((path.relative_to(base).as_posix(), path.stat().st_size))
+
+    include_gitignore = os.environ.get(IGNORE_GITIGNORE_ENV, "0") != "1"
+    quiet = logging.getLogger("raylink.submit.walk")
+    quiet.setLevel(logging.WARNING)
+    _dir_travel(base, [_get_excludes(base, list(excludes))], handler, include_gitignore=include_gitignore,
+                logger=quiet)
+    return sorted(found)
+
+
+def plan_upload(job_dir: str) -> UploadPlan:
+    """The working_dir upload of ``raylink submit`` (``WORKING_DIR_EXCLUDES`` + ``SECRET_EXCLUDES``
+    + the tree's .gitignore / .rayignore files), computed the way Ray packs it."""
+    files = _walk_like_ray(job_dir, WORKING_DIR_EXCLUDES + SECRET_EXCLUDES)
+    without_deny_list = _walk_like_ray(job_dir, WORKING_DIR_EXCLUDES)
+    kept = {path for path, _ in files}
+    return UploadPlan(os.path.abspath(job_dir), files, [p for p, _ in without_deny_list if p not in kept])
+
+
 def build_runtime_env(job_dir: str, conf: dict, ship: str, pip_specs: list[str], env_vars: dict,
                       staging_dir: Optional[str]) -> dict:
     import json
@@ -112,7 +195,7 @@ def build_runtime_env(job_dir: str, conf: dict, ship: str, pip_specs: list[str],
 
     runtime_env: dict = {
         "working_dir": job_dir,
-        "excludes": list(WORKING_DIR_EXCLUDES),
+        "excludes": WORKING_DIR_EXCLUDES + SECRET_EXCLUDES,
         "env_vars": {
             CONF_ENV_VAR: json.dumps(conf),
             "PYTHONUNBUFFERED": "1",
@@ -239,12 +322,19 @@ def cmd_submit(args: Any) -> int:
     env_vars = _env_pairs(args.env)
     if args.ship_raylink != "pip" and args.pip:
         raise CliError(EXIT_USAGE, "raylink submit: --pip needs --ship-raylink pip")
+    dashboard_address(args.address)  # a usage error (e.g. a ray:// address) before anything else
+    job_dir = os.path.dirname(os.path.abspath(args.job))
+    upload = plan_upload(job_dir)
+    if os.path.basename(args.job) not in {path for path, _ in upload.files}:
+        raise CliError(EXIT_USAGE, f"raylink submit: {args.job} itself is left out of the upload (a .gitignore, "
+                                   f".rayignore or the secrets deny list matches it); rename it or change the "
+                                   f"ignore file")
+    err(upload.summary())
     client, address = connect(args.address)
     job_id = args.job_id or submission_id_for(args.job)
     staging = tempfile.mkdtemp(prefix="raylink-ship-")
     try:
-        runtime_env = build_runtime_env(os.path.dirname(os.path.abspath(args.job)), conf, args.ship_raylink,
-                                        args.pip, env_vars, staging)
+        runtime_env = build_runtime_env(job_dir, conf, args.ship_raylink, args.pip, env_vars, staging)
         client.submit_job(
             entrypoint=entrypoint_for(args),
             submission_id=job_id,

@@ -17,6 +17,7 @@ import traceback
 from typing import Any
 
 from raylink.actors.job_result import JobExecutionException
+from raylink.actors.metrics import MetricsPortError
 from raylink.api.configuration import CONF_ENV_VAR, DEFAULTS
 from raylink.api.stream_execution_environment import StreamExecutionEnvironment
 from raylink.cli_commands.common import (
@@ -79,10 +80,27 @@ def prepare_conf(args: Any) -> dict:
     return merged
 
 
+def check_result_file(path: str) -> None:
+    """``--result-file``: its folder must exist and be writable before the job runs (not after
+    it succeeded); a folder cannot be the file."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise CliError(EXIT_USAGE, f"raylink run: --result-file {path} is a folder, not a file")
+    if not os.path.isdir(folder):
+        raise CliError(EXIT_USAGE, f"raylink run: --result-file {path}: no such folder {folder}")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise CliError(EXIT_USAGE, f"raylink run: --result-file {path}: folder {folder} is not writable")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise CliError(EXIT_USAGE, f"raylink run: --result-file {path} is not writable")
+
+
 def cmd_run(args: Any) -> int:
     job = args.job
     if not os.path.isfile(job):
         raise CliError(EXIT_USAGE, f"raylink: no such job file: {job}")
+    if args.result_file:
+        check_result_file(args.result_file)
+        args.result_file = os.path.abspath(args.result_file)  # the program may chdir
     conf = prepare_conf(args)
     if args.address:
         connect_ray(args.address)
@@ -106,6 +124,9 @@ def cmd_run(args: Any) -> int:
                 cancel_job(entry["client"], sys.stderr)
         err(f"raylink: {job} stopped by signal {stop.signum}")
         return 128 + stop.signum
+    except MetricsPortError as exc:  # the job never ran: a configuration problem, not a crash
+        err(f"raylink: {exc}")
+        return EXIT_USAGE
     except JobExecutionException as exc:
         if exc.cause is not None and _has_traceback(exc.cause):
             traceback.print_exception(exc.cause, file=sys.stderr)

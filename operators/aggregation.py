@@ -8,21 +8,44 @@ used by the grouped reduce operator (which emits the first record of a key as is
 * ``min_by`` / ``max_by``: the whole record holding the min / max (on ties the
   first one seen is kept).
 
-``field``: an int position (tuples, lists, indexable records), a str name (dict
-key, or attribute: namedtuples, objects), or ``None`` (the value itself).
-Records are never mutated: tuples get a new tuple, lists/dicts/objects a copy.
+``field``: an int position (tuples, lists, indexable records; on a basic value
+-- a number, str or bytes -- position 0 is the value itself, as in Flink), a str
+name (dict key, or attribute: namedtuples, objects), or ``None`` (the value
+itself). Records are never mutated: tuples get a new tuple, lists/dicts/objects
+a copy.
+
+``field_check(agg, field, operator_name)`` is the check Flink's
+``FieldAccessorFactory`` makes against the stream's type, made here against a
+record (Python records have no declared arity): the grouped aggregate operator
+runs it on the first record of every key, so a position beyond the record's
+arity (or a missing name) fails with ``InvalidFieldReferenceError`` naming the
+operator and the field instead of aggregating another field.
 """
 
 from __future__ import annotations
 
 import copy
+import decimal
 import operator
+from collections.abc import Mapping
 from typing import Any, Callable, Optional, Union
+
+from raylink.shuffle.reprs import record_repr
 
 Field = Optional[Union[int, str]]
 Reducer = Callable[[Any, Any], Any]
 
 AGGREGATIONS = ("sum", "min", "max", "min_by", "max_by")
+
+#: exact types of basic values: their only position, 0, is the value itself
+BASIC_VALUE_TYPES = frozenset((int, float, bool, complex, str, bytes, decimal.Decimal))
+
+
+
+
+class InvalidFieldReferenceError(ValueError):
+    """An aggregation's field does not exist on a record (Flink's
+    ``InvalidFieldReferenceException``)."""
 
 
 def field_getter(field: Field) -> Callable[[Any], Any]:
@@ -74,6 +97,42 @@ def set_field(record: Any, field: Union[int, str], new: Any) -> Any:
     return out
 
 
+def _has_field(record: Any, field: Field) -> Optional[str]:
+    """None if ``record`` has ``field``, else why not."""
+    if field is None:
+        return None
+    if isinstance(field, int):
+        if type(record) in BASIC_VALUE_TYPES:
+            return None if field == 0 else (
+                f"the record is a basic value ({type(record).__qualname__}), whose only position is 0")
+        if isinstance(record, Mapping):
+            return None if field in record else "the record is a mapping without that key"
+        try:
+            n = len(record)
+            type(record).__getitem__
+        except (TypeError, AttributeError):
+            return f"a record of type {type(record).__qualname__} has no positions (use a field name)"
+        return None if field < n else f"the record has {n} field{'s' if n != 1 else ''}"
+    if isinstance(record, dict):
+        return None if field in record else "the record is a dict without that key"
+    return None if hasattr(record, field) else f"a record of type {type(record).__qualname__} has no such attribute"
+
+
+def field_check(agg: str, field: Field, operator_name: str = "") -> Callable[[Any], None]:
+    """``check(record)``: raises ``InvalidFieldReferenceError`` naming ``agg``, the
+    operator and ``field`` if ``record`` does not have ``field`` (see the module doc)."""
+    what = f"field position {field}" if isinstance(field, int) else f"field {field!r}"
+    bound = " is out of bounds" if isinstance(field, int) else " does not exist"
+
+    def check(record: Any) -> None:
+        why = _has_field(record, field)
+        if why is not None:
+            raise InvalidFieldReferenceError(
+                f"{agg} {operator_name!r}: {what}{bound}: {why} ({record_repr(record)})")
+
+    return check
+
+
 def make_aggregator(agg: str, field: Field = None) -> Reducer:
     """The reduce function implementing ``agg`` on ``field`` (see the module doc)."""
     if agg not in AGGREGATIONS:
@@ -122,33 +181,72 @@ def make_aggregator(agg: str, field: Field = None) -> Reducer:
 
 
 def _positional_aggregator(agg: str, i: int) -> Reducer:
-    """Fast path for int positions: subscript access, plain tuples rebuilt inline."""
-    j = i + 1
+    """Fast path for int positions: subscript access, plain tuples rebuilt inline.
 
-    def put(record: Any, new: Any) -> Any:
+    Records are assumed to have position ``i`` (the operator checks the first
+    record of every key: ``field_check``); position 0 of a basic value is the value.
+    """
+    j = i + 1
+    basic = BASIC_VALUE_TYPES
+
+    if i == 0:
+        def get(record: Any) -> Any:
+            return record if type(record) in basic else record[0]
+
+        def put(record: Any, new: Any) -> Any:
+            t = type(record)
+            if t is tuple:
+                return (new,) + record[1:]
+            if t in basic:
+                return new
+            return set_field(record, 0, new)
+
+        if agg == "sum":
+            def sum_reduce0(acc: Any, value: Any) -> Any:
+                t = type(acc)
+                if t is tuple:
+                    return (acc[0] + value[0],) + acc[1:]
+                if t in basic:
+                    return acc + value
+                return set_field(acc, 0, acc[0] + value[0])
+
+            return sum_reduce0
+        if agg == "min":
+            return lambda acc, value: acc if get(acc) <= get(value) else put(acc, get(value))
+        if agg == "max":
+            return lambda acc, value: acc if get(acc) >= get(value) else put(acc, get(value))
+        if agg == "min_by":
+            return lambda acc, value: acc if get(acc) <= get(value) else value
+        return lambda acc, value: acc if get(acc) >= get(value) else value
+
+    def put_i(record: Any, new: Any) -> Any:
         if type(record) is tuple:
             return record[:i] + (new,) + record[j:]
         return set_field(record, i, new)
 
     if agg == "sum":
-
-        def sum_reduce(acc: Any, value: Any) -> Any:
-            if type(acc) is tuple:
-                if len(acc) == 2:  # the common (key, count) pair: one small tuple, no slicing
-                    if i == 1:
+        if i == 1:
+            def sum_reduce(acc: Any, value: Any) -> Any:
+                if type(acc) is tuple:
+                    if len(acc) == 2:  # the common (key, count) pair: one small tuple, no slicing
                         return (acc[0], acc[1] + value[1])
-                    return (acc[0] + value[0], acc[1])
-                return acc[:i] + (acc[i] + value[i],) + acc[j:]
-            return set_field(acc, i, acc[i] + value[i])
+                    return acc[:1] + (acc[1] + value[1],) + acc[2:]
+                return set_field(acc, 1, acc[1] + value[1])
+        else:
+            def sum_reduce(acc: Any, value: Any) -> Any:
+                if type(acc) is tuple:
+                    return acc[:i] + (acc[i] + value[i],) + acc[j:]
+                return set_field(acc, i, acc[i] + value[i])
 
         return sum_reduce
     if agg == "min":
-        return lambda acc, value: acc if acc[i] <= value[i] else put(acc, value[i])
+        return lambda acc, value: acc if acc[i] <= value[i] else put_i(acc, value[i])
     if agg == "max":
-        return lambda acc, value: acc if acc[i] >= value[i] else put(acc, value[i])
+        return lambda acc, value: acc if acc[i] >= value[i] else put_i(acc, value[i])
     if agg == "min_by":
         return lambda acc, value: acc if acc[i] <= value[i] else value
     return lambda acc, value: acc if acc[i] >= value[i] else value
 
 
-__all__ = ["AGGREGATIONS", "make_aggregator", "field_getter", "set_field"]
+__all__ = ["AGGREGATIONS", "BASIC_VALUE_TYPES", "InvalidFieldReferenceError", "make_aggregator", "field_check",
+           "field_getter", "set_field"]

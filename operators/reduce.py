@@ -6,13 +6,18 @@ later records are combined with ``reduce(stored, record)``, stored and the
 result emitted. The per-key value lives in the keyed backend's table
 ``"_op_state"`` (a plain dict per key group; the dict for a key is cached), so
 it is snapshotted by key group like any other keyed state.
+
+The first record of a key is checked once (``_first_of_key``): its key (a valid
+key group) and, for an aggregation, that it has the aggregated field
+(``aggregation.field_check``), so later records of the key take the fast path
+unchecked. Single-threaded (the task thread), like every operator.
 """
 
 from __future__ import annotations
 
 from typing import Any, List
 
-from raylink.operators.aggregation import make_aggregator
+from raylink.operators.aggregation import field_check, make_aggregator
 from raylink.operators.base import AbstractUdfStreamOperator, resolve_function
 from raylink.operators.state_backend import keyed_backend_for
 
@@ -38,14 +43,18 @@ class StreamGroupedReduceOperator(AbstractUdfStreamOperator):
             raise ValueError(f"keyed operator {self.name!r} has no key selector")
         self._key_of = resolve_function(self.key_selector, "get_key", self.name)
         self._reduce = self._resolve(self.function, "reduce")
-        self._new_key = self.keyed_state_backend.key_group_of  # validates a key once, when first stored
+        self._key_group_of = self.keyed_state_backend.key_group_of
+        self._new_key = self._first_of_key  # validates a key once, when its first record is stored
         self._open_functions()
+
+    def _first_of_key(self, key: Any, value: Any) -> None:
+        self._key_group_of(key)
 
     def process_element(self, value: Any) -> None:
         key = self._key_of(value)
         current = self._values.get(key, _MISSING)
         if current is _MISSING:
-            self._new_key(key)
+            self._new_key(key, value)
         else:
             value = self._reduce(current, value)
         self._values[key] = value
@@ -64,7 +73,7 @@ class StreamGroupedReduceOperator(AbstractUdfStreamOperator):
             key = key_of(value)
             current = get(key, missing)
             if current is missing:
-                new_key(key)
+                new_key(key, value)
             else:
                 value = reduce(current, value)
             state[key] = value
@@ -83,6 +92,14 @@ class StreamGroupedAggregateOperator(StreamGroupedReduceOperator):
         # sum(1) over (key, count) pairs, the word-count shape, while every stored
         # accumulator is an exact 2-tuple (checked once per key, when it is first stored)
         self._sum_of_pairs = agg == "sum" and type(field) is int and field == 1
+
+    def open(self) -> None:
+        super().open()
+        self._has_field = field_check(self.agg, self.field, self.name)
+
+    def _first_of_key(self, key: Any, value: Any) -> None:
+        self._key_group_of(key)
+        self._has_field(value)  # a field beyond the record's arity fails here, not silently later
 
     def process_batch(self, values: List[Any]) -> None:
         if not self._sum_of_pairs:
@@ -106,7 +123,7 @@ class StreamGroupedAggregateOperator(StreamGroupedReduceOperator):
                         self._collect_batch(out)
                     super().process_batch(values[len(out):])
                     return
-                new_key(key)
+                new_key(key, value)
             else:  # the accumulator's fields, field 1 replaced by the running sum
                 value = (current[0], current[1] + value[1])
             state[key] = value

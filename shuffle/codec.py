@@ -2,7 +2,7 @@
 
 Plays the role of Flink's ``StreamElementSerializer`` (tags for record /
 timestamped record / watermark / status / latency marker) plus
-``EventSerializer`` (checkpoint barrier, end of partition) plus a generic
+``EventSerializer`` (checkpoint barrier, cancel marker, end of partition) plus a generic
 ``TypeSerializer`` for Python values.
 
 Wire format (one msgpack object per element, concatenated):
@@ -15,6 +15,14 @@ Wire format (one msgpack object per element, concatenated):
   are native; anything else that pickles (dataclass, datetime, Decimal, set,
   namedtuple, bytearray, ints beyond 64 bit, ...) is ``ExtType(EXT_PICKLE,
   pickle.dumps(value))``;
+* a value whose class pickle cannot find by its qualified name -- a class the
+  job script defined in ``__main__``, which reaches a TaskExecutor *by value*
+  inside the user's functions (cloudpickle) -- is ``ExtType(EXT_PICKLE_BY_VALUE,
+  ...)``: pickled with that class by value too (cloudpickle's bytes of the class,
+  which keep its identity in every process). A record serializer sends each such
+  class once per stream (the first record carrying it holds the class, later ones
+  its id: ``stream_classes``); a decoding process keeps every class it received,
+  so a stream must be decoded from its start (channels are);
 * control elements and timestamped runs use reserved ext codes >= 10
   (``EXT_WATERMARK`` ... ``EXT_TIMESTAMPED``); a single timestamped record is
   a 10-byte ``EXT_TIMESTAMP_NEXT`` marker (fixext 8 holding the timestamp)
@@ -27,7 +35,21 @@ would silently change. ``is_flat_batch``/``is_flat_value`` decide that with a
 few C-level passes (scalars, or tuples of scalars); everything else goes
 through ``prepare`` (a Python walk that turns lists into EXT_LIST and
 non-native types into EXT_PICKLE). A value that cannot be pickled raises
-``SerializationError`` (a ``TypeError``) naming its type.
+``SerializationError`` (a ``TypeError``) naming its type and why (the pickler's
+own error; the reason survives being shipped to the driver).
+
+Declared types: ``DeclaredFlatType`` compiles a flat declaration (a basic type,
+or a TUPLE of basic types: ``TypeInformation.is_flat``) into a check that a
+record writer runs on every record before msgspec packs it: a batch of the
+declared Python types is checked by one msgspec call (``convert``, strict);
+otherwise record by record, values are converted as PyFlink's coders convert
+them (a list or namedtuple for a TUPLE becomes a tuple, an int for a DOUBLE a
+float, an int-like for an INT an int) or rejected with ``RecordTypeError``
+naming the field and the value's type.
+
+Threads: encoding and decoding are thread-safe. The by-value class tables are
+process-wide (entries only added; a race at worst gives one class two ids);
+``stream_classes`` is per thread.
 
 Control element types are reserved: a Watermark (etc.) given as a *record*
 value is decoded as the element, not as a record.
@@ -35,17 +57,24 @@ value is decoded as the element, not as a record.
 
 from __future__ import annotations
 
+import io
+import operator
 import pickle
 import struct
+import threading
+import uuid
 from itertools import chain
-from typing import Any, Callable, Iterable, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
+import cloudpickle
 import msgpack
 import msgspec
 from msgpack import ExtType
 
+from .reprs import record_repr
 from .elements import (
     END_OF_PARTITION,
+    CancelCheckpointMarker,
     CheckpointBarrier,
     EndOfPartition,
     LatencyMarker,
@@ -57,13 +86,18 @@ from .elements import (
 __all__ = [
     "SerializationError",
     "DeserializationError",
+    "RecordTypeError",
+    "DeclaredFlatType",
+    "stream_classes",
     "EXT_PICKLE",
     "EXT_LIST",
+    "EXT_PICKLE_BY_VALUE",
     "EXT_WATERMARK",
     "EXT_STATUS",
     "EXT_LATENCY",
     "EXT_END_OF_PARTITION",
     "EXT_BARRIER",
+    "EXT_CANCEL_CHECKPOINT",
     "EXT_TIMESTAMPED",
     "EXT_TIMESTAMP_NEXT",
     "TimestampMark",
@@ -86,6 +120,7 @@ __all__ = [
 # -- ext codes -----------------------------------------------------------------
 EXT_PICKLE = 1
 EXT_LIST = 2
+EXT_PICKLE_BY_VALUE = 3
 EXT_WATERMARK = 10
 EXT_STATUS = 11
 EXT_LATENCY = 12
@@ -93,6 +128,7 @@ EXT_END_OF_PARTITION = 13
 EXT_BARRIER = 14
 EXT_TIMESTAMPED = 15
 EXT_TIMESTAMP_NEXT = 16
+EXT_CANCEL_CHECKPOINT = 17
 #: ext codes at or above this mark a top-level control element / timestamped run
 FIRST_CONTROL_CODE = 10
 
@@ -127,54 +163,158 @@ class TimestampMark:
 
 
 class SerializationError(TypeError):
-    """A value could not be serialized. ``value_type`` is its Python type.
+    """A value could not be serialized. ``value_type`` is its Python type, ``reason``
+    why (the pickler's error as text).
 
     ``operator_name`` is ``None`` here; the task sets it (``with_operator``) so
     that the message names the operator that emitted the value.
     """
 
     def __init__(self, value_type: "type | str", cause: Optional[BaseException] = None,
-                 operator_name: Optional[str] = None) -> None:
+                 operator_name: Optional[str] = None, reason: Optional[str] = None) -> None:
         self.value_type = value_type
         self.cause = cause
         self.operator_name = operator_name
+        if reason is None and cause is not None:
+            reason = f"{type(cause).__name__}: {cause}"
+        self.reason = reason
         super().__init__(self._message())
 
     @property
     def type_name(self) -> str:
         """The qualified name of the value's type (what survives pickling)."""
-        t = self.value_type
-        if isinstance(t, str):
-            return t
-        return f"{t.__module__}.{t.__qualname__}" if t.__module__ != "builtins" else t.__qualname__
+        return qualified_name(self.value_type)
 
     def _message(self) -> str:
         name = self.type_name
         where = f" emitted by operator '{self.operator_name}'" if self.operator_name else ""
-        why = f": {type(self.cause).__name__}: {self.cause}" if self.cause is not None else ""
+        why = f": {self.reason}" if self.reason else ""
         return f"Cannot serialize a value of type '{name}'{where}{why}"
 
     def with_operator(self, operator_name: str) -> "SerializationError":
         """Return a copy whose message also names ``operator_name``."""
-        err = SerializationError(self.value_type, self.cause, operator_name)
+        err = SerializationError(self.value_type, self.cause, operator_name, self.reason)
         err.__cause__ = self.cause
         return err
 
     def __reduce__(self):
-        # the type itself may not be importable by name (locks, local classes): keep its name
-        return (SerializationError, (self.type_name, None, self.operator_name))
+        # the type itself may not be importable by name (locks, local classes) and the
+        # cause may not pickle: keep their text
+        return (SerializationError, (self.type_name, None, self.operator_name, self.reason))
+
+
+def qualified_name(t: "type | str") -> str:
+    """``module.QualName`` of a type (just the name for builtins); a str is returned as is."""
+    if isinstance(t, str):
+        return t
+    module = getattr(t, "__module__", None)
+    return f"{module}.{t.__qualname__}" if module not in (None, "builtins") else t.__qualname__
 
 
 class DeserializationError(ValueError):
     """A buffer could not be decoded (corrupt stream or unpicklable payload)."""
 
 
-# -- encoding --------------------------------------------------------------------
-def _pickle_ext(obj: Any) -> ExtType:
+# -- classes by value ----------------------------------------------------------------
+_class_ids: Dict[type, Optional[str]] = {}  # sender: class -> its id, None if pickle finds it by name
+_class_payloads: Dict[str, bytes] = {}  # sender: id -> the class pickled by value (cloudpickle)
+_received_classes: Dict[str, type] = {}  # receiver: id -> class, for every class this process was sent
+_by_value_types: set = set()  # record types whose instances go straight to the by-value pickler
+_stream = threading.local()  # .sent: ids of the classes the stream being written already carries
+
+
+class stream_classes:
+    """``with stream_classes(sent):`` the records pickled inside belong to one stream:
+    a by-value class in ``sent`` (a set of class ids, updated) travels as its id
+    only. Outside such a block every by-value record carries its classes."""
+
+    __slots__ = ("_sent", "_outer")
+
+    def __init__(self, sent: set) -> None:
+        self._sent = sent
+
+    def __enter__(self) -> None:
+        self._outer = getattr(_stream, "sent", None)
+        _stream.sent = self._sent
+
+    def __exit__(self, *exc: Any) -> None:
+        _stream.sent = self._outer
+
+
+def _class_id(cls: type) -> Optional[str]:
+    """The by-value id of ``cls``, or None if pickle can reference it by name."""
     try:
-        return ExtType(EXT_PICKLE, pickle.dumps(obj, protocol=PICKLE_PROTOCOL))
-    except Exception as e:  # PicklingError, TypeError, AttributeError, ...
-        raise SerializationError(type(obj), e) from e
+        return _class_ids[cls]
+    except KeyError:
+        pass
+    try:
+        pickle.dumps(cls, protocol=PICKLE_PROTOCOL)
+        cid = None
+    except Exception:
+        payload = cloudpickle.dumps(cls, protocol=PICKLE_PROTOCOL)
+        cid = uuid.uuid4().hex
+        _class_payloads[cid] = payload
+    _class_ids[cls] = cid
+    return cid
+
+
+class _ByValuePickler(pickle.Pickler):
+    """pickle, except that classes it cannot reference by name travel by value."""
+
+    def persistent_id(self, obj: Any) -> Any:
+        if not isinstance(obj, type):
+            return None
+        cid = _class_id(obj)
+        if cid is None:
+            return None
+        sent = getattr(_stream, "sent", None)
+        if sent is not None:
+            if cid in sent:
+                return cid
+            sent.add(cid)
+        return (cid, _class_payloads[cid])
+
+
+class _ByValueUnpickler(pickle.Unpickler):
+    def persistent_load(self, pid: Any) -> Any:
+        if type(pid) is tuple:
+            cid, payload = pid
+            cls = _received_classes.get(cid)
+            if cls is None:
+                cls = _received_classes[cid] = cloudpickle.loads(payload)
+            return cls
+        try:
+            return _received_classes[pid]
+        except KeyError:
+            raise DeserializationError(
+                f"a record refers to a class by value (id {pid}) that did not reach this process "
+                "(a stream decoded from its middle?)") from None
+
+
+def _dumps_by_value(obj: Any) -> bytes:
+    out = io.BytesIO()
+    _ByValuePickler(out, protocol=PICKLE_PROTOCOL).dump(obj)
+    return out.getvalue()
+
+
+# -- encoding --------------------------------------------------------------------
+_pickle_dumps = pickle.dumps
+
+
+def _pickle_ext(obj: Any) -> ExtType:
+    t = type(obj)
+    if t not in _by_value_types:
+        try:
+            return ExtType(EXT_PICKLE, _pickle_dumps(obj, protocol=PICKLE_PROTOCOL))
+        except Exception:  # PicklingError, TypeError, AttributeError, ...: by value, or why not
+            pass
+    try:
+        data = _dumps_by_value(obj)
+    except Exception as e:
+        raise SerializationError(t, e) from e
+    if _class_id(t) is not None:  # its own class travels by value: skip plain pickle from now on
+        _by_value_types.add(t)
+    return ExtType(EXT_PICKLE_BY_VALUE, data)
 
 
 _packer_pool: List[msgpack.Packer] = []
@@ -206,6 +346,8 @@ def _default(obj: Any) -> Any:
         return ExtType(EXT_END_OF_PARTITION, b"")
     if t is CheckpointBarrier:
         return ExtType(EXT_BARRIER, _QQ.pack(obj.checkpoint_id, obj.timestamp))
+    if t is CancelCheckpointMarker:
+        return ExtType(EXT_CANCEL_CHECKPOINT, _Q.pack(obj.checkpoint_id))
     if t is LatencyMarker:
         return ExtType(EXT_LATENCY, _pack_nested((obj.marked_time, obj.operator_id, obj.subtask_index)))
     if t is TimestampedRecords:
@@ -230,8 +372,8 @@ def pack_flat_batch_into(values: List[Any], buf: bytearray) -> bool:
     scalars and tuples of scalars, ~5x faster; the array header it writes first
     is cut out again, leaving the concatenation of the packed records. Returns
     False, with ``buf`` unchanged, for what only the codec's own packer handles
-    (ints beyond 64 bits; in a batch that was not checked, types msgspec does not
-    know).
+    (ints beyond 64 bits, subclasses of str and int; in a batch that was not
+    checked, types msgspec does not know).
     """
     start = len(buf)
     try:
@@ -243,12 +385,139 @@ def pack_flat_batch_into(values: List[Any], buf: bytearray) -> bool:
     return True
 
 
+# -- declared flat types ------------------------------------------------------------
+#: basic type name -> the Python type its values have
+BASIC_PYTHON_TYPES: Dict[str, type] = {
+    "STRING": str, "INT": int, "LONG": int, "SHORT": int, "BYTE": int,
+    "BOOLEAN": bool, "FLOAT": float, "DOUBLE": float,
+}
+
+
+class RecordTypeError(TypeError):
+    """A record does not match its stream's declared type: ``declared`` (the
+    declaration as text), ``field`` (the position, None for the record itself) and
+    ``value_type`` (the offending value's type name)."""
+
+    def __init__(self, message: str, declared: str = "", field: Optional[int] = None,
+                 value_type: str = "") -> None:
+        super().__init__(message)
+        self.declared = declared
+        self.field = field
+        self.value_type = value_type
+
+    def __reduce__(self):
+        return (RecordTypeError, (str(self), self.declared, self.field, self.value_type))
+
+
+def _a(name: str) -> str:
+    return f"an {name}" if name[:1].lower() in "aeiou" else f"a {name}"
+
+
+class DeclaredFlatType:
+    """A flat declaration compiled for the record writer (see the module doc).
+
+    ``declaration``: duck-typed ``TypeInformation`` (``name``, ``field_types``).
+    ``conform_batch(values)`` / ``conform(value)`` return the records to pack --
+    the same objects, or PyFlink's conversion of them -- or raise
+    ``RecordTypeError``. ``None`` is accepted for any field (it travels as is);
+    ints are not range-checked (they travel exactly). Thread-safe (immutable).
+    """
+
+    __slots__ = ("text", "names", "kinds", "arity", "_batch_type")
+
+    def __init__(self, declaration: Any) -> None:
+        name = getattr(declaration, "name", None)
+        if name in BASIC_PYTHON_TYPES:
+            self.names: Tuple[str, ...] = (name,)
+            self.arity: Optional[int] = None
+            self.text = f"Types.{name}()"
+        elif name == "TUPLE":
+            self.names = tuple(getattr(f, "name", None) for f in declaration.field_types or ())
+            self.arity = len(self.names)
+            self.text = f"Types.TUPLE([{', '.join(map(str, self.names))}])"
+        else:
+            self.names = ()
+        if not all(n in BASIC_PYTHON_TYPES for n in self.names) or not self.names and name != "TUPLE":
+            raise ValueError(f"{declaration!r} is not a flat type (a basic type or a TUPLE of basic types)")
+        self.kinds: Tuple[type, ...] = tuple(BASIC_PYTHON_TYPES[n] for n in self.names)
+        fields = tuple(Optional[k] for k in self.kinds)
+        self._batch_type = list[fields[0]] if self.arity is None else list[tuple[fields]]  # type: ignore[misc]
+
+    @classmethod
+    def of(cls, declaration: Any) -> "Optional[DeclaredFlatType]":
+        """The compiled declaration, or None if it is not flat (or not a declaration)."""
+        if isinstance(declaration, DeclaredFlatType):
+            return declaration
+        try:
+            return cls(declaration)
+        except (ValueError, TypeError, AttributeError):
+            return None
+
+    def conform_batch(self, values: List[Any]) -> List[Any]:
+        """The batch to pack: one C pass (msgspec) when every value is of its declared
+        type (lists/namedtuples become tuples, ints in float fields floats); else
+        record by record, converting or rejecting as ``conform`` does."""
+        try:
+            return msgspec.convert(values, self._batch_type, strict=True)
+        except Exception:  # ValidationError: find the record, convert it or say why not
+            return list(map(self.conform, values))
+
+    def conform(self, value: Any) -> Any:
+        """One record, of the declared type (see the class doc)."""
+        kinds = self.kinds
+        if self.arity is None:
+            if type(value) is kinds[0] or value is None:
+                return value
+            return self._field(value, 0, None, value)
+        t = type(value)
+        if t is tuple and len(value) == self.arity:
+            for x, k in zip(value, kinds):
+                if type(x) is not k and x is not None:
+                    break
+            else:
+                return value
+        if not isinstance(value, (tuple, list)):
+            raise self._error(f"is {_a(qualified_name(t))}", None, t, value)
+        if len(value) != self.arity:
+            raise self._error(f"has {len(value)} fields", None, t, value)
+        field = self._field
+        return tuple([field(x, j, j, value) for j, x in enumerate(value)])
+
+    def _field(self, x: Any, j: int, position: Optional[int], record: Any) -> Any:
+        kind = self.kinds[j]
+        if type(x) is kind or x is None:
+            return x
+        try:
+            if kind is str:
+                if isinstance(x, str):  # str subclasses (a str Enum): their str value, as PyFlink encodes them
+                    return str.__str__(x)
+            elif kind is int:
+                return int(operator.index(x))  # bool, IntEnum, numpy ints: as PyFlink's int coders take them
+            elif kind is float:
+                if not isinstance(x, (str, bytes, bytearray)):
+                    return float(x)  # int, Decimal, numpy floats: as PyFlink's float coders take them
+        except (TypeError, ValueError, OverflowError):
+            pass
+        t = type(x)
+        what = f"is {_a(qualified_name(t))}, not {_a(self.names[j])}"
+        raise self._error(what, position, t, record)
+
+    def _error(self, what: str, position: Optional[int], t: type, record: Any) -> RecordTypeError:
+        where = "a record" if position is None else f"field {position} of a record"
+        return RecordTypeError(f"{where} declared {self.text} {what}: {record_repr(record)}",
+                               self.text, position, qualified_name(t))
+
+    def __repr__(self) -> str:
+        return f"DeclaredFlatType({self.text})"
+
+
 def array_header_size(n: int) -> int:
     """Bytes of the msgpack header of an array of ``n`` items."""
     return 1 if n < 16 else 3 if n < 0x10000 else 5
 
 
 _CONTROL_TYPES = frozenset((Watermark, WatermarkStatus, LatencyMarker, CheckpointBarrier, EndOfPartition,
+                            CancelCheckpointMarker,
                             TimestampedRecords))
 
 
@@ -326,7 +595,7 @@ def encode(value: Any) -> bytes:
 
 
 def encode_event(event: Any) -> bytes:
-    """Encode an event (barrier, end of partition, or any stream element) for its own buffer."""
+    """Encode an event (barrier, cancel marker, end of partition, or any stream element) for its own buffer."""
     if type(event) not in _CONTROL_TYPES:
         raise TypeError(f"not an event or stream element: {type(event).__qualname__}")
     return _pack_nested(event)
@@ -344,6 +613,13 @@ def ext_hook(code: int, data: bytes) -> Any:
             return pickle.loads(data)
         except Exception as e:
             raise DeserializationError(f"cannot unpickle a record: {type(e).__name__}: {e}") from e
+    if code == EXT_PICKLE_BY_VALUE:
+        try:
+            return _ByValueUnpickler(io.BytesIO(data)).load()
+        except DeserializationError:
+            raise
+        except Exception as e:
+            raise DeserializationError(f"cannot unpickle a record: {type(e).__name__}: {e}") from e
     if code == EXT_WATERMARK:
         return Watermark(_Q.unpack(data)[0])
     if code == EXT_TIMESTAMPED:
@@ -359,6 +635,8 @@ def ext_hook(code: int, data: bytes) -> Any:
     if code == EXT_BARRIER:
         cid, ts = _QQ.unpack(data)
         return CheckpointBarrier(cid, ts)
+    if code == EXT_CANCEL_CHECKPOINT:
+        return CancelCheckpointMarker(_Q.unpack(data)[0])
     return ExtType(code, data)
 
 

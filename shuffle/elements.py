@@ -3,7 +3,7 @@
 Mirrors Flink's ``StreamElement`` hierarchy (``Watermark``, ``WatermarkStatus``
 — formerly ``StreamStatus`` —, ``LatencyMarker``; ``StreamRecord`` is only used
 where a single timestamped record must be an object) and the runtime events
-``EndOfPartitionEvent`` and ``CheckpointBarrier``.
+``EndOfPartitionEvent``, ``CheckpointBarrier`` and ``CancelCheckpointMarker``.
 
 Records are *not* wrapped on the hot path: a record is the bare user value, and
 a run of timestamped records travels as ``TimestampedRecords(values,
@@ -15,9 +15,9 @@ Two families, as in Flink:
 
 * stream elements (``Watermark``, ``WatermarkStatus``, ``LatencyMarker``) are
   written *inline* into data buffers between records;
-* events (``CheckpointBarrier``, ``EndOfPartition``) travel in a buffer of
-  their own (see ``RecordSerializer.add_event``) and are handled by the input
-  gate / the task before any record that follows them.
+* events (``CheckpointBarrier``, ``CancelCheckpointMarker``, ``EndOfPartition``)
+  travel in a buffer of their own (see ``RecordSerializer.add_event``) and are
+  handled by the input gate / the task before any record that follows them.
 """
 
 from __future__ import annotations
@@ -160,6 +160,28 @@ class CheckpointBarrier:
         return (CheckpointBarrier, (self.checkpoint_id, self.timestamp))
 
 
+class CancelCheckpointMarker:
+    """Flink's ``CancelCheckpointMarker`` event: checkpoint ``checkpoint_id`` was
+    cancelled upstream; a task aligning it aborts it (its own buffer, broadcast)."""
+
+    __slots__ = ("checkpoint_id",)
+
+    def __init__(self, checkpoint_id: int) -> None:
+        self.checkpoint_id = int(checkpoint_id)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is CancelCheckpointMarker and other.checkpoint_id == self.checkpoint_id
+
+    def __hash__(self) -> int:
+        return hash((CancelCheckpointMarker, self.checkpoint_id))
+
+    def __repr__(self) -> str:
+        return f"CancelCheckpointMarker({self.checkpoint_id})"
+
+    def __reduce__(self):
+        return (CancelCheckpointMarker, (self.checkpoint_id,))
+
+
 class EndOfPartition:
     """Flink's ``EndOfPartitionEvent``: the producer subpartition is finished.
 
@@ -247,13 +269,13 @@ class TimestampedRecords:
 #: stream elements written inline into data buffers
 STREAM_ELEMENT_TYPES = (Watermark, WatermarkStatus, LatencyMarker)
 #: events that travel in a buffer of their own
-EVENT_TYPES = (CheckpointBarrier, EndOfPartition)
+EVENT_TYPES = (CheckpointBarrier, CancelCheckpointMarker, EndOfPartition)
 #: everything that is not a record
 CONTROL_TYPES = STREAM_ELEMENT_TYPES + EVENT_TYPES
 
 
 def is_control(obj: Any) -> bool:
-    """True for watermarks, statuses, latency markers, barriers, end of partition."""
+    """True for watermarks, statuses, latency markers, barriers, cancel markers, end of partition."""
     return type(obj) in _CONTROL_TYPE_SET
 
 

@@ -30,6 +30,7 @@ from .key_groups import (
     operator_index_table,
     UPPER_BOUND_MAX_PARALLELISM,
 )
+from .reprs import record_repr
 
 __all__ = [
     "StreamPartitioner",
@@ -210,7 +211,7 @@ def _extract_keys(key_selector: Callable[[Any], Any], values: List[Any]) -> List
             try:
                 key_selector(v)
             except Exception as e:
-                raise RuntimeError(f"Could not extract key from {v!r}") from e
+                raise RuntimeError(f"Could not extract key from {record_repr(v)}") from e
         raise
 
 
@@ -246,7 +247,7 @@ class KeyGroupStreamPartitioner(StreamPartitioner):
         try:
             key = self.key_selector(value)
         except Exception as e:
-            raise RuntimeError(f"Could not extract key from {value!r}") from e
+            raise RuntimeError(f"Could not extract key from {record_repr(value)}") from e
         return assign_key_to_parallel_operator(key, self.max_parallelism, self.num_channels)
 
     def select_channels(self, values: List[Any]) -> List[int]:
@@ -295,7 +296,7 @@ class CustomPartitionerWrapper(StreamPartitioner):
         try:
             key = self.key_selector(value)
         except Exception as e:
-            raise RuntimeError(f"Could not extract key from {value!r}") from e
+            raise RuntimeError(f"Could not extract key from {record_repr(value)}") from e
         c = self.partitioner_fn(key, self.num_channels)
         if type(c) is not int or not 0 <= c < self.num_channels:
             raise self._bad(c)

@@ -35,6 +35,7 @@ import threading
 from concurrent.futures import Future
 from typing import Any, Callable, List, Optional
 
+from .codec import DeclaredFlatType
 from .elements import LatencyMarker, Watermark, WatermarkStatus
 from .partitioners import ForwardPartitioner, RebalancePartitioner, StreamPartitioner
 from .result_partition import ResultPartition
@@ -57,8 +58,10 @@ class RecordWriter:
     marker to every channel, inline), ``random_emit(element)``,
     ``broadcast_event(event)``, ``flush_all()``, ``finish()``.
     Metrics: ``num_records_out``, ``num_buffers_out``, ``num_bytes_out``.
-    ``flat_records``: the stream's declared type is flat
-    (``TypeInformation.is_flat``), so batches are packed without being checked.
+    ``flat_records``: the stream's declared flat type (``TypeInformation`` with
+    ``is_flat``), or None: records are checked against it (a mismatch is a
+    ``RecordTypeError`` naming the field and the value's type) and batches are
+    packed by msgspec in one call (see ``codec.DeclaredFlatType``).
     """
 
     def __init__(
@@ -68,7 +71,7 @@ class RecordWriter:
         buffer_timeout_ms: int = DEFAULT_BUFFER_TIMEOUT_MS,
         buffer_size: int = DEFAULT_BUFFER_SIZE,
         name: str = "",
-        flat_records: bool = False,
+        flat_records: Any = None,
     ) -> None:
         n = partition.num_subpartitions
         if partitioner is None:
@@ -82,6 +85,8 @@ class RecordWriter:
         self.flush_always = buffer_timeout_ms == 0
         self.is_broadcast = partitioner.is_broadcast
         self.num_records_out = 0
+        if flat_records not in (None, False, True):
+            flat_records = DeclaredFlatType.of(flat_records)  # compiled once for every channel
         if self.is_broadcast:
             self._broadcast_serializer = RecordSerializer(
                 buffer_size, partition.broadcast_sink(), partition.flush_all, flat_records

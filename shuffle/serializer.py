@@ -46,6 +46,7 @@ from .codec import (
     array_header_size,
     EXT_TIMESTAMP_NEXT,
     FIRST_CONTROL_CODE,
+    DeclaredFlatType,
     TimestampMark,
     DeserializationError,
     encode_event,
@@ -58,8 +59,10 @@ from .codec import (
     pack_flat_batch_into,
     prepare,
     SCALAR_TYPES,
+    stream_classes,
 )
 from .elements import (
+    CancelCheckpointMarker,
     CheckpointBarrier,
     EndOfPartition,
     LatencyMarker,
@@ -79,7 +82,8 @@ BufferSink = Callable[[bytes, bool], None]
 
 _INLINE_TYPES = (Watermark, WatermarkStatus, LatencyMarker)
 _ts_marker = _TS_MARKER.pack
-_EVENT_TYPES = frozenset((Watermark, WatermarkStatus, LatencyMarker, CheckpointBarrier, EndOfPartition))
+_EVENT_TYPES = frozenset((Watermark, WatermarkStatus, LatencyMarker, CheckpointBarrier, EndOfPartition,
+                          CancelCheckpointMarker))
 
 
 class RecordSerializer:
@@ -90,6 +94,12 @@ class RecordSerializer:
     ``add_timestamped_records(values, timestamps)`` / ``add_element(wm)``
     (watermark, status, latency marker: inline) / ``add_event(ev)`` (own
     buffer) / ``flush()``. Not thread safe: one writer thread.
+
+    ``flat_records``: the stream's declared flat type (a ``TypeInformation``
+    with ``is_flat``, or a ``DeclaredFlatType``): every record is checked against
+    it (``DeclaredFlatType.conform``) and batches are packed by msgspec in one
+    call. Anything else (None, False, True) means no declaration: records are
+    examined and travel as they are.
     """
 
     __slots__ = (
@@ -99,14 +109,15 @@ class RecordSerializer:
         "_bpacker",
         "_sink",
         "_on_flush",
-        "_flat",
+        "_declared",
+        "_sent_classes",
         "_collected",
         "num_buffers",
         "num_bytes",
     )
 
     def __init__(self, buffer_size: int = DEFAULT_BUFFER_SIZE, on_buffer: Optional[BufferSink] = None,
-                 on_flush: Optional[Callable[[], None]] = None, flat_records: bool = False) -> None:
+                 on_flush: Optional[Callable[[], None]] = None, flat_records: Any = None) -> None:
         if buffer_size < 16:
             raise ValueError(f"buffer_size must be >= 16 bytes, got {buffer_size}")
         self.buffer_size = int(buffer_size)
@@ -116,7 +127,9 @@ class RecordSerializer:
         self._collected: List[Tuple[bytes, bool]] = []
         self._sink: BufferSink = on_buffer if on_buffer is not None else self._collect
         self._on_flush = on_flush  # told after a flush handed data over (the partition's flush)
-        self._flat = flat_records  # the stream's declared type is flat: batches need no check
+        # the stream's declared flat type: records are checked against it, batches packed by msgspec
+        self._declared = DeclaredFlatType.of(flat_records) if flat_records not in (None, False, True) else None
+        self._sent_classes: set = set()  # by-value classes this stream already carries (codec.stream_classes)
         self.num_buffers = 0  # buffers handed to the sink (data + events)
         self.num_bytes = 0
 
@@ -133,15 +146,18 @@ class RecordSerializer:
     # -- records -----------------------------------------------------------------
     def add_record(self, value: Any) -> None:
         """Serialize one record (per-record path)."""
-        t = type(value)
-        if t not in SCALAR_TYPES:
-            if t is tuple:
-                for x in value:
-                    if type(x) not in SCALAR_TYPES:
-                        value = prepare(value)
-                        break
-            else:
-                value = prepare(value)
+        if self._declared is not None:
+            value = self._declared.conform(value)
+        else:
+            t = type(value)
+            if t not in SCALAR_TYPES:
+                if t is tuple:
+                    for x in value:
+                        if type(x) not in SCALAR_TYPES:
+                            value = self._prepare(value)
+                            break
+                else:
+                    value = self._prepare(value)
         buf = self._buf
         buf += self._pack(value)
         if len(buf) >= self.buffer_size:
@@ -155,15 +171,17 @@ class RecordSerializer:
         if not n:
             return
         buf = self._buf
-        if self._flat:  # declared flat: packed as it is (see TypeInformation.is_flat)
-            if not pack_flat_batch_into(values, buf):  # ints beyond 64 bits, types msgspec lacks
+        if self._declared is not None:  # checked (or converted) against the declaration, then packed
+            values = self._declared.conform_batch(values)
+            if not pack_flat_batch_into(values, buf):  # ints beyond 64 bits, str/int subclasses
                 buf += memoryview(self._pack(values))[array_header_size(n):]
         elif not (is_flat_batch(values) and pack_flat_batch_into(values, buf)):
             p = self._bpacker
             try:
                 pk = p.pack
-                for v in values:
-                    pk(v if is_flat_value(v) else prepare(v))
+                with stream_classes(self._sent_classes):
+                    for v in values:
+                        pk(v if is_flat_value(v) else prepare(v))
             finally:
                 # commit what was packed (all of it, or the records before a failing one)
                 buf += p.bytes()
@@ -173,8 +191,10 @@ class RecordSerializer:
 
     def add_timestamped_record(self, value: Any, timestamp: int) -> None:
         """Serialize one record carrying an event-time timestamp."""
-        if not is_flat_value(value):
-            value = prepare(value)
+        if self._declared is not None:
+            value = self._declared.conform(value)
+        elif not is_flat_value(value):
+            value = self._prepare(value)
         buf = self._buf
         buf += _ts_marker(0xD7, EXT_TIMESTAMP_NEXT, timestamp)
         buf += self._pack(value)
@@ -193,14 +213,17 @@ class RecordSerializer:
         if n == 1:
             self.add_timestamped_record(values[0], timestamps if shared else timestamps[0])
             return
+        if self._declared is not None:
+            values = self._declared.conform_batch(values)
         buf = self._buf
         step = TIMESTAMPED_RUN_LENGTH
-        if n <= step:
-            if n:
-                buf += encode_timestamped(values, timestamps)
-        else:
-            for i in range(0, n, step):
-                buf += encode_timestamped(values[i:i + step], timestamps if shared else timestamps[i:i + step])
+        with stream_classes(self._sent_classes):
+            if n <= step:
+                if n:
+                    buf += encode_timestamped(values, timestamps)
+            else:
+                for i in range(0, n, step):
+                    buf += encode_timestamped(values[i:i + step], timestamps if shared else timestamps[i:i + step])
         if len(buf) >= self.buffer_size:
             self._spill()
 
@@ -260,6 +283,12 @@ class RecordSerializer:
     def clear(self) -> None:
         """Drop the partial buffer (on cancellation)."""
         self._buf.clear()
+        self._sent_classes.clear()  # what it carried may be gone with it
+
+    def _prepare(self, value: Any) -> Any:
+        """``prepare`` within this stream (by-value classes travel once per stream)."""
+        with stream_classes(self._sent_classes):
+            return prepare(value)
 
     def _spill(self) -> None:
         buf = self._buf
@@ -278,6 +307,7 @@ class RecordSerializer:
 
 
 _GROUP_TYPES = frozenset((Watermark, WatermarkStatus, LatencyMarker, CheckpointBarrier, EndOfPartition,
+                          CancelCheckpointMarker,
                           TimestampedRecords, TimestampMark))
 _is_group_type = _GROUP_TYPES.__contains__
 _ONLY_MARKS = {TimestampMark}

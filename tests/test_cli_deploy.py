@@ -1,4 +1,5 @@
-"""deploy/: the Dockerfile, the KubeRay manifests and the `ray up` config, checked statically.
+"""deploy/: the Dockerfile, the KubeRay manifests and the `ray up` config, checked statically
+(including that every one keeps Ray's token authentication on and the dashboard off public networks).
 
 There is no container engine or Kubernetes here: the Dockerfile is parsed (not
 built) and the manifests are checked against the fields KubeRay's ray.io/v1 CRDs
@@ -28,7 +29,9 @@ IMAGE = "raylink:0.1.0"
 # ray.io/v1 field names (kuberay ray-operator/apis/ray/v1/*_types.go)
 CLUSTER_SPEC_FIELDS = {"headGroupSpec", "workerGroupSpecs", "rayVersion", "enableInTreeAutoscaling",
                        "autoscalerOptions", "headServiceAnnotations", "suspend", "managedBy",
-                       "gcsFaultToleranceOptions"}
+                       "gcsFaultToleranceOptions", "authOptions"}
+AUTH_FIELDS = {"mode", "secretName", "enableK8sTokenAuth"}  # AuthOptions (KubeRay >= 1.5.1)
+PUBLIC_HOSTS = {"0.0.0.0", "::", "[::]", "*"}
 HEAD_FIELDS = {"serviceType", "headService", "enableIngress", "rayStartParams", "template"}
 WORKER_FIELDS = {"groupName", "replicas", "minReplicas", "maxReplicas", "idleTimeoutSeconds", "rayStartParams",
                  "template", "scaleStrategy", "numOfHosts", "suspend"}
@@ -68,8 +71,8 @@ def check_cluster_spec(spec: dict) -> None:
     head = spec["headGroupSpec"]
     assert set(head) <= HEAD_FIELDS, set(head) - HEAD_FIELDS
     assert isinstance(head["rayStartParams"], dict)
-    assert head["rayStartParams"]["dashboard-host"] == "0.0.0.0"
     assert all(isinstance(v, str) for v in head["rayStartParams"].values())  # map[string]string
+    check_token_auth_and_private_dashboard(spec)
     container = head["template"]["spec"]["containers"][0]
     assert container["image"] == IMAGE
     assert {p["containerPort"]: p["name"] for p in container["ports"]} == {
@@ -84,6 +87,31 @@ def check_cluster_spec(spec: dict) -> None:
         worker = group["template"]["spec"]["containers"][0]
         assert worker["image"] == IMAGE
         assert worker["resources"]["requests"]["cpu"] and worker["resources"]["limits"]["memory"]
+
+
+def pod_specs(spec: dict) -> list[dict]:
+    return [spec["headGroupSpec"]["template"]["spec"]] + [g["template"]["spec"] for g in spec["workerGroupSpecs"]]
+
+
+def check_token_auth_and_private_dashboard(spec: dict) -> None:
+    """Job submission runs code: token auth on, and the dashboard reachable inside the cluster only."""
+    auth = spec.get("authOptions")
+    assert isinstance(auth, dict) and set(auth) <= AUTH_FIELDS, auth
+    assert auth["mode"] == "token"  # KubeRay: token Secret + RAY_AUTH_MODE / RAY_AUTH_TOKEN in every pod
+    assert not auth.get("enableK8sTokenAuth")  # unsupported for RayJob; plain token auth everywhere
+    for pod in pod_specs(spec):
+        assert not pod.get("hostNetwork"), "a host-network pod binds the node's public interfaces"
+        for container in pod["containers"]:
+            env = {e["name"]: e.get("value") for e in container.get("env", [])}
+            assert env.get("RAY_AUTH_MODE", "token") == "token", env  # nothing turns auth back off
+            assert all("hostPort" not in p for p in container.get("ports", [])), container["ports"]
+    head = spec["headGroupSpec"]
+    # the dashboard listens on the head pod's own network namespace (KubeRay's default 0.0.0.0 there:
+    # pod IP + loopback); what decides public exposure is the Service, which must stay cluster-internal
+    assert head["rayStartParams"].get("dashboard-host", "0.0.0.0") in ("0.0.0.0", "127.0.0.1", "localhost")
+    assert head.get("serviceType", "ClusterIP") == "ClusterIP"
+    assert not head.get("enableIngress")
+    assert (head.get("headService") or {}).get("spec", {}).get("type", "ClusterIP") == "ClusterIP"
 
 
 def test_dockerfile_builds_on_the_ray_image_with_java_17_and_raylink():
@@ -150,9 +178,42 @@ def test_ray_up_config_passes_rays_schema():
     validate_config(prepare_config(copy.deepcopy(config)))
     assert config["docker"]["image"] == IMAGE
     head = " ".join(config["head_start_ray_commands"])
-    assert re.search(r"ray start --head --port=6379 --dashboard-host=0\.0\.0\.0 --dashboard-port=8265", head)
+    assert re.search(r"ray start --head --port=6379 .*--dashboard-port=8265", head)
     assert "--ray-client-server-port=10001" in head
     assert any("ray start --address=$RAY_HEAD_IP:6379" in c for c in config["worker_start_ray_commands"])
+
+
+def test_ray_up_config_starts_every_node_with_token_auth_and_a_loopback_dashboard():
+    config = load("vm/cluster.yaml")
+    starts = [c for key in ("head_start_ray_commands", "worker_start_ray_commands") for c in config[key]
+              if "ray start" in c]
+    assert len(starts) == 2
+    for command in starts:  # the variable on the same shell command as `ray start`
+        assert re.search(r"\bRAY_AUTH_MODE=token ray start\b", command), command
+    # Ray looks for the token at ~/.ray/auth_token; `ray get-auth-token --generate` writes it here
+    assert config["file_mounts"]["~/.ray/auth_token"] == "~/.ray/auth_token"
+    head = " ".join(config["head_start_ray_commands"])
+    host = re.search(r"--dashboard-host[= ](\S+)", head)
+    assert host and host.group(1) in ("127.0.0.1", "localhost"), head  # reached through `ray dashboard`
+    header = (DEPLOY / "vm/cluster.yaml").read_text()
+    assert "ray get-auth-token --generate" in header and "ray dashboard deploy/vm/cluster.yaml" in header
+
+
+def test_no_manifest_or_doc_binds_the_dashboard_publicly_without_auth():
+    docs = {path: path.read_text() for path in [ROOT / "README.md", *sorted(DEPLOY.rglob("*.md")),
+                                                *sorted(DEPLOY.rglob("*.yaml"))]}
+    for path, text in docs.items():
+        for command in re.findall(r"(?:RAY_AUTH_MODE=\S+ )?ray start\b[^\n`#]*", text):
+            assert command.startswith("RAY_AUTH_MODE=token "), (path, command)  # every node: token auth
+            host = re.search(r"--dashboard-host[= ]+(\S+)", command)
+            assert not host or host.group(1).strip("'\"") not in PUBLIC_HOSTS, (path, command)
+        if path.suffix == ".yaml":
+            assert not re.search(r"RAY_AUTH_MODE\W+disabled|mode: *disabled", text), path
+    readme = docs[ROOT / "README.md"]
+    assert "ray get-auth-token --generate" in readme and "deploy/README.md" in readme
+    notes = (DEPLOY / "README.md").read_text()
+    for text in ("kubectl port-forward", "ray dashboard", "proxy", "RAY_AUTH_MODE=token", "TLS"):
+        assert text in notes, text
 
 
 def test_readme_shows_the_three_paths():

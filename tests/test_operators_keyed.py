@@ -152,6 +152,47 @@ def test_unknown_aggregation_is_rejected():
         StreamGroupedAggregateOperator("avg", 0, first)
 
 
+def test_position_zero_of_a_basic_value_is_the_value_itself():
+    parity = lambda v: v % 2  # noqa: E731
+    assert run_both_paths(agg("sum", 0, parity), [1, 2, 3, 4, 5]) == [1, 2, 4, 6, 9]
+    assert run_both_paths(agg("max", 0, parity), [5, 4, 3, 6, 7]) == [5, 4, 5, 6, 7]
+    assert run_both_paths(agg("min_by", 0, len), ["b", "a", "cc", "c"]) == ["b", "a", "cc", "a"]
+
+
+@pytest.mark.parametrize("kind", ["sum", "min", "max", "min_by", "max_by"])
+def test_a_field_a_keys_first_record_lacks_is_an_error_naming_operator_and_field(kind):
+    cases = [
+        (2, [("a", 1)], r"field position 2 is out of bounds: the record has 2 fields \(\('a', 1\)\)"),
+        (3, [["a", 1, 2]], r"field position 3 is out of bounds: the record has 3 fields \(\['a', 1, 2\]\)"),
+        (1, [7], r"field position 1 is out of bounds: the record is a basic value \(int\), whose only position is 0"),
+        (0, [{"k": 1}], r"field position 0 is out of bounds: the record is a mapping without that key"),
+        ("v", [{"k": 1}], r"field 'v' does not exist: the record is a dict without that key"),
+        ("v", [("a", 1)], r"field 'v' does not exist: a record of type tuple has no such attribute"),
+    ]
+    for field, records, why in cases:
+        for batched in (False, True):
+            op = StreamGroupedAggregateOperator(kind, field, lambda v: 0, name="Totals")
+            out, _ = start(op)
+            with pytest.raises(ValueError, match=f"^{kind} 'Totals': {why}"):
+                op.process_batch(records) if batched else op.process_element(records[0])
+            assert out.records == []
+
+
+def test_the_field_is_checked_on_the_first_record_of_every_key_also_on_the_pair_fast_path():
+    op = StreamGroupedAggregateOperator("sum", 1, first, name="Counts")
+    out, _ = start(op)
+    op.process_batch([("a", 1), ("b", 2), ("a", 3)])  # the (key, count) fast path
+    with pytest.raises(ValueError, match=r"sum 'Counts': field position 1 is out of bounds: "
+                                         r"the record has 1 field \(\('c',\)\)"):
+        op.process_batch([("b", 1), ("c",)])
+    assert out.records == [("a", 1), ("b", 2), ("a", 4), ("b", 3)]
+    op = agg("sum", 2)()
+    out, _ = start(op)
+    with pytest.raises(ValueError, match="field position 2 is out of bounds: the record has 2 fields"):
+        op.process_batch([(1, 10), (1, 20)])  # was (1, 10), (2, 10): the key summed
+    assert out.records == []
+
+
 # -- None keys ------------------------------------------------------------------------
 
 

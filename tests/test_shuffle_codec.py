@@ -1,6 +1,7 @@
 """Codec: round trips keep Python types; unserialisable values name their type."""
 
 import dataclasses
+import enum
 import datetime
 import decimal
 import threading
@@ -183,3 +184,73 @@ def test_a_flat_batch_with_an_int_beyond_64_bits_is_left_to_the_codec():
     buf = bytearray(b"x")
     assert not codec.pack_flat_batch_into([("a", 1), ("b", 2**70)], buf)
     assert buf == b"x"  # nothing half-written
+
+
+def test_the_reason_a_value_cannot_be_serialized_survives_pickling():
+    import pickle
+
+    with pytest.raises(SerializationError) as ei:
+        encode(("k", threading.Lock()))
+    assert "cannot pickle '_thread.lock' object" in str(ei.value)
+    shipped = pickle.loads(pickle.dumps(ei.value.with_operator("Wrap")))  # as it reaches the driver
+    assert str(shipped) == str(ei.value.with_operator("Wrap"))
+    assert shipped.reason == "TypeError: cannot pickle '_thread.lock' object"
+
+
+def local_record_classes():
+    """Classes pickle cannot find by name, as a job script's ``__main__`` classes are in a TaskExecutor."""
+
+    @dataclasses.dataclass(frozen=True)
+    class Click:
+        user: str
+        ms: int
+
+    class Kind(enum.Enum):
+        VIEW = "view"
+
+    Total = namedtuple("Total", "page n")
+    return Click, Kind, Total
+
+
+def test_records_of_classes_pickle_cannot_find_by_name_travel_by_value_once_per_stream():
+    from raylink.shuffle.serializer import RecordDeserializer, RecordSerializer
+
+    Click, Kind, Total = local_record_classes()
+    records = [Click("u1", 5), (Kind.VIEW, Total("/a", 1)), [Click("u2", 7)], {"k": Total("/b", 2)}]
+    stream, sizes = RecordSerializer(1 << 16), []
+    for record in records * 2:
+        stream.add_record(record)
+        sizes.append(stream.pending_bytes - sum(sizes))
+    stream.add_records(records)
+    stream.flush()
+    decoder = RecordDeserializer()
+    out = [v for b, _ in stream.take_full_buffers() for g in decoder.feed(b) for v in g]
+    assert out == records * 3
+    assert type(out[0]) is Click and out[2][0] is not records[2][0]  # the classes themselves, new instances
+    # the first record of a class carries it (cloudpickle's bytes); later ones only its id
+    assert sizes[0] > 500 and sizes[4] < 100
+    assert rt(Click("u3", 1)) == Click("u3", 1)  # outside a stream: the class travels with every value
+
+
+def test_a_record_by_value_refers_to_its_class_only_after_a_stream_carried_it():
+    from raylink.shuffle.serializer import RecordDeserializer, RecordSerializer
+
+    Click = local_record_classes()[0]
+    stream = RecordSerializer(1 << 16)
+    stream.add_record(Click("u1", 1))
+    stream.flush()
+    first = stream.take_full_buffers()
+    stream.add_record(Click("u2", 2))
+    stream.flush()
+    later = stream.take_full_buffers()
+    codec._received_classes.clear()  # a process that never decoded the first buffer
+    with pytest.raises(codec.DeserializationError, match="did not reach this process"):
+        RecordDeserializer().feed(later[0][0])
+    decoder = RecordDeserializer()
+    assert [v for b, _ in first + later for g in decoder.feed(b) for v in g] == [Click("u1", 1), Click("u2", 2)]
+
+
+def test_an_unserialisable_field_of_a_by_value_record_says_why():
+    Click = local_record_classes()[0]
+    with pytest.raises(SerializationError, match=r"Click': TypeError: cannot pickle '_thread.lock' object"):
+        encode(Click("u", threading.Lock()))

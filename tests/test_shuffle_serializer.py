@@ -287,25 +287,52 @@ def test_batch_with_one_shared_timestamp():
     assert [t for it in items for t in it.timestamps] == [42] * 3000 + [43]
 
 
-def test_a_declared_flat_stream_is_packed_without_checks_and_lists_arrive_as_tuples():
+def test_a_declared_flat_stream_converts_as_pyflink_does_and_undeclared_lists_stay_lists():
+    from collections import namedtuple
+
     from raylink.api import Types
 
     assert Types.TUPLE([Types.STRING(), Types.INT()]).is_flat
     assert Types.STRING().is_flat
     assert not Types.TUPLE([Types.STRING(), Types.LIST(Types.INT())]).is_flat
     assert not Types.PICKLED_BYTE_ARRAY().is_flat and not Types.ROW([Types.INT()]).is_flat
-    flat = RecordSerializer(64, flat_records=True)
-    flat.add_records([("a", 1), ["b", 2], ("c", 3.5)])
-    flat.flush()
+    Pair = namedtuple("Pair", "word n")
+    records = [("a", 1), ["b", 2], Pair("c", 3), ("d", None)]
+    flat = RecordSerializer(64, flat_records=Types.TUPLE([Types.STRING(), Types.INT()]))
+    flat.add_records(records)
+    flat.add_record(["e", 5])
+    out = decoded(flat)
+    # PyFlink's tuple coder: a list or namedtuple declared as a TUPLE arrives as a tuple
+    assert out == [("a", 1), ("b", 2), ("c", 3), ("d", None), ("e", 5)]
+    assert {type(v) for v in out} == {tuple}
     checked = RecordSerializer(64)
-    checked.add_records([("a", 1), ["b", 2], ("c", 3.5)])
-    checked.flush()
-    decode = RecordDeserializer()
-    out = [v for b, _ in flat.take_full_buffers() for g in decode.feed(b) for v in g]
-    assert out == [("a", 1), ("b", 2), ("c", 3.5)]  # converted to the declared tuple type
-    decode = RecordDeserializer()
-    out = [v for b, _ in checked.take_full_buffers() for g in decode.feed(b) for v in g]
-    assert out == [("a", 1), ["b", 2], ("c", 3.5)] and type(out[1]) is list
+    checked.add_records(records)
+    out = decoded(checked)
+    assert out == records and type(out[1]) is list
+
+
+def test_a_declared_flat_stream_rejects_a_record_of_another_type_naming_field_and_type():
+    from datetime import datetime
+
+    from raylink.api import Types
+
+    s = RecordSerializer(64, flat_records=Types.TUPLE([Types.STRING(), Types.INT()]))
+    for bad, message in [
+        (("c", 3.5), "field 1 of a record declared Types.TUPLE([STRING, INT]) is a float, not an INT"),
+        (("c", datetime(2024, 5, 1)), "field 1 of a record declared Types.TUPLE([STRING, INT]) "
+                                      "is a datetime.datetime, not an INT"),
+        ((7, 1), "field 0 of a record declared Types.TUPLE([STRING, INT]) is an int, not a STRING"),
+        ({"c", 1}, "a record declared Types.TUPLE([STRING, INT]) is a set"),
+        (("c", 1, 2), "a record declared Types.TUPLE([STRING, INT]) has 3 fields"),
+    ]:
+        with pytest.raises(codec.RecordTypeError) as ei:
+            s.add_records([("ok", 1), bad])
+        assert str(ei.value).startswith(message + ": ")
+        with pytest.raises(codec.RecordTypeError):
+            s.add_record(bad)
+        with pytest.raises(codec.RecordTypeError):
+            s.add_timestamped_records([("ok", 1), bad], 5)
+    assert decoded(s) == []  # nothing of a rejected batch was written
 
 
 def decoded(serializer):
@@ -316,7 +343,9 @@ def decoded(serializer):
 
 @pytest.mark.parametrize("declared", [False, True])
 def test_ints_beyond_64_bits_in_a_flat_batch_still_round_trip(declared):
-    s = RecordSerializer(64, flat_records=declared)
+    from raylink.api import Types
+
+    s = RecordSerializer(64, flat_records=Types.TUPLE([Types.STRING(), Types.LONG()]) if declared else None)
     s.add_records([("a", 1), ("b", 2**70), ("c", -(2**64))])
     assert decoded(s) == [("a", 1), ("b", 2**70), ("c", -(2**64))]
 
@@ -329,11 +358,16 @@ class Opaque:
         return type(other) is Opaque and other.v == self.v
 
 
-def test_a_declared_flat_batch_holding_an_unknown_type_falls_back_to_pickle():
-    s = RecordSerializer(64, flat_records=True)
+def test_a_declared_flat_batch_holding_an_unknown_type_is_rejected_and_an_undeclared_one_pickles_it():
+    from raylink.api import Types
+
+    s = RecordSerializer(64, flat_records=Types.TUPLE([Types.STRING(), Types.INT()]))
+    with pytest.raises(codec.RecordTypeError, match=r"field 1 of a record declared Types\.TUPLE\(\[STRING, INT\]\) "
+                                                   r"is an? .*Opaque, not an INT"):
+        s.add_records([("a", 1), ("b", Opaque(7)), ["c", 3]])
+    s = RecordSerializer(64)
     s.add_records([("a", 1), ("b", Opaque(7)), ["c", 3]])
-    # as before msgspec: the batch goes through msgpack's packer, lists still become tuples
-    assert decoded(s) == [("a", 1), ("b", Opaque(7)), ("c", 3)]
+    assert decoded(s) == [("a", 1), ("b", Opaque(7)), ["c", 3]]
 
 
 def test_flat_batches_of_every_size_decode_in_order_across_buffers():

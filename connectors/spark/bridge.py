@@ -162,19 +162,26 @@ def register_sink_target(sink_id: str, target: Any) -> Any:
 
 
 def shutdown_bridge(timeout: float = 10.0) -> None:
+    """End the commit thread and kill the bridge actor (``stop()``, and at interpreter exit).
+
+    Never starts Ray: once the user's ``ray.shutdown()`` ran (or Ray's own exit hook did), the
+    actor died with the session and only the thread is left to stop. Every Ray call here and in
+    the commit thread is guarded by ``ray.is_initialized()`` -- an actor call or ``ray.get``
+    on a shut-down driver would otherwise start a new local Ray (Ray's auto-init).
+    """
     with _lock:
         actor, thread, stop = _bridge["actor"], _bridge["thread"], _bridge["stop"]
         _bridge.update(actor=None, thread=None, stop=None, targets={})
     if stop is not None:
         stop.set()
-    if actor is not None:
+    if actor is not None and ray.is_initialized():
         try:
             ray.get(actor.close.remote(), timeout=timeout)
         except Exception:
             pass
     if thread is not None:
         thread.join(timeout)
-    if actor is not None:
+    if actor is not None and ray.is_initialized():
         try:
             ray.kill(actor, no_restart=True)
         except Exception:
@@ -185,6 +192,8 @@ def _commit_loop(actor: Any, stop: threading.Event) -> None:
     pending: Dict[str, Dict[int, dict]] = {}  # bounded sinks: staged final commits by subtask
     started: set = set()  # continuous sinks that made their first write
     while not stop.is_set():
+        if not ray.is_initialized():  # the driver shut Ray down: a call now would start a new one
+            return
         try:
             requests = ray.get(actor.take_commits.remote(COMMIT_POLL_S))
         except Exception as exc:  # the actor is gone: the bridge was shut down
@@ -212,6 +221,8 @@ def _commit_loop(actor: Any, stop: threading.Event) -> None:
 
 
 def _ack(actor: Any, requests: List[dict], error: Optional[str]) -> None:
+    if not ray.is_initialized():
+        return
     try:
         ray.get(actor.commit_done.remote([r["id"] for r in requests], error))
     except Exception:

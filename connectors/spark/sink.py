@@ -42,7 +42,9 @@ import pyarrow as pa
 
 from raylink.operators.base import StreamOperator
 
+from raylink.connectors.spark.identifiers import quote_table_name
 from raylink.connectors.spark.types import SPARK_SCHEMA_METADATA
+from raylink.shuffle.reprs import record_repr
 
 SINK_KIND = "sink_connector"
 RESULT_PREFIX = "spark-sink:"
@@ -69,7 +71,7 @@ class SparkSchemaError(ValueError):
 
             pickle.dumps(value)
         except Exception:
-            value = repr(value)
+            value = record_repr(value)
         return (SparkSchemaError, (self.args[0], self.operator, self.field, value, self.record_index))
 
 
@@ -121,7 +123,7 @@ class RecordConverter:
             if len(row) != self.width:
                 raise self._fail(
                     f"record {index} has {len(row)} field(s) but the schema has {self.width} "
-                    f"({', '.join(self.names)}): {row!r}", None, row, index)
+                    f"({', '.join(self.names)}): {record_repr(row)}", None, row, index)
             return tuple(row)
         if isinstance(row, dict):
             mapping = row
@@ -136,7 +138,7 @@ class RecordConverter:
         else:
             raise self._fail(
                 f"record {index} of type {t.__name__} cannot be written as a row of "
-                f"({', '.join(self.names)}): {row!r}", None, row, index)
+                f"({', '.join(self.names)}): {record_repr(row)}", None, row, index)
         extra = mapping.keys() - self.name_set
         if extra:
             raise self._fail(
@@ -190,9 +192,7 @@ class RecordConverter:
 
     def _value_error(self, position: int, value: Any, index: int, why: str) -> SparkSchemaError:
         name = self.names[position]
-        text = repr(value)
-        if len(text) > 200:
-            text = text[:200] + "..."
+        text = record_repr(value, 200)
         return self._fail(
             f"record {index} does not fit the schema: field '{name}' ({self.spark_types[position]}) "
             f"cannot hold {text} of type {type(value).__name__} ({why})", name, value, index)
@@ -358,6 +358,11 @@ class SparkSink:
             raise TypeError(f"sink_to_spark: path must be a string, got {type(path).__name__}")
         if table is not None and not isinstance(table, str):
             raise TypeError(f"sink_to_spark: table must be a string, got {type(table).__name__}")
+        if table is not None:
+            try:
+                quote_table_name(table)  # a malformed name fails here, not at the job's end
+            except ValueError as exc:
+                raise ValueError(f"sink_to_spark: {exc}") from None
         mode = str(mode).lower()
         if mode not in WRITE_MODES:
             raise ValueError(f"sink_to_spark: mode must be one of {WRITE_MODES}, got {mode!r}")
@@ -439,15 +444,16 @@ class SparkSink:
         spark = get_spark()
         df = blocks_to_dataframe(spark, refs, self.spark_schema())
         fmt = self.format
-        if self.table is not None and fmt is None:
-            fmt = _table_provider(spark, self.table) or "parquet"
+        table = quote_table_name(self.table) if self.table is not None else None
+        if table is not None and fmt is None:
+            fmt = _table_provider(spark, table) or "parquet"
         writer = df.write.mode(mode).format(fmt or "parquet")
         if self.partition_by:
             writer = writer.partitionBy(*self.partition_by)
         if self.options:
             writer = writer.options(**self.options)
-        if self.table is not None:
-            writer.saveAsTable(self.table)
+        if table is not None:
+            writer.saveAsTable(table)
         else:
             writer.save(self.path)
 
@@ -464,6 +470,7 @@ def _is_struct(schema: Any) -> bool:
 
 
 def _table_provider(spark: Any, table: str) -> Optional[str]:
+    """The table's provider (format), ``table`` already quoted (:func:`quote_table_name`)."""
     if not spark.catalog.tableExists(table):
         return None
     for row in spark.sql(f"DESCRIBE TABLE EXTENDED {table}").collect():

@@ -445,12 +445,17 @@ def resolve_table_location(path_or_table: str, spark: Any = None) -> "tuple[str,
     looks_like_path = "/" in path_or_table or "://" in path_or_table or path_or_table.startswith(".")
     if looks_like_path:
         return path_or_table, None, f"path {path_or_table}"
+    from raylink.connectors.spark.identifiers import quote_table_name
     from raylink.connectors.spark.session import get_spark
     from raylink.connectors.spark.types import _java_message
 
+    try:
+        table = quote_table_name(path_or_table)  # never raw text in SQL
+    except ValueError as exc:
+        raise ValueError(f"from_spark_table: {exc}") from None
     spark = spark or get_spark()
     try:
-        rows = spark.sql(f"DESCRIBE TABLE EXTENDED {path_or_table}").collect()
+        rows = spark.sql(f"DESCRIBE TABLE EXTENDED {table}").collect()
     except Exception as exc:
         raise ValueError(f"from_spark_table: no table {path_or_table!r}: {_java_message(exc)}") from None
     info = {r[0].strip(): (r[1] or "").strip() for r in rows if r[0]}
@@ -463,7 +468,7 @@ def resolve_table_location(path_or_table: str, spark: Any = None) -> "tuple[str,
     location = info.get("Location")
     if not location:
         raise ValueError(f"from_spark_table: table {path_or_table!r} has no location (a view?)")
-    return location, spark.table(path_or_table).schema, f"table {path_or_table} at {location}"
+    return location, spark.table(table).schema, f"table {path_or_table} at {location}"
 
 
 def prepare_table_source(path_or_table: str, schema: Any = None, poll_interval: float = 1.0,

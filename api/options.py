@@ -1,0 +1,461 @@
+"""The options registry: every configuration key raylink reads, in one place.
+
+Each key is a :class:`ConfigOption` — Flink's shape: key, type, default,
+description, fallback (deprecated) keys — grouped in classes named after Flink's
+option classes (``CoreOptions``, ``PipelineOptions``, ``ExecutionOptions``,
+``TaskManagerOptions``, ``NettyShuffleEnvironmentOptions``, ``MetricOptions``,
+``CheckpointingOptions``, ``RestartStrategyOptions``) plus raylink's own
+(``RaylinkOptions``). ``Configuration.get(option)``, the defaults of a
+``Configuration``, the CLI's ``--conf`` validation, ``raylink config`` and the
+README's option table all read this module; a key read anywhere else is a bug
+(``tests/test_api_options.py`` walks the code for string keys).
+
+Values are stored as given (text from a YAML file or ``--conf``, Python values
+from code) and converted when read: durations (``100``, ``"100 ms"``, ``"2 s"``)
+to milliseconds, memory sizes (``"32kb"``, ``"512m"``; binary units as in Flink)
+to bytes. Conversion errors name the key.
+
+Pure data and functions; import-light (no Ray, no graph).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Optional
+
+
+class IllegalConfigurationError(ValueError):
+    """A configuration value that cannot be used (Flink's ``IllegalConfigurationException``)."""
+
+
+# -- value parsers (each raises ValueError with a message that names the value) ------------------
+_MEMORY_UNITS = {
+    "": 1, "b": 1, "bytes": 1,
+    "k": 1 << 10, "kb": 1 << 10, "kibibytes": 1 << 10,
+    "m": 1 << 20, "mb": 1 << 20, "mebibytes": 1 << 20,
+    "g": 1 << 30, "gb": 1 << 30, "gibibytes": 1 << 30,
+    "t": 1 << 40, "tb": 1 << 40, "tebibytes": 1 << 40,
+}
+_DURATION_UNITS = {
+    "": 1, "ms": 1, "milli": 1, "millis": 1, "millisecond": 1, "milliseconds": 1,
+    "s": 1000, "sec": 1000, "secs": 1000, "second": 1000, "seconds": 1000,
+    "min": 60_000, "m": 60_000, "minute": 60_000, "minutes": 60_000,
+    "h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000,
+    "d": 86_400_000, "day": 86_400_000, "days": 86_400_000,
+}
+_AMOUNT = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_memory(value: Any) -> int:
+    """Flink's ``MemorySize``: ``1024``, ``"64kb"``, ``"512 m"``, ``"2g"`` -> bytes."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a memory size")
+    if isinstance(value, (int, float)):
+        return int(value)
+    match = _AMOUNT.match(str(value))
+    unit = match.group(2).lower() if match else None
+    if not match or unit not in _MEMORY_UNITS:
+        raise ValueError(f"{value!r} is not a memory size (e.g. 1073741824, 512m, 2g)")
+    return int(float(match.group(1)) * _MEMORY_UNITS[unit])
+
+
+def parse_duration_ms(value: Any) -> int:
+    """Flink's ``Duration``: ``100`` (ms), ``"100 ms"``, ``"2s"``, ``"1 min"`` -> milliseconds."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a duration")
+    if isinstance(value, (int, float)):
+        return int(value)
+    if hasattr(value, "to_milliseconds"):  # raylink.api Duration / Time
+        return int(value.to_milliseconds())
+    match = _AMOUNT.match(str(value))
+    unit = match.group(2).lower() if match else None
+    if not match or unit not in _DURATION_UNITS:
+        raise ValueError(f"{value!r} is not a duration (e.g. 100, 100 ms, 2 s)")
+    return int(float(match.group(1)) * _DURATION_UNITS[unit])
+
+
+def parse_int(value: Any) -> int:
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError(f"{value!r} is not an integer")
+    try:
+        return int(value) if isinstance(value, (int, float)) else int(str(value).strip())
+    except ValueError:
+        raise ValueError(f"{value!r} is not an integer") from None
+
+
+def parse_float(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a number")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{value!r} is not a number") from None
+
+
+def parse_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text not in ("true", "false"):
+        raise ValueError(f"{value!r} is not a boolean (true or false)")
+    return text == "true"
+
+
+def parse_str(value: Any) -> str:
+    return str(value)
+
+
+_PARSERS: dict[str, Callable[[Any], Any]] = {
+    "int": parse_int, "float": parse_float, "bool": parse_bool, "str": parse_str,
+    "duration": parse_duration_ms, "memory": parse_memory, "enum": parse_str,
+}
+
+
+# -- the option -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ConfigOption:
+    """One configuration key (Flink's ``ConfigOption``).
+
+    ``type`` is one of ``int float bool str duration memory enum``: durations read
+    as milliseconds, memory sizes as bytes. ``check(value)`` validates a converted
+    value (raises ValueError); ``choices`` lists an enum's values (lower case).
+    """
+
+    key: str
+    type: str
+    default: Any
+    description: str
+    fallback_keys: tuple[str, ...] = ()
+    choices: tuple[str, ...] = ()
+    check: Optional[Callable[[Any], None]] = None
+
+    def convert(self, value: Any) -> Any:
+        """``value`` as this option's type, validated; errors name the key."""
+        try:
+            out = _PARSERS[self.type](value)
+            if self.type == "enum":
+                out = out.strip().lower()
+                if out not in self.choices:
+                    raise ValueError(f"{value!r} is not one of {', '.join(self.choices)}")
+            if self.check is not None:
+                self.check(out)
+        except ValueError as exc:
+            raise IllegalConfigurationError(f"configuration key {self.key!r}: {exc}") from None
+        return out
+
+    @property
+    def has_default(self) -> bool:
+        return self.default is not None
+
+    def default_text(self) -> str:
+        """The default as a user writes it (``100 ms``, ``32kb``, ``true``; ``(none)``)."""
+        value = self.default
+        if value is None:
+            return "(none)"
+        if isinstance(value, bool):
+            return str(value).lower()
+        if self.type == "duration":
+            return f"{value} ms"
+        if self.type == "memory":
+            for unit, size in (("gb", 1 << 30), ("mb", 1 << 20), ("kb", 1 << 10)):
+                if value and value % size == 0:
+                    return f"{value // size}{unit}"
+        return str(value)
+
+
+def option(key: str, type: str, default: Any, description: str, **kwargs: Any) -> ConfigOption:
+    return ConfigOption(key, type, default, description, **kwargs)
+
+
+def _at_least(minimum: float, what: str = "") -> Callable[[Any], None]:
+    def check(value: Any) -> None:
+        if value < minimum:
+            raise ValueError(f"{value} is below the minimum {minimum}{what}")
+    return check
+
+
+def _positive(value: Any) -> None:
+    if value <= 0:
+        raise ValueError(f"{value} must be > 0")
+
+
+def _port_or_off(value: int) -> None:
+    if not -1 <= value <= 65535:
+        raise ValueError(f"{value} is not a port (0-65535, 0 = any free port, -1 = off)")
+
+
+def _max_parallelism(value: int) -> None:
+    if value != -1 and not 1 <= value <= 32768:
+        raise ValueError(f"{value} must be -1 (derived) or between 1 and 32768")
+
+
+def _buffer_timeout(value: int) -> None:
+    if value < -1:
+        raise ValueError(f"{value} must be >= -1 (-1: flush only full buffers)")
+
+
+#: Flink's ``MemoryManager.MIN_PAGE_SIZE``: the smallest memory segment
+MIN_SEGMENT_SIZE = 4 * 1024
+#: the largest power of two a Java int holds (Flink down-casts the segment size to int)
+MAX_SEGMENT_SIZE = 1 << 30
+#: Flink's ``taskmanager.memory.min-segment-size`` (the smallest debloated buffer)
+MIN_BUFFER_SIZE = 256
+
+
+def _segment_size(value: int) -> None:
+    """Flink's check of ``taskmanager.memory.segment-size``: at least 4 KiB, a power of two."""
+    if value < MIN_SEGMENT_SIZE:
+        raise ValueError(f"{value} bytes is below the minimum memory segment size of {MIN_SEGMENT_SIZE} (4kb)")
+    if value > MAX_SEGMENT_SIZE:
+        raise ValueError(f"{value} bytes is above the maximum memory segment size of {MAX_SEGMENT_SIZE} (1gb)")
+    if value & (value - 1):
+        raise ValueError(f"{value} bytes is not a power of 2 (memory segment sizes must be, e.g. 32kb)")
+
+
+def _inline_threshold(value: int) -> None:
+    if not 0 <= value <= 1 << 20:
+        raise ValueError(f"{value} bytes is outside 0 .. 1mb")
+
+
+# -- the options, grouped as Flink groups them ------------------------------------------------------
+class CoreOptions:
+    DEFAULT_PARALLELISM = option("parallelism.default", "int", 1, "Default parallelism of operators.",
+                                 check=_at_least(1))
+
+
+class PipelineOptions:
+    NAME = option("pipeline.name", "str", "raylink job", "Job name when execute() is given none.")
+    MAX_PARALLELISM = option("pipeline.max-parallelism", "int", -1,
+                             "Max parallelism (number of key groups); -1 derives it from the parallelism.",
+                             check=_max_parallelism)
+    OPERATOR_CHAINING = option("pipeline.operator-chaining", "bool", True, "Chain operators where Flink would.")
+    AUTO_WATERMARK_INTERVAL = option("pipeline.auto-watermark-interval", "duration", 200,
+                                     "How often periodic watermarks are emitted (0 disables them).",
+                                     check=_at_least(0))
+
+
+class ExecutionOptions:
+    BUFFER_TIMEOUT = option("execution.buffer-timeout", "duration", 100,
+                            "Longest a record waits in an output buffer (and a source step); "
+                            "0 flushes every record, -1 only full buffers.", check=_buffer_timeout)
+    TARGET = option("execution.target", "enum", "ray",
+                    "Where a job runs: ray (TaskExecutor actors) or local (threads in this process).",
+                    choices=("ray", "local"))
+    SHUFFLE_MODE = option("execution.shuffle-mode", "enum", "pipelined",
+                          "pipelined or batch (blocking) exchanges.", choices=("pipelined", "batch"))
+
+
+class TaskManagerOptions:
+    NUM_TASK_SLOTS = option("taskmanager.numberOfTaskSlots", "int", 1, "Slots per TaskExecutor actor.",
+                            check=_at_least(1))
+    CPU_CORES = option("taskmanager.cpu.cores", "float", 0.01, "Ray CPUs reserved per TaskExecutor actor.",
+                       check=_positive)
+    TOTAL_PROCESS_MEMORY = option("taskmanager.memory.process.size", "memory", 0,
+                                  "Ray memory reserved per TaskExecutor actor (0: no reservation).",
+                                  check=_at_least(0))
+    MEMORY_SEGMENT_SIZE = option("taskmanager.memory.segment-size", "memory", 32 * 1024,
+                                 "Network buffer size: a power of 2, at least 4kb.", check=_segment_size)
+    TASK_CANCELLATION_INTERVAL = option("task.cancellation.interval", "duration", 30_000,
+                                        "Time between two interrupts of a task being cancelled.",
+                                        check=_positive)
+    TASK_CANCELLATION_TIMEOUT = option("task.cancellation.timeout", "duration", 180_000,
+                                       "A cancelled task still running after this long is failed "
+                                       "(on Ray its TaskExecutor process is killed); 0 waits forever.",
+                                       check=_at_least(0))
+
+
+class NettyShuffleEnvironmentOptions:
+    NETWORK_NUM_BUFFERS = option("taskmanager.network.numberOfBuffers", "int", 2048,
+                                 "Network buffers per TaskExecutor.", check=_at_least(1))
+    NETWORK_BUFFERS_PER_CHANNEL = option("taskmanager.network.memory.buffers-per-channel", "int", 2,
+                                         "Exclusive buffers (initial credit) per remote channel.",
+                                         check=_at_least(0))
+    NETWORK_EXTRA_BUFFERS_PER_GATE = option("taskmanager.network.memory.floating-buffers-per-gate", "int", 8,
+                                            "Floating buffers per input gate.", check=_at_least(0))
+    BUFFER_DEBLOAT_ENABLED = option("taskmanager.network.memory.buffer-debloat.enabled", "bool", True,
+                                    "Size remote buffers by the consumer's throughput (on by default here).")
+    BUFFER_DEBLOAT_TARGET = option("taskmanager.network.memory.buffer-debloat.target", "duration", 1000,
+                                   "Time a gate's buffered data should take to process.", check=_positive)
+    BUFFER_DEBLOAT_PERIOD = option("taskmanager.network.memory.buffer-debloat.period", "duration", 200,
+                                   "How often buffer sizes are recomputed.", check=_positive)
+    BUFFER_DEBLOAT_SAMPLES = option("taskmanager.network.memory.buffer-debloat.samples", "int", 20,
+                                    "Throughput measurements averaged.", check=_at_least(1))
+    BUFFER_DEBLOAT_THRESHOLD_PERCENTAGES = option(
+        "taskmanager.network.memory.buffer-debloat.threshold-percentages", "int", 25,
+        "Smallest buffer size change announced (%).", check=_at_least(1))
+
+
+class MetricOptions:
+    LATENCY_INTERVAL = option("metrics.latency.interval", "duration", 0,
+                              "Interval of latency markers from the sources (0: off).", check=_at_least(0))
+    PORT = option("metrics.port", "int", -1,
+                  "Port of the job's Prometheus /metrics endpoint on the driver, 127.0.0.1 "
+                  "(0: any free port; -1: off).", check=_port_or_off)
+
+
+class RaylinkOptions:
+    MAX_BATCH_BYTES = option("raylink.network.max-batch-bytes", "memory", 1 << 20,
+                             "Bytes a remote call between TaskExecutors aims to carry.", check=_at_least(1))
+    MAX_BATCH_DELAY = option("raylink.network.max-batch-delay", "duration", 20,
+                             "Longest a full buffer waits for its batch.", check=_positive)
+    DEBLOAT_INITIAL_SIZE = option("raylink.network.buffer-debloat.initial-size", "memory", 4096,
+                                  "Size of remote buffers before the first throughput measurement.",
+                                  check=_at_least(MIN_BUFFER_SIZE))
+    GC_THRESHOLD = option("raylink.taskmanager.gc-threshold", "int", 50_000,
+                          "Allocations between two young-generation collections in a TaskExecutor "
+                          "(0: Python's default).", check=_at_least(0))
+    COLLECT_MAX_BUFFERED_RECORDS = option("raylink.collect.max-buffered-records", "int", 16 * 1024,
+                                          "Records an execute_and_collect sink subtask holds for its "
+                                          "reader before it blocks (back pressure).", check=_at_least(1))
+    PROGRESS = option("raylink.progress", "enum", "auto", "Progress display of `raylink run`.",
+                      choices=("auto", "tty", "log", "off"))
+    PROGRESS_INTERVAL = option("raylink.progress.interval", "duration", 1000, "Progress refresh interval.",
+                               check=_positive)
+
+
+class CheckpointingOptions:
+    CHECKPOINTS_DIRECTORY = option("execution.checkpointing.dir", "str", None,
+                                   "Where checkpoints are stored: a local path or any fsspec URL "
+                                   "(file://, memory://, s3://, hdfs://, ...); one folder per job.",
+                                   fallback_keys=("state.checkpoints.dir", "state.backend.fs.checkpointdir"))
+    MAX_RETAINED_CHECKPOINTS = option("execution.checkpointing.num-retained", "int", 1,
+                                      "Completed checkpoints kept; older ones are deleted.",
+                                      fallback_keys=("state.checkpoints.num-retained",), check=_at_least(1))
+    FS_SMALL_FILE_THRESHOLD = option("execution.checkpointing.data-inline-threshold", "memory", 20 * 1024,
+                                     "State smaller than this is stored inline in the _metadata file "
+                                     "(at most 1mb).",
+                                     fallback_keys=("state.storage.fs.memory-threshold",
+                                                    "state.backend.fs.memory-threshold"),
+                                     check=_inline_threshold)
+    CHECKPOINTING_INTERVAL = option("execution.checkpointing.interval", "duration", None,
+                                    "Interval of periodic checkpoints (unset: checkpointing is off).",
+                                    check=_at_least(10, " ms"))
+    CHECKPOINTING_MODE = option("execution.checkpointing.mode", "enum", "exactly_once",
+                                "exactly_once or at_least_once (barriers are aligned for both).",
+                                choices=("exactly_once", "at_least_once"))
+    CHECKPOINTING_TIMEOUT = option("execution.checkpointing.timeout", "duration", 600_000,
+                                   "A checkpoint not complete after this long is expired (declined).",
+                                   check=_positive)
+    MIN_PAUSE_BETWEEN_CHECKPOINTS = option("execution.checkpointing.min-pause", "duration", 0,
+                                           "Least time between the end of a checkpoint and the next trigger.",
+                                           check=_at_least(0))
+    MAX_CONCURRENT_CHECKPOINTS = option("execution.checkpointing.max-concurrent-checkpoints", "int", 1,
+                                        "Checkpoints in progress at once.", check=_at_least(1))
+    TOLERABLE_FAILURE_NUMBER = option("execution.checkpointing.tolerable-failed-checkpoints", "int", 0,
+                                      "Consecutive failed checkpoints tolerated before the job fails over.",
+                                      check=_at_least(0))
+
+
+class RestartStrategyOptions:
+    RESTART_STRATEGY = option("restart-strategy.type", "enum", None,
+                              "none, fixed-delay, exponential-delay or failure-rate (unset: "
+                              "exponential-delay with checkpointing on, none otherwise).",
+                              fallback_keys=("restart-strategy",),
+                              choices=("none", "off", "disable", "fixed-delay", "fixeddelay",
+                                       "exponential-delay", "exponentialdelay", "failure-rate", "failurerate"))
+    FIXED_DELAY_ATTEMPTS = option("restart-strategy.fixed-delay.attempts", "int", 1,
+                                  "Restarts before the job fails (fixed-delay).", check=_at_least(0))
+    FIXED_DELAY_DELAY = option("restart-strategy.fixed-delay.delay", "duration", 1000,
+                               "Wait before a restart (fixed-delay).", check=_at_least(0))
+    EXPONENTIAL_INITIAL_BACKOFF = option("restart-strategy.exponential-delay.initial-backoff", "duration", 1000,
+                                         "First wait before a restart (exponential-delay).", check=_at_least(0))
+    EXPONENTIAL_MAX_BACKOFF = option("restart-strategy.exponential-delay.max-backoff", "duration", 60_000,
+                                     "Longest wait before a restart (exponential-delay).", check=_at_least(0))
+    EXPONENTIAL_MULTIPLIER = option("restart-strategy.exponential-delay.backoff-multiplier", "float", 1.5,
+                                    "Factor between two waits (exponential-delay).", check=_at_least(1))
+    EXPONENTIAL_RESET_THRESHOLD = option("restart-strategy.exponential-delay.reset-backoff-threshold",
+                                         "duration", 3_600_000,
+                                         "A job running this long without failure starts again at the "
+                                         "initial backoff.", check=_positive)
+    EXPONENTIAL_JITTER = option("restart-strategy.exponential-delay.jitter-factor", "float", 0.1,
+                                "Random share added to or taken from each wait.", check=_at_least(0))
+    EXPONENTIAL_ATTEMPTS = option("restart-strategy.exponential-delay.attempts-before-reset-backoff", "int",
+                                  2_147_483_647, "Restarts before the job fails (exponential-delay).",
+                                  check=_at_least(0))
+    FAILURE_RATE_MAX_FAILURES = option("restart-strategy.failure-rate.max-failures-per-interval", "int", 1,
+                                       "Failures within one interval before the job fails (failure-rate).",
+                                       check=_at_least(1))
+    FAILURE_RATE_INTERVAL = option("restart-strategy.failure-rate.failure-rate-interval", "duration", 60_000,
+                                   "The interval failures are counted in (failure-rate).", check=_positive)
+    FAILURE_RATE_DELAY = option("restart-strategy.failure-rate.delay", "duration", 1000,
+                                "Wait before a restart (failure-rate).", check=_at_least(0))
+
+
+OPTION_GROUPS = (CoreOptions, PipelineOptions, ExecutionOptions, TaskManagerOptions,
+                 NettyShuffleEnvironmentOptions, MetricOptions, CheckpointingOptions, RestartStrategyOptions,
+                 RaylinkOptions)
+
+
+def all_options() -> Iterator[ConfigOption]:
+    for group in OPTION_GROUPS:
+        for value in vars(group).values():
+            if isinstance(value, ConfigOption):
+                yield value
+
+
+def register(group: type) -> type:
+    """Add an option class (e.g. a connector's) to the registry; returns it (a decorator)."""
+    global OPTION_GROUPS
+    if group not in OPTION_GROUPS:
+        OPTION_GROUPS = OPTION_GROUPS + (group,)
+    _BY_KEY.update({o.key: o for o in vars(group).values() if isinstance(o, ConfigOption)})
+    return group
+
+
+_BY_KEY: dict[str, ConfigOption] = {}
+for _option in all_options():
+    _BY_KEY[_option.key] = _option
+    for _fallback in _option.fallback_keys:
+        _BY_KEY.setdefault(_fallback, _option)
+
+
+def read_option(settings: Any, option: ConfigOption) -> Any:
+    """``option`` from a ``Configuration`` or a plain dict of settings (a task's job
+    parameters), converted; its default when unset."""
+    if hasattr(settings, "get") and not isinstance(settings, dict):
+        return settings.get(option)
+    for key in (option.key, *option.fallback_keys):
+        if settings and key in settings:
+            return option.convert(settings[key])
+    return option.default
+
+
+def find_option(key: str) -> Optional[ConfigOption]:
+    """The option registered for ``key`` (or one of its fallback keys)."""
+    return _BY_KEY.get(key)
+
+
+def closest_key(key: str) -> Optional[str]:
+    """The registered key ``key`` most likely misspells, if any is close."""
+    matches = difflib.get_close_matches(key, list(_BY_KEY), n=1, cutoff=0.75)
+    return matches[0] if matches else None
+
+
+def unknown_key_message(key: str) -> str:
+    hint = closest_key(key)
+    return f"unknown configuration key {key!r}" + (f" (did you mean {hint!r}?)" if hint else "")
+
+
+__all__ = [
+    "CheckpointingOptions",
+    "ConfigOption",
+    "CoreOptions",
+    "ExecutionOptions",
+    "IllegalConfigurationError",
+    "MetricOptions",
+    "NettyShuffleEnvironmentOptions",
+    "PipelineOptions",
+    "RaylinkOptions",
+    "RestartStrategyOptions",
+    "TaskManagerOptions",
+    "all_options",
+    "closest_key",
+    "find_option",
+    "parse_duration_ms",
+    "parse_memory",
+    "read_option",
+    "register",
+    "unknown_key_message",
+]
