@@ -21,6 +21,7 @@ import cloudpickle
 from raylink.graph.job_graph import StreamConfig
 from raylink.operators.factory import create_operator
 from raylink.operators.runtime_context import StreamingRuntimeContext
+from raylink.shuffle.elements import WatermarkStatus
 
 
 class OperatorError(RuntimeError):
@@ -46,26 +47,31 @@ def _noop(*_args: Any) -> None:
 class ChainingOutput:
     """Hands records straight to the next chained operator."""
 
-    __slots__ = ("collect", "collect_batch", "emit_watermark", "emit_latency_marker", "operator")
+    __slots__ = ("collect", "collect_batch", "collect_timestamped_batch", "emit_watermark", "emit_latency_marker",
+                 "emit_watermark_status", "operator")
 
     def __init__(self, operator: Any, latency_handler: Optional[Callable[[Any], None]] = None) -> None:
         self.operator = operator
         self.collect = operator.process_element
         self.collect_batch = operator.process_batch
+        # records with a timestamp each, for operators that take them as one batch (else None)
+        self.collect_timestamped_batch = getattr(operator, "process_timestamped_batch", None)
         self.emit_watermark = operator.process_watermark
         self.emit_latency_marker = latency_handler or operator.process_latency_marker
+        self.emit_watermark_status = getattr(operator, "process_watermark_status", _noop)  # (idle: bool)
 
 
 class RecordWriterOutput:
     """Serialises records into a RecordWriter (an edge that leaves the chain)."""
 
-    __slots__ = ("writer", "record_context", "collect", "collect_batch")
+    __slots__ = ("writer", "record_context", "collect", "collect_batch", "collect_timestamped_batch")
 
     def __init__(self, writer: Any, record_context: Any) -> None:
         self.writer = writer
         self.record_context = record_context
         self.collect = self._collect
         self.collect_batch = self._collect_batch
+        self.collect_timestamped_batch = writer.emit_timestamped_batch  # (values, timestamps)
 
     def _collect(self, value: Any) -> None:
         ts = self.record_context.timestamp
@@ -79,12 +85,13 @@ class RecordWriterOutput:
         if ts is None:
             self.writer.emit_batch(values)
         else:
-            emit = self.writer.emit_timestamped
-            for value in values:
-                emit(value, ts)
+            self.writer.emit_timestamped_batch(values, ts)
 
     def emit_watermark(self, timestamp: int) -> None:
         self.writer.emit_watermark(timestamp)
+
+    def emit_watermark_status(self, idle: bool) -> None:
+        self.writer.broadcast_emit(WatermarkStatus.IDLE if idle else WatermarkStatus.ACTIVE)
 
     def emit_latency_marker(self, marker: Any) -> None:
         self.writer.random_emit(marker)
@@ -100,6 +107,9 @@ class OutputCollector:
         if len(main) == 1:
             self.collect = main[0].collect
             self.collect_batch = main[0].collect_batch
+            timestamped = getattr(main[0], "collect_timestamped_batch", None)
+            if timestamped is not None:  # else operators emit such records one by one
+                self.collect_timestamped_batch = timestamped
         elif not main:
             self.collect = _noop
             self.collect_batch = _noop
@@ -128,6 +138,10 @@ class OutputCollector:
     def emit_latency_marker(self, marker: Any) -> None:
         for output in self._all:
             output.emit_latency_marker(marker)
+
+    def emit_watermark_status(self, idle: bool) -> None:
+        for output in self._all:
+            output.emit_watermark_status(idle)
 
     def close(self) -> None:
         pass

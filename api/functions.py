@@ -3,7 +3,10 @@
 Mirrors Flink's ``Function`` / ``RichFunction`` family (``MapFunction``,
 ``FlatMapFunction``, ``FilterFunction``, ``ReduceFunction``, ``KeySelector``,
 ``ProcessFunction``, ``KeyedProcessFunction``, the ``Co*`` functions,
-``SinkFunction``, ``SourceFunction``, ``Partitioner``) and ``RuntimeContext``.
+``SinkFunction``, ``SourceFunction``, ``Partitioner``), the window functions
+(``AggregateFunction``, ``WindowFunction``, ``AllWindowFunction``,
+``ProcessWindowFunction``, ``ProcessAllWindowFunction``), ``KeyedStateStore`` and
+``RuntimeContext``.
 
 Every class here is plain Python with no dependency on the rest of raylink.
 Wherever the API accepts one of these objects it also accepts a plain callable
@@ -19,6 +22,14 @@ from __future__ import annotations
 
 from enum import Enum
 from typing import Any, Iterable, Optional
+
+
+class _Generic:
+    """PyFlink's window functions are ``Generic``: ``ProcessWindowFunction[IN, OUT, KEY, W]``
+    (in a class statement or an annotation) is the class itself here."""
+
+    def __class_getitem__(cls, _params: Any) -> type:
+        return cls
 
 
 class TimeDomain(Enum):
@@ -63,6 +74,24 @@ class ReduceFunction(Function):
     """Combine two values of the same type into one."""
 
     def reduce(self, value1: Any, value2: Any) -> Any:
+        raise NotImplementedError
+
+
+class AggregateFunction(Function, _Generic):
+    """Incremental aggregation with an accumulator (Flink's ``AggregateFunction``)."""
+
+    def create_accumulator(self) -> Any:
+        raise NotImplementedError
+
+    def add(self, value: Any, accumulator: Any) -> Any:
+        """Add ``value`` to ``accumulator`` and return the (new or updated) accumulator."""
+        raise NotImplementedError
+
+    def get_result(self, accumulator: Any) -> Any:
+        raise NotImplementedError
+
+    def merge(self, acc_a: Any, acc_b: Any) -> Any:
+        """Merge two accumulators (needed by merging windows, e.g. sessions)."""
         raise NotImplementedError
 
 
@@ -206,6 +235,89 @@ class KeyedCoProcessFunction(Function):
         return None
 
 
+class KeyedStateStore:
+    """Access to keyed state (Flink's ``KeyedStateStore``): the per-window and the global
+    state of a ``ProcessWindowFunction``."""
+
+    def get_state(self, state_descriptor: Any) -> Any:
+        raise NotImplementedError
+
+    def get_list_state(self, state_descriptor: Any) -> Any:
+        raise NotImplementedError
+
+    def get_map_state(self, state_descriptor: Any) -> Any:
+        raise NotImplementedError
+
+    def get_reducing_state(self, state_descriptor: Any) -> Any:
+        raise NotImplementedError
+
+    def get_aggregating_state(self, state_descriptor: Any) -> Any:
+        raise NotImplementedError
+
+
+class WindowFunction(Function, _Generic):
+    """Evaluates a keyed window: ``apply(key, window, inputs)`` yields the results."""
+
+    def apply(self, key: Any, window: Any, inputs: Iterable[Any]) -> Iterable[Any]:
+        raise NotImplementedError
+
+
+class AllWindowFunction(Function, _Generic):
+    """Evaluates a non-keyed window: ``apply(window, inputs)`` yields the results."""
+
+    def apply(self, window: Any, inputs: Iterable[Any]) -> Iterable[Any]:
+        raise NotImplementedError
+
+
+class WindowContext(_Generic):
+    """What a process window function sees of its window (``ProcessWindowFunction.Context``)."""
+
+    def window(self) -> Any:
+        raise NotImplementedError
+
+    def current_processing_time(self) -> int:
+        raise NotImplementedError
+
+    def current_watermark(self) -> int:
+        raise NotImplementedError
+
+    def window_state(self) -> KeyedStateStore:
+        """State of the current key and window (clean it up in ``clear``)."""
+        raise NotImplementedError
+
+    def global_state(self) -> KeyedStateStore:
+        """State of the current key, across windows."""
+        raise NotImplementedError
+
+    def output(self, output_tag: Any, value: Any) -> None:
+        """Emit ``value`` to a side output (timestamp: the window's max timestamp)."""
+        raise NotImplementedError
+
+
+class ProcessWindowFunction(Function, _Generic):
+    """Evaluates a keyed window with its context: ``process(key, context, elements)``."""
+
+    Context = WindowContext
+
+    def process(self, key: Any, context: WindowContext, elements: Iterable[Any]) -> Iterable[Any]:
+        raise NotImplementedError
+
+    def clear(self, context: WindowContext) -> None:
+        """Called when the window is purged: delete per-window state here."""
+
+
+class ProcessAllWindowFunction(Function, _Generic):
+    """Evaluates a non-keyed window with its context: ``process(context, elements)``."""
+
+    Context = WindowContext
+
+    def process(self, context: WindowContext, elements: Iterable[Any]) -> Iterable[Any]:
+        raise NotImplementedError
+
+    def clear(self, context: WindowContext) -> None:
+        """Called when the window is purged: delete per-window state here."""
+
+
 class SinkContext:
     """Context handed to ``SinkFunction.invoke`` (Flink's ``SinkFunction.Context``)."""
 
@@ -314,6 +426,13 @@ __all__ = [
     "ReduceFunction",
     "KeySelector",
     "Partitioner",
+    "AggregateFunction",
+    "KeyedStateStore",
+    "WindowFunction",
+    "AllWindowFunction",
+    "WindowContext",
+    "ProcessWindowFunction",
+    "ProcessAllWindowFunction",
     "TimerService",
     "ProcessContext",
     "KeyedProcessContext",

@@ -1,9 +1,10 @@
 """Keyed state descriptors and state interfaces (PyFlink's ``pyflink.datastream.state``).
 
 Descriptors mirror Flink's ``StateDescriptor`` subclasses (``ValueStateDescriptor``,
-``ListStateDescriptor``, ``MapStateDescriptor``, ``ReducingStateDescriptor``): pure
-data naming a state and its kind. The interfaces mirror Flink's ``ValueState``,
-``ListState``, ``MapState`` and ``ReducingState``; the heap implementations live
+``ListStateDescriptor``, ``MapStateDescriptor``, ``ReducingStateDescriptor``,
+``AggregatingStateDescriptor``): pure data naming a state and its kind. The
+interfaces mirror Flink's ``ValueState``, ``ListState``, ``MapState``,
+``ReducingState`` and ``AggregatingState``; the heap implementations live
 in ``raylink.operators.state_backend``. Obtain a state from inside a keyed
 function with ``runtime_context.get_state(descriptor)`` (and friends); every
 access is scoped to the key of the record (or timer) being processed.
@@ -15,7 +16,7 @@ from typing import Any, Iterable, Iterator, Tuple
 
 
 class StateDescriptor:
-    """Names a keyed state; ``kind`` is "value" | "list" | "map" | "reducing"."""
+    """Names a keyed state; ``kind`` is "value" | "list" | "map" | "reducing" | "aggregating"."""
 
     kind: str = ""
 
@@ -70,6 +71,27 @@ class ReducingStateDescriptor(StateDescriptor):
             raise ValueError("ReducingStateDescriptor needs a reduce function")
         self.reduce_function = reduce_function
         self.type_info = type_info
+
+
+class AggregatingStateDescriptor(StateDescriptor):
+    """``aggregate_function``: an ``AggregateFunction`` (``create_accumulator``, ``add``,
+    ``get_result``, ``merge``)."""
+
+    kind = "aggregating"
+
+    def __init__(self, name: str, agg_function: Any, state_type_info: Any = None) -> None:
+        super().__init__(name)
+        for method in ("create_accumulator", "add", "get_result"):
+            if not callable(getattr(agg_function, method, None)):
+                raise TypeError(
+                    f"AggregatingStateDescriptor {name!r}: the aggregate function needs a {method}() method, "
+                    f"got {type(agg_function).__name__}"
+                )
+        self.aggregate_function = agg_function
+        self.state_type_info = state_type_info
+
+    def get_agg_function(self) -> Any:
+        return self.aggregate_function
 
 
 class State:
@@ -141,7 +163,18 @@ class ReducingState(State):
         raise NotImplementedError
 
 
+class AggregatingState(State):
+    def get(self) -> Any:
+        """``get_result`` of the accumulator for the current key, ``None`` if unset."""
+        raise NotImplementedError
+
+    def add(self, value: Any) -> None:
+        raise NotImplementedError
+
+
 __all__ = [
+    "AggregatingStateDescriptor",
+    "AggregatingState",
     "StateDescriptor",
     "ValueStateDescriptor",
     "ListStateDescriptor",

@@ -7,11 +7,15 @@ Lifecycle, driven by the task (StreamTask + OperatorChain)::
                                         # their state backend + timer service here)
     op.open()                           # resolve user functions, call fn.open(ctx)
     op.process_element(v) / op.process_batch(vs) / op.process_watermark(ts) ...
+    op.process_watermark_status(idle)   # the input went idle / active (Flink's WatermarkStatus)
     op.end_input()                      # input exhausted (two-input: end_input(i))
     op.close()                          # fn.close(), release timers
 
 Records are bare values. ``process_batch(values)`` handles a list of records
-that share the timestamp in ``runtime_context.record_context.timestamp``.
+that share the timestamp in ``runtime_context.record_context.timestamp``; an
+operator may also offer ``process_timestamped_batch(values, timestamps)`` for a
+run of records with a timestamp each (the task and chained outputs use it when
+present, else they hand such records over one by one).
 """
 
 from __future__ import annotations
@@ -53,6 +57,33 @@ class StreamOperator:
         self._collect = output.collect
         self._collect_batch = output.collect_batch
         self._collect_side = output.collect_side
+        # records with one timestamp each: the output's batch method when it has one
+        self._collect_timestamped = (getattr(output, "collect_timestamped_batch", None)
+                                     or self._collect_each_timestamped)
+        self._emit_watermark_status = getattr(output, "emit_watermark_status", None)
+        group = getattr(runtime_context, "metrics_group", None)
+        if group is not None:  # Flink's per-operator watermark gauges
+            group.gauge("currentInputWatermark", self.current_input_watermark)
+            group.gauge("currentOutputWatermark", self.current_output_watermark)
+
+    def current_input_watermark(self) -> int:
+        """The last watermark this operator processed (``currentInputWatermark``)."""
+        return self.current_watermark
+
+    def current_output_watermark(self) -> int:
+        """The last watermark this operator emitted (``currentOutputWatermark``)."""
+        return self.current_watermark
+
+    def _collect_each_timestamped(self, values: List[Any], timestamps: List[int]) -> None:
+        """Emit ``values[i]`` with timestamp ``timestamps[i]`` through ``collect``; the
+        record context's timestamp is restored afterwards."""
+        rc = self.record_context
+        previous = rc.timestamp
+        collect = self._collect
+        for value, timestamp in zip(values, timestamps):
+            rc.timestamp = timestamp
+            collect(value)
+        rc.timestamp = previous
 
     def open(self) -> None:
         pass
@@ -71,6 +102,13 @@ class StreamOperator:
 
     def process_latency_marker(self, marker: Any) -> None:
         self.output.emit_latency_marker(marker)  # type: ignore[union-attr]
+
+    def process_watermark_status(self, idle: bool) -> None:
+        """The input became idle (``True``) or active again: forwarded, as Flink's
+        ``AbstractStreamOperator.processWatermarkStatus`` does."""
+        emit = self._emit_watermark_status
+        if emit is not None:
+            emit(idle)
 
     def end_input(self) -> None:
         pass
@@ -92,6 +130,8 @@ class TwoInputStreamOperator(StreamOperator):
         super().__init__(name, operator_id)
         self.input1_watermark = MIN_WATERMARK
         self.input2_watermark = MIN_WATERMARK
+        self._input_idle = [False, False]
+        self._output_idle = False
 
     def process_element1(self, value: Any) -> None:
         raise NotImplementedError
@@ -121,6 +161,21 @@ class TwoInputStreamOperator(StreamOperator):
         combined = min(self.input1_watermark, self.input2_watermark)
         if combined > self.current_watermark:
             self.process_watermark(combined)
+
+    def process_watermark_status1(self, idle: bool) -> None:
+        self._input_idle[0] = idle
+        self._combine_statuses()
+
+    def process_watermark_status2(self, idle: bool) -> None:
+        self._input_idle[1] = idle
+        self._combine_statuses()
+
+    def _combine_statuses(self) -> None:
+        """Idle when both inputs are idle, active when one is active (emitted on change)."""
+        idle = all(self._input_idle)
+        if idle != self._output_idle:
+            self._output_idle = idle
+            self.process_watermark_status(idle)
 
     def process_latency_marker1(self, marker: Any) -> None:
         self.process_latency_marker(marker)
@@ -189,6 +244,8 @@ class TwoInputUdfStreamOperator(TwoInputStreamOperator, AbstractUdfStreamOperato
         AbstractUdfStreamOperator.__init__(self, function, name, operator_id)
         self.input1_watermark = MIN_WATERMARK
         self.input2_watermark = MIN_WATERMARK
+        self._input_idle = [False, False]
+        self._output_idle = False
 
     def _resolve_pair(self, method1: str, method2: str) -> "tuple[Callable[..., Any], Callable[..., Any]]":
         """``(f1, f2)`` tuple/list of callables or one object with ``method1``/``method2``."""

@@ -126,10 +126,10 @@ class KeyedTimersMixin:
             rc.timestamp = previous
 
     # Triggerable
-    def on_event_time(self, timestamp: int, key: Any) -> None:
+    def on_event_time(self, timestamp: int, key: Any, namespace: Any = None) -> None:
         self._fire_timer(timestamp, timestamp, TimeDomain.EVENT_TIME)
 
-    def on_processing_time(self, timestamp: int, key: Any) -> None:
+    def on_processing_time(self, timestamp: int, key: Any, namespace: Any = None) -> None:
         self._fire_timer(timestamp, None, TimeDomain.PROCESSING_TIME)
 
     # event-time timers fire before the watermark moves on (Flink's InternalTimeServiceManager)

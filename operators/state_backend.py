@@ -16,13 +16,27 @@ Two access paths:
 * hot operators (reduce, aggregate) keep the per-key value directly in
   ``get_table(name).values`` and validate a key with ``backend.key_group_of``
   the first time they store it — one dict lookup per record.
+
+Namespaced state (Flink's ``InternalKvState`` with a namespace: window contents,
+trigger and per-window state) lives in tables of kind ``"ns:<kind>"`` whose
+``values`` map ``namespace -> {key -> value}`` (namespace first: the window
+operator finds a window's pane once per batch, then touches keys only); an empty
+namespace has no entry. Snapshots list them key first, ``{key_group: {name: {key:
+{namespace: value}}}}``, so they are by key group like every other state, and a
+table restored before it is registered is turned around when it is. Descriptor
+states over them come from ``get_or_create_namespaced_state`` and read the
+namespace set with ``set_current_namespace``; the window operator's fast path
+uses the table itself.
+Not thread-safe: a backend belongs to one task thread.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
-from raylink.api.state import ListState, MapState, ReducingState, State, ValueState
+from raylink.api.state import AggregatingState, ListState, MapState, ReducingState, State, ValueState
+from raylink.shuffle.reprs import record_repr
 
 NULL_KEY_MESSAGE = "Assigned key must not be null!"
 _MAX_KEY_CACHE = 1 << 20  # cached key -> key group entries before the cache is reset
@@ -62,7 +76,26 @@ def _same(v: Any) -> Any:
     return v
 
 
-_COPY = {"list": _copy_list, "map": _copy_map}
+NAMESPACED = "ns:"  # kind prefix of namespaced tables
+
+_COPY = {"list": _copy_list, "map": _copy_map, "aggregating": copy.deepcopy}
+_COPY.update({NAMESPACED + kind: _COPY.get(kind, _same) for kind in ("value", "list", "map", "reducing", "aggregating")})
+
+
+def _is_namespaced(kind: Optional[str]) -> bool:
+    return kind is not None and kind.startswith(NAMESPACED)
+
+
+def _namespace_first(key_first: Dict[Any, Dict[Any, Any]]) -> Dict[Any, Dict[Any, Any]]:
+    """``{key: {ns: v}}`` -> ``{ns: {key: v}}``."""
+    result: Dict[Any, Dict[Any, Any]] = {}
+    for key, namespaces in key_first.items():
+        for ns, value in namespaces.items():
+            per_ns = result.get(ns)
+            if per_ns is None:
+                per_ns = result[ns] = {}
+            per_ns[key] = value
+    return result
 
 
 class StateTable:
@@ -203,7 +236,238 @@ class HeapReducingState(_HeapState, ReducingState):
         m[key] = value if old is None else self._reduce(old, value)
 
 
+class HeapAggregatingState(_HeapState, AggregatingState):
+    """``AggregatingState``: an accumulator per key, ``get()`` is ``get_result(acc)``."""
+
+    __slots__ = ("_function",)
+
+    def __init__(self, backend: "HeapKeyedStateBackend", table: StateTable, aggregate_function: Any) -> None:
+        super().__init__(backend, table)
+        self._function = aggregate_function
+
+    def get(self) -> Any:
+        acc = self._map().get(self._backend.current_key)
+        return None if acc is None else self._function.get_result(acc)
+
+    def add(self, value: Any) -> None:
+        m = self._map()
+        key = self._backend.current_key
+        acc = m.get(key)
+        if acc is None:
+            acc = self._function.create_accumulator()
+        m[key] = self._function.add(value, acc)
+
+
 _STATE_CLASSES = {"value": HeapValueState, "list": HeapListState, "map": HeapMapState}
+
+
+# -- namespaced states ------------------------------------------------------------------------------
+class NamespacedState:
+    """Base of descriptor states under a namespace: ``values[namespace][key]``."""
+
+    __slots__ = ("_backend", "_values", "name", "namespace")
+
+    def __init__(self, backend: "HeapKeyedStateBackend", table: StateTable) -> None:
+        self._backend = backend
+        self._values = table.values
+        self.name = table.name
+        self.namespace: Any = None
+
+    def set_current_namespace(self, namespace: Any) -> None:
+        self.namespace = namespace
+
+    def _key(self) -> Any:
+        key = self._backend.current_key
+        if key is None:
+            raise RuntimeError(f"state {self.name!r} accessed with no current key set")
+        return key
+
+    def _get(self) -> Any:
+        key = self._key()
+        per_ns = self._values.get(self.namespace)
+        return None if per_ns is None else per_ns.get(key)
+
+    def _put(self, value: Any) -> None:
+        key = self._key()
+        per_ns = self._values.get(self.namespace)
+        if per_ns is None:
+            self._backend.key_group_of(key)  # validates the key
+            per_ns = self._values[self.namespace] = {}
+        per_ns[key] = value
+
+    def _pop(self, namespace: Any) -> Any:
+        key = self._key()
+        per_ns = self._values.get(namespace)
+        if per_ns is None:
+            return None
+        value = per_ns.pop(key, None)
+        if not per_ns:
+            del self._values[namespace]
+        return value
+
+    def clear(self) -> None:
+        self._pop(self.namespace)
+
+    def _merge(self, a: Any, b: Any) -> Any:
+        raise TypeError(f"state {self.name!r} cannot merge namespaces")
+
+    def merge_namespaces(self, target: Any, sources: Iterable[Any]) -> None:
+        """Move the values of ``sources`` into ``target`` (Flink's ``mergeNamespaces``)."""
+        merged = None
+        for source in sources:
+            value = self._pop(source)
+            if value is not None:
+                merged = value if merged is None else self._merge(merged, value)
+        if merged is not None:
+            saved = self.namespace
+            self.namespace = target
+            try:
+                current = self._get()
+                self._put(merged if current is None else self._merge(current, merged))
+            finally:
+                self.namespace = saved
+
+
+class NamespacedValueState(NamespacedState, ValueState):
+    __slots__ = ()
+
+    def value(self) -> Any:
+        return self._get()
+
+    def update(self, value: Any) -> None:
+        if value is None:
+            self.clear()
+        else:
+            self._put(value)
+
+
+class NamespacedListState(NamespacedState, ListState):
+    __slots__ = ()
+
+    def get(self) -> List[Any]:
+        return self._get() or []
+
+    def add(self, value: Any) -> None:
+        if value is None:
+            raise ValueError("You cannot add null to a ListState.")
+        current = self._get()
+        if current is None:
+            self._put([value])
+        else:
+            current.append(value)
+
+    def add_all(self, values: Iterable[Any]) -> None:
+        values = list(values)
+        if any(v is None for v in values):
+            raise ValueError("You cannot add null to a ListState.")
+        if values:
+            current = self._get()
+            if current is None:
+                self._put(values)
+            else:
+                current.extend(values)
+
+    def update(self, values: Iterable[Any]) -> None:
+        values = list(values)
+        if any(v is None for v in values):
+            raise ValueError("You cannot add null to a ListState.")
+        if values:
+            self._put(values)
+        else:
+            self.clear()
+
+    def _merge(self, a: Any, b: Any) -> Any:
+        return a + b
+
+
+class NamespacedMapState(NamespacedState, MapState):
+    __slots__ = ()
+
+    def _user_map(self) -> Dict[Any, Any]:
+        return self._get() or {}
+
+    def get(self, key: Any) -> Any:
+        return self._user_map().get(key)
+
+    def put(self, key: Any, value: Any) -> None:
+        current = self._get()
+        if current is None:
+            self._put({key: value})
+        else:
+            current[key] = value
+
+    def put_all(self, mapping: Any) -> None:
+        mapping = dict(mapping)
+        if mapping:
+            current = self._get()
+            if current is None:
+                self._put(mapping)
+            else:
+                current.update(mapping)
+
+    def remove(self, key: Any) -> None:
+        current = self._get()
+        if current is not None:
+            current.pop(key, None)
+            if not current:
+                self.clear()
+
+    def contains(self, key: Any) -> bool:
+        return key in self._user_map()
+
+    def keys(self) -> Iterator[Any]:
+        return iter(list(self._user_map().keys()))
+
+    def values(self) -> Iterator[Any]:
+        return iter(list(self._user_map().values()))
+
+    def items(self) -> Iterator[Tuple[Any, Any]]:
+        return iter(list(self._user_map().items()))
+
+    def is_empty(self) -> bool:
+        return not self._user_map()
+
+
+class NamespacedReducingState(NamespacedState, ReducingState):
+    __slots__ = ("_reduce",)
+
+    def __init__(self, backend: "HeapKeyedStateBackend", table: StateTable, reduce_function: Any) -> None:
+        super().__init__(backend, table)
+        self._reduce: Callable[[Any, Any], Any] = getattr(reduce_function, "reduce", None) or reduce_function
+
+    def get(self) -> Any:
+        return self._get()
+
+    def add(self, value: Any) -> None:
+        current = self._get()
+        self._put(value if current is None else self._reduce(current, value))
+
+    def _merge(self, a: Any, b: Any) -> Any:
+        return self._reduce(a, b)
+
+
+class NamespacedAggregatingState(NamespacedState, AggregatingState):
+    __slots__ = ("_function",)
+
+    def __init__(self, backend: "HeapKeyedStateBackend", table: StateTable, aggregate_function: Any) -> None:
+        super().__init__(backend, table)
+        self._function = aggregate_function
+
+    def get(self) -> Any:
+        acc = self._get()
+        return None if acc is None else self._function.get_result(acc)
+
+    def add(self, value: Any) -> None:
+        acc = self._get()
+        if acc is None:
+            acc = self._function.create_accumulator()
+        self._put(self._function.add(value, acc))
+
+    def _merge(self, a: Any, b: Any) -> Any:
+        return self._function.merge(a, b)
+
+
+_NAMESPACED_CLASSES = {"value": NamespacedValueState, "list": NamespacedListState, "map": NamespacedMapState}
 
 
 class HeapKeyedStateBackend:
@@ -228,6 +492,7 @@ class HeapKeyedStateBackend:
         self._kg_cache: Dict[Any, int] = {}
         self._tables: Dict[str, StateTable] = {}
         self._states: Dict[str, State] = {}
+        self._ns_states: Dict[str, NamespacedState] = {}
 
     @classmethod
     def for_subtask(cls, max_parallelism: int, parallelism: int, subtask_index: int) -> "HeapKeyedStateBackend":
@@ -244,7 +509,7 @@ class HeapKeyedStateBackend:
             if not self.start <= kg <= self.end:
                 raise ValueError(
                     f"Key group {kg} is not in KeyGroupRange{{startKeyGroup={self.start}, "
-                    f"endKeyGroup={self.end}}} (key {key!r}). This is most likely caused by a "
+                    f"endKeyGroup={self.end}}} (key {record_repr(key)}). This is most likely caused by a "
                     "non-deterministic key or records that were not partitioned by key."
                 )
             if len(self._kg_cache) >= _MAX_KEY_CACHE:
@@ -273,6 +538,10 @@ class HeapKeyedStateBackend:
             table = self._tables[name] = StateTable(name, kind)
         elif table.kind is None:  # restored before first registration
             table.kind = kind
+            if _is_namespaced(kind):  # restored key first: namespace first from now on
+                restored = _namespace_first(table.values)
+                table.values.clear()
+                table.values.update(restored)
         elif table.kind != kind:
             raise ValueError(f"state {name!r} is a {table.kind} state, not a {kind} state")
         return table
@@ -290,12 +559,41 @@ class HeapKeyedStateBackend:
         table = self.get_table(name, kind)
         if kind == "reducing":
             state = HeapReducingState(self, table, descriptor.reduce_function)
+        elif kind == "aggregating":
+            state = HeapAggregatingState(self, table, descriptor.aggregate_function)
         else:
             cls = _STATE_CLASSES.get(kind)
             if cls is None:
                 raise ValueError(f"unsupported state kind {kind!r}")
             state = cls(self, table)
         self._states[name] = state
+        return state
+
+    def get_namespaced_table(self, name: str, kind: str) -> StateTable:
+        """The raw table ``key -> {namespace -> value}`` of a namespaced state."""
+        return self.get_table(name, NAMESPACED + kind)
+
+    def get_or_create_namespaced_state(self, descriptor: Any) -> NamespacedState:
+        """A descriptor state under a namespace (set it with ``set_current_namespace``);
+        one object per state name, shared by its callers."""
+        name = descriptor.name
+        kind = descriptor.kind
+        state = self._ns_states.get(name)
+        if state is not None:
+            if self._tables[name].kind != NAMESPACED + kind:
+                raise ValueError(f"state {name!r} is a {self._tables[name].kind} state, not a namespaced {kind} state")
+            return state
+        table = self.get_namespaced_table(name, kind)
+        if kind == "reducing":
+            state = NamespacedReducingState(self, table, descriptor.reduce_function)
+        elif kind == "aggregating":
+            state = NamespacedAggregatingState(self, table, descriptor.aggregate_function)
+        else:
+            cls = _NAMESPACED_CLASSES.get(kind)
+            if cls is None:
+                raise ValueError(f"unsupported state kind {kind!r}")
+            state = cls(self, table)
+        self._ns_states[name] = state
         return state
 
     def state_names(self) -> List[str]:
@@ -306,15 +604,23 @@ class HeapKeyedStateBackend:
         table = self._tables.get(state_name)
         if table is None:
             return iter(())
+        if _is_namespaced(table.kind):
+            return iter(sorted({k for per_ns in table.values.values() for k in per_ns}, key=self.key_group_of))
         return iter(sorted(table.values, key=self.key_group_of))
 
     # -- snapshot / restore -------------------------------------------------------------
     def snapshot(self) -> Snapshot:
-        """``{key_group: {state name: {key: value}}}`` for every non-empty key group (copies)."""
+        """``{key_group: {state name: {key: value}}}`` for every non-empty key group (copies);
+        the value of a namespaced state is ``{namespace: value}``."""
         result: Snapshot = {}
         key_group_of = self.key_group_of
         for name, table in self._tables.items():
             copy = _COPY.get(table.kind or "", _same)
+            if _is_namespaced(table.kind):
+                for ns, per_ns in table.values.items():
+                    for k, v in per_ns.items():
+                        result.setdefault(key_group_of(k), {}).setdefault(name, {}).setdefault(k, {})[ns] = copy(v)
+                continue
             for k, v in table.values.items():
                 result.setdefault(key_group_of(k), {}).setdefault(name, {})[k] = copy(v)
         return dict(sorted(result.items()))
@@ -332,13 +638,20 @@ class HeapKeyedStateBackend:
                 if table is None:
                     table = self._tables[name] = StateTable(name, None)
                 copy = _COPY.get(table.kind or "", _same)
-                table.values.update({k: copy(v) for k, v in entries.items()})
+                if _is_namespaced(table.kind):
+                    values = table.values
+                    for k, namespaces in entries.items():
+                        for ns, v in namespaces.items():
+                            values.setdefault(ns, {})[k] = copy(v)
+                else:  # (a namespaced table not registered yet stays key first until it is)
+                    table.values.update({k: copy(v) for k, v in entries.items()})
                 for k in entries:
                     self._kg_cache[k] = kg
 
     def dispose(self) -> None:
         self._tables.clear()
         self._states.clear()
+        self._ns_states.clear()
         self._kg_cache.clear()
         self.current_key = None
 
@@ -350,6 +663,14 @@ __all__ = [
     "HeapListState",
     "HeapMapState",
     "HeapReducingState",
+    "HeapAggregatingState",
+    "NamespacedState",
+    "NamespacedValueState",
+    "NamespacedListState",
+    "NamespacedMapState",
+    "NamespacedReducingState",
+    "NamespacedAggregatingState",
+    "NAMESPACED",
     "key_group_range_for_subtask",
     "NULL_KEY_MESSAGE",
     "keyed_backend_for",

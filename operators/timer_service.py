@@ -1,8 +1,10 @@
 """Keyed timers: Flink's ``InternalTimerServiceImpl`` (plus the user-facing ``TimerService``).
 
-Timers are ``(timestamp, key)`` pairs, deduplicated (registering twice = one
-timer), kept in two priority queues (event time, processing time). Ties on
-the timestamp fire in registration order.
+Timers are ``(timestamp, key, namespace)`` triples, deduplicated (registering
+twice = one timer), kept in two priority queues (event time, processing time).
+Ties on the timestamp fire in registration order. The namespace is ``None`` for
+the timers of process functions and the window for the window operator (Flink's
+``InternalTimer.getNamespace``).
 
 * Event time: ``advance_watermark(ts)`` fires every timer with timestamp <= ts,
   in timestamp order, each with its key set as the backend's current key.
@@ -11,8 +13,9 @@ the timestamp fire in registration order.
   after firing), exactly like Flink. The physical callback must run on the task
   thread: the task's service routes it through the mailbox.
 
-The ``triggerable`` (the operator) gets ``on_event_time(ts, key)`` and
-``on_processing_time(ts, key)``.
+The ``triggerable`` (the operator) gets ``on_event_time(ts, key, namespace)`` and
+``on_processing_time(ts, key, namespace)``. Snapshots list ``(ts, key)`` for timers
+without a namespace and ``(ts, key, namespace)`` otherwise.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 from raylink.api.functions import TimerService
 from raylink.operators.base import MIN_WATERMARK
 
-_Entry = Tuple[int, int, Any]  # (timestamp, sequence, key)
+_Entry = Tuple[int, int, Any, Any]  # (timestamp, sequence, key, namespace)
+_Timer = Tuple[int, Any, Any]  # (timestamp, key, namespace)
 
 
 class InternalTimerService:
@@ -34,9 +38,9 @@ class InternalTimerService:
         self._pts = processing_time_service
         self._triggerable = triggerable
         self._event_queue: List[_Entry] = []
-        self._event_set: Set[Tuple[int, Any]] = set()
+        self._event_set: Set[_Timer] = set()
         self._proc_queue: List[_Entry] = []
-        self._proc_set: Set[Tuple[int, Any]] = set()
+        self._proc_set: Set[_Timer] = set()
         self._seq = 0
         self._next_timer: Any = None
         self._next_timer_ts: Optional[int] = None
@@ -48,30 +52,30 @@ class InternalTimerService:
         return self._pts.current_processing_time()
 
     # -- registration ---------------------------------------------------------------
-    def register_event_time_timer(self, key: Any, timestamp: int) -> None:
-        entry = (timestamp, key)
+    def register_event_time_timer(self, key: Any, timestamp: int, namespace: Any = None) -> None:
+        entry = (timestamp, key, namespace)
         if entry not in self._event_set:
             self._backend.key_group_of(key)  # validates the key
             self._event_set.add(entry)
             self._seq += 1
-            heapq.heappush(self._event_queue, (timestamp, self._seq, key))
+            heapq.heappush(self._event_queue, (timestamp, self._seq, key, namespace))
 
-    def delete_event_time_timer(self, key: Any, timestamp: int) -> None:
-        self._event_set.discard((timestamp, key))  # the heap entry is skipped lazily
+    def delete_event_time_timer(self, key: Any, timestamp: int, namespace: Any = None) -> None:
+        self._event_set.discard((timestamp, key, namespace))  # the heap entry is skipped lazily
 
-    def register_processing_time_timer(self, key: Any, timestamp: int) -> None:
-        entry = (timestamp, key)
+    def register_processing_time_timer(self, key: Any, timestamp: int, namespace: Any = None) -> None:
+        entry = (timestamp, key, namespace)
         if entry in self._proc_set:
             return
         self._backend.key_group_of(key)
         self._proc_set.add(entry)
         self._seq += 1
-        heapq.heappush(self._proc_queue, (timestamp, self._seq, key))
+        heapq.heappush(self._proc_queue, (timestamp, self._seq, key, namespace))
         if self._next_timer_ts is None or timestamp < self._next_timer_ts:
             self._schedule(timestamp)
 
-    def delete_processing_time_timer(self, key: Any, timestamp: int) -> None:
-        self._proc_set.discard((timestamp, key))
+    def delete_processing_time_timer(self, key: Any, timestamp: int, namespace: Any = None) -> None:
+        self._proc_set.discard((timestamp, key, namespace))
 
     def _schedule(self, timestamp: int) -> None:
         if self._closed:
@@ -82,10 +86,10 @@ class InternalTimerService:
         self._next_timer = self._pts.register_timer(timestamp, self.on_processing_time)
 
     @staticmethod
-    def _head(queue: List[_Entry], live: Set[Tuple[int, Any]]) -> Optional[_Entry]:
+    def _head(queue: List[_Entry], live: Set[_Timer]) -> Optional[_Entry]:
         while queue:
             head = queue[0]
-            if (head[0], head[2]) in live:
+            if (head[0], head[2], head[3]) in live:
                 return head
             heapq.heappop(queue)  # deleted or already fired
         return None
@@ -98,12 +102,12 @@ class InternalTimerService:
         set_key = self._backend.set_current_key
         fire = self._triggerable.on_event_time
         while queue and queue[0][0] <= timestamp:
-            ts, _, key = heapq.heappop(queue)
-            entry = (ts, key)
+            ts, _, key, namespace = heapq.heappop(queue)
+            entry = (ts, key, namespace)
             if entry in live:
                 live.discard(entry)
                 set_key(key)
-                fire(ts, key)
+                fire(ts, key, namespace)
 
     def on_processing_time(self, time: int) -> None:
         """Physical timer callback: fire every processing-time timer <= ``time``."""
@@ -119,10 +123,10 @@ class InternalTimerService:
             if head is None or head[0] > time:
                 break
             heapq.heappop(queue)
-            ts, _, key = head
-            live.discard((ts, key))
+            ts, _, key, namespace = head
+            live.discard((ts, key, namespace))
             set_key(key)
-            fire(ts, key)
+            fire(ts, key, namespace)
         head = self._head(queue, live)
         if head is not None and self._next_timer is None:
             self._schedule(head[0])
@@ -134,25 +138,27 @@ class InternalTimerService:
     def num_processing_time_timers(self) -> int:
         return len(self._proc_set)
 
-    def snapshot(self) -> Dict[int, Dict[str, List[Tuple[int, Any]]]]:
-        """``{key_group: {"event": [(ts, key)...], "processing": [...]}}``, sorted by timestamp."""
-        result: Dict[int, Dict[str, List[Tuple[int, Any]]]] = {}
+    def snapshot(self) -> Dict[int, Dict[str, List[Tuple[Any, ...]]]]:
+        """``{key_group: {"event": [(ts, key[, namespace])...], "processing": [...]}}``, sorted
+        by timestamp; the namespace is left out when it is ``None``."""
+        result: Dict[int, Dict[str, List[Tuple[Any, ...]]]] = {}
         kg_of = self._backend.key_group_of
         for domain, live in (("event", self._event_set), ("processing", self._proc_set)):
-            for ts, key in sorted(live, key=lambda e: e[0]):
-                result.setdefault(kg_of(key), {"event": [], "processing": []})[domain].append((ts, key))
+            for ts, key, namespace in sorted(live, key=lambda e: e[0]):
+                timer = (ts, key) if namespace is None else (ts, key, namespace)
+                result.setdefault(kg_of(key), {"event": [], "processing": []})[domain].append(timer)
         return dict(sorted(result.items()))
 
-    def restore(self, snapshot: Dict[int, Dict[str, List[Tuple[int, Any]]]]) -> None:
+    def restore(self, snapshot: Dict[int, Dict[str, List[Tuple[Any, ...]]]]) -> None:
         """Re-register the timers of the key groups this backend owns."""
         backend = self._backend
         for kg, domains in snapshot.items():
             if not backend.start <= kg <= backend.end:
                 continue
-            for ts, key in domains.get("event", ()):
-                self.register_event_time_timer(key, ts)
-            for ts, key in domains.get("processing", ()):
-                self.register_processing_time_timer(key, ts)
+            for timer in domains.get("event", ()):
+                self.register_event_time_timer(timer[1], timer[0], timer[2] if len(timer) > 2 else None)
+            for timer in domains.get("processing", ()):
+                self.register_processing_time_timer(timer[1], timer[0], timer[2] if len(timer) > 2 else None)
 
     def close(self) -> None:
         self._closed = True

@@ -1,0 +1,300 @@
+"""Event time: Duration/Time, WatermarkStrategy generators, TimestampsAndWatermarksOperator
+(periodic emission through the processing-time service, end of input), and watermarks
+through the runtime."""
+
+from datetime import timedelta
+
+import pytest
+
+from raylink.api import (
+    Duration,
+    ProcessFunction,
+    StreamExecutionEnvironment,
+    Time,
+    TimestampAssigner,
+    WatermarkGenerator,
+    WatermarkStrategy,
+)
+from raylink.api.configuration import Configuration
+from raylink.api.functions import SourceFunction
+from raylink.api.time import parse_duration_ms, to_millis
+from raylink.api.watermark_strategy import WatermarksWithIdleness
+from raylink.operators import CollectingOutput, ManualProcessingTimeService, StreamingRuntimeContext
+from raylink.operators.base import MAX_WATERMARK, MIN_WATERMARK
+from raylink.operators.timestamps import TimestampsAndWatermarksOperator
+from raylink.tests.runtime_jobs import make_env, reset_signal, signal
+
+pytestmark = pytest.mark.timeout(60)
+
+
+# -- Duration / Time ---------------------------------------------------------------------------------
+def test_duration_and_time_units():
+    assert Duration.of_seconds(5).to_milliseconds() == 5000
+    assert Duration.of_minutes(2).to_millis() == 120_000
+    assert Duration.of_hours(1).to_millis() == 3_600_000
+    assert Duration.of_days(1).to_millis() == 86_400_000
+    assert Duration.of_nanos(1_500_000).to_millis() == 1
+    assert Duration.of_millis(7) == Duration.of_nanos(7_000_000)
+    assert Time.seconds(3).to_milliseconds() == 3000
+    assert Time.minutes(1) == Time.milliseconds(60_000)
+    assert Time.hours(2).to_milliseconds() == 7_200_000 and Time.days(1).to_milliseconds() == 86_400_000
+    assert to_millis(timedelta(seconds=2)) == 2000 and to_millis(42) == 42
+    with pytest.raises(TypeError, match="allowed_lateness must be a Time"):
+        to_millis("5", "allowed_lateness")
+    assert parse_duration_ms("200 ms") == 200 and parse_duration_ms("2 s") == 2000 and parse_duration_ms(50) == 50
+    with pytest.raises(ValueError, match="'pipeline.auto-watermark-interval': 'soon' is not a duration"):
+        parse_duration_ms("soon", "pipeline.auto-watermark-interval")
+
+
+# -- generators --------------------------------------------------------------------------------------
+class _Out:
+    def __init__(self):
+        self.watermarks = []
+        self.idle = []
+
+    def emit_watermark(self, wm):
+        self.watermarks.append(wm)
+
+    def mark_idle(self):
+        self.idle.append(True)
+
+    def mark_active(self):
+        self.idle.append(False)
+
+
+def test_bounded_out_of_orderness_generator():
+    gen = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(10)).create_watermark_generator()
+    out = _Out()
+    gen.on_periodic_emit(out)
+    assert out.watermarks == [MIN_WATERMARK]  # nothing seen yet: no underflow
+    gen.on_event("x", 100, out)
+    gen.on_event("y", 90, out)  # out of order: the maximum stays
+    gen.on_periodic_emit(out)
+    gen.on_timestamps(["a", "b"], [130, 95], out)
+    gen.on_periodic_emit(out)
+    assert out.watermarks == [MIN_WATERMARK, 89, 119]
+    mono = WatermarkStrategy.for_monotonous_timestamps().create_watermark_generator()
+    mono.on_event("x", 50, out)
+    mono.on_periodic_emit(out)
+    assert out.watermarks[-1] == 49
+    with pytest.raises(ValueError, match="cannot be negative"):
+        WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(-1))
+
+
+def test_idleness_marks_idle_after_the_timeout_without_records():
+    now = [0]
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_idleness(Duration.of_millis(100))
+    gen = strategy.create_watermark_generator(clock=lambda: now[0])
+    assert isinstance(gen, WatermarksWithIdleness)
+    out = _Out()
+    gen.on_event("x", 10, out)
+    gen.on_periodic_emit(out)  # activity since the last check
+    now[0] = 50
+    gen.on_periodic_emit(out)  # first check without activity starts the inactivity period
+    now[0] = 151
+    gen.on_periodic_emit(out)  # 101 ms inactive > 100: idle, no watermark
+    assert out.watermarks == [9, 9] and out.idle == [True]
+    gen.on_timestamps(["y"], [20], out)
+    gen.on_periodic_emit(out)
+    assert out.watermarks[-1] == 19 and gen.idle is False
+
+
+def test_strategy_configures_itself_like_pyflink_and_rejects_bad_arguments():
+    strategy = WatermarkStrategy.for_monotonous_timestamps()
+    assert strategy.with_timestamp_assigner(lambda v: v[1]) is strategy  # PyFlink returns the same object
+    assert strategy.create_timestamp_assigner().extract_timestamp(("a", 7), MIN_WATERMARK) == 7
+    with pytest.raises(TypeError, match="with_timestamp_assigner: expected a TimestampAssigner"):
+        strategy.with_timestamp_assigner(5)
+    with pytest.raises(ValueError, match="idle_timeout must be positive"):
+        strategy.with_idleness(Duration.of_millis(0))
+    with pytest.raises(NotImplementedError, match="with_watermark_alignment is not supported"):
+        strategy.with_watermark_alignment("g", Duration.of_seconds(1))
+    assert not WatermarkStrategy.no_watermarks().emits_watermarks()
+
+
+# -- the operator ------------------------------------------------------------------------------------
+def start_operator(strategy, interval=None):
+    clock = ManualProcessingTimeService(start=1000)
+    params = {} if interval is None else {"pipeline.auto-watermark-interval": interval}
+    rc = StreamingRuntimeContext(processing_time_service=clock, job_parameters=params)
+    op = TimestampsAndWatermarksOperator(strategy)
+    out = CollectingOutput(rc.record_context)
+    op.setup(out, rc)
+    op.open()
+    return op, out, clock, rc
+
+
+class ByField(TimestampAssigner):
+    def extract_timestamp(self, value, record_timestamp):
+        return value[1]
+
+
+def test_operator_assigns_timestamps_and_emits_periodically_on_the_clock():
+    strategy = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(5)).with_timestamp_assigner(ByField())
+    op, out, clock, rc = start_operator(strategy)
+    assert op.watermark_interval == 200
+    op.process_batch([("a", 100), ("b", 90)])
+    rc.record_context.timestamp = 7
+    op.process_element(("c", 120))
+    assert rc.record_context.timestamp == 7  # restored
+    op.process_timestamped_batch([("d", 110)], [3])
+    assert out.records == [("a", 100), ("b", 90), ("c", 120), ("d", 110)]
+    assert out.timestamps == [100, 90, 120, 110]
+    assert out.watermarks == []  # only periodically
+    clock.advance(199)
+    assert out.watermarks == []
+    clock.advance(1)
+    assert out.watermarks == [114]
+    clock.advance(200)  # no progress: nothing emitted
+    assert out.watermarks == [114]
+    op.process_element(("e", 200))
+    clock.advance(200)
+    assert out.watermarks == [114, 194]
+    op.process_watermark(500)  # upstream watermarks are swallowed ...
+    assert out.watermarks == [114, 194]
+    op.process_watermark(MAX_WATERMARK)  # ... except the end of input
+    assert out.watermarks == [114, 194, MAX_WATERMARK]
+    op.end_input()
+    op.close()
+    assert clock.num_pending() == 0
+
+
+def test_operator_keeps_record_timestamps_without_an_assigner_and_final_emit_at_end_of_input():
+    op, out, clock, rc = start_operator(WatermarkStrategy.for_monotonous_timestamps(), interval="0 ms")
+    assert clock.num_pending() == 0  # interval 0: no periodic emission
+    rc.record_context.timestamp = 40
+    op.process_batch(["x", "y"])
+    op.process_timestamped_batch(["z"], [60])
+    assert out.timestamps == [40, 40, 60]
+    op.end_input()  # Flink's finish(): one last periodic emit
+    assert out.watermarks == [59]
+
+
+def test_operator_rejects_non_int_timestamps_naming_the_record():
+    op, _out, _clock, _rc = start_operator(WatermarkStrategy.no_watermarks().with_timestamp_assigner(lambda v: v // 2 if v % 2 == 0 else v / 2))
+    with pytest.raises(TypeError, match=r"returned 1.5 \(float\) for record 3; timestamps must be int"):
+        op.process_batch([2, 3])
+
+
+def test_custom_generator_for_punctuated_watermarks():
+    class EveryMarker(WatermarkGenerator):
+        def on_event(self, event, event_timestamp, output):
+            if event == "mark":
+                output.emit_watermark(event_timestamp)
+
+        def on_periodic_emit(self, output):
+            pass
+
+    strategy = WatermarkStrategy.for_generator(EveryMarker).with_timestamp_assigner(lambda v, ts: ts)
+    op, out, _clock, rc = start_operator(strategy)
+    op.process_timestamped_batch(["a", "mark", "b", "mark", "mark"], [5, 10, 12, 9, 20])
+    assert out.watermarks == [10, 20]  # 9 does not advance
+
+
+# -- through the runtime -----------------------------------------------------------------------------
+def test_get_config_sets_the_auto_watermark_interval_option():
+    env = StreamExecutionEnvironment(Configuration().set_string("execution.target", "local"))
+    assert env.get_config().get_auto_watermark_interval() == 200
+    assert env.get_config().set_auto_watermark_interval(25).get_auto_watermark_interval() == 25
+    assert env.configuration.get_string("pipeline.auto-watermark-interval") == "25 ms"
+    assert env.get_config().get_string("execution.target") == "local"  # still the Configuration
+    with pytest.raises(ValueError, match="must not be negative"):
+        env.get_config().set_auto_watermark_interval(-1)
+
+
+class _TickingSource(SourceFunction):
+    """Emits timestamped records, then one record every 10 ms until downstream saw a
+    periodic watermark covering them (bounded: at most ~20 s)."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def run(self, ctx):
+        for i in range(10):
+            ctx.collect_with_timestamp(i, 1000 + i)
+        for _ in range(2000):
+            if signal(self.name).wait(0.01):
+                return
+            ctx.collect_with_timestamp(-1, 1000)
+
+
+class _SeesWatermark(ProcessFunction):
+    def __init__(self, name):
+        self.name = name
+
+    def process_element(self, value, ctx):
+        wm = ctx.timer_service().current_watermark()
+        if wm >= 1008:
+            signal(self.name).set()
+        yield value, wm
+
+
+def test_periodic_watermarks_flow_through_the_runtime_before_end_of_input():
+    name = "test_watermarks.periodic"
+    reset_signal(name)
+    env = make_env("local", 1)
+    env.get_config().set_auto_watermark_interval(10)
+    rows = list(env.add_source(_TickingSource(name))
+                .assign_timestamps_and_watermarks(WatermarkStrategy.for_monotonous_timestamps())
+                .process(_SeesWatermark(name))
+                .execute_and_collect())
+    assert signal(name).is_set()  # a periodic watermark, not the end-of-input one, released the source
+    assert max(wm for _v, wm in rows) == 1008
+    assert [v for v, _wm in rows[:10]] == list(range(10))
+
+
+class _OneIdleSubtask(SourceFunction):
+    """Subtask 0 emits timestamped events; subtask 1 emits nothing. Both then wait (bounded)
+    for the window result: only idleness lets the watermark pass the idle subtask."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def run(self, ctx):
+        if ctx.get_runtime_context().get_index_of_this_subtask() == 0:
+            for ts in (1, 2, 12, 40):
+                ctx.collect(("k", ts))
+        if signal(self.name).wait(20):
+            signal(self.name + ".released").set()
+
+
+class _SignalsOutput(ProcessFunction):
+    def __init__(self, name):
+        self.name = name
+
+    def process_element(self, value, ctx):
+        signal(self.name).set()
+        yield value
+
+
+def test_an_idle_source_subtask_does_not_stall_event_time_windows():
+    from raylink.api import TumblingEventTimeWindows
+
+    name = "test_watermarks.idle"
+    reset_signal(name)
+    reset_signal(name + ".released")
+    env = make_env("local", 1)
+    env.get_config().set_auto_watermark_interval(10)
+    strategy = (WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda v, ts: v[1])
+                .with_idleness(Duration.of_millis(30)))
+    rows = list(env.add_source(_OneIdleSubtask(name)).set_parallelism(2)
+                .assign_timestamps_and_watermarks(strategy)
+                .key_by(lambda v: v[0])
+                .window(TumblingEventTimeWindows.of(Time.milliseconds(10)))
+                .reduce(lambda a, b: (a[0], a[1] + b[1]))
+                .process(_SignalsOutput(name))
+                .execute_and_collect())
+    assert signal(name + ".released").is_set()  # a window fired while both source subtasks ran
+    assert rows == [("k", 3), ("k", 12), ("k", 40)]
+
+
+def test_watermark_gauges_of_the_operator_move():
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(ByField())
+    op, _out, clock, rc = start_operator(strategy)
+    gauges = rc.get_metrics_group().gauges
+    assert gauges["currentOutputWatermark"]() == MIN_WATERMARK
+    op.process_batch([("a", 50)])
+    clock.advance(200)
+    op.process_watermark(7)  # upstream: seen, not forwarded
+    assert gauges["currentOutputWatermark"]() == 49
+    assert gauges["currentInputWatermark"]() == 7
