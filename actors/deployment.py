@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from raylink.api.types import is_flat_type
+from raylink.api.types import declared_flat_type
 from raylink.graph.execution_graph import ExecutionGraph, ExecutionVertex
 from raylink.graph.job_graph import JobVertex
 from raylink.graph.operator_spec import PartitionerSpec
@@ -30,7 +30,7 @@ class ResultPartitionDeploymentDescriptor:
     target_max_parallelism: int
     buffer_timeout: int
     target_name: str
-    flat_records: bool = False  # declared flat type: the writer need not check batches
+    flat_records: Any = None  # the declared flat type (TypeInformation): the writer checks records against it
     #: the executor consuming each subpartition (remote ones start with debloated buffers)
     consumer_executors: list[str] = field(default_factory=list)
 
@@ -58,6 +58,10 @@ class TaskDeploymentDescriptor:
     produced_partitions: list[ResultPartitionDeploymentDescriptor]
     input_gates: list[InputGateDeploymentDescriptor]
     job_parameters: dict = field(default_factory=dict)
+    #: where the task writes its checkpointed state (None: checkpointing is off)
+    checkpoint_storage: Any = None
+    #: the completed checkpoint the task starts from: {operator id: {old subtask: state handle}}
+    restore_handles: dict = field(default_factory=dict)
 
     @property
     def task_name(self) -> str:
@@ -76,6 +80,8 @@ def create_deployment_descriptor(
     placement: dict[tuple[str, int], str],
     job_parameters: dict | None = None,
     detached: dict[str, JobVertex] | None = None,
+    checkpoint_storage: Any = None,
+    restore: Any = None,
 ) -> TaskDeploymentDescriptor:
     jv = ev.job_vertex.job_vertex
     timeouts = {c.node_id: c.buffer_timeout for c in jv.chain}
@@ -95,7 +101,7 @@ def create_deployment_descriptor(
                 target_max_parallelism=target.max_parallelism,
                 buffer_timeout=timeouts.get(edge.source_id, 100),
                 target_name=target.name,
-                flat_records=is_flat_type(
+                flat_records=declared_flat_type(
                     edge.output_tag.type_info if edge.output_tag is not None else out_types.get(edge.source_id)
                 ),
                 consumer_executors=[
@@ -133,6 +139,10 @@ def create_deployment_descriptor(
         produced_partitions=produced,
         input_gates=gates,
         job_parameters=dict(job_parameters or {}),
+        checkpoint_storage=checkpoint_storage,
+        restore_handles={} if restore is None else {
+            config.operator_id: dict(restore.operator_states.get(config.operator_id, {})) for config in jv.chain
+        },
     )
 
 
@@ -141,11 +151,14 @@ def create_deployment_descriptors(
     graph: ExecutionGraph,
     placement: dict[tuple[str, int], str],
     job_parameters: dict | None = None,
+    checkpoint_storage: Any = None,
+    restore: Any = None,
 ) -> list[TaskDeploymentDescriptor]:
-    """Descriptors for every subtask, producers before consumers (topological order)."""
+    """Descriptors for every subtask, producers before consumers (topological order);
+    ``restore``: the ``CompletedCheckpoint`` every task starts from."""
     detached: dict[str, JobVertex] = {}
     return [
-        create_deployment_descriptor(job_id, ev, placement, job_parameters, detached)
+        create_deployment_descriptor(job_id, ev, placement, job_parameters, detached, checkpoint_storage, restore)
         for ev in graph.all_vertices()
     ]
 

@@ -2,15 +2,25 @@
 
 It owns the ExecutionGraph, moves every ``Execution`` through Flink's states
 (CREATED → SCHEDULED → DEPLOYING → RUNNING → FINISHED / CANCELED / FAILED),
-fails the job on the first task failure (there is no restart strategy yet) and
-turns the final task reports into a ``JobExecutionResult``. Subclasses place
-and start the tasks (in this process, or on Ray actors) and call
-``on_task_event`` with what the TaskExecutors report.
+runs the ``CheckpointCoordinator`` when checkpointing is on, and turns the final
+task reports into a ``JobExecutionResult``.
+
+Failover (Flink's restart-all strategy): on a task failure or a lost TaskExecutor
+the restart strategy decides. If it allows a restart the job goes RESTARTING: the
+remaining tasks are cancelled, the deployment's executors released, and after the
+strategy's backoff every subtask gets a new attempt, deployed afresh and restored
+from the latest completed checkpoint (none: from the start); then RUNNING again.
+Otherwise the job ends FAILED with the cause. Reports of earlier attempts are
+ignored.
+
+Subclasses place and start the tasks (in this process, or on Ray actors):
+``_deploy(restore)``, ``_start_tasks()``, ``_cancel_all_tasks()``,
+``_release_executors()``, ``_trigger_checkpoint`` / ``_notify_checkpoint``, and
+call ``on_task_event`` with what the TaskExecutors report.
 """
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 import uuid
@@ -19,12 +29,19 @@ from typing import Any, Optional
 import cloudpickle
 
 from raylink.actors.job_result import (
-    COLLECT_PREFIX,
     CloseableIterator,
     JobExecutionException,
     JobExecutionResult,
+    collect_ids,
 )
+from raylink.api.options import CheckpointingOptions
 from raylink.graph.execution_graph import ExecutionGraph, build_execution_graph
+from raylink.runtime.checkpoint_coordinator import CheckpointCoordinator
+from raylink.runtime.checkpoint_storage import CheckpointStorage
+from raylink.runtime.restart_strategy import create_restart_strategy
+
+#: where checkpoints go when ``execution.checkpointing.dir`` is not set (under the working directory)
+DEFAULT_CHECKPOINTS_DIR = "raylink-checkpoints"
 
 
 def merge_accumulators(per_task: list[dict]) -> dict:
@@ -53,17 +70,40 @@ class JobMasterBase:
         self.configuration = env.configuration
         self.execution_graph: ExecutionGraph = build_execution_graph(job_graph)
         self.executions = {ev.current_execution.attempt_id: ev for ev in self.execution_graph.all_vertices()}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._reported = threading.Condition(self._lock)  # a task report arrived / the job ended
         self._status = "CREATED"
         self._failure: Optional[BaseException] = None
         self._cancel_requested = False
         self._done = threading.Event()
         self._reports: dict[str, dict] = {}
-        # record batches of collect sinks, in arrival order; None once the job has ended
-        self.collected: "queue.Queue[Optional[list]]" = queue.Queue()
+        # execute_and_collect: the collect ids of every subtask with a collect sink whose
+        # reader has not seen it close, and those closed whose last records are not read yet
+        self._collect_ids: dict[str, list[str]] = {
+            attempt_id: ids for attempt_id, ev in self.executions.items()
+            if (ids := collect_ids(ev.job_vertex.job_vertex))
+        }
+        self._open_collectors: set[str] = set(self._collect_ids)
+        self._closed_collectors: list[str] = []
         self._started = time.perf_counter()
         self._ended: Optional[float] = None
         self.metrics_server: Any = None  # optional Prometheus endpoint (``metrics.port``)
+        # fault tolerance
+        conf = self.configuration
+        self.restart_strategy = create_restart_strategy(conf)
+        self.num_restarts = 0
+        self._restarting = False
+        self._wake = threading.Event()  # cuts a restart backoff short (cancel)
+        self.checkpoint_storage: Optional[CheckpointStorage] = None
+        self.coordinator: Optional[CheckpointCoordinator] = None
+        if conf.get(CheckpointingOptions.CHECKPOINTING_INTERVAL):
+            self.checkpoint_storage = CheckpointStorage.from_configuration(
+                conf, self.job_id, default_directory=DEFAULT_CHECKPOINTS_DIR)
+            self.checkpoint_storage.initialize_base_locations()  # not writable: fail now, naming it
+            self.coordinator = CheckpointCoordinator(
+                self.checkpoint_storage, conf, self._trigger_checkpoint,
+                lambda cid: self._notify_checkpoint(cid, True), lambda cid: self._notify_checkpoint(cid, False),
+                self._checkpointing_failed)
 
     # -- to be provided by an executor ---------------------------------------------------------------
     def _cancel_all_tasks(self) -> None:
@@ -71,6 +111,22 @@ class JobMasterBase:
 
     def _release_resources(self) -> None:
         """Free every actor / partition the job used (called once, when it ends)."""
+
+    def _release_executors(self) -> None:
+        """Free the executors of the current deployment (before a restart)."""
+
+    def _deploy(self, restore: Any) -> None:
+        """Place and deploy every subtask's current attempt (restored from ``restore``)."""
+        raise NotImplementedError
+
+    def _start_tasks(self) -> None:
+        raise NotImplementedError
+
+    def _trigger_checkpoint(self, checkpoint_id: int, timestamp: int) -> None:
+        raise NotImplementedError
+
+    def _notify_checkpoint(self, checkpoint_id: int, complete: bool) -> None:
+        raise NotImplementedError
 
     def _live_metrics(self) -> list[dict]:
         return []
@@ -85,55 +141,139 @@ class JobMasterBase:
         if port >= 0 and self.metrics_server is None:
             from raylink.actors.metrics import MetricsHttpServer
 
-            self.metrics_server = MetricsHttpServer(self.get_metrics, self.job_name, port)
+            try:
+                self.metrics_server = MetricsHttpServer(self.get_metrics, self.job_name, port)
+            except OSError as exc:  # metrics.port busy: the job never runs; free every actor it holds
+                self._failure = exc
+                self._finish()
+                raise
         self._status = "RUNNING"
         self._started = time.perf_counter()
         self._set_all("RUNNING")
 
+    def _start_checkpointing(self) -> None:
+        if self.coordinator is not None:
+            self.coordinator.start(set(self.executions))
+
+    def _checkpointing_failed(self, error: BaseException) -> None:
+        self._on_failure(error, finish_now=False)
+
+    def _take_collected(self, timeout: float) -> list[tuple[str, str, list, bool]]:
+        """``TaskExecutor.take_collected`` over every executor hosting an open collect sink."""
+        raise NotImplementedError
+
     def on_task_event(self, event: dict) -> None:
-        """A task reached FINISHED / CANCELED / FAILED, or a collect sink sent records."""
-        if event.get("type") == "collected":
-            self.collected.put(event["records"])
-            return
+        """A task reached FINISHED / CANCELED / FAILED, or acknowledged / declined a checkpoint."""
         attempt_id = event["attempt_id"]
+        kind = event.get("type")
+        if kind is not None:  # checkpoint_ack / checkpoint_decline
+            coordinator = self.coordinator
+            if coordinator is None or attempt_id not in self.executions:
+                return
+            if kind == "checkpoint_ack":
+                coordinator.receive_ack(attempt_id, event["checkpoint_id"], event["handles"], event.get("stats"))
+            else:
+                coordinator.receive_decline(attempt_id, event["checkpoint_id"], event["reason"])
+            return
         if isinstance(event.get("error"), bytes):
             event["error"] = cloudpickle.loads(event["error"])
-        cancel = False
         with self._lock:
-            if attempt_id in self._reports:
-                return
+            if attempt_id in self._reports or attempt_id not in self.executions or self._restarting:
+                return  # a duplicate, an earlier attempt's, or one of a deployment being torn down
             self._reports[attempt_id] = event
-            ev = self.executions.get(attempt_id)
-            if ev is not None:
-                ev.current_execution.state = event["state"]
-                ev.current_execution.failure_cause = event.get("error")
-            for name, records in (event.get("accumulators") or {}).items():
-                if name.startswith(COLLECT_PREFIX) and records:
-                    self.collected.put(list(records))
-            if event["state"] == "FAILED" and self._failure is None:
-                self._failure = event.get("error") or RuntimeError(f"task {event['task']} failed")
-                cancel = True
+            self._reported.notify_all()
+            ev = self.executions[attempt_id]
+            ev.current_execution.state = event["state"]
+            ev.current_execution.failure_cause = event.get("error")
+            failed = event["state"] == "FAILED"
             last = len(self._reports) == len(self.executions)
-        if cancel:
-            self._status = "FAILING"
-            self._cancel_all_tasks()
-        if last:
+        if event["state"] == "FINISHED" and self.coordinator is not None:
+            self.coordinator.task_finished(attempt_id)
+        if failed:
+            self._on_failure(event.get("error") or RuntimeError(f"task {event['task']} failed"), finish_now=last)
+        elif last:
             self._finish()
 
     def fail(self, error: BaseException) -> None:
-        """The job cannot go on (e.g. a TaskExecutor was lost): fail it now."""
+        """A TaskExecutor was lost (or the job cannot go on): fail over, or fail the job now."""
+        self._on_failure(error, finish_now=True)
+
+    def _on_failure(self, error: BaseException, finish_now: bool = False) -> None:
+        """Restart from the latest checkpoint if the restart strategy allows, else fail the job
+        (at once with ``finish_now``, else when the cancelled tasks have reported)."""
         with self._lock:
-            if self._done.is_set():
+            if self._done.is_set() or self._restarting:
                 return
+            if self._failure is None and not self._cancel_requested:
+                strategy = self.restart_strategy
+                strategy.notify_failure(int(time.time() * 1000))
+                if strategy.can_restart():
+                    self._restarting = True
+                    self._status = "RESTARTING"
+                    threading.Thread(target=self._restart, args=(error,), name=f"failover {self.job_id[:6]}",
+                                     daemon=True).start()
+                    return
             if self._failure is None:
                 self._failure = error
         self._status = "FAILING"
+        if self.coordinator is not None:
+            self.coordinator.stop("the job is failing")
         try:
             self._cancel_all_tasks()
         finally:
-            self._finish()
+            if finish_now:
+                self._finish()
+
+    def _restart(self, cause: BaseException) -> None:
+        """Failover thread: tear the deployment down, wait the backoff, deploy new attempts
+        restored from the latest completed checkpoint."""
+        try:
+            if self.coordinator is not None:
+                self.coordinator.stop("failover")
+            try:
+                self._cancel_all_tasks()
+            except Exception:  # executors already gone
+                pass
+            self._release_executors()
+            self._wake.wait(self.restart_strategy.backoff_time_ms() / 1000.0)
+            with self._lock:
+                if self._cancel_requested:
+                    self._restarting = False
+                    cancelled = True
+                else:
+                    cancelled = False
+                    for ev in self.execution_graph.all_vertices():
+                        ev.new_attempt()
+                    self.executions = {ev.current_execution.attempt_id: ev
+                                       for ev in self.execution_graph.all_vertices()}
+                    self._reports = {}
+                    self._collect_ids = {a: ids for a, ev in self.executions.items()
+                                         if (ids := collect_ids(ev.job_vertex.job_vertex))}
+                    self._open_collectors = set(self._collect_ids)
+                    self._closed_collectors = []
+                    self.num_restarts += 1
+            if cancelled:
+                self._finish()
+                return
+            restore = self.checkpoint_storage.latest_completed() if self.checkpoint_storage is not None else None
+            if self.coordinator is not None and restore is not None:
+                self.coordinator.stats.last_restored_id = restore.checkpoint_id
+            self._deploy(restore)
+            with self._lock:
+                self._restarting = False
+                self._status = "RUNNING"
+            self._start_tasks()
+            self._set_all("RUNNING")
+            self._start_checkpointing()
+        except BaseException as exc:  # noqa: BLE001 - a failed restart is one more failure
+            with self._lock:
+                self._restarting = False
+            exc.__cause__ = exc.__cause__ or cause
+            self._on_failure(exc)
 
     def _finish(self) -> None:
+        if self.coordinator is not None:
+            self.coordinator.stop("the job has ended")
         with self._lock:
             if self._done.is_set():
                 return
@@ -146,11 +286,14 @@ class JobMasterBase:
                 self._status = "FINISHED"
         try:
             self._release_resources()
+            if self.checkpoint_storage is not None and self._status == "FINISHED":
+                self.checkpoint_storage.shutdown(discard=True)  # nothing left to restore (Flink's default)
         finally:
             if self.metrics_server is not None:
                 self.metrics_server.close()
-            self._done.set()
-            self.collected.put(None)
+            with self._lock:
+                self._done.set()
+                self._reported.notify_all()
 
     # -- JobClient --------------------------------------------------------------------------------------
     def get_job_id(self) -> str:
@@ -161,12 +304,40 @@ class JobMasterBase:
 
     def cancel(self) -> None:
         self._cancel_requested = True
+        self._wake.set()
         if not self._done.is_set():
             self._status = "CANCELLING"
+            if self.coordinator is not None:
+                self.coordinator.stop("the job is cancelled")
             self._cancel_all_tasks()
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         return self._done.wait(timeout)
+
+    def fetch_collected(self, timeout: float = 0.5) -> Optional[list]:
+        """The next records of the job's collect sinks, ``[]`` if none came within ``timeout``
+        seconds, ``None`` once every collect sink has ended and all its records were read.
+        One reader at a time (the CloseableIterator)."""
+        if self._closed_collectors:  # a closed sink's last records come with its task's report
+            attempt_id = self._closed_collectors[0]
+            with self._lock:
+                if attempt_id not in self._reports and not self._done.is_set():
+                    self._reported.wait(timeout)
+                report = self._reports.get(attempt_id)
+                if report is None and not self._done.is_set():
+                    return []
+            self._closed_collectors.pop(0)
+            accumulators = (report or {}).get("accumulators") or {}
+            return [r for cid in self._collect_ids[attempt_id] for r in accumulators.get(cid, ())]
+        if not self._open_collectors:
+            return None
+        out: list = []
+        for attempt_id, _collect_id, records, closed in self._take_collected(timeout):
+            out.extend(records)
+            if closed and attempt_id in self._open_collectors:
+                self._open_collectors.discard(attempt_id)
+                self._closed_collectors.append(attempt_id)
+        return out
 
     def collect(self, limit: Optional[int] = None) -> CloseableIterator:
         """The records of the job's collect sink as they arrive."""
@@ -185,6 +356,12 @@ class JobMasterBase:
             accumulators=merge_accumulators([r.get("accumulators") or {} for r in ordered]),
             task_metrics=[r["metrics"] for r in ordered if r.get("metrics")],
         )
+
+    def get_checkpoint_stats(self) -> dict:
+        """Flink's checkpoint statistics plus ``numRestarts`` (Flink's job metric)."""
+        stats = self.coordinator.stats.to_dict() if self.coordinator is not None else {}
+        stats["numRestarts"] = self.num_restarts
+        return stats
 
     def get_vertex_metrics(self) -> dict:
         """Per JobVertex, as Flink's web UI aggregates them (with back-pressure status)."""

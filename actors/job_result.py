@@ -59,12 +59,27 @@ class JobExecutionResult:
 COLLECT_PREFIX = "collect-"
 
 
+def collect_ids(job_vertex: Any) -> list[str]:
+    """The ``execute_and_collect`` sinks (collect ids) chained in ``job_vertex``."""
+    ids = []
+    for config in job_vertex.chain:
+        spec = config.operator
+        collect_id = (spec.params or {}).get("collect_id", "") if spec.kind == "collect" else ""
+        if collect_id.startswith(COLLECT_PREFIX):
+            ids.append(collect_id)
+    return ids
+
+
+FETCH_TIMEOUT_S = 0.5  # one long poll of the collect sinks
+
+
 class CloseableIterator:
     """The records of ``execute_and_collect`` while the job runs (PyFlink's CloseableIterator).
 
-    Batches arrive on ``client.collected`` (a queue the JobMaster fills as the
-    collect sinks report; ``None`` marks the end of the job). With ``limit`` the
-    job is cancelled once that many records were read. Usable as
+    Batches come from ``client.fetch_collected`` (pulled from the collect sinks'
+    bounded buffers while the job runs, so a slow reader back-pressures the job;
+    ``None`` once every sink has ended). With ``limit`` the job is cancelled once
+    that many records were read. Usable as
     ``with stream.execute_and_collect() as results: ...``.
     """
 
@@ -87,9 +102,10 @@ class CloseableIterator:
         while self._index >= len(self._pending):
             if self._exhausted:
                 raise StopIteration
-            batch = self._client.collected.get()
+            batch = self._client.fetch_collected(FETCH_TIMEOUT_S)
             if batch is None:
                 self._exhausted = True
+                self._client.wait()
                 if self._client.get_job_status() == "FAILED":
                     self._client.get_job_execution_result()  # raises with the cause
                 continue

@@ -21,26 +21,47 @@ class LocalJobClient(JobMasterBase):
 
     def __init__(self, env: Any, job_name: Optional[str]) -> None:
         super().__init__(env, job_name)
+        self._deploy(None)
+
+    def _deploy(self, restore: Any) -> None:
         self.task_executor = TaskExecutor(LOCAL, NetworkSettings(self.configuration))
         self.task_executor.on_task_state = self.on_task_event
         placement = {(ev.job_vertex.id, ev.subtask_index): LOCAL for ev in self.executions.values()}
         for tdd in create_deployment_descriptors(
-            self.job_id, self.execution_graph, placement, self.configuration.to_dict()
+            self.job_id, self.execution_graph, placement, self.configuration.to_dict(),
+            self.checkpoint_storage, restore,
         ):
             self.task_executor.deploy(tdd)
         self.tasks = list(self.task_executor.tasks.values())
 
     def start(self) -> "LocalJobClient":
         self._job_running()
-        self.task_executor.start()
+        self._start_tasks()
+        self._start_checkpointing()
         return self
+
+    def _start_tasks(self) -> None:
+        self.task_executor.start()
 
     def _cancel_all_tasks(self) -> None:
         self.task_executor.cancel()
 
+    def _trigger_checkpoint(self, checkpoint_id: int, timestamp: int) -> None:
+        self.task_executor.trigger_checkpoint(checkpoint_id, timestamp)
+
+    def _notify_checkpoint(self, checkpoint_id: int, complete: bool) -> None:
+        self.task_executor.notify_checkpoint(checkpoint_id, complete)
+
+    def _release_executors(self) -> None:
+        self.task_executor.shutdown()
+
     def _release_resources(self) -> None:
         for partition in self.task_executor.partitions.values():
             partition.release()
+        self.task_executor._checkpoint_writer.shutdown(wait=False)
+
+    def _take_collected(self, timeout: float) -> list[tuple[str, str, list, bool]]:
+        return self.task_executor.take_collected(timeout)
 
     def _live_metrics(self) -> list[dict]:
         return self.task_executor.metrics()

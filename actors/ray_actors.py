@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 from typing import Any
 
+import cloudpickle
 import ray
 
 from raylink.actors.task_executor import NetworkSettings, TaskExecutor
@@ -67,8 +68,19 @@ class TaskExecutorActor:
     def cancel(self) -> None:
         self.te.cancel()
 
-    def next_events(self, timeout: float) -> list:
-        return self.te.next_events(timeout)
+    # records and accumulators go back pickled by the same cloudpickle that shipped the user's
+    # code: a class defined in the job's ``__main__`` then comes back as the driver's own class
+    def next_events(self, timeout: float) -> bytes:
+        return cloudpickle.dumps(self.te.next_events(timeout))
+
+    def take_collected(self, timeout: float) -> bytes:
+        return cloudpickle.dumps(self.te.take_collected(timeout))
+
+    def trigger_checkpoint(self, checkpoint_id: int, timestamp: int) -> None:
+        self.te.trigger_checkpoint(checkpoint_id, timestamp)
+
+    def notify_checkpoint(self, checkpoint_id: int, complete: bool) -> None:
+        self.te.notify_checkpoint(checkpoint_id, complete)
 
     def metrics(self) -> list:
         return self.te.metrics()

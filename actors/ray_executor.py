@@ -15,6 +15,7 @@ import os
 import threading
 from typing import Any, Optional
 
+import cloudpickle
 import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -74,52 +75,66 @@ class RayJobClient(JobMasterBase):
             raise ValueError(f"taskmanager.numberOfTaskSlots must be >= 1, got {slots}")
         cpus = conf.get_float("taskmanager.cpu.cores", 0.01)
         memory = conf.get_integer("taskmanager.memory.process.size", 0)
-        slot_of, count = assign_slots(self.execution_graph, slots)
-        self.executor_ids = [f"te-{self.job_id[:6]}-{i}" for i in range(count)]
-        placement = {key: self.executor_ids[i] for key, i in slot_of.items()}
-        bundle = {"CPU": cpus} if cpus > 0 else {"CPU": 0.01}
+        self._slots = slots
+        self._bundle = {"CPU": cpus} if cpus > 0 else {"CPU": 0.01}
         if memory > 0:
-            bundle["memory"] = memory
-        self._pg = placement_group([dict(bundle) for _ in range(count)], strategy="SPREAD")
+            self._bundle["memory"] = memory
         self.handles: dict[str, Any] = {}
+        self._takes: dict[str, Any] = {}  # executor id -> its take_collected call in flight
         self._released = False
+        self._pg: Any = None
+        self._generation = 0  # deployments so far (a restart makes a new one)
         self._monitor: Optional[threading.Thread] = None
         self.executor_stats: list[dict] = []
         self.locations: dict[str, dict] = {}
         try:
-            ready, _ = ray.wait([self._pg.ready()], timeout=PLACEMENT_TIMEOUT_S)
-            if not ready:
-                raise RuntimeError(
-                    f"could not place {count} TaskExecutors ({bundle} each) on the Ray cluster "
-                    f"within {PLACEMENT_TIMEOUT_S:.0f} s; lower taskmanager.cpu.cores or the parallelism"
-                )
-            settings = conf.to_dict()
-            batch = conf.get_integer("raylink.network.max-batch-bytes", DEFAULT_MAX_BATCH_BYTES)
-            runtime_env = _executor_runtime_env(batch)
-            for index, executor_id in enumerate(self.executor_ids):
-                self.handles[executor_id] = TaskExecutorActor.options(
-                    num_cpus=bundle["CPU"],
-                    max_concurrency=32,
-                    runtime_env=runtime_env,
-                    scheduling_strategy=PlacementGroupSchedulingStrategy(
-                        placement_group=self._pg, placement_group_bundle_index=index
-                    ),
-                ).remote(executor_id, settings, batch)
-            self.locations = dict(
-                zip(self.executor_ids, ray.get([h.location.remote() for h in self.handles.values()]))
-            )
-            for ev in self.executions.values():
-                ev.current_execution.state = "SCHEDULED"
-                ev.current_execution.assigned_location = placement[(ev.job_vertex.id, ev.subtask_index)]
-            ray.get([h.register_peers.remote(self.handles) for h in self.handles.values()])
-            per_executor: dict[str, list] = {e: [] for e in self.executor_ids}
-            for tdd in create_deployment_descriptors(self.job_id, self.execution_graph, placement, settings):
-                per_executor[placement[(tdd.job_vertex.id, tdd.subtask_index)]].append(tdd)
-            self._set_all("DEPLOYING")
-            ray.get([self.handles[e].deploy.remote(tdds) for e, tdds in per_executor.items()])
+            self._deploy(None)
         except BaseException:
             self._release_resources()
             raise
+
+    def _deploy(self, restore: Any) -> None:
+        """New TaskExecutor actors (one SPREAD placement group) for every current attempt."""
+        conf = self.configuration
+        self._generation += 1
+        slot_of, count = assign_slots(self.execution_graph, self._slots)
+        self.executor_ids = [f"te-{self.job_id[:6]}-{self._generation}-{i}" for i in range(count)]
+        placement = {key: self.executor_ids[i] for key, i in slot_of.items()}
+        bundle = self._bundle
+        self._pg = placement_group([dict(bundle) for _ in range(count)], strategy="SPREAD")
+        self.handles = {}
+        self._takes = {}
+        ready, _ = ray.wait([self._pg.ready()], timeout=PLACEMENT_TIMEOUT_S)
+        if not ready:
+            raise RuntimeError(
+                f"could not place {count} TaskExecutors ({bundle} each) on the Ray cluster "
+                f"within {PLACEMENT_TIMEOUT_S:.0f} s; lower taskmanager.cpu.cores or the parallelism"
+            )
+        settings = conf.to_dict()
+        batch = conf.get_integer("raylink.network.max-batch-bytes", DEFAULT_MAX_BATCH_BYTES)
+        runtime_env = _executor_runtime_env(batch)
+        for index, executor_id in enumerate(self.executor_ids):
+            self.handles[executor_id] = TaskExecutorActor.options(
+                num_cpus=bundle["CPU"],
+                max_concurrency=32,
+                runtime_env=runtime_env,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    placement_group=self._pg, placement_group_bundle_index=index
+                ),
+            ).remote(executor_id, settings, batch)
+        self.locations = dict(
+            zip(self.executor_ids, ray.get([h.location.remote() for h in self.handles.values()]))
+        )
+        for ev in self.executions.values():
+            ev.current_execution.state = "SCHEDULED"
+            ev.current_execution.assigned_location = placement[(ev.job_vertex.id, ev.subtask_index)]
+        ray.get([h.register_peers.remote(self.handles) for h in self.handles.values()])
+        per_executor: dict[str, list] = {e: [] for e in self.executor_ids}
+        for tdd in create_deployment_descriptors(self.job_id, self.execution_graph, placement, settings,
+                                                 self.checkpoint_storage, restore):
+            per_executor[placement[(tdd.job_vertex.id, tdd.subtask_index)]].append(tdd)
+        self._set_all("DEPLOYING")
+        ray.get([self.handles[e].deploy.remote(tdds) for e, tdds in per_executor.items()])
 
     def tasks_on(self, executor_id: str) -> list[str]:
         return sorted(
@@ -129,21 +144,29 @@ class RayJobClient(JobMasterBase):
 
     def start(self) -> "RayJobClient":
         self._job_running()
-        ray.get([h.start.remote() for h in self.handles.values()])
-        self._monitor = threading.Thread(target=self._monitor_loop, name=f"JobMaster {self.job_id[:6]}",
-                                         daemon=True)
-        self._monitor.start()
+        self._start_tasks()
+        self._start_checkpointing()
         return self
 
-    def _monitor_loop(self) -> None:
-        pending = {h.next_events.remote(POLL_TIMEOUT_S): e for e, h in self.handles.items()}
-        while pending and not self._done.is_set():
+    def _start_tasks(self) -> None:
+        handles = dict(self.handles)
+        ray.get([h.start.remote() for h in handles.values()])
+        self._monitor = threading.Thread(target=self._monitor_loop, args=(self._generation, handles),
+                                         name=f"JobMaster {self.job_id[:6]}", daemon=True)
+        self._monitor.start()
+
+    def _monitor_loop(self, generation: int, handles: dict) -> None:
+        """Long-polls one deployment's executors until the job ends or a restart replaces them."""
+        pending = {h.next_events.remote(POLL_TIMEOUT_S): e for e, h in handles.items()}
+        while pending and not self._done.is_set() and generation == self._generation:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_TIMEOUT_S * 5)
             for ref in ready:
                 executor_id = pending.pop(ref)
                 try:
-                    events = ray.get(ref)
+                    data = ray.get(ref)
                 except Exception as exc:  # the actor (or its node) is gone
+                    if generation != self._generation or self._restarting:
+                        return  # killed on purpose: a restart tears this deployment down
                     node = self.locations.get(executor_id, {}).get("node_id", "?")
                     lost = TaskExecutorLostError(
                         f"TaskExecutor {executor_id} on node {node[:12]} was lost "
@@ -151,13 +174,40 @@ class RayJobClient(JobMasterBase):
                     )
                     self.fail(lost)
                     return
+                try:
+                    events = cloudpickle.loads(data)
+                except Exception as exc:  # e.g. an accumulator of a class the driver cannot load
+                    self.fail(RuntimeError(f"the reports of TaskExecutor {executor_id} could not be read "
+                                           f"in the driver: {type(exc).__name__}: {exc}"))
+                    return
                 for event in events:
                     self.on_task_event(event)
                 if self._done.is_set():
                     return
-                pending[self.handles[executor_id].next_events.remote(POLL_TIMEOUT_S)] = executor_id
+                pending[handles[executor_id].next_events.remote(POLL_TIMEOUT_S)] = executor_id
 
     # -- JobMasterBase hooks -----------------------------------------------------------------------------
+    def _take_collected(self, timeout: float) -> list[tuple[str, str, list, bool]]:
+        """One long poll in flight per executor hosting an open collect sink (the next one is
+        asked for as soon as one answers, so taking overlaps the reader's work)."""
+        for executor_id in {self.executions[a].current_execution.assigned_location for a in self._open_collectors}:
+            if executor_id not in self._takes:
+                self._takes[executor_id] = self.handles[executor_id].take_collected.remote(POLL_TIMEOUT_S)
+        if not self._takes:
+            return []
+        by_ref = {ref: e for e, ref in self._takes.items()}
+        ready, _ = ray.wait(list(by_ref), num_returns=1, timeout=timeout)
+        out: list = []
+        for ref in ready:
+            executor_id = by_ref[ref]
+            del self._takes[executor_id]
+            try:
+                out.extend(cloudpickle.loads(ray.get(ref)))
+            except Exception:  # the executor is gone (the job fails): its collect sinks ended
+                out.extend((a, "", [], True) for a in self._open_collectors
+                           if self.executions[a].current_execution.assigned_location == executor_id)
+        return out
+
     def _cancel_all_tasks(self) -> None:
         for handle in self.handles.values():
             try:
@@ -165,10 +215,23 @@ class RayJobClient(JobMasterBase):
             except Exception:  # a dead actor: nothing to cancel
                 pass
 
+    def _trigger_checkpoint(self, checkpoint_id: int, timestamp: int) -> None:
+        for handle in self.handles.values():
+            handle.trigger_checkpoint.remote(checkpoint_id, timestamp)
+
+    def _notify_checkpoint(self, checkpoint_id: int, complete: bool) -> None:
+        for handle in self.handles.values():
+            try:
+                handle.notify_checkpoint.remote(checkpoint_id, complete)
+            except Exception:  # a dead actor: a restart is coming
+                pass
+
     def _release_resources(self) -> None:
         if self._released:
             return
         self._released = True
+        if self._takes:  # records a collect sink already handed over must reach the reader
+            ray.wait(list(self._takes.values()), num_returns=len(self._takes), timeout=2)
         if self.handles:
             refs = [h.stats.remote() for h in self.handles.values()]
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=2)
@@ -177,15 +240,20 @@ class RayJobClient(JobMasterBase):
                     self.executor_stats.append(ray.get(ref))
                 except Exception:
                     pass
+        self._release_executors()
+
+    def _release_executors(self) -> None:
+        """Kill the deployment's TaskExecutor actors and free their placement group."""
         for handle in self.handles.values():
             try:
                 ray.kill(handle, no_restart=True)
             except Exception:
                 pass
-        try:
-            remove_placement_group(self._pg)
-        except Exception:
-            pass
+        if self._pg is not None:
+            try:
+                remove_placement_group(self._pg)
+            except Exception:
+                pass
 
     def _live_metrics(self) -> list[dict]:
         refs = [h.metrics.remote() for h in self.handles.values()]

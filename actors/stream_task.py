@@ -18,10 +18,27 @@ from typing import Any, Callable, Optional
 
 from raylink.actors.mailbox import BACK_PRESSURE, IDLE, SOURCE_THREAD, MailboxProcessor
 from raylink.actors.operator_chain import OperatorChain, exception_with_operator
+from raylink.actors.task_canceler import InterruptibleThreads, TaskCanceler, TaskCancellationTimeoutError
+from raylink.api.options import TaskManagerOptions, read_option
 from raylink.graph.job_graph import JobVertex
 from raylink.operators.processing_time import SystemProcessingTimeService
 from raylink.operators.runtime_context import RecordContext, StreamingRuntimeContext
-from raylink.shuffle.elements import LatencyMarker, TimestampedRecords, Watermark
+from raylink.operators.snapshots import (
+    initialize_operator,
+    notify_checkpoint_aborted,
+    notify_checkpoint_complete,
+    snapshot_operator,
+)
+from raylink.shuffle.barrier_handler import CheckpointBarrierHandler
+from raylink.shuffle.elements import (
+    END_OF_PARTITION,
+    CancelCheckpointMarker,
+    CheckpointBarrier,
+    LatencyMarker,
+    TimestampedRecords,
+    Watermark,
+    WatermarkStatus,
+)
 
 SOURCE_BATCH_SIZE = 1024  # records per source step at most
 SOURCE_BATCH_BUFFERS = 2  # ... and about this many output buffers' worth
@@ -30,8 +47,9 @@ FIRST_DEBLOAT_MS = 20  # the first buffer debloating measurement, after this lon
 CREATED, RUNNING, FINISHED, CANCELED, FAILED = "CREATED", "RUNNING", "FINISHED", "CANCELED", "FAILED"
 
 
-class CancelTaskException(Exception):
-    """Raised inside the task thread to unwind a cancelled task."""
+class CancelTaskException(BaseException):
+    """Raised inside the task thread to unwind a cancelled task (a BaseException, like
+    Python's own interrupts, so a user function's ``except Exception`` does not swallow it)."""
 
 
 def any_of(futures: list[Future]) -> Future:
@@ -64,8 +82,15 @@ class StreamTask:
         on_state_change: Optional[Callable[["StreamTask", str, Optional[BaseException]], None]] = None,
         job_parameters: Optional[dict] = None,
         buffer_size: int = 32 * 1024,
+        restore: Optional[dict] = None,
+        checkpoint_sink: Optional[Callable[["StreamTask", int, dict, dict], None]] = None,
     ) -> None:
         self.job_vertex = job_vertex
+        #: the checkpointed state it starts from: {operator id: [snapshot of each old subtask]}
+        self.restore = restore
+        #: where a snapshot goes (the TaskExecutor writes it off this thread and acknowledges)
+        self.checkpoint_sink = checkpoint_sink
+        self._barrier_handler: Any = None
         self.buffer_size = buffer_size
         self._source_batch = SOURCE_BATCH_SIZE
         self.subtask_index = subtask_index
@@ -93,6 +118,9 @@ class StreamTask:
         self._thread: Optional[threading.Thread] = None
         self._time_service: Optional[SystemProcessingTimeService] = None
         self._flushers: list = []
+        self._step_bound_ns = 0  # a source step ends after this long (0: when its batch is full)
+        self._interruptible = InterruptibleThreads(CancelTaskException)
+        self._state_lock = threading.Lock()
         self.done = threading.Event()
 
     # -- lifecycle (any thread) ----------------------------------------------------------------
@@ -105,7 +133,9 @@ class StreamTask:
         return self.done.wait(timeout)
 
     def cancel(self) -> None:
-        """Cancel from any thread: the task thread unwinds at its next mail."""
+        """Cancel from any thread: the task thread unwinds at its next mail, or at once where
+        it runs (Flink's TaskInterrupter); a task still running after
+        ``task.cancellation.timeout`` ms is reported FAILED (Flink's TaskCancelerWatchDog)."""
         if self.done.is_set() or self._canceled:
             return
         self._canceled = True
@@ -118,15 +148,38 @@ class StreamTask:
             if cancel is not None:
                 cancel()
         self.mailbox_processor.mailbox.put(self._raise_cancel)
+        params = self.job_parameters
+        TaskCanceler(
+            self.name, self.done, self._interruptible.interrupt, self._cancellation_timed_out,
+            read_option(params, TaskManagerOptions.TASK_CANCELLATION_INTERVAL),
+            read_option(params, TaskManagerOptions.TASK_CANCELLATION_TIMEOUT),
+        ).start()
 
     def _raise_cancel(self) -> None:
         raise CancelTaskException(f"task {self.name} was cancelled")
 
-    def _set_state(self, state: str, error: Optional[BaseException] = None) -> None:
-        self.state = state
-        self.error = error
+    def _cancellation_timed_out(self) -> None:
+        """Watchdog thread: the task ignored the cancel; report it FAILED and let it go."""
+        timeout = read_option(self.job_parameters, TaskManagerOptions.TASK_CANCELLATION_TIMEOUT)
+        stacks = self._interruptible.stacks()
+        error = TaskCancellationTimeoutError(
+            f"task {self.name} did not react to cancelling within {timeout} ms "
+            f"(task.cancellation.timeout); it is stuck in:\n{stacks}"
+        )
+        if self._set_state(FAILED, error):
+            self.mailbox_processor.mailbox.close()
+            self.done.set()
+
+    def _set_state(self, state: str, error: Optional[BaseException] = None) -> bool:
+        """Move to ``state``; a task reports one final state only (False: it had one)."""
+        with self._state_lock:
+            if self.state in (FINISHED, CANCELED, FAILED):
+                return False
+            self.state = state
+            self.error = error
         if self.on_state_change is not None:
             self.on_state_change(self, state, error)
+        return True
 
     # -- the task thread ------------------------------------------------------------------------
     def run(self) -> None:
@@ -156,10 +209,16 @@ class StreamTask:
             head = self.chain.head
             self._bind_head(head)
             self.chain.open()
+            restore = self.restore or {}
+            for operator, config in zip(self.chain.operators, jv.chain):
+                initialize_operator(operator, restore.get(config.operator_id))
+            self.restore = None  # the snapshots are in the operators now
+            if self.inputs:
+                self._barrier_handler = self._create_barrier_handler()
             if jv.invokable == "SourceStreamTask" and getattr(head, "runs_source_function", False):
                 self._start_legacy_mode(head)
-            if self._legacy_lock is not None and any(w.flush_always for w in self.writers):
-                self._source_batch = 1  # buffer timeout 0: every record leaves at once
+            if jv.invokable == "SourceStreamTask":
+                self._bound_source_steps(head, jv.chain[0].buffer_timeout)
             for writer in self.writers:
                 schedule = mp.mailbox.put
                 if self._legacy_lock is not None:  # the source thread may hold a partial batch
@@ -169,19 +228,32 @@ class StreamTask:
                 flusher = writer.start_output_flusher(schedule)
                 if flusher is not None:
                     self._flushers.append(flusher)
+            if (self._legacy_lock is not None and not self._flushers and self._step_bound_ns
+                    and self._source_batch > 1):
+                self._schedule_legacy_flush(self._step_bound_ns // 1_000_000)
             interval = int(self.job_parameters.get("metrics.latency.interval", 0) or 0)
             if interval > 0 and jv.invokable == "SourceStreamTask":
                 self._schedule_latency_marker(interval)
             self._schedule_debloating()
-            mp.run_mailbox_loop()
+            self._interruptible.enter()
+            try:
+                mp.run_mailbox_loop()
+            finally:
+                self._interruptible.leave()
             if self._canceled:
                 raise CancelTaskException(f"task {self.name} was cancelled")
             self._stop_timers()
             self._set_state(FINISHED)
         except CancelTaskException:
+            self._interruptible.leave()
             self._cleanup_after_failure()
             self._set_state(CANCELED)
         except BaseException as exc:  # noqa: BLE001 - a task reports every failure
+            self._interruptible.leave()
+            if self._canceled:  # failing while being cancelled (e.g. interrupted inside a library)
+                self._cleanup_after_failure()
+                self._set_state(CANCELED)
+                return
             error = exception_with_operator(self.chain, self.name, exc)
             self._cleanup_after_failure()
             self._set_state(FAILED, error)
@@ -203,6 +275,32 @@ class StreamTask:
             self._element = (head.process_element,)
             self._watermark = (head.process_watermark,)
             self._latency = (self.chain.latency_handler(head),)
+
+    def _bound_source_steps(self, head: Any, buffer_timeout: int) -> None:
+        """The buffer timeout bounds how long a source holds records: a source step ends
+        after it (or a full batch), so a slow source's records leave within the timeout."""
+        if buffer_timeout == 0 or any(w.flush_always for w in self.writers):
+            if self._legacy_lock is not None:
+                self._source_batch = 1  # buffer timeout 0: every record leaves at once
+            buffer_timeout = 1
+        if buffer_timeout > 0:
+            self._step_bound_ns = buffer_timeout * 1_000_000
+            if hasattr(head, "step_bound_ns"):
+                head.step_bound_ns = self._step_bound_ns
+
+    def _schedule_legacy_flush(self, interval_ms: int) -> None:
+        """A SourceFunction chained to its sinks has no OutputFlusher: hand its partial
+        batch over every buffer timeout all the same."""
+        service = self._time_service
+        head = self.chain.head
+
+        def flush(_timestamp: int) -> None:
+            if self._ended:
+                return
+            head.flush_pending()
+            service.register_timer(service.current_processing_time() + interval_ms, flush)
+
+        service.register_timer(service.current_processing_time() + interval_ms, flush)
 
     def _schedule_latency_marker(self, interval_ms: int) -> None:
         """Flink's LatencyMarkerEmitter: every ``metrics.latency.interval`` ms, in the task thread."""
@@ -285,14 +383,18 @@ class StreamTask:
 
     def _legacy_source_main(self) -> None:
         put = self.mailbox_processor.mailbox.put
+        self._interruptible.enter()
         try:
             self._source.emit_next(self._source_batch)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the task thread
+            self._interruptible.leave()
+
             def fail(exc=exc):
                 raise exc
 
             put(fail)
             return
+        self._interruptible.leave()
         put(lambda: self._end_of_input(self.mailbox_processor))
 
     def _wait_for_output_in_source_thread(self) -> None:
@@ -322,10 +424,16 @@ class StreamTask:
             blocked.add_done_callback(mp.suspend_default_action(BACK_PRESSURE).resume)
             return
         if self.job_vertex.invokable == "SourceStreamTask":
+            bound = self._step_bound_ns
+            if bound:
+                start = time.perf_counter_ns()
             if not self._source.emit_next(self._source_batch):
                 self._end_of_input(mp)
-            else:
-                self._adapt_source_batch()
+                return
+            self._adapt_source_batch()
+            if bound and time.perf_counter_ns() - start >= bound:
+                for writer in self.writers:  # a slow source: what it emitted leaves now
+                    writer.flush_all()
             return
         inputs = self.inputs
         n = len(inputs)
@@ -371,6 +479,10 @@ class StreamTask:
                 process_batch(item)
             elif kind is TimestampedRecords:
                 self.num_records_in += len(item)
+                timestamped = getattr(self._batch[index].__self__, "process_timestamped_batch", None)
+                if timestamped is not None and len(self._batch) == 1:  # the head takes the whole run
+                    timestamped(item.values, item.timestamps)
+                    continue
                 rc = self.record_context
                 element = self._element[index]
                 for value, ts in zip(item.values, item.timestamps):
@@ -381,7 +493,71 @@ class StreamTask:
                 self._watermark[index](item.timestamp)
             elif kind is LatencyMarker:
                 self._latency[index](item)
-            # EndOfPartition markers, statuses and barriers need no action here yet
+            elif kind is WatermarkStatus:  # the valve's output went idle / active
+                head = self._batch[index].__self__
+                suffix = str(index + 1) if len(self._batch) == 2 else ""
+                getattr(head, "process_watermark_status" + suffix)(item.idle)
+            elif kind is CheckpointBarrier:
+                self._barrier_handler.process_barrier(item, index, self.inputs[index].last_channel)
+            elif kind is CancelCheckpointMarker:
+                self._barrier_handler.process_cancellation_marker(item, index, self.inputs[index].last_channel)
+            elif item is END_OF_PARTITION and self._barrier_handler is not None:
+                self._barrier_handler.process_end_of_partition(index, self.inputs[index].last_channel)
+
+    # -- checkpoints (Flink's SubtaskCheckpointCoordinator) ---------------------------------------------
+    def _create_barrier_handler(self) -> Any:
+        """Aligned barriers over every channel of every input (Flink's SingleCheckpointBarrierHandler)."""
+        return CheckpointBarrierHandler.for_inputs(
+            self.inputs, self._perform_checkpoint, lambda checkpoint_id, reason: self._decline(checkpoint_id, reason),
+            task_name=self.name)
+
+    def trigger_checkpoint(self, checkpoint_id: int, timestamp: int) -> None:
+        """Any thread, source tasks: take checkpoint ``checkpoint_id`` between two records."""
+        self.mailbox_processor.mailbox.put(
+            lambda: self._perform_checkpoint(CheckpointBarrier(checkpoint_id, timestamp)))
+
+    def _perform_checkpoint(self, barrier: CheckpointBarrier) -> None:
+        """Task thread: snapshot every operator (copies only), send the barrier on before any
+        later record, and hand the snapshot to the TaskExecutor to write and acknowledge."""
+        if self._ended or self.chain is None:  # its outputs are finished: nothing to send on
+            if self.checkpoint_sink is not None:
+                self.checkpoint_sink(self, barrier.checkpoint_id, None,
+                                     {"declined": f"task {self.name} has already finished"})
+            return
+        started = time.perf_counter()
+        if self._legacy_lock is not None:
+            self.chain.head.flush_pending()  # what run() emitted so far belongs before the barrier
+        snapshots = {
+            config.operator_id: snapshot_operator(operator, barrier.checkpoint_id, barrier.timestamp)
+            for operator, config in zip(self.chain.operators, self.job_vertex.chain)
+        }
+        for writer in self.writers:
+            writer.broadcast_event(barrier)
+        handler = self._barrier_handler
+        stats = {
+            "sync_ms": (time.perf_counter() - started) * 1000.0,
+            "alignment_ms": handler.alignment_duration_ns / 1e6 if handler is not None else 0.0,
+        }
+        if self.checkpoint_sink is not None:
+            self.checkpoint_sink(self, barrier.checkpoint_id, snapshots, stats)
+
+    def _decline(self, checkpoint_id: int, reason: str) -> None:
+        for writer in self.writers:  # downstream tasks stop waiting for this checkpoint's barrier
+            writer.broadcast_event(CancelCheckpointMarker(checkpoint_id))
+        if self.checkpoint_sink is not None:
+            self.checkpoint_sink(self, checkpoint_id, None, {"declined": reason})
+
+    def notify_checkpoint(self, checkpoint_id: int, complete: bool) -> None:
+        """Any thread: checkpoint ``checkpoint_id`` completed (or was aborted); operators hear of
+        it in the task thread (a two-phase-commit sink commits here)."""
+        notify = notify_checkpoint_complete if complete else notify_checkpoint_aborted
+
+        def mail() -> None:
+            if self.chain is not None:
+                for operator in self.chain.operators:
+                    notify(operator, checkpoint_id)
+
+        self.mailbox_processor.mailbox.put(mail)
 
     def _end_of_input(self, mp: MailboxProcessor) -> None:
         self._ended = True

@@ -12,13 +12,17 @@ long-polls them with ``next_events``.
 from __future__ import annotations
 
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
 import cloudpickle
 
 from raylink.actors.deployment import TaskDeploymentDescriptor
-from raylink.actors.job_result import COLLECT_PREFIX
+from raylink.actors.job_result import collect_ids
 from raylink.actors.stream_task import CANCELED, FAILED, FINISHED, StreamTask
+from raylink.api.options import RaylinkOptions, read_option
+from raylink.operators.collect import CollectBuffer
 from raylink.shuffle.buffer_debloater import BufferDebloater, DebloatSettings
 from raylink.shuffle.buffer_pool import NetworkBufferPool
 from raylink.shuffle.credit import create_floating_pool
@@ -116,6 +120,11 @@ class TaskExecutor:
         self._events: list = []
         self._events_cond = threading.Condition()
         self.on_task_state: Any = None  # optional direct callback (in-process executor)
+        # execute_and_collect: attempt id -> {collect id: buffer}, until the reader saw it closed
+        self._collect_cond = threading.Condition()
+        self._collect_buffers: dict[str, dict[str, CollectBuffer]] = {}
+        # the asynchronous phase of checkpoints: serialise and write snapshots off the task threads
+        self._checkpoint_writer = ThreadPoolExecutor(1, thread_name_prefix=f"checkpoint writer {executor_id}")
 
     # -- deployment ------------------------------------------------------------------------------
     def deploy(self, tdd: TaskDeploymentDescriptor) -> str:
@@ -190,20 +199,107 @@ class TaskExecutor:
             all_gates.extend(gates)
             gate = gates[0] if len(gates) == 1 else UnionInputGate(gates)
             inputs.append(StreamTaskNetworkInput(gate, index - 1))
+        accumulators = self._create_collect_buffers(tdd)
         task = StreamTask(
             tdd.job_vertex,
             tdd.subtask_index,
             writers,
             inputs,
             attempt_number=tdd.attempt_number,
+            accumulators=accumulators,
             on_state_change=self._on_state_change,
             job_parameters=tdd.job_parameters,
             buffer_size=settings.buffer_size,
+            restore=self._load_restore(tdd),
+            checkpoint_sink=self._checkpoint_sink if tdd.checkpoint_storage is not None else None,
         )
         task.attempt_id = tdd.attempt_id
+        task.checkpoint_storage = tdd.checkpoint_storage
         self.tasks[tdd.attempt_id] = task
         self._gates[tdd.attempt_id] = all_gates
         return tdd.attempt_id
+
+    # -- checkpoints -------------------------------------------------------------------------------
+    @staticmethod
+    def _load_restore(tdd: TaskDeploymentDescriptor) -> Optional[dict]:
+        """The snapshots of every old subtask of each of the task's operators (state loading)."""
+        if not tdd.restore_handles:
+            return None
+        storage = tdd.checkpoint_storage
+        restore = {}
+        for operator_id, by_subtask in tdd.restore_handles.items():
+            if by_subtask:
+                count = max(by_subtask) + 1
+                restore[operator_id] = [
+                    cloudpickle.loads(storage.read_state(by_subtask[i])) if i in by_subtask else None
+                    for i in range(count)
+                ]
+        return restore
+
+    def _checkpoint_sink(self, task: StreamTask, checkpoint_id: int, snapshots: Optional[dict],
+                         stats: dict) -> None:
+        """Task thread: write ``snapshots`` off the task thread (Flink's asynchronous phase), then
+        acknowledge to the JobMaster; ``snapshots`` None declines."""
+        if snapshots is None:
+            self._decline(task, checkpoint_id, stats.get("declined", "declined"))
+            return
+        self._checkpoint_writer.submit(self._write_snapshot, task, checkpoint_id, snapshots, stats)
+
+    def _write_snapshot(self, task: StreamTask, checkpoint_id: int, snapshots: dict, stats: dict) -> None:
+        started = time.perf_counter()
+        storage = task.checkpoint_storage
+        handles: dict = {}
+        size = 0
+        for operator_id, snapshot in snapshots.items():
+            name = next((c.operator_name for c in task.job_vertex.chain if c.operator_id == operator_id),
+                        operator_id)
+            try:
+                data = cloudpickle.dumps(snapshot)
+            except Exception as exc:
+                self._decline(task, checkpoint_id, f"the state of operator '{name}' in task {task.name} "
+                                                   f"cannot be serialised: {type(exc).__name__}: {exc}")
+                return
+            try:
+                handles[operator_id] = {task.subtask_index: storage.write_state(
+                    checkpoint_id, operator_id, task.subtask_index, data)}
+            except Exception as exc:
+                self._decline(task, checkpoint_id, f"task {task.name} could not write its state: {exc}")
+                return
+            size += len(data)
+        stats = dict(stats, async_ms=(time.perf_counter() - started) * 1000.0, size=size)
+        self._report({"type": "checkpoint_ack", "attempt_id": task.attempt_id, "checkpoint_id": checkpoint_id,
+                      "handles": handles, "stats": stats})
+
+    def trigger_checkpoint(self, checkpoint_id: int, timestamp: int) -> None:
+        """The JobMaster's trigger: the source tasks here inject barrier ``checkpoint_id``."""
+        for task in self.tasks.values():
+            if task.job_vertex.invokable == "SourceStreamTask":
+                task.trigger_checkpoint(checkpoint_id, timestamp)
+
+    def notify_checkpoint(self, checkpoint_id: int, complete: bool) -> None:
+        for task in self.tasks.values():
+            task.notify_checkpoint(checkpoint_id, complete)
+
+    def _decline(self, task: StreamTask, checkpoint_id: int, reason: str) -> None:
+        self._report({"type": "checkpoint_decline", "attempt_id": task.attempt_id,
+                      "checkpoint_id": checkpoint_id, "reason": reason})
+
+    def _report(self, event: dict) -> None:
+        """To the JobMaster: directly (in-process executor), else queued for its long poll."""
+        if self.on_task_state is not None:
+            self.on_task_state(event)
+            return
+        with self._events_cond:
+            self._events.append(event)
+            self._events_cond.notify_all()
+
+    def _create_collect_buffers(self, tdd: TaskDeploymentDescriptor) -> dict:
+        """Bounded buffers for the task's ``execute_and_collect`` sinks (its accumulators)."""
+        limit = read_option(tdd.job_parameters, RaylinkOptions.COLLECT_MAX_BUFFERED_RECORDS)
+        buffers = {cid: CollectBuffer(self._collect_cond, limit) for cid in collect_ids(tdd.job_vertex)}
+        if buffers:
+            self._collect_buffers[tdd.attempt_id] = buffers
+        return dict(buffers)
 
     def start(self, attempt_ids: Optional[list[str]] = None) -> None:
         ids = list(self.tasks) if attempt_ids is None else attempt_ids
@@ -218,6 +314,8 @@ class TaskExecutor:
             task = self.tasks.get(attempt_id)
             if task is not None:
                 task.cancel()
+            for buffer in self._collect_buffers.get(attempt_id, {}).values():
+                buffer.release()  # a sink blocked on its reader gives way to the cancel
 
     # -- state reporting ---------------------------------------------------------------------------
     def _on_state_change(self, task: StreamTask, state: str, error: Optional[BaseException]) -> None:
@@ -226,40 +324,49 @@ class TaskExecutor:
         if state in (CANCELED, FAILED):  # give back the buffers of channels that will never end
             for gate in self._gates.get(task.attempt_id, []):
                 gate.release()
+        accumulators = dict(task.accumulators) if state == FINISHED else {}
+        for collect_id, buffer in self._collect_buffers.get(task.attempt_id, {}).items():
+            # what the reader has not taken yet (at most one bound) travels with the report
+            remaining = buffer.close()
+            if state == FINISHED:
+                accumulators[collect_id] = remaining
         event = {
             "attempt_id": task.attempt_id,
             "task": task.name,
             "state": state,
             "error": portable_error(error),
-            "accumulators": task.accumulators if state == FINISHED else {},
+            "accumulators": accumulators,
             "metrics": self._task_metrics(task),
         }
-        if self.on_task_state is not None:
-            self.on_task_state(event)
-        with self._events_cond:
-            self._events.append(event)
-            self._events_cond.notify_all()
+        self._report(event)
 
     def next_events(self, timeout: float = 1.0) -> list[dict]:
-        """Long poll: records of collect sinks and task state changes since the last call."""
+        """Long poll: task state changes since the last call."""
         with self._events_cond:
             if not self._events:
                 self._events_cond.wait(timeout)
-            collected = self.drain_collected()
             events, self._events = self._events, []
-        return collected + events
+        return events
 
-    def drain_collected(self) -> list[dict]:
-        """Take what the collect sinks gathered so far (they keep appending to the same lists)."""
-        out = []
-        for task in self.tasks.values():
-            for name, records in list(task.accumulators.items()):
-                if name.startswith(COLLECT_PREFIX) and records:
-                    n = len(records)
-                    batch = records[:n]
-                    del records[:n]
-                    out.append({"type": "collected", "collect_id": name, "records": batch})
-        return out
+    def take_collected(self, timeout: float = 1.0) -> list[tuple[str, str, list, bool]]:
+        """Long poll of the ``execute_and_collect`` reader: ``(attempt id, collect id, records,
+        closed)`` per collect sink with news. Taking frees room, so a blocked sink goes on.
+        A closed sink is reported once; its last records travel with its task's report."""
+        with self._collect_cond:
+            buffers = self._collect_buffers
+            if not any(b.has_data() for bs in buffers.values() for b in bs.values()):
+                self._collect_cond.wait(timeout)
+            out = []
+            for attempt_id, by_id in list(buffers.items()):
+                closed_all = True
+                for collect_id, buffer in by_id.items():
+                    records, closed = buffer.take()
+                    closed_all = closed_all and closed
+                    if records or closed:
+                        out.append((attempt_id, collect_id, records, closed))
+                if closed_all:
+                    del buffers[attempt_id]
+            return out
 
     # -- metrics -----------------------------------------------------------------------------------
     def _task_metrics(self, task: StreamTask) -> dict:
@@ -305,3 +412,4 @@ class TaskExecutor:
             partition.release()
         if self.transport is not None:
             self.transport.close()
+        self._checkpoint_writer.shutdown(wait=False)

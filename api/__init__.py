@@ -1,21 +1,135 @@
-"""The PyFlink-style DataStream API of raylink."""
+"""The PyFlink-style DataStream API of raylink.
 
+Everything a PyFlink program imports from ``pyflink.common`` or ``pyflink.datastream``
+that raylink supports is importable from here; the submodules mirror PyFlink's
+(``raylink.api.window`` ~ ``pyflink.datastream.window``, ``raylink.api.time`` ~
+``pyflink.common.time``, ``raylink.api.watermark_strategy`` ~
+``pyflink.common.watermark_strategy``, ``raylink.api.functions``, ``raylink.api.state``).
+"""
+
+from raylink.api.checkpointing import (
+    CheckpointConfig,
+    CheckpointedFunction,
+    CheckpointingMode,
+    CheckpointListener,
+    FunctionInitializationContext,
+    FunctionSnapshotContext,
+)
 from raylink.api.configuration import Configuration
+from raylink.api.connectors.file_system import (
+    BucketAssigner,
+    Encoder,
+    FileSink,
+    OutputFileConfig,
+    RollingPolicy,
+)
 from raylink.api.datastream import ConnectedStreams, DataStream, DataStreamSink, KeyedStream
+from raylink.api.execution_config import ExecutionConfig
+from raylink.api import functions as _functions
+from raylink.api import state as _state
+from raylink.api.functions import *  # noqa: F401,F403 - every user function class, as pyflink.datastream
+from raylink.api.state import *  # noqa: F401,F403 - state descriptors and interfaces
 from raylink.api.stream_execution_environment import StreamExecutionEnvironment
+from raylink.api.time import Duration, Instant, Time
 from raylink.api.types import TypeInformation, Types
+from raylink.api.watermark_strategy import TimestampAssigner, WatermarkGenerator, WatermarkStrategy
+from raylink.api.window import (
+    ContinuousEventTimeTrigger,
+    ContinuousProcessingTimeTrigger,
+    CountEvictor,
+    CountSlidingWindowAssigner,
+    CountTrigger,
+    CountTumblingWindowAssigner,
+    CountWindow,
+    DynamicEventTimeSessionWindows,
+    DynamicProcessingTimeSessionWindows,
+    EventTimeSessionWindows,
+    EventTimeTrigger,
+    Evictor,
+    GlobalWindow,
+    GlobalWindows,
+    MergingWindowAssigner,
+    NeverTrigger,
+    ProcessingTimeSessionWindows,
+    ProcessingTimeTrigger,
+    PurgingTrigger,
+    SessionWindowTimeGapExtractor,
+    SlidingEventTimeWindows,
+    SlidingProcessingTimeWindows,
+    TimeEvictor,
+    TimestampedValue,
+    TimeWindow,
+    Trigger,
+    TriggerResult,
+    TumblingEventTimeWindows,
+    TumblingProcessingTimeWindows,
+    Window,
+    WindowAssigner,
+)
+from raylink.api.windowed_stream import AllWindowedStream, WindowedStream
 from raylink.graph.output_tag import OutputTag
 from raylink.graph.stream_graph import GraphError
 
 __all__ = [
+    "BucketAssigner",
+    "CheckpointConfig",
+    "CheckpointListener",
+    "CheckpointedFunction",
+    "CheckpointingMode",
+    "Encoder",
+    "FileSink",
+    "FunctionInitializationContext",
+    "FunctionSnapshotContext",
+    "OutputFileConfig",
+    "RollingPolicy",
+    "AllWindowedStream",
     "Configuration",
     "ConnectedStreams",
+    "ContinuousEventTimeTrigger",
+    "ContinuousProcessingTimeTrigger",
+    "CountEvictor",
+    "CountSlidingWindowAssigner",
+    "CountTrigger",
+    "CountTumblingWindowAssigner",
+    "CountWindow",
     "DataStream",
     "DataStreamSink",
+    "Duration",
+    "DynamicEventTimeSessionWindows",
+    "DynamicProcessingTimeSessionWindows",
+    "EventTimeSessionWindows",
+    "EventTimeTrigger",
+    "Evictor",
+    "ExecutionConfig",
+    "GlobalWindow",
+    "GlobalWindows",
     "GraphError",
+    "Instant",
     "KeyedStream",
+    "MergingWindowAssigner",
+    "NeverTrigger",
     "OutputTag",
+    "ProcessingTimeSessionWindows",
+    "ProcessingTimeTrigger",
+    "PurgingTrigger",
+    "SessionWindowTimeGapExtractor",
+    "SlidingEventTimeWindows",
+    "SlidingProcessingTimeWindows",
     "StreamExecutionEnvironment",
+    "Time",
+    "TimeEvictor",
+    "TimeWindow",
+    "TimestampAssigner",
+    "TimestampedValue",
+    "Trigger",
+    "TriggerResult",
+    "TumblingEventTimeWindows",
+    "TumblingProcessingTimeWindows",
     "TypeInformation",
     "Types",
-]
+    "WatermarkGenerator",
+    "WatermarkStrategy",
+    "Window",
+    "WindowAssigner",
+    "WindowedStream",
+] + list(_functions.__all__) + list(_state.__all__)

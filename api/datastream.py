@@ -263,6 +263,8 @@ class DataStream(_Configurable):
         if callable(hook):
             kind, name, function, params = hook()
             return self._sink(kind, name, function, **params)
+        if callable(getattr(sink, "create_writer", None)):  # Flink's Sink V2 (writer + committer)
+            return self._sink("sink_v2", type(sink).__name__, None, sink=sink)
         check_function(sink, "invoke", "Sink", "sink")
         return self._sink("sink", "Unnamed", sink)
 
@@ -295,6 +297,22 @@ class DataStream(_Configurable):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._transformation!r})"
+
+    # -- event time and windows (raylink.api.windowed_stream) ----------------------------------------
+    def assign_timestamps_and_watermarks(self, watermark_strategy: Any) -> "DataStream":
+        from raylink.api.windowed_stream import assign_timestamps_and_watermarks
+
+        return assign_timestamps_and_watermarks(self, watermark_strategy)
+
+    def window_all(self, window_assigner: Any) -> Any:
+        from raylink.api.windowed_stream import AllWindowedStream
+
+        return AllWindowedStream(self, window_assigner)
+
+    def count_window_all(self, size: int, slide: int = 0) -> Any:
+        from raylink.api.windowed_stream import count_window_all
+
+        return count_window_all(self, size, slide)
 
 
 _KEYED_UNSUPPORTED = "for KeyedStream is not supported."
@@ -374,6 +392,17 @@ class KeyedStream(DataStream):
 
     def disable_chaining(self):
         raise GraphError("Disable chaining " + _KEYED_UNSUPPORTED)
+
+    # -- windows (raylink.api.windowed_stream) --------------------------------------------------------
+    def window(self, window_assigner: Any) -> Any:
+        from raylink.api.windowed_stream import WindowedStream
+
+        return WindowedStream(self, window_assigner)
+
+    def count_window(self, size: int, slide: int = 0) -> Any:
+        from raylink.api.windowed_stream import count_window
+
+        return count_window(self, size, slide)
 
 
 class ConnectedStreams:

@@ -88,8 +88,30 @@ class StreamExecutionEnvironment:
     def get_buffer_timeout(self) -> int:
         return self._buffer_timeout
 
-    def get_config(self) -> Configuration:
-        return self.configuration
+    def enable_checkpointing(self, interval: int, mode: Any = None) -> "StreamExecutionEnvironment":
+        """Checkpoint every ``interval`` ms (``execution.checkpointing.interval``); with
+        checkpointing on, a failed job restarts from its latest checkpoint (Flink's
+        default restart strategy: exponential delay)."""
+        config = self.get_checkpoint_config()
+        config.set_checkpoint_interval(interval)
+        if mode is not None:
+            config.set_checkpointing_mode(mode)
+        return self
+
+    def get_checkpoint_config(self) -> "CheckpointConfig":
+        """PyFlink's ``CheckpointConfig``: a view of this environment's ``execution.checkpointing.*``."""
+        from raylink.api.checkpointing import CheckpointConfig
+
+        return CheckpointConfig(self.configuration)
+
+    def get_checkpoint_interval(self) -> int:
+        return self.get_checkpoint_config().get_checkpoint_interval()
+
+    def get_config(self) -> "ExecutionConfig":
+        """PyFlink's ``ExecutionConfig``: a view of this environment's ``Configuration``."""
+        from raylink.api.execution_config import ExecutionConfig
+
+        return ExecutionConfig(self.configuration)
 
     # -- sources ------------------------------------------------------------------------
     def _add_transformation(

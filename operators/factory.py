@@ -17,6 +17,9 @@ from raylink.operators.process import KeyedProcessOperator, ProcessOperator
 from raylink.operators.reduce import StreamGroupedAggregateOperator, StreamGroupedReduceOperator
 from raylink.operators.sinks import CollectSinkOperator, PrintSinkOperator, StreamSink
 from raylink.operators.sources import CollectionSourceOperator, SequenceSourceOperator, SourceFunctionOperator
+from raylink.operators.sink_writer import sink_writer_operator
+from raylink.operators.timestamps import TimestampsAndWatermarksOperator
+from raylink.operators.window import create_window_operator
 
 
 def _params(spec: Any) -> Dict[str, Any]:
@@ -49,9 +52,12 @@ _BUILDERS: Dict[str, Callable[[Any], StreamOperator]] = {
     "keyed_co_process": lambda s: KeyedCoProcessOperator(
         s.function, _required(s, "key_selector1"), _required(s, "key_selector2")
     ),
+    "timestamps": lambda s: TimestampsAndWatermarksOperator(s.function),
+    "window": lambda s: create_window_operator(s.function, s.key_selector),
     "sink": lambda s: StreamSink(s.function),
     "print": lambda s: PrintSinkOperator(_params(s).get("prefix"), bool(_params(s).get("stderr", False))),
     "collect": lambda s: CollectSinkOperator(_required(s, "collect_id")),
+    "sink_v2": sink_writer_operator,
     CONNECTOR_SOURCE: create_connector_operator,
     CONNECTOR_SINK: create_connector_operator,
 }

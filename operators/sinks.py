@@ -13,6 +13,7 @@ from typing import Any, List, Optional
 
 from raylink.api.functions import SinkContext
 from raylink.operators.base import AbstractUdfStreamOperator, StreamOperator
+from raylink.operators.collect import CollectBuffer
 
 
 class _SinkContextImpl(SinkContext):
@@ -127,17 +128,28 @@ class PrintSinkOperator(_SinkBase):
 
 
 class CollectSinkOperator(_SinkBase):
-    """Appends every record to ``runtime_context.accumulators[collect_id]``."""
+    """Hands every record to ``runtime_context.accumulators[collect_id]``.
+
+    For ``execute_and_collect`` the TaskExecutor puts a bounded
+    :class:`~raylink.operators.collect.CollectBuffer` there, which the client drains
+    while the job runs (the task blocks when it is full: back pressure). A user's
+    ``collect_sink(id)`` gets a plain list: the records of a finished job's
+    accumulator ``id``.
+    """
 
     def __init__(self, collect_id: str, name: str = "", operator_id: str = "") -> None:
         super().__init__(None, name, operator_id)
         self.collect_id = collect_id
 
+    def open(self) -> None:
+        target = self.runtime_context.accumulators.setdefault(self.collect_id, [])
+        self._add = target.add if isinstance(target, CollectBuffer) else target.extend
+
     def process_element(self, value: Any) -> None:
-        self.runtime_context.accumulators.setdefault(self.collect_id, []).append(value)
+        self._add([value])
 
     def process_batch(self, values: List[Any]) -> None:
-        self.runtime_context.accumulators.setdefault(self.collect_id, []).extend(values)
+        self._add(values)
 
 
 __all__ = ["StreamSink", "PrintSinkOperator", "CollectSinkOperator", "print_prefix"]

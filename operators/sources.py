@@ -7,6 +7,12 @@ The task drives a source with ``emit_next(max_records)``: it emits up to
 emits ``MAX_WATERMARK`` once, like Flink's ``advanceToEndOfEventTime``, so
 downstream event-time timers and windows fire at the end of a bounded input.
 
+An iterable source (a generator) reads in chunks and ends a step once
+``step_bound_ns`` has passed (the task sets it from the buffer timeout), so a
+slow generator's records are handed over within the timeout instead of after a
+whole batch; chunks grow while the iterator is fast, so a fast one pays one
+clock read per chunk.
+
 ``SourceFunction.run(ctx)`` runs inline inside the first ``emit_next`` call
 until it returns; the context buffers records and flushes them every
 ``max_records`` (and before watermarks / timestamp changes). After each flush
@@ -18,6 +24,8 @@ record collected afterwards.
 
 from __future__ import annotations
 
+import threading
+import time
 from itertools import islice
 from typing import Any, Callable, List, Optional
 
@@ -78,6 +86,12 @@ class CollectionSourceOperator(SourceOperator):
             return False
         return True
 
+    def snapshot_operator_state(self, _checkpoint_id: int) -> dict:
+        return {"position": self._position}
+
+    def restore_operator_state(self, state: dict) -> None:
+        self._position = state["position"]
+
 
 def sequence_split(start: int, end: int, subtask_index: int, parallelism: int) -> range:
     """Subtask ``subtask_index``'s even share of ``[start, end]`` (end inclusive)."""
@@ -116,6 +130,12 @@ class SequenceSourceOperator(SourceOperator):
             return False
         return True
 
+    def snapshot_operator_state(self, _checkpoint_id: int) -> dict:
+        return {"next": self._next}
+
+    def restore_operator_state(self, state: dict) -> None:
+        self._next = state["next"]
+
 
 class _SourceContext(SourceContext):
     """Buffers what ``run`` emits; a batch holds records of one timestamp."""
@@ -131,6 +151,13 @@ class _SourceContext(SourceContext):
 
     def get_runtime_context(self) -> Any:
         return self._operator.runtime_context
+
+    def get_checkpoint_lock(self) -> Any:
+        """Flink's checkpoint lock: emit and update checkpointed state while holding it."""
+        lock = self._operator.checkpoint_lock
+        if lock is None:
+            lock = self._operator.checkpoint_lock = threading.RLock()
+        return lock
 
     def collect(self, value: Any) -> None:
         if self._timestamp is not None:
@@ -288,6 +315,10 @@ class SourceFunctionOperator(SourceOperator):
         self._context: Optional[_SourceContext] = None
         self._iterator: Any = None
         self._run: Optional[Callable[[Any], Any]] = None
+        #: a step of an iterable source ends after this many ns (0: when its batch is full)
+        self.step_bound_ns = 0
+        self._chunk = 1  # items read from the iterator between two clock reads
+        self._consumed = 0  # items taken from the iterator (its checkpointed position)
 
     def open(self) -> None:
         function = self.function
@@ -323,14 +354,61 @@ class SourceFunctionOperator(SourceOperator):
                     ctx._hand_over()
                     self._finish()
             return False
-        batch = list(islice(self._iterator, max_records))
+        batch, exhausted = self._read(max_records)
+        self._consumed += len(batch)
         if batch:
             self.record_context.timestamp = None
             self._collect_batch(batch)
-        if len(batch) < max_records:
+        if exhausted:
             self._finish()
             return False
         return True
+
+    def _read(self, max_records: int) -> "tuple[list, bool]":
+        """Up to ``max_records`` items, within ``step_bound_ns``; (items, iterator exhausted)."""
+        iterator = self._iterator
+        bound = self.step_bound_ns
+        if not bound:
+            batch = list(islice(iterator, max_records))
+            return batch, len(batch) < max_records
+        clock = time.perf_counter_ns
+        batch: list = []
+        chunk = self._chunk
+        start = last = clock()
+        try:
+            while True:
+                want = min(chunk, max_records - len(batch))
+                before = len(batch)
+                batch.extend(islice(iterator, want))
+                if len(batch) - before < want:
+                    return batch, True
+                now = clock()
+                took, last = now - last, now
+                if took < bound >> 4:  # fast: read more between clock reads
+                    chunk = min(chunk << 1, max_records)
+                elif took > bound >> 2 and chunk > 1:
+                    chunk >>= 1
+                if len(batch) >= max_records or now - start >= bound:
+                    return batch, False
+        finally:
+            self._chunk = chunk
+
+    def snapshot_operator_state(self, _checkpoint_id: int) -> Optional[dict]:
+        return None if self._run is not None else {"consumed": self._consumed}
+
+    def restore_operator_state(self, state: dict) -> None:
+        """An iterable source resumes by reading its iterable again and skipping what the
+        checkpoint had consumed: the iterable must give the same items each time."""
+        consumed = state["consumed"]
+        function = self.function
+        if hasattr(function, "__iter__") and iter(function) is function:
+            raise ValueError(
+                f"source {self.name!r} cannot be restored from a checkpoint: it reads a one-shot "
+                "iterator; give the source a list or a callable returning a new iterator instead")
+        self._iterator = iter(function) if hasattr(function, "__iter__") else iter(function())
+        for _ in islice(self._iterator, consumed):
+            pass
+        self._consumed = consumed
 
     @property
     def runs_source_function(self) -> bool:

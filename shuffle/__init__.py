@@ -2,7 +2,8 @@
 
 Modules, producer to consumer:
 
-* ``elements``        — Watermark, WatermarkStatus, LatencyMarker, CheckpointBarrier, EndOfPartition
+* ``elements``        — Watermark, WatermarkStatus, LatencyMarker, CheckpointBarrier, CancelCheckpointMarker,
+  EndOfPartition
 * ``codec``           — msgpack wire codec (StreamElementSerializer / EventSerializer)
 * ``serializer``      — RecordSerializer / RecordDeserializer (spanning records over fixed-size buffers)
 * ``key_groups``      — KeyGroupRangeAssignment, stable key hashing
@@ -13,6 +14,7 @@ Modules, producer to consumer:
 * ``input_gate``      — InputChannel, LocalInputChannel, InputGate, UnionInputGate, StreamTaskNetworkInput
 * ``credit``          — credit-based flow control: sender view reader, CreditBasedInputChannel, local transport
 * ``watermark_valve`` — StatusWatermarkValve
+* ``barrier_handler`` — CheckpointBarrierHandler (aligned barriers: blocks channels, triggers the snapshot)
 * ``ray_transport``   — the remote transport between a sender view reader and a
   ``CreditBasedInputChannel`` (the only module here that imports Ray)
 

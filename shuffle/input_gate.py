@@ -12,6 +12,18 @@ gate: ``poll_next`` returns ``(channel_index, bytes)`` for a data buffer and
 ``(channel_index, event)`` for an event; ``EndOfPartition`` marks the channel
 finished and ``is_finished()`` turns True once every channel delivered it.
 
+Channel blocking (Flink's ``blockConsumption`` / ``resumeConsumption``, for
+aligned checkpoints): ``block_channel(i)`` takes channel ``i`` out of the
+queue; ``poll_next`` returns nothing of it until ``resume_consumption()``
+(all channels, alias ``unblock_all``) or ``resume_consumption(i)``, which
+re-queues it if it holds data and completes the availability future. A
+blocked channel's buffers stay in the channel: a credit-based channel
+announces no credit for them, so its sender stops within its credit, and a
+local channel's producer runs out of output buffers (back pressure). While
+blocked, a channel counts as queued, so its producer's notifications are
+dropped with the existing check: ``poll_next`` and the notification path
+cost nothing extra.
+
 ``StreamTaskNetworkInput`` adds one ``RecordDeserializer`` per channel and a
 ``StatusWatermarkValve``: its ``poll_next()`` returns the grouped stream items
 of one buffer (runs of records as lists, ``TimestampedRecords``, aligned
@@ -62,7 +74,8 @@ class InputChannel:
         self.gate: Optional["InputGate"] = None
         self.channel_index = -1
         self.is_finished = False
-        self._queued = False
+        self._queued = False  # in the gate's queue, or blocked
+        self._blocked = False
 
     def _attach(self, gate: "InputGate", index: int) -> None:
         self.gate = gate
@@ -78,6 +91,15 @@ class InputChannel:
         gate = self.gate
         if gate is not None:
             gate.notify_channel_non_empty(self)
+
+    def has_queued_data(self) -> bool:
+        """Whether buffers or events wait in this channel (asked when it is unblocked;
+        True when unsure: a spurious wake-up of the gate is harmless)."""
+        return True
+
+    @property
+    def is_blocked(self) -> bool:
+        return self._blocked
 
     def release(self) -> None:
         pass
@@ -101,6 +123,10 @@ class LocalInputChannel(InputChannel):
             raise RuntimeError("request_subpartition() was not called")
         return view.poll_buffer()
 
+    def has_queued_data(self) -> bool:
+        view = self._view
+        return view is not None and view.is_available()
+
     def __repr__(self) -> str:
         return f"LocalInputChannel(index={self.channel_index})"
 
@@ -120,6 +146,7 @@ class InputGate:
         self._queue: Deque[InputChannel] = deque()
         self._helper = _AvailabilityHelper()
         self._num_finished = 0
+        self._num_blocked = 0
         self._requested = False
         self.num_buffers_in = 0
         self.num_bytes_in = 0
@@ -191,6 +218,53 @@ class InputGate:
                 _complete(f)
             return ch.channel_index, event
 
+    # -- blocking (aligned checkpoints; task thread) --------------------------------------
+    def block_channel(self, index: int) -> None:
+        """Return nothing more of channel ``index`` until it is resumed (no-op if blocked)."""
+        ch = self._channel(index)
+        with self._lock:
+            if ch._blocked:
+                return
+            if ch._queued:
+                self._queue.remove(ch)  # O(queued channels); once per barrier
+            ch._queued = True  # notifications are dropped while blocked
+            ch._blocked = True
+            self._num_blocked += 1
+
+    def resume_consumption(self, index: Optional[int] = None) -> None:
+        """Unblock channel ``index``, or every blocked channel; those holding data are
+        queued again (completing the availability future)."""
+        if not self._num_blocked:
+            return
+        chans = self.channels if index is None else (self._channel(index),)
+        resumed = []
+        with self._lock:
+            for ch in chans:
+                if ch._blocked:
+                    ch._blocked = False
+                    ch._queued = False  # from now on the producer's notification queues it
+                    self._num_blocked -= 1
+                    resumed.append(ch)
+        for ch in resumed:  # data that arrived while blocked (its notification was dropped)
+            if ch.has_queued_data():
+                self.notify_channel_non_empty(ch)
+
+    def unblock_all(self) -> None:
+        """Resume every blocked channel."""
+        self.resume_consumption()
+
+    def is_blocked(self, index: int) -> bool:
+        return self._channel(index)._blocked
+
+    @property
+    def num_blocked_channels(self) -> int:
+        return self._num_blocked
+
+    def _channel(self, index: int) -> InputChannel:
+        if not 0 <= index < len(self.channels):
+            raise IndexError(f"{self!r} has no channel {index}")
+        return self.channels[index]
+
     def has_data(self) -> bool:
         return bool(self._queue)
 
@@ -255,10 +329,36 @@ class UnionInputGate:
 
     def gate_of_channel(self, flat_index: int) -> Tuple[int, int]:
         """``(gate position, channel index in that gate)`` of a flattened index."""
-        for g in range(len(self.gates) - 1, -1, -1):
-            if flat_index >= self.channel_offsets[g]:
-                return g, flat_index - self.channel_offsets[g]
-        raise IndexError(flat_index)
+        if 0 <= flat_index < self.num_channels:
+            for g in range(len(self.gates) - 1, -1, -1):
+                if flat_index >= self.channel_offsets[g]:
+                    return g, flat_index - self.channel_offsets[g]
+        raise IndexError(f"union gate of {self.num_channels} channels has no channel {flat_index}")
+
+    def block_channel(self, flat_index: int) -> None:
+        """Block a channel given by its flattened index (see ``InputGate.block_channel``)."""
+        g, c = self.gate_of_channel(flat_index)
+        self.gates[g].block_channel(c)
+
+    def resume_consumption(self, flat_index: Optional[int] = None) -> None:
+        """Unblock one channel (flattened index) or all blocked channels of all gates."""
+        if flat_index is None:
+            for gate in self.gates:
+                gate.resume_consumption()
+        else:
+            g, c = self.gate_of_channel(flat_index)
+            self.gates[g].resume_consumption(c)
+
+    def unblock_all(self) -> None:
+        self.resume_consumption()
+
+    def is_blocked(self, flat_index: int) -> bool:
+        g, c = self.gate_of_channel(flat_index)
+        return self.gates[g].is_blocked(c)
+
+    @property
+    def num_blocked_channels(self) -> int:
+        return sum(g.num_blocked_channels for g in self.gates)
 
     def is_finished(self) -> bool:
         return all(g.is_finished() for g in self.gates)
@@ -303,7 +403,8 @@ class StreamTaskNetworkInput:
     available — then check ``is_finished()`` (end of input) or wait on
     ``get_available_future()``. ``last_channel`` is the flattened channel the
     items came from (for barrier alignment). Watermarks and statuses are
-    returned only when the valve's output changes.
+    returned only when the valve's output changes. ``block_channel`` /
+    ``resume_consumption`` pass through to the gate (flattened indices).
     """
 
     def __init__(self, gate: "InputGate | UnionInputGate", input_index: int = 0) -> None:
@@ -342,9 +443,15 @@ class StreamTaskNetworkInput:
                     out.append(Watermark(wm))
             elif t is WatermarkStatus:
                 out.extend(valve.input_stream_status(it, channel))
-            else:  # list, TimestampedRecords, LatencyMarker, CheckpointBarrier
+            else:  # list, TimestampedRecords, LatencyMarker, CheckpointBarrier, CancelCheckpointMarker
                 out.append(it)
         return out
+
+    def block_channel(self, channel: int) -> None:
+        self.gate.block_channel(channel)
+
+    def resume_consumption(self, channel: Optional[int] = None) -> None:
+        self.gate.resume_consumption(channel)
 
     def is_finished(self) -> bool:
         return self.gate.is_finished()

@@ -36,7 +36,8 @@ def pytest_collection_modifyitems(config, items):
     """Run the Ray and Spark tests after the in-process ones (cheap failures first)."""
     def weight(item):
         name = item.nodeid
-        return 1 if ("ray" in name or "spark" in name or "multinode" in name) else 0
+        uses_ray = "ray_session" in getattr(item, "fixturenames", ()) or "spark" in getattr(item, "fixturenames", ())
+        return 1 if (uses_ray or "ray" in name or "spark" in name or "multinode" in name) else 0
 
     items.sort(key=weight)
 

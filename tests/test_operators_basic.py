@@ -315,6 +315,25 @@ class _ConnectorSink:
         return StreamSink(print)
 
 
+def _watermark_strategy():
+    from raylink.api.watermark_strategy import WatermarkStrategy
+
+    return WatermarkStrategy.for_monotonous_timestamps()
+
+
+def _window_descriptor():
+    from raylink.api.window import GlobalWindows, NeverTrigger
+    from raylink.api.windowed_stream import WindowOperatorDescriptor
+
+    return WindowOperatorDescriptor(GlobalWindows(), NeverTrigger(), None, 0, None, "reducing", reduce_function=max)
+
+
+def _file_sink():
+    from raylink.api.connectors.file_system import Encoder, FileSink
+
+    return FileSink.for_row_format("memory://factory-test", Encoder.simple_string_encoder()).build()
+
+
 def test_factory_builds_every_kind_with_name_and_id():
     kinds = {
         "source_collection": spec("source_collection", params={"elements": [1]}),
@@ -333,9 +352,12 @@ def test_factory_builds_every_kind_with_name_and_id():
         "keyed_co_process": spec(
             "keyed_co_process", (print, print), params={"key_selector1": str, "key_selector2": str}
         ),
+        "timestamps": spec("timestamps", _watermark_strategy()),
+        "window": spec("window", _window_descriptor(), key_selector=lambda v: v),
         "sink": spec("sink", print),
         "print": spec("print", params={"prefix": "p"}),
         "collect": spec("collect", params={"collect_id": "x"}),
+        "sink_v2": spec("sink_v2", params={"sink": _file_sink()}),
         "source_connector": spec("source_connector", _ConnectorSource()),
         "sink_connector": spec("sink_connector", _ConnectorSink()),
     }

@@ -1,0 +1,46 @@
+"""Connectors of the DataStream API (PyFlink's ``pyflink.datastream.connectors``).
+
+``raylink.api.connectors.base`` holds Flink's Sink V2 interfaces (``Sink``, ``SinkWriter``,
+``Committer``, ...); ``raylink.api.connectors.file_system`` the exactly-once ``FileSink``
+and what configures it. The runtime side of each connector lives in ``raylink.connectors``.
+"""
+
+from raylink.api.connectors.base import (
+    Committer,
+    CommittingSinkWriter,
+    Sink,
+    SinkWriter,
+    SinkWriterContext,
+    StatefulSinkWriter,
+    SupportsCommitter,
+    SupportsWriterState,
+    WriterInitContext,
+)
+from raylink.api.connectors.file_system import (
+    BucketAssigner,
+    DefaultRollingPolicy,
+    Encoder,
+    FileSink,
+    OnCheckpointRollingPolicy,
+    OutputFileConfig,
+    RollingPolicy,
+)
+
+__all__ = [
+    "BucketAssigner",
+    "Committer",
+    "CommittingSinkWriter",
+    "DefaultRollingPolicy",
+    "Encoder",
+    "FileSink",
+    "OnCheckpointRollingPolicy",
+    "OutputFileConfig",
+    "RollingPolicy",
+    "Sink",
+    "SinkWriter",
+    "SinkWriterContext",
+    "StatefulSinkWriter",
+    "SupportsCommitter",
+    "SupportsWriterState",
+    "WriterInitContext",
+]

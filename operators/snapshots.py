@@ -1,0 +1,202 @@
+"""What one operator puts into a checkpoint and how it gets it back — Flink's
+``StreamOperatorStateHandler`` with the heap ``OperatorStateBackend`` for the list
+states of a ``CheckpointedFunction``.
+
+An operator's snapshot is a plain dict (only the parts it has):
+
+* ``"keyed"``: its keyed backend's state by key group (``HeapKeyedStateBackend.snapshot``),
+* ``"timers"``: its timer service's timers by key group,
+* ``"operator"``: ``{name: (mode, [values])}``, the list states of its function's
+  ``OperatorStateStore`` (mode ``"split"`` or ``"union"``),
+* ``"custom"``: what the operator's own ``snapshot_operator_state()`` returns (source
+  positions, a sink writer's pending files).
+
+Restoring hands every operator the snapshots of *all* its old subtasks, so key groups
+go where they belong now (rescaling), union list states reach everyone and split
+ones are redistributed evenly when the parallelism changed (Flink's round-robin
+repartitioner), else each subtask gets its own back.
+
+Thread-safety: the task thread only. The dicts returned share no mutable container
+with live state (the backend copies), so they may be serialised on another thread.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Optional
+
+from raylink.api.checkpointing import FunctionInitializationContext, FunctionSnapshotContext
+from raylink.api.state import ListState
+
+
+class OperatorListState(ListState):
+    """A list state of the operator (not of a key)."""
+
+    def __init__(self) -> None:
+        self.values: List[Any] = []
+
+    def get(self) -> List[Any]:
+        return list(self.values)
+
+    def add(self, value: Any) -> None:
+        if value is None:
+            raise ValueError("You cannot add null to a ListState.")
+        self.values.append(value)
+
+    def add_all(self, values: Iterable[Any]) -> None:
+        for value in values:
+            self.add(value)
+
+    def update(self, values: Iterable[Any]) -> None:
+        self.values = []
+        self.add_all(values)
+
+    def clear(self) -> None:
+        self.values = []
+
+    def __iter__(self):
+        return iter(list(self.values))
+
+
+class OperatorStateStore:
+    """Flink's ``OperatorStateStore``: named list states of one operator subtask."""
+
+    def __init__(self) -> None:
+        self._states: Dict[str, tuple] = {}
+        self._restored: Dict[str, tuple] = {}
+
+    def _get(self, descriptor: Any, mode: str) -> OperatorListState:
+        name = descriptor.name if hasattr(descriptor, "name") else str(descriptor)
+        entry = self._states.get(name)
+        if entry is not None:
+            if entry[0] != mode:
+                raise ValueError(f"operator state {name!r} was registered as {entry[0]} list state, not {mode}")
+            return entry[1]
+        state = OperatorListState()
+        restored = self._restored.pop(name, None)
+        if restored is not None:
+            state.values = list(restored[1])
+        self._states[name] = (mode, state)
+        return state
+
+    def get_list_state(self, descriptor: Any) -> OperatorListState:
+        return self._get(descriptor, "split")
+
+    def get_union_list_state(self, descriptor: Any) -> OperatorListState:
+        return self._get(descriptor, "union")
+
+    def snapshot(self) -> Dict[str, tuple]:
+        return {name: (mode, list(state.values)) for name, (mode, state) in self._states.items()}
+
+    def restore(self, per_subtask: List[Optional[Dict[str, tuple]]], subtask_index: int, parallelism: int) -> None:
+        names = {name for snapshot in per_subtask if snapshot for name in snapshot}
+        for name in names:
+            entries = [s[name] for s in per_subtask if s and name in s]
+            mode = entries[0][0]
+            if mode == "union":
+                values = [v for entry in entries for v in entry[1]]
+            elif len(per_subtask) == parallelism:
+                own = per_subtask[subtask_index] or {}
+                values = list(own.get(name, (mode, []))[1])
+            else:
+                every = [v for entry in entries for v in entry[1]]
+                lo = subtask_index * len(every) // parallelism
+                hi = (subtask_index + 1) * len(every) // parallelism
+                values = every[lo:hi]
+            self._restored[name] = (mode, values)
+
+
+def _functions(operator: Any) -> List[Any]:
+    found = []
+    for candidate in [getattr(operator, "function", None), *getattr(operator, "_lifecycle", ())]:
+        if candidate is not None and all(candidate is not f for f in found):
+            found.append(candidate)
+    return found
+
+
+def _checkpointed(function: Any) -> bool:
+    return callable(getattr(function, "snapshot_state", None)) and callable(
+        getattr(function, "initialize_state", None)) and not isinstance(function, type)
+
+
+def initialize_operator(operator: Any, per_subtask: Optional[List[Optional[dict]]]) -> None:
+    """After ``open``, before any record: restore ``operator`` from the snapshots of all its
+    old subtasks (None: a fresh start) and call its functions' ``initialize_state``."""
+    rc = operator.runtime_context
+    store = OperatorStateStore()
+    operator.operator_state_store = store
+    if per_subtask:
+        subtask, parallelism = rc.subtask_index, rc.parallelism
+        backend = getattr(rc, "keyed_state_backend", None)
+        keyed = [s["keyed"] for s in per_subtask if s and "keyed" in s]
+        if backend is not None and keyed:
+            merged: dict = {}
+            for snapshot in keyed:
+                merged.update(snapshot)  # key groups are disjoint between old subtasks
+            backend.restore(merged)
+        timers = getattr(operator, "timer_service", None)
+        for snapshot in per_subtask:
+            if snapshot and "timers" in snapshot and timers is not None:
+                timers.restore(snapshot["timers"])
+        store.restore([s.get("operator") if s else None for s in per_subtask], subtask, parallelism)
+        custom = [s.get("custom") for s in per_subtask] if len(per_subtask) == parallelism else None
+        restore = getattr(operator, "restore_operator_state", None)
+        if restore is not None and custom is not None and custom[subtask] is not None:
+            restore(custom[subtask])
+    context = FunctionInitializationContext(store, bool(per_subtask))
+    for function in _functions(operator):
+        if _checkpointed(function):
+            function.initialize_state(context)
+
+
+def snapshot_operator(operator: Any, checkpoint_id: int, timestamp: int) -> dict:
+    """The operator's part of checkpoint ``checkpoint_id`` (taken between two records)."""
+    state: dict = {}
+    context = FunctionSnapshotContext(checkpoint_id, timestamp)
+    for function in _functions(operator):
+        if _checkpointed(function):
+            function.snapshot_state(context)
+    store = getattr(operator, "operator_state_store", None)
+    if store is not None:
+        lists = store.snapshot()
+        if lists:
+            state["operator"] = lists
+    backend = getattr(operator.runtime_context, "keyed_state_backend", None)
+    if backend is not None:
+        state["keyed"] = backend.snapshot()
+    timers = getattr(operator, "timer_service", None)
+    if timers is not None and hasattr(timers, "snapshot"):
+        state["timers"] = timers.snapshot()
+    custom = getattr(operator, "snapshot_operator_state", None)
+    if custom is not None:
+        state["custom"] = custom(checkpoint_id)
+    return state
+
+
+def notify_checkpoint_complete(operator: Any, checkpoint_id: int) -> None:
+    hook = getattr(operator, "notify_checkpoint_complete", None)
+    if hook is not None:
+        hook(checkpoint_id)
+    for function in _functions(operator):
+        listener = getattr(function, "notify_checkpoint_complete", None)
+        if callable(listener) and not isinstance(function, type):
+            listener(checkpoint_id)
+
+
+def notify_checkpoint_aborted(operator: Any, checkpoint_id: int) -> None:
+    hook = getattr(operator, "notify_checkpoint_aborted", None)
+    if hook is not None:
+        hook(checkpoint_id)
+    for function in _functions(operator):
+        listener = getattr(function, "notify_checkpoint_aborted", None)
+        if callable(listener) and not isinstance(function, type):
+            listener(checkpoint_id)
+
+
+__all__ = [
+    "OperatorListState",
+    "OperatorStateStore",
+    "initialize_operator",
+    "notify_checkpoint_aborted",
+    "notify_checkpoint_complete",
+    "snapshot_operator",
+]

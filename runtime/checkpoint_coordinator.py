@@ -1,0 +1,247 @@
+"""Flink's ``CheckpointCoordinator``: triggers checkpoints, collects acknowledgements,
+completes, expires and declines them, and tells every task the outcome.
+
+The JobMaster owns one per deployment of the job. Every
+``execution.checkpointing.interval`` ms (after ``min-pause`` since the last one ended,
+with at most ``max-concurrent-checkpoints`` in flight) it calls ``trigger(id,
+timestamp)``, which sends the trigger to the source tasks. Each task acknowledges
+with the handles of its state (``receive_ack``) or declines (``receive_decline``).
+When every task of the deployment acknowledged, the checkpoint is finalised in the
+``CheckpointStorage`` (its ``_metadata`` is written last) and ``notify_complete(id)``
+reaches every task (two-phase-commit sinks commit there). A checkpoint still pending
+after ``execution.checkpointing.timeout`` expires; an expired or declined checkpoint
+is aborted (``notify_aborted``) and counted, and more consecutive failures than
+``execution.checkpointing.tolerable-failed-checkpoints`` fail the job over.
+
+Thread-safety: all methods may be called from any thread; one lock guards the
+pending checkpoints. Callbacks run without the lock held.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from raylink.api.options import CheckpointingOptions, read_option
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointException(RuntimeError):
+    """A checkpoint failed (declined, expired, not finalised) or too many did."""
+
+
+@dataclass
+class PendingCheckpoint:
+    checkpoint_id: int
+    trigger_timestamp: int
+    started: float
+    not_yet_acknowledged: set
+    handles: dict = field(default_factory=dict)  # operator id -> {subtask: handle}
+    task_stats: dict = field(default_factory=dict)  # attempt id -> stats
+
+
+@dataclass
+class CheckpointStats:
+    """Flink's checkpoint statistics (the last completed one and the counts)."""
+
+    num_completed: int = 0
+    num_failed: int = 0
+    num_in_progress: int = 0
+    last_checkpoint_id: Optional[int] = None
+    last_duration_ms: Optional[int] = None
+    last_size: Optional[int] = None
+    last_alignment_ms: Optional[float] = None
+    last_restored_id: Optional[int] = None
+    last_failure: Optional[str] = None
+    per_subtask: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {
+            "numberOfCompletedCheckpoints": self.num_completed,
+            "numberOfFailedCheckpoints": self.num_failed,
+            "numberOfInProgressCheckpoints": self.num_in_progress,
+            "lastCheckpointId": self.last_checkpoint_id,
+            "lastCheckpointDuration": self.last_duration_ms,
+            "lastCheckpointSize": self.last_size,
+            "lastCheckpointAlignmentTime": self.last_alignment_ms,
+            "lastRestoredCheckpointId": self.last_restored_id,
+            "lastCheckpointFailure": self.last_failure,
+        }
+
+
+class CheckpointCoordinator:
+    def __init__(self, storage: Any, settings: Any, trigger: Callable[[int, int], None],
+                 notify_complete: Callable[[int], None], notify_aborted: Callable[[int], None],
+                 fail_job: Callable[[BaseException], None], stats: Optional[CheckpointStats] = None) -> None:
+        self.storage = storage
+        self.interval_ms = read_option(settings, CheckpointingOptions.CHECKPOINTING_INTERVAL) or 0
+        self.timeout_ms = read_option(settings, CheckpointingOptions.CHECKPOINTING_TIMEOUT)
+        self.min_pause_ms = read_option(settings, CheckpointingOptions.MIN_PAUSE_BETWEEN_CHECKPOINTS)
+        self.max_concurrent = read_option(settings, CheckpointingOptions.MAX_CONCURRENT_CHECKPOINTS)
+        self.tolerable_failures = read_option(settings, CheckpointingOptions.TOLERABLE_FAILURE_NUMBER)
+        self._trigger = trigger
+        self._notify_complete = notify_complete
+        self._notify_aborted = notify_aborted
+        self._fail_job = fail_job
+        self.stats = stats if stats is not None else CheckpointStats()
+        self._lock = threading.Condition()
+        self._pending: dict[int, PendingCheckpoint] = {}
+        self._tasks: set = set()
+        self._next_id = storage.next_checkpoint_id()
+        self._last_end = 0.0
+        self._consecutive_failures = 0
+        self._running = False
+        self._thread: Optional[threading.Thread] = None
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    def start(self, tasks_to_ack: set) -> None:
+        """Begin periodic checkpoints of a deployment whose tasks are ``tasks_to_ack``."""
+        with self._lock:
+            self._tasks = set(tasks_to_ack)
+            self._running = True
+            self._last_end = time.monotonic()
+        if self.interval_ms > 0 and self._thread is None:
+            self._thread = threading.Thread(target=self._periodic, name="CheckpointCoordinator", daemon=True)
+            self._thread.start()
+
+    def stop(self, reason: str = "the job is stopping") -> None:
+        """No more triggers; pending checkpoints are aborted (their tasks are going away)."""
+        with self._lock:
+            self._running = False
+            pending, self._pending = list(self._pending.values()), {}
+            self.stats.num_in_progress = 0
+            self._lock.notify_all()
+        for checkpoint in pending:
+            self._abort_quietly(checkpoint.checkpoint_id, reason, count=False)
+        thread, self._thread = self._thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(5)
+
+    def task_finished(self, attempt_id: str) -> None:
+        """A task ended: no trigger after that (Flink 2 would checkpoint the rest; raylink stops)."""
+        with self._lock:
+            self._running = False
+            self._lock.notify_all()
+
+    # -- triggering ------------------------------------------------------------------------------------
+    def _periodic(self) -> None:
+        interval = self.interval_ms / 1000.0
+        next_at = time.monotonic() + interval
+        while True:
+            with self._lock:
+                while self._running:
+                    now = time.monotonic()
+                    self._expire_locked(now)
+                    wait = next_at - now
+                    if wait <= 0:
+                        break
+                    self._lock.wait(min(wait, 0.1))
+                if not self._running:
+                    return
+            self.trigger_checkpoint()
+            next_at = time.monotonic() + interval
+
+    def trigger_checkpoint(self) -> Optional[int]:
+        """Start a checkpoint now if the limits allow; its id, or None."""
+        with self._lock:
+            now = time.monotonic()
+            if not self._running or len(self._pending) >= self.max_concurrent:
+                return None
+            if self.min_pause_ms and (now - self._last_end) * 1000 < self.min_pause_ms:
+                return None
+            checkpoint_id = self._next_id
+            self._next_id += 1
+            timestamp = int(time.time() * 1000)
+            self._pending[checkpoint_id] = PendingCheckpoint(checkpoint_id, timestamp, now, set(self._tasks))
+            self.stats.num_in_progress = len(self._pending)
+        try:
+            self._trigger(checkpoint_id, timestamp)
+        except Exception as exc:  # the sources could not be reached: the checkpoint fails
+            self.receive_decline(None, checkpoint_id, f"trigger failed: {type(exc).__name__}: {exc}")
+        return checkpoint_id
+
+    def _expire_locked(self, now: float) -> None:
+        for checkpoint in list(self._pending.values()):
+            if (now - checkpoint.started) * 1000 >= self.timeout_ms:
+                threading.Thread(target=self.receive_decline, daemon=True, args=(
+                    None, checkpoint.checkpoint_id,
+                    f"Checkpoint expired before completing (execution.checkpointing.timeout "
+                    f"{self.timeout_ms} ms)")).start()
+                del self._pending[checkpoint.checkpoint_id]
+
+    # -- acknowledgements ----------------------------------------------------------------------------
+    def receive_ack(self, attempt_id: str, checkpoint_id: int, handles: dict, task_stats: Optional[dict] = None
+                    ) -> None:
+        with self._lock:
+            checkpoint = self._pending.get(checkpoint_id)
+            if checkpoint is None or attempt_id not in checkpoint.not_yet_acknowledged:
+                return  # late (expired / aborted) or a duplicate
+            checkpoint.not_yet_acknowledged.discard(attempt_id)
+            for operator_id, by_subtask in handles.items():
+                checkpoint.handles.setdefault(operator_id, {}).update(by_subtask)
+            checkpoint.task_stats[attempt_id] = task_stats or {}
+            if checkpoint.not_yet_acknowledged:
+                return
+            del self._pending[checkpoint_id]
+            self.stats.num_in_progress = len(self._pending)
+        self._complete(checkpoint)
+
+    def _complete(self, checkpoint: PendingCheckpoint) -> None:
+        try:
+            completed = self.storage.finalize(checkpoint.checkpoint_id, checkpoint.handles,
+                                              trigger_timestamp=checkpoint.trigger_timestamp)
+        except Exception as exc:
+            self._failed(checkpoint.checkpoint_id, f"could not finalise: {type(exc).__name__}: {exc}")
+            return
+        with self._lock:
+            self._last_end = time.monotonic()
+            self._consecutive_failures = 0
+            stats = self.stats
+            stats.num_completed += 1
+            stats.last_checkpoint_id = checkpoint.checkpoint_id
+            stats.last_duration_ms = int((self._last_end - checkpoint.started) * 1000)
+            stats.last_size = completed.state_size
+            alignments = [s.get("alignment_ms", 0.0) for s in checkpoint.task_stats.values()]
+            stats.last_alignment_ms = max(alignments, default=0.0)
+            stats.per_subtask = dict(checkpoint.task_stats)
+        self._notify_complete(checkpoint.checkpoint_id)
+
+    def receive_decline(self, attempt_id: Optional[str], checkpoint_id: int, reason: str) -> None:
+        with self._lock:
+            self._pending.pop(checkpoint_id, None)
+            self.stats.num_in_progress = len(self._pending)
+        self._failed(checkpoint_id, reason)
+
+    def _failed(self, checkpoint_id: int, reason: str) -> None:
+        self._abort_quietly(checkpoint_id, reason, count=True)
+
+    def _abort_quietly(self, checkpoint_id: int, reason: str, count: bool) -> None:
+        log.warning("checkpoint %d failed: %s", checkpoint_id, reason)
+        try:
+            self.storage.abort(checkpoint_id)
+        except Exception:  # cleaning up is best effort
+            pass
+        try:
+            self._notify_aborted(checkpoint_id)
+        except Exception:
+            pass
+        if not count:
+            return
+        with self._lock:
+            self.stats.num_failed += 1
+            self.stats.last_failure = reason
+            self._consecutive_failures += 1
+            self._last_end = time.monotonic()
+            too_many = self._consecutive_failures > self.tolerable_failures
+        if too_many:
+            self._fail_job(CheckpointException(
+                f"Exceeded checkpoint tolerable failure threshold "
+                f"(execution.checkpointing.tolerable-failed-checkpoints = {self.tolerable_failures}); "
+                f"last failure of checkpoint {checkpoint_id}: {reason}"))
+
+
+__all__ = ["CheckpointCoordinator", "CheckpointException", "CheckpointStats", "PendingCheckpoint"]

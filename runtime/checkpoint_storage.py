@@ -1,0 +1,620 @@
+"""Checkpoint storage on any filesystem fsspec knows: where state files and ``_metadata`` go,
+which completed checkpoints are kept, and which one a restore starts from.
+
+Mirrors three Flink classes in one place:
+
+* ``FsCheckpointStorageAccess`` / ``FsCheckpointStreamFactory`` — the layout
+  ``<execution.checkpointing.dir>/<job id>/chk-<n>/``: every state blob a subtask writes
+  for checkpoint ``n`` is a file in that folder (:meth:`CheckpointStorage.write_state`),
+  except blobs smaller than ``execution.checkpointing.data-inline-threshold``, which travel
+  inline in their handle and end up in the metadata (Flink's ``ByteStreamStateHandle``);
+* ``CompletedCheckpoint`` + the metadata file — :meth:`CheckpointStorage.finalize` writes
+  ``chk-<n>/_metadata`` *last*, under a temporary hidden name renamed into place where the
+  filesystem renames (object stores write it with one atomic PUT), so a reader never sees
+  a half-written ``_metadata``. The file is versioned (magic, format version, CRC-32 of the
+  body) and names every state handle (relative path and size, or the inline bytes) per
+  operator id and subtask, with the checkpoint id, trigger and completion timestamps and
+  the checkpoint properties;
+* ``DefaultCompletedCheckpointStore`` — retention (``execution.checkpointing.num-retained``,
+  Flink 1's ``state.checkpoints.num-retained``, default 1): once checkpoint ``n`` completes,
+  older completed checkpoints beyond the retained number are deleted, as are unfinished
+  folders of lower ids (Flink subsumes pending checkpoints older than a completed one);
+  :meth:`CheckpointStorage.latest_completed` finds the checkpoint a restore starts from,
+  falling back (logged warning) past a corrupt or missing ``_metadata`` or a state file
+  that vanished, and raising :class:`CheckpointStorageError` naming the files when no
+  checkpoint that completed is usable.
+
+A folder without ``_metadata`` is indistinguishable on disk from a checkpoint that never
+completed: it only counts as *lost* (an error when nothing older is usable) when this store
+saw it complete or an unusable ``_metadata`` exists; otherwise a restore with nothing
+usable starts from scratch (``latest_completed()`` returns ``None``).
+
+Thread-safety: ``write_state`` and ``read_state`` may run concurrently from any number of
+threads (the asynchronous phase of snapshots). ``finalize``, ``abort``,
+``latest_completed`` and retention serialise on an internal lock. Instances pickle (to ship
+to TaskExecutors): the filesystem is re-created from the URL on the other side; the
+record of completed checkpoints stays with the original (the JobMaster's) instance.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import re
+import struct
+import threading
+import time
+import uuid
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Union
+
+import fsspec
+import msgpack
+
+from raylink.api.options import CheckpointingOptions, ConfigOption
+
+log = logging.getLogger(__name__)
+
+#: the name of the metadata file of a completed checkpoint (Flink's ``_metadata``)
+METADATA_FILE_NAME = "_metadata"
+#: prefix of a checkpoint's folder (Flink's ``chk-``)
+CHECKPOINT_DIR_PREFIX = "chk-"
+#: metadata format written by this version; older versions stay readable
+METADATA_VERSION = 1
+_MAGIC = b"RLCK"
+_HEADER = struct.Struct(">4sII")  # magic, format version, CRC-32 of the body
+_CHK_DIR = re.compile(r"^chk-(\d+)$")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+# filesystems whose single PUT is atomic and whose rename is a copy: write _metadata directly
+_ATOMIC_PUT_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "oss"})
+
+
+class CheckpointStorageError(RuntimeError):
+    """Checkpoint storage that cannot be used: not writable, a corrupt or missing file, no
+    usable checkpoint. ``path`` names the file or folder concerned."""
+
+    def __init__(self, message: str, path: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class _UnusableCheckpoint(CheckpointStorageError):
+    """A checkpoint folder a restore cannot start from (corrupt/missing metadata or state)."""
+
+    def __init__(self, message: str, path: str, metadata_missing: bool = False) -> None:
+        super().__init__(message, path)
+        self.metadata_missing = metadata_missing
+
+
+# -- state handles --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FileStateHandle:
+    """State in a file of the checkpoint storage (Flink's ``FileStateHandle``).
+
+    ``path`` is the filesystem path (no protocol) of the file, ``size`` its length in bytes.
+    """
+
+    path: str
+    size: int
+
+    @property
+    def state_size(self) -> int:
+        return self.size
+
+
+@dataclass(frozen=True)
+class ByteStreamStateHandle:
+    """Small state carried inline and stored in ``_metadata`` (Flink's ``ByteStreamStateHandle``)."""
+
+    handle_name: str
+    data: bytes = field(repr=False)
+
+    @property
+    def state_size(self) -> int:
+        return len(self.data)
+
+
+StateHandle = Union[FileStateHandle, ByteStreamStateHandle]
+
+
+@dataclass(frozen=True)
+class CompletedCheckpoint:
+    """A checkpoint whose ``_metadata`` is written (Flink's ``CompletedCheckpoint``).
+
+    ``operator_states`` maps operator id -> subtask index -> the state handle that subtask
+    wrote; ``external_pointer`` is the checkpoint's folder as a URL (what
+    :meth:`CheckpointStorage.load_checkpoint` accepts).
+    """
+
+    job_id: str
+    checkpoint_id: int
+    trigger_timestamp: int
+    completion_timestamp: int
+    operator_states: dict[str, dict[int, StateHandle]]
+    properties: dict[str, Any]
+    external_pointer: str
+    metadata_path: str
+    metadata_version: int = METADATA_VERSION
+
+    @property
+    def state_size(self) -> int:
+        """Bytes of state over all handles (Flink's ``getStateSize``)."""
+        return sum(h.state_size for subtasks in self.operator_states.values() for h in subtasks.values())
+
+    def get_state(self, operator_id: str, subtask: int) -> Optional[StateHandle]:
+        """The handle ``subtask`` of ``operator_id`` wrote, ``None`` if it wrote none."""
+        return self.operator_states.get(operator_id, {}).get(subtask)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _dir_key_text() -> str:
+    option = CheckpointingOptions.CHECKPOINTS_DIRECTORY
+    return f"configuration key {option.key!r} (formerly {option.fallback_keys[0]!r})"
+
+
+def _option_value(config: Any, option: ConfigOption) -> Any:
+    """``option`` read from a ``Configuration`` under its key or a fallback key, converted."""
+    for key in (option.key, *option.fallback_keys):
+        if config.contains_key(key):
+            return option.convert(config.get_string(key))
+    return option.default
+
+
+class CheckpointStorage:
+    """One job's checkpoints under ``checkpoints_dir`` (a local path or an fsspec URL).
+
+    ``num_retained`` completed checkpoints are kept; state blobs shorter than
+    ``inline_threshold`` bytes are kept inline (0: every blob is a file).
+    ``storage_options`` are passed to the fsspec filesystem (credentials, endpoints).
+    """
+
+    def __init__(self, checkpoints_dir: str, job_id: str, *, num_retained: int = 1,
+                 inline_threshold: int = 0, storage_options: Optional[Mapping[str, Any]] = None) -> None:
+        if not checkpoints_dir or not str(checkpoints_dir).strip():
+            raise CheckpointStorageError(f"no checkpoint directory: set {_dir_key_text()}")
+        if not job_id or "/" in job_id:
+            raise ValueError(f"job id {job_id!r} cannot name a folder")
+        if num_retained < 1:
+            raise ValueError(f"{CheckpointingOptions.MAX_RETAINED_CHECKPOINTS.key} must be >= 1, got {num_retained}")
+        if inline_threshold < 0:
+            raise ValueError(f"inline threshold must be >= 0, got {inline_threshold}")
+        self.checkpoints_dir = str(checkpoints_dir).rstrip("/") or "/"
+        self.job_id = job_id
+        self.num_retained = num_retained
+        self.inline_threshold = inline_threshold
+        self.storage_options = dict(storage_options or {})
+        self._init_runtime_state()
+
+    def _init_runtime_state(self) -> None:
+        self._lock = threading.RLock()
+        self._fs_and_root: Optional[tuple[fsspec.AbstractFileSystem, str]] = None
+        self._completed_ids: set[int] = set()  # ids this store knows completed
+        self._loaded: dict[int, CompletedCheckpoint] = {}
+        self._scanned = False
+
+    @classmethod
+    def from_configuration(cls, config: Any, job_id: str,
+                           default_directory: Optional[str] = None) -> "CheckpointStorage":
+        """The storage the ``execution.checkpointing.*`` keys of ``config`` (a
+        ``Configuration``) describe; ``default_directory`` when no directory is set."""
+        directory = _option_value(config, CheckpointingOptions.CHECKPOINTS_DIRECTORY) or default_directory
+        if not directory:
+            raise CheckpointStorageError(f"no checkpoint directory: set {_dir_key_text()}")
+        return cls(directory, job_id,
+                   num_retained=_option_value(config, CheckpointingOptions.MAX_RETAINED_CHECKPOINTS),
+                   inline_threshold=_option_value(config, CheckpointingOptions.FS_SMALL_FILE_THRESHOLD))
+
+    # -- pickling: ship the configuration, rebuild the filesystem and the lock ------------------
+    def __getstate__(self) -> dict[str, Any]:
+        return {"checkpoints_dir": self.checkpoints_dir, "job_id": self.job_id,
+                "num_retained": self.num_retained, "inline_threshold": self.inline_threshold,
+                "storage_options": self.storage_options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._init_runtime_state()
+
+    def __repr__(self) -> str:
+        return f"CheckpointStorage({self.job_directory!r}, num_retained={self.num_retained})"
+
+    # -- paths ------------------------------------------------------------------------------------
+    @property
+    def _fs(self) -> fsspec.AbstractFileSystem:
+        return self._filesystem()[0]
+
+    def _filesystem(self) -> tuple[fsspec.AbstractFileSystem, str]:
+        if self._fs_and_root is None:
+            try:
+                fs, root = fsspec.core.url_to_fs(self.checkpoints_dir, **self.storage_options)
+            except (ImportError, ValueError) as exc:
+                raise CheckpointStorageError(
+                    f"checkpoint directory {self.checkpoints_dir!r} ({_dir_key_text()}) cannot be "
+                    f"opened: {exc}", self.checkpoints_dir) from exc
+            self._fs_and_root = (fs, root.rstrip("/") or "/")
+        return self._fs_and_root
+
+    @property
+    def job_directory(self) -> str:
+        """``<checkpoints dir>/<job id>`` as a URL (or local path)."""
+        return f"{self.checkpoints_dir}/{self.job_id}"
+
+    def checkpoint_directory(self, checkpoint_id: int) -> str:
+        """``<checkpoints dir>/<job id>/chk-<n>`` as a URL (or local path)."""
+        return f"{self.job_directory}/{CHECKPOINT_DIR_PREFIX}{checkpoint_id}"
+
+    def _job_path(self) -> str:
+        return posixpath.join(self._filesystem()[1], self.job_id)
+
+    def _chk_path(self, checkpoint_id: int) -> str:
+        if checkpoint_id < 0:
+            raise ValueError(f"illegal negative checkpoint id {checkpoint_id}")
+        return posixpath.join(self._job_path(), f"{CHECKPOINT_DIR_PREFIX}{checkpoint_id}")
+
+    def _display(self, path: str) -> str:
+        """A filesystem path as the user would write it (URL unless local)."""
+        fs = self._fs
+        protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
+        if "file" in protocols or "local" in protocols:
+            return path
+        return fs.unstrip_protocol(path)
+
+    def _not_writable(self, path: str, exc: BaseException) -> CheckpointStorageError:
+        return CheckpointStorageError(
+            f"checkpoint storage {self._display(path)!r} is not writable ({_dir_key_text()}): "
+            f"{type(exc).__name__}: {exc}", self._display(path))
+
+    # -- setup ------------------------------------------------------------------------------------
+    def initialize_base_locations(self) -> None:
+        """Creates the job folder and proves it is writable (Flink's
+        ``initializeBaseLocationsForCheckpoint``); call once before the first trigger so a
+        wrong ``execution.checkpointing.dir`` fails the job at once."""
+        fs, job_path = self._fs, self._job_path()
+        probe = posixpath.join(job_path, f"._probe-{uuid.uuid4().hex}")
+        try:
+            fs.makedirs(job_path, exist_ok=True)
+            fs.pipe_file(probe, b"")
+            fs.rm_file(probe)
+        except OSError as exc:
+            raise self._not_writable(job_path, exc) from exc
+
+    # -- the task side: state files ---------------------------------------------------------------
+    def write_state(self, checkpoint_id: int, operator_id: str, subtask: int, data: bytes) -> StateHandle:
+        """Stores one state blob of ``subtask`` of ``operator_id`` for ``checkpoint_id``.
+
+        Blocking I/O: call it off the task thread. Blobs below the inline threshold are not
+        written but returned inline.
+        """
+        if subtask < 0:
+            raise ValueError(f"illegal subtask index {subtask} of operator {operator_id!r}")
+        name = f"{_UNSAFE.sub('_', str(operator_id)) or 'op'}-{subtask}-{uuid.uuid4().hex}"
+        if len(data) < self.inline_threshold:
+            return ByteStreamStateHandle(name, bytes(data))
+        chk_path = self._chk_path(checkpoint_id)
+        path = posixpath.join(chk_path, name)
+        fs = self._fs
+        try:
+            fs.makedirs(chk_path, exist_ok=True)
+            fs.pipe_file(path, bytes(data))
+        except OSError as exc:
+            raise self._not_writable(chk_path, exc) from exc
+        return FileStateHandle(path, len(data))
+
+    def read_state(self, handle: StateHandle) -> bytes:
+        """The bytes ``handle`` names; a missing or truncated file raises an error naming it."""
+        if isinstance(handle, ByteStreamStateHandle):
+            return handle.data
+        try:
+            data = self._fs.cat_file(handle.path)
+        except FileNotFoundError as exc:
+            raise CheckpointStorageError(
+                f"state file {self._display(handle.path)!r} of a checkpoint is missing",
+                self._display(handle.path)) from exc
+        if len(data) != handle.size:
+            raise CheckpointStorageError(
+                f"state file {self._display(handle.path)!r} holds {len(data)} bytes, the checkpoint "
+                f"recorded {handle.size}", self._display(handle.path))
+        return data
+
+    # -- the coordinator side ----------------------------------------------------------------------
+    def finalize(self, checkpoint_id: int, handles_by_operator: Mapping[str, Mapping[int, StateHandle]],
+                 properties: Optional[Mapping[str, Any]] = None, *,
+                 trigger_timestamp: Optional[int] = None) -> CompletedCheckpoint:
+        """Writes ``chk-<n>/_metadata`` naming every handle, then applies retention.
+
+        ``properties`` (msgpack-serialisable values) are stored as given;
+        ``trigger_timestamp`` (epoch ms) defaults to now.
+        """
+        completion = _now_ms()
+        trigger = completion if trigger_timestamp is None else int(trigger_timestamp)
+        props = dict(properties or {})
+        chk_path = self._chk_path(checkpoint_id)
+        operators: dict[str, dict[int, StateHandle]] = {}
+        encoded_ops = []
+        for operator_id, subtasks in handles_by_operator.items():
+            operators[str(operator_id)] = dict(subtasks)
+            encoded_ops.append([str(operator_id),
+                                [self._encode_handle(int(i), h, chk_path, operator_id)
+                                 for i, h in sorted(subtasks.items())]])
+        body = {"job_id": self.job_id, "checkpoint_id": checkpoint_id, "trigger_timestamp": trigger,
+                "completion_timestamp": completion, "properties": props, "operators": encoded_ops}
+        try:
+            payload = msgpack.packb(body, use_bin_type=True)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"checkpoint {checkpoint_id}: properties {props!r} cannot be stored: {exc}") from exc
+        raw = _HEADER.pack(_MAGIC, METADATA_VERSION, zlib.crc32(payload)) + payload
+        meta_path = posixpath.join(chk_path, METADATA_FILE_NAME)
+        fs = self._fs
+        with self._lock:
+            self._ensure_scanned()
+            try:
+                fs.makedirs(chk_path, exist_ok=True)
+                if fs.exists(meta_path):
+                    raise CheckpointStorageError(
+                        f"checkpoint {checkpoint_id} of job {self.job_id} is already complete: "
+                        f"{self._display(meta_path)!r} exists", self._display(meta_path))
+                self._write_atomically(meta_path, raw)
+            except OSError as exc:
+                raise self._not_writable(chk_path, exc) from exc
+            completed = CompletedCheckpoint(
+                job_id=self.job_id, checkpoint_id=checkpoint_id, trigger_timestamp=trigger,
+                completion_timestamp=completion, operator_states=operators, properties=props,
+                external_pointer=self.checkpoint_directory(checkpoint_id),
+                metadata_path=self._display(meta_path))
+            self._completed_ids.add(checkpoint_id)
+            self._loaded[checkpoint_id] = completed
+            self._subsume(checkpoint_id)
+        return completed
+
+    def abort(self, checkpoint_id: int) -> None:
+        """Deletes the folder of a checkpoint that will not complete (nothing if absent).
+        A completed checkpoint is never deleted this way (a late abort is logged)."""
+        with self._lock:
+            if checkpoint_id in self._completed_ids:
+                log.warning("not deleting checkpoint %d of job %s on abort: it completed",
+                            checkpoint_id, self.job_id)
+                return
+            self._delete_dir(checkpoint_id)
+
+    def latest_completed(self) -> Optional[CompletedCheckpoint]:
+        """The newest usable completed checkpoint, ``None`` when none ever completed.
+
+        Skips (logged warning) a folder with a corrupt or missing ``_metadata`` or a state
+        file it names that vanished or shrank; raises :class:`CheckpointStorageError` naming
+        the files when checkpoints completed but none is usable.
+        """
+        with self._lock:
+            try:
+                return self._latest_completed()
+            except CheckpointStorageError:
+                raise
+            except OSError as exc:  # unreachable storage: no fallback, that could skip state
+                raise CheckpointStorageError(
+                    f"cannot read checkpoint storage {self.job_directory!r} ({_dir_key_text()}): "
+                    f"{type(exc).__name__}: {exc}", self.job_directory) from exc
+
+    def _latest_completed(self) -> Optional[CompletedCheckpoint]:
+        self._ensure_scanned()
+        candidates = sorted(set(self._list_checkpoint_ids()) | self._completed_ids, reverse=True)
+        problems: list[_UnusableCheckpoint] = []
+        for checkpoint_id in candidates:
+            try:
+                completed = self._load(checkpoint_id)
+            except _UnusableCheckpoint as exc:
+                lost = not exc.metadata_missing or checkpoint_id in self._completed_ids
+                if lost:
+                    problems.append(exc)
+                log.warning("checkpoint %d of job %s is not usable, trying an older one: %s",
+                            checkpoint_id, self.job_id, exc)
+                continue
+            if problems:
+                log.warning("restoring job %s from checkpoint %d (newer ones were not usable)",
+                            self.job_id, checkpoint_id)
+            self._completed_ids.add(checkpoint_id)
+            return completed
+        if problems:
+            files = ", ".join(repr(p.path) for p in problems)
+            raise CheckpointStorageError(
+                f"no usable completed checkpoint for job {self.job_id} in "
+                f"{self.job_directory!r}: {'; '.join(str(p) for p in problems)} (files: {files})",
+                problems[0].path)
+        return None
+
+    def completed_checkpoint_ids(self) -> list[int]:
+        """Ids of the completed checkpoints this store retains, oldest first."""
+        with self._lock:
+            self._ensure_scanned()
+            return sorted(self._completed_ids)
+
+    def load_checkpoint(self, checkpoint_id: int) -> CompletedCheckpoint:
+        """Checkpoint ``checkpoint_id`` of this job, its metadata and state files verified."""
+        with self._lock:
+            return self._load(checkpoint_id)
+
+    def next_checkpoint_id(self) -> int:
+        """An id above every checkpoint folder of this job (the coordinator's counter start
+        after a restore, so a corrupt newer folder is never reused)."""
+        with self._lock:
+            return max([0, *self._list_checkpoint_ids(), *self._completed_ids]) + 1
+
+    def shutdown(self, discard: bool) -> None:
+        """Job ended: with ``discard`` deletes the job's folder and every checkpoint in it
+        (Flink's ``CompletedCheckpointStore.shutdown`` for a globally terminal job)."""
+        if not discard:
+            return
+        with self._lock:
+            try:
+                self._fs.rm(self._job_path(), recursive=True)
+            except FileNotFoundError:
+                pass
+            self._completed_ids.clear()
+            self._loaded.clear()
+
+    # -- internals ----------------------------------------------------------------------------------
+    def _encode_handle(self, subtask: int, handle: StateHandle, chk_path: str, operator_id: str) -> list:
+        if isinstance(handle, ByteStreamStateHandle):
+            return [subtask, "inline", handle.handle_name, bytes(handle.data)]
+        if isinstance(handle, FileStateHandle):
+            if posixpath.dirname(handle.path) == chk_path:
+                return [subtask, "file", posixpath.basename(handle.path), handle.size]
+            return [subtask, "file-absolute", handle.path, handle.size]
+        raise TypeError(f"operator {operator_id!r} subtask {subtask}: {handle!r} is not a state handle")
+
+    def _write_atomically(self, path: str, data: bytes) -> None:
+        fs = self._fs
+        protocols = {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
+        if protocols & _ATOMIC_PUT_PROTOCOLS:
+            fs.pipe_file(path, data)
+            return
+        tmp = posixpath.join(posixpath.dirname(path), f".{posixpath.basename(path)}.inprogress.{uuid.uuid4().hex}")
+        fs.pipe_file(tmp, data)
+        try:
+            fs.mv(tmp, path)
+        except BaseException:
+            try:
+                fs.rm_file(tmp)
+            except OSError:
+                pass
+            raise
+
+    def _list_checkpoint_ids(self) -> list[int]:
+        try:
+            names = self._fs.ls(self._job_path(), detail=False)
+        except FileNotFoundError:
+            return []
+        ids = []
+        for name in names:
+            match = _CHK_DIR.match(posixpath.basename(name.rstrip("/")))
+            if match:
+                ids.append(int(match.group(1)))
+        return ids
+
+    def _ensure_scanned(self) -> None:
+        """Learns which checkpoints of an earlier run completed (their ``_metadata`` exists)."""
+        if self._scanned:
+            return
+        fs = self._fs
+        for checkpoint_id in self._list_checkpoint_ids():
+            if fs.exists(posixpath.join(self._chk_path(checkpoint_id), METADATA_FILE_NAME)):
+                self._completed_ids.add(checkpoint_id)
+        self._scanned = True
+
+    def _subsume(self, newest_id: int) -> None:
+        """Retention: drop completed checkpoints beyond ``num_retained`` and unfinished
+        folders older than ``newest_id``."""
+        retained = sorted(self._completed_ids)
+        for checkpoint_id in retained[:-self.num_retained]:
+            self._completed_ids.discard(checkpoint_id)
+            self._loaded.pop(checkpoint_id, None)
+            self._delete_dir(checkpoint_id)
+        for checkpoint_id in self._list_checkpoint_ids():
+            if checkpoint_id < newest_id and checkpoint_id not in self._completed_ids:
+                self._delete_dir(checkpoint_id)
+
+    def _delete_dir(self, checkpoint_id: int) -> None:
+        path = self._chk_path(checkpoint_id)
+        try:
+            self._fs.rm(path, recursive=True)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:  # a leftover folder is harmless; the next retention retries
+            log.warning("could not delete checkpoint folder %s: %s", self._display(path), exc)
+
+    def _load(self, checkpoint_id: int) -> CompletedCheckpoint:
+        chk_path = self._chk_path(checkpoint_id)
+        meta_path = posixpath.join(chk_path, METADATA_FILE_NAME)
+        shown = self._display(meta_path)
+        try:
+            raw = self._fs.cat_file(meta_path)
+        except FileNotFoundError:
+            raise _UnusableCheckpoint(f"metadata file {shown!r} is missing", shown, metadata_missing=True) from None
+        completed = self._decode(raw, shown, chk_path, checkpoint_id)
+        self._verify_state_files(completed, chk_path, shown)
+        self._loaded[checkpoint_id] = completed
+        return completed
+
+    def _decode(self, raw: bytes, shown: str, chk_path: str, checkpoint_id: int) -> CompletedCheckpoint:
+        def corrupt(why: str) -> _UnusableCheckpoint:
+            return _UnusableCheckpoint(f"metadata file {shown!r} is corrupt: {why}", shown)
+
+        if len(raw) < _HEADER.size:
+            raise corrupt(f"{len(raw)} bytes, shorter than its header")
+        magic, version, crc = _HEADER.unpack_from(raw)
+        if magic != _MAGIC:
+            raise corrupt("not a raylink checkpoint metadata file")
+        if not 1 <= version <= METADATA_VERSION:
+            raise corrupt(f"format version {version}, this raylink reads versions 1..{METADATA_VERSION}")
+        payload = raw[_HEADER.size:]
+        if zlib.crc32(payload) != crc:
+            raise corrupt("checksum mismatch (truncated or overwritten)")
+        try:
+            body = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+            if body["checkpoint_id"] != checkpoint_id:
+                raise corrupt(f"it describes checkpoint {body['checkpoint_id']}, not {checkpoint_id}")
+            operators: dict[str, dict[int, StateHandle]] = {}
+            for operator_id, entries in body["operators"]:
+                subtasks: dict[int, StateHandle] = {}
+                for subtask, kind, name, value in entries:
+                    if kind == "inline":
+                        subtasks[subtask] = ByteStreamStateHandle(name, value)
+                    elif kind == "file":
+                        subtasks[subtask] = FileStateHandle(posixpath.join(chk_path, name), value)
+                    elif kind == "file-absolute":
+                        subtasks[subtask] = FileStateHandle(name, value)
+                    else:
+                        raise corrupt(f"unknown state handle kind {kind!r}")
+                operators[operator_id] = subtasks
+            return CompletedCheckpoint(
+                job_id=body["job_id"], checkpoint_id=checkpoint_id,
+                trigger_timestamp=body["trigger_timestamp"],
+                completion_timestamp=body["completion_timestamp"], operator_states=operators,
+                properties=dict(body["properties"]),
+                external_pointer=self.checkpoint_directory(checkpoint_id), metadata_path=shown,
+                metadata_version=version)
+        except _UnusableCheckpoint:
+            raise
+        except (ValueError, TypeError, KeyError, msgpack.UnpackException) as exc:
+            raise corrupt(f"{type(exc).__name__}: {exc}") from None
+
+    def _verify_state_files(self, completed: CompletedCheckpoint, chk_path: str, shown: str) -> None:
+        """Every file the metadata names exists with its recorded size (one listing per folder)."""
+        fs = self._fs
+        sizes: dict[str, Optional[dict[str, int]]] = {}
+        for operator_id, subtasks in completed.operator_states.items():
+            for subtask, handle in subtasks.items():
+                if not isinstance(handle, FileStateHandle):
+                    continue
+                folder = posixpath.dirname(handle.path)
+                if folder not in sizes:
+                    try:
+                        listing = fs.ls(folder, detail=True)
+                        sizes[folder] = {posixpath.basename(e["name"].rstrip("/")): e.get("size")
+                                         for e in listing}
+                    except FileNotFoundError:
+                        sizes[folder] = {}
+                actual = sizes[folder].get(posixpath.basename(handle.path))
+                file_shown = self._display(handle.path)
+                if actual is None:
+                    raise _UnusableCheckpoint(
+                        f"state file {file_shown!r} of operator {operator_id!r} subtask {subtask}, "
+                        f"named in {shown!r}, is missing", file_shown)
+                if actual != handle.size:
+                    raise _UnusableCheckpoint(
+                        f"state file {file_shown!r} of operator {operator_id!r} subtask {subtask} holds "
+                        f"{actual} bytes, {shown!r} recorded {handle.size}", file_shown)
+
+
+__all__ = [
+    "ByteStreamStateHandle",
+    "CHECKPOINT_DIR_PREFIX",
+    "CheckpointStorage",
+    "CheckpointStorageError",
+    "CompletedCheckpoint",
+    "FileStateHandle",
+    "METADATA_FILE_NAME",
+    "METADATA_VERSION",
+    "StateHandle",
+]

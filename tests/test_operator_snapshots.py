@@ -1,0 +1,168 @@
+"""Operator state for checkpoints (``operators/snapshots.py``): what an operator snapshots —
+keyed state by key group, timers, a CheckpointedFunction's list states, source positions —
+comes back exactly in a fresh operator, at the same parallelism and rescaled."""
+
+from __future__ import annotations
+
+import cloudpickle
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from raylink.api.checkpointing import CheckpointedFunction, CheckpointListener
+from raylink.api.functions import MapFunction
+from raylink.api.state import ListStateDescriptor
+from raylink.operators import CollectingOutput, ManualProcessingTimeService, StreamingRuntimeContext
+from raylink.operators.basic import StreamMap
+from raylink.operators.reduce import StreamGroupedReduceOperator
+from raylink.operators.snapshots import (
+    initialize_operator,
+    notify_checkpoint_complete,
+    snapshot_operator,
+)
+from raylink.operators.sources import SequenceSourceOperator, SourceFunctionOperator
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def start(op, subtask_index=0, parallelism=1, max_parallelism=128, restore=None):
+    rc = StreamingRuntimeContext(task_name="task", operator_name=op.name, subtask_index=subtask_index,
+                                 parallelism=parallelism, max_parallelism=max_parallelism,
+                                 processing_time_service=ManualProcessingTimeService())
+    out = CollectingOutput(rc.record_context)
+    op.setup(out, rc)
+    op.open()
+    initialize_operator(op, restore)
+    return out
+
+
+def shipped(snapshot):
+    """What a task writes and a restored one reads: a pickled copy."""
+    return cloudpickle.loads(cloudpickle.dumps(snapshot))
+
+
+def add(a, b):
+    return (a[0], a[1] + b[1])
+
+
+def counts_reference(records):
+    out, totals = [], {}
+    for key, n in records:
+        totals[key] = totals.get(key, 0) + n
+        out.append((key, totals[key]))
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(records=st.lists(st.tuples(st.sampled_from("abcdefg"), st.integers(0, 9)), max_size=60),
+       cut=st.integers(0, 60), parallelism=st.integers(1, 4), new_parallelism=st.integers(1, 4))
+def test_keyed_reduce_resumes_from_a_snapshot_as_if_never_stopped(records, cut, parallelism, new_parallelism):
+    """Rolling counts split over ``parallelism`` subtasks, snapshotted after ``cut`` records and
+    restored into ``new_parallelism`` subtasks (rescaling), equal the uninterrupted counts."""
+    from raylink.shuffle.key_groups import assign_to_key_group, compute_operator_index_for_key_group
+
+    def owner(key, p):
+        return compute_operator_index_for_key_group(128, p, assign_to_key_group(key, 128))
+
+    cut = min(cut, len(records))
+    first = [StreamGroupedReduceOperator(add, lambda r: r[0]) for _ in range(parallelism)]
+    outs = [start(op, i, parallelism) for i, op in enumerate(first)]
+    for record in records[:cut]:
+        first[owner(record[0], parallelism)].process_element(record)
+    snapshots = [shipped(snapshot_operator(op, 1, 0)) for op in first]
+    second = [StreamGroupedReduceOperator(add, lambda r: r[0]) for _ in range(new_parallelism)]
+    outs2 = [start(op, i, new_parallelism, restore=snapshots) for i, op in enumerate(second)]
+    for record in records[cut:]:
+        second[owner(record[0], new_parallelism)].process_element(record)
+    got = sorted(r for out in outs + outs2 for r in out.records)
+    assert got == sorted(counts_reference(records))
+
+
+class BufferingMap(MapFunction, CheckpointedFunction, CheckpointListener):
+    """Keeps every value in operator list state; remembers completed checkpoints."""
+
+    def __init__(self, union=False):
+        self.union = union
+        self.seen = []
+        self.completed = []
+        self.restored = None
+
+    def initialize_state(self, context):
+        store = context.get_operator_state_store()
+        descriptor = ListStateDescriptor("seen")
+        self.state = store.get_union_list_state(descriptor) if self.union else store.get_list_state(descriptor)
+        self.restored = context.is_restored()
+        self.seen = list(self.state.get())
+
+    def snapshot_state(self, context):
+        self.state.update(self.seen)
+
+    def notify_checkpoint_complete(self, checkpoint_id):
+        self.completed.append(checkpoint_id)
+
+    def map(self, value):
+        self.seen.append(value)
+        return value
+
+
+@pytest.mark.parametrize("union", [False, True], ids=["split", "union"])
+@pytest.mark.parametrize("old,new", [(2, 2), (2, 3), (3, 1)])
+def test_operator_list_state_is_redistributed_like_flink(union, old, new):
+    ops = [StreamMap(BufferingMap(union)) for _ in range(old)]
+    for i, op in enumerate(ops):
+        start(op, i, old)
+        assert op.function.restored is False
+        op.process_batch([f"{i}-{n}" for n in range(5)])
+    snapshots = [shipped(snapshot_operator(op, 7, 0)) for op in ops]
+    everything = sorted(v for i in range(old) for v in (f"{i}-{n}" for n in range(5)))
+    restored = [StreamMap(BufferingMap(union)) for _ in range(new)]
+    for i, op in enumerate(restored):
+        start(op, i, new, restore=snapshots)
+        assert op.function.restored is True
+    states = [sorted(op.function.seen) for op in restored]
+    if union:
+        assert all(s == everything for s in states)
+    else:
+        assert sorted(v for s in states for v in s) == everything
+        if old == new:
+            assert states == [sorted(f"{i}-{n}" for n in range(5)) for i in range(new)]
+
+
+def test_checkpoint_listeners_hear_of_completed_checkpoints():
+    op = StreamMap(BufferingMap())
+    start(op)
+    notify_checkpoint_complete(op, 3)
+    assert op.function.completed == [3]
+
+
+def test_sequence_source_resumes_after_its_snapshot():
+    op = SequenceSourceOperator(1, 100)
+    out = start(op)
+    op.emit_next(30)
+    snapshot = shipped(snapshot_operator(op, 1, 0))
+    op2 = SequenceSourceOperator(1, 100)
+    out2 = start(op2, restore=[snapshot])
+    while op2.emit_next(16):
+        pass
+    assert out.records + out2.records == list(range(1, 101))
+
+
+def test_iterable_source_resumes_by_skipping_what_it_had_read():
+    op = SourceFunctionOperator(lambda: iter(range(50)))
+    out = start(op)
+    op.emit_next(20)
+    snapshot = shipped(snapshot_operator(op, 1, 0))
+    op2 = SourceFunctionOperator(lambda: iter(range(50)))
+    out2 = start(op2, restore=[snapshot])
+    while op2.emit_next(7):
+        pass
+    assert out.records + out2.records == list(range(50))
+
+
+def test_a_one_shot_iterator_source_cannot_be_restored_and_says_why():
+    op = SourceFunctionOperator(iter(range(10)))
+    start(op)
+    op.emit_next(3)
+    snapshot = shipped(snapshot_operator(op, 1, 0))
+    with pytest.raises(ValueError, match="one-shot iterator"):
+        start(SourceFunctionOperator(iter(range(10))), restore=[snapshot])

@@ -1,0 +1,250 @@
+"""Checkpoints and failover end to end: a keyed rolling count into the exactly-once
+FileSink survives failures — a user function failing once (both targets) and TaskExecutor
+worker processes SIGKILLed on a real local Ray — and the visible part files hold every
+expected rolling count exactly once, as a failure-free run computed in the test does."""
+
+from __future__ import annotations
+
+import os
+import signal as os_signal
+import time
+from collections import Counter
+
+import pytest
+
+from raylink.api import CheckpointingMode, Encoder, FileSink, OutputFileConfig, RollingPolicy
+from raylink.api.functions import MapFunction
+from raylink.tests.runtime_jobs import make_env, wait_for
+
+N = 6000
+KEYS = 7
+
+
+def expected_counts(n: int = N) -> Counter:
+    out, totals = Counter(), Counter()
+    for v in range(1, n + 1):
+        totals[v % KEYS] += 1
+        out[f"{v % KEYS},{totals[v % KEYS]}"] += 1
+    return out
+
+
+def committed_lines(path) -> Counter:
+    """What a reader of the output folder sees: every visible part file's lines."""
+    lines: Counter = Counter()
+    for root, dirs, files in os.walk(path):
+        dirs[:] = [d for d in dirs if not d.startswith((".", "_"))]
+        for name in files:
+            if not name.startswith((".", "_")):
+                with open(os.path.join(root, name), encoding="utf-8") as fh:
+                    lines.update(line for line in fh.read().splitlines() if line)
+    return lines
+
+
+class Paced(MapFunction):
+    """1 ms every 2 records (the job runs for a few seconds); on its first attempt it fails
+    once at ``fail_at`` (0: never)."""
+
+    def __init__(self, fail_at: int = 0) -> None:
+        self.fail_at = fail_at
+        self.attempt = 0
+
+    def open(self, runtime_context) -> None:
+        self.attempt = runtime_context.get_attempt_number()
+
+    def map(self, value):
+        if value % 2 == 0:
+            time.sleep(0.001)  # pacing: the workload, not a wait
+        if value == self.fail_at and self.attempt == 0:
+            raise RuntimeError(f"injected failure at record {value}")
+        return value
+
+
+def add_counts(a, b):
+    return (a[0], a[1] + b[1])
+
+
+def build(env, out_dir, fail_at: int = 0, n: int = N):
+    sink = (FileSink.for_row_format(str(out_dir), Encoder.simple_string_encoder())
+            .with_output_file_config(OutputFileConfig.builder().with_part_prefix("part").build())
+            .with_rolling_policy(RollingPolicy.on_checkpoint_rolling_policy())
+            .build())
+    (env.from_sequence(1, n)
+        .map(Paced(fail_at))
+        .map(lambda v: (v % KEYS, 1))
+        .key_by(lambda kv: kv[0])
+        .reduce(add_counts)
+        .map(lambda kv: f"{kv[0]},{kv[1]}")
+        .sink_to(sink))
+
+
+def checkpointing_env(target, parallelism, tmp_path, **extra):
+    conf = {
+        "execution.checkpointing.interval": "300 ms",
+        "execution.checkpointing.dir": str(tmp_path / "checkpoints"),
+        "restart-strategy.type": "fixed-delay",
+        "restart-strategy.fixed-delay.attempts": 25,
+        "restart-strategy.fixed-delay.delay": "200 ms",
+    }
+    conf.update(extra)
+    return make_env(target, parallelism, conf)
+
+
+@pytest.mark.timeout(180)
+def test_a_failing_function_restarts_from_the_checkpoint_and_the_output_is_exactly_once(target, tmp_path):
+    env = make_env(target, 2, {"restart-strategy.type": "fixed-delay",
+                               "restart-strategy.fixed-delay.delay": "200 ms"})
+    env.enable_checkpointing(300, CheckpointingMode.EXACTLY_ONCE)  # PyFlink's API for the same keys
+    env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path / "checkpoints"))
+    out = tmp_path / "out"
+    build(env, out, fail_at=N // 3)
+    client = env.execute_async()
+    assert client.wait(150), "the job did not finish"
+    result = client.get_job_execution_result(1)
+    stats = client.get_checkpoint_stats()
+    assert stats["numRestarts"] == 1
+    assert stats["numberOfCompletedCheckpoints"] >= 1
+    assert stats["lastRestoredCheckpointId"] is not None
+    got = committed_lines(out)
+    want = expected_counts()
+    assert got == want, (sum(got.values()), sum(want.values()), len(set(got) - set(want)))
+    assert result.job_name
+
+
+@pytest.mark.timeout(120)
+def test_without_checkpointing_the_default_is_no_restart(target, tmp_path):
+    env = make_env(target, 1)
+    build(env, tmp_path / "out", fail_at=100)
+    client = env.execute_async()
+    assert client.wait(60)
+    assert client.get_job_status() == "FAILED"
+    assert client.get_checkpoint_stats()["numRestarts"] == 0
+
+
+def executor_pids(client) -> list[int]:
+    import ray
+
+    return [ray.get(h.location.remote(), timeout=10)["pid"] for h in client.handles.values()]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_sigkilled_task_executors_on_ray_lose_nothing_and_duplicate_nothing(ray_session, tmp_path):
+    """TaskExecutor worker processes are SIGKILLed three times while the job runs; after each
+    the job restores from its latest checkpoint; the committed output equals the reference."""
+    env = checkpointing_env("ray", 2, tmp_path)
+    out = tmp_path / "out"
+    n = 4 * N
+    build(env, out, n=n)
+    client = env.execute_async()
+    kills = 0
+    for round_ in range(3):
+        completed_before = client.get_checkpoint_stats()["numberOfCompletedCheckpoints"]
+        wait_for(lambda: client.get_job_status() == "RUNNING" and
+                 client.get_checkpoint_stats()["numberOfCompletedCheckpoints"] > completed_before,
+                 client, timeout=120)
+        if client.wait(0):
+            break
+        pids = executor_pids(client)
+        os.kill(pids[round_ % len(pids)], os_signal.SIGKILL)
+        kills += 1
+        assert wait_for(lambda: client.get_checkpoint_stats()["numRestarts"] >= kills or client.wait(0),
+                        client, timeout=120)
+    assert client.wait(300), "the job did not finish"
+    assert client.get_job_status() == "FINISHED", client.get_job_status()
+    assert client.get_checkpoint_stats()["numRestarts"] == kills >= 2
+    assert committed_lines(out) == expected_counts(n)
+
+
+class LockHolder(MapFunction):
+    """Keeps a lock in its checkpointed operator state: the state cannot be serialised."""
+
+    def initialize_state(self, context):
+        from raylink.api.state import ListStateDescriptor
+
+        self.state = context.get_operator_state_store().get_list_state(ListStateDescriptor("locks"))
+
+    def snapshot_state(self, context):
+        import threading
+
+        self.state.update([threading.Lock()])
+
+    def map(self, value):
+        return value
+
+
+@pytest.mark.timeout(120)
+def test_state_that_cannot_be_serialised_declines_the_checkpoint_naming_the_operator(target, tmp_path):
+    env = checkpointing_env(target, 1, tmp_path, **{"restart-strategy.type": "none"})
+    env.from_sequence(1, 10 ** 9).map(Paced()).map(LockHolder()).name("holds a lock").add_sink(lambda v: None)
+    client = env.execute_async()
+    assert client.wait(60), "the job should fail once the checkpoint is declined"
+    assert client.get_job_status() == "FAILED"
+    with pytest.raises(Exception) as info:
+        client.get_job_execution_result(1)
+    message = str(info.value)
+    assert "tolerable-failed-checkpoints" in message
+    assert "holds a lock" in message and "cannot be serialised" in message
+    assert client.get_checkpoint_stats()["numberOfFailedCheckpoints"] >= 1
+
+
+def test_checkpoint_storage_that_is_not_writable_fails_at_submission_naming_it(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    env = checkpointing_env("local", 1, tmp_path, **{"execution.checkpointing.dir": str(blocker / "chk")})
+    env.from_sequence(1, 10).add_sink(lambda v: None)
+    with pytest.raises(Exception) as info:
+        env.execute_async()
+    assert "a-file" in str(info.value)
+
+
+NODE_LOSS_SCRIPT = '''
+import json, sys, time
+import ray
+from ray.cluster_utils import Cluster
+from raylink.tests.test_runtime_checkpointing import build, checkpointing_env, committed_lines, expected_counts, N
+from pathlib import Path
+
+tmp = Path(sys.argv[1])
+cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+worker = cluster.add_node(num_cpus=1)
+cluster.wait_for_nodes()
+ray.init(address=cluster.address)
+report = {}
+try:
+    env = checkpointing_env("ray", 2, tmp)
+    build(env, tmp / "out", n=4 * N)
+    client = env.execute_async("node loss")
+    report["nodes"] = len({loc["node_id"] for loc in client.locations.values()})
+    deadline = time.monotonic() + 120
+    while client.get_checkpoint_stats()["numberOfCompletedCheckpoints"] < 1 and time.monotonic() < deadline:
+        client.wait(0.05)
+    cluster.remove_node(worker)
+    report["finished"] = client.wait(240)
+    report["status"] = client.get_job_status()
+    report["restarts"] = client.get_checkpoint_stats()["numRestarts"]
+    report["exactly_once"] = committed_lines(tmp / "out") == expected_counts(4 * N)
+finally:
+    print(json.dumps(report))
+    ray.shutdown()
+    cluster.shutdown()
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_lost_ray_node_fails_over_to_the_remaining_one_exactly_once(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    script = tmp_path / "node_loss.py"
+    script.write_text(NODE_LOSS_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS",) and not k.startswith("RAYLINK_")}
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True,
+                          timeout=380, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["nodes"] == 2, report
+    assert report["finished"] and report["status"] == "FINISHED", report
+    assert report["restarts"] >= 1, report
+    assert report["exactly_once"], report
