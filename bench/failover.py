@@ -116,7 +116,7 @@ def main(argv: Optional[list] = None) -> None:
     from raylink.actors.ray_executor import ensure_ray
 
     ensure_ray()
-    records = max(args.records, 2_000 * args.kills)  # long enough for every kill
+    records = max(args.records, 4_000 * args.kills)  # long enough for every kill
     with tempfile.TemporaryDirectory() as folder:
         report = run(args.kills, records, folder)
     print(f"failover: {records:,} records, {report['kills']} SIGKILLs of TaskExecutor processes, "

@@ -24,6 +24,7 @@ from raylink.api.options import (  # noqa: F401 - parsers and limits shared with
     MIN_SEGMENT_SIZE,
     IllegalConfigurationError,
     find_option,
+    parse_bool,
     parse_duration_ms,
     parse_memory,
     unknown_key_message,
@@ -58,15 +59,6 @@ def _positive_float(value: Any) -> float:
     if isinstance(value, bool) or out <= 0:
         raise ValueError(f"{value!r} must be a number > 0")
     return out
-
-
-def _bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text not in ("true", "false"):
-        raise ValueError(f"{value!r} is not a boolean (true or false)")
-    return text == "true"
 
 
 def _choice(*options: str) -> Callable[[Any], str]:
@@ -139,7 +131,7 @@ def _port(value: Any) -> int:
 KNOWN_KEYS: dict[str, tuple[Callable[[Any], Any], str]] = {
     "parallelism.default": (_int(1), "default parallelism of operators"),
     "pipeline.max-parallelism": (_max_parallelism, "max parallelism (number of key groups); -1 derives it"),
-    "pipeline.operator-chaining": (_bool, "chain operators (true/false)"),
+    "pipeline.operator-chaining": (parse_bool, "chain operators (true/false)"),
     "pipeline.name": (str, "job name when execute() gets none"),
     "execution.target": (_choice("ray", "local"), "ray (TaskExecutor actors) or local (threads in this process)"),
     "execution.buffer-timeout": (_buffer_timeout, "flush interval of output buffers (ms, or '100 ms'); 0 flushes every record, -1 only full buffers"),
@@ -153,7 +145,7 @@ KNOWN_KEYS: dict[str, tuple[Callable[[Any], Any], str]] = {
     "taskmanager.network.memory.floating-buffers-per-gate": (_int(0), "floating buffers per input gate"),
     "raylink.network.max-batch-bytes": (_memory_at_least(1), "bytes a remote call aims to carry (batching)"),
     "raylink.network.max-batch-delay": (_duration_positive, "longest a full buffer waits for its batch (ms)"),
-    "taskmanager.network.memory.buffer-debloat.enabled": (_bool, "size remote buffers by the consumer's throughput (default true)"),
+    "taskmanager.network.memory.buffer-debloat.enabled": (parse_bool, "size remote buffers by the consumer's throughput (default true)"),
     "taskmanager.network.memory.buffer-debloat.target": (_duration_positive, "time a gate's buffers of data take to process (ms, or '1 s')"),
     "taskmanager.network.memory.buffer-debloat.period": (_duration_positive, "how often buffer sizes are recomputed (ms)"),
     "taskmanager.network.memory.buffer-debloat.samples": (_int(1), "throughput measurements averaged"),

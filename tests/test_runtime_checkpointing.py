@@ -14,30 +14,15 @@ import pytest
 
 from raylink.api import CheckpointingMode, Encoder, FileSink, OutputFileConfig, RollingPolicy
 from raylink.api.functions import MapFunction
+from raylink.bench.failover import KEYS, committed_lines, reference
 from raylink.tests.runtime_jobs import make_env, wait_for
 
 N = 6000
-KEYS = 7
 
 
 def expected_counts(n: int = N) -> Counter:
-    out, totals = Counter(), Counter()
-    for v in range(1, n + 1):
-        totals[v % KEYS] += 1
-        out[f"{v % KEYS},{totals[v % KEYS]}"] += 1
-    return out
-
-
-def committed_lines(path) -> Counter:
-    """What a reader of the output folder sees: every visible part file's lines."""
-    lines: Counter = Counter()
-    for root, dirs, files in os.walk(path):
-        dirs[:] = [d for d in dirs if not d.startswith((".", "_"))]
-        for name in files:
-            if not name.startswith((".", "_")):
-                with open(os.path.join(root, name), encoding="utf-8") as fh:
-                    lines.update(line for line in fh.read().splitlines() if line)
-    return lines
+    """The rolling counts of a failure-free run, computed here without raylink."""
+    return reference(n)
 
 
 class Paced(MapFunction):
