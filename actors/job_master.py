@@ -166,11 +166,13 @@ class JobMasterBase:
         """A task reached FINISHED / CANCELED / FAILED, or acknowledged / declined a checkpoint."""
         attempt_id = event["attempt_id"]
         kind = event.get("type")
-        if kind is not None:  # checkpoint_ack / checkpoint_decline
+        if kind is not None:  # checkpoint_ack / checkpoint_decline / final_checkpoint_request
             coordinator = self.coordinator
             if coordinator is None or attempt_id not in self.executions:
                 return
-            if kind == "checkpoint_ack":
+            if kind == "final_checkpoint_request":
+                coordinator.request_checkpoint()
+            elif kind == "checkpoint_ack":
                 coordinator.receive_ack(attempt_id, event["checkpoint_id"], event["handles"], event.get("stats"))
             else:
                 coordinator.receive_decline(attempt_id, event["checkpoint_id"], event["reason"])
@@ -347,7 +349,8 @@ class JobMasterBase:
         if not self._done.wait(timeout):
             raise TimeoutError(f"job '{self.job_name}' did not finish within {timeout} s")
         if self._status != "FINISHED":
-            raise JobExecutionException(self.job_name, self._status, self._failure) from self._failure
+            raise JobExecutionException(self.job_name, self._status, self._failure,
+                                        self.num_restarts) from self._failure
         ordered = [self._reports[a] for a in self.executions if a in self._reports]
         return JobExecutionResult(
             job_id=self.job_id,
@@ -358,9 +361,16 @@ class JobMasterBase:
         )
 
     def get_checkpoint_stats(self) -> dict:
-        """Flink's checkpoint statistics plus ``numRestarts`` (Flink's job metric)."""
-        stats = self.coordinator.stats.to_dict() if self.coordinator is not None else {}
+        """Flink's checkpoint statistics plus ``numRestarts`` (Flink's job metric); the last
+        completed checkpoint's per-subtask figures under ``lastCheckpointSubtasks`` (task name ->
+        sync / async / alignment ms and bytes)."""
+        if self.coordinator is None:
+            return {"numRestarts": self.num_restarts}
+        stats = self.coordinator.stats.to_dict()
         stats["numRestarts"] = self.num_restarts
+        names = {a: ev.name for a, ev in self.executions.items()}
+        stats["lastCheckpointSubtasks"] = {names.get(a, a): dict(s) for a, s in
+                                           self.coordinator.stats.per_subtask.items()}
         return stats
 
     def get_vertex_metrics(self) -> dict:

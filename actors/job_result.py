@@ -11,12 +11,17 @@ from typing import Any, Iterator, Optional
 class JobExecutionException(RuntimeError):
     """The job ended FAILED (or was cancelled); ``__cause__`` is the task's error."""
 
-    def __init__(self, job_name: str, status: str, cause: Optional[BaseException]) -> None:
+    def __init__(self, job_name: str, status: str, cause: Optional[BaseException], restarts: int = 0) -> None:
         detail = f": {cause}" if cause is not None else ""
-        super().__init__(f"Job '{job_name}' {status.lower()}{detail}")
+        after = f" after {restarts} restart{'s' if restarts != 1 else ''}" if restarts else ""
+        super().__init__(f"Job '{job_name}' {status.lower()}{after}{detail}")
         self.job_name = job_name
         self.status = status
         self.cause = cause
+        self.restarts = restarts
+
+    def __reduce__(self):
+        return (JobExecutionException, (self.job_name, self.status, self.cause, self.restarts))
 
 
 @dataclass

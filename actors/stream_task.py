@@ -119,6 +119,8 @@ class StreamTask:
         self._time_service: Optional[SystemProcessingTimeService] = None
         self._flushers: list = []
         self._step_bound_ns = 0  # a source step ends after this long (0: when its batch is full)
+        # a source at the end of its input: -1 waiting for a trigger, then the final checkpoint's id
+        self._final_checkpoint: Optional[int] = None
         self._interruptible = InterruptibleThreads(CancelTaskException)
         self._state_lock = threading.Lock()
         self.done = threading.Event()
@@ -525,6 +527,8 @@ class StreamTask:
                                      {"declined": f"task {self.name} has already finished"})
             return
         started = time.perf_counter()
+        if self._final_checkpoint == -1:
+            self._final_checkpoint = barrier.checkpoint_id
         if self._legacy_lock is not None:
             self.chain.head.flush_pending()  # what run() emitted so far belongs before the barrier
         snapshots = {
@@ -556,10 +560,21 @@ class StreamTask:
             if self.chain is not None:
                 for operator in self.chain.operators:
                     notify(operator, checkpoint_id)
+            final = self._final_checkpoint
+            if complete and final is not None and 0 <= final <= checkpoint_id and not self._ended:
+                self._end_of_input(self.mailbox_processor)  # the final checkpoint completed
 
         self.mailbox_processor.mailbox.put(mail)
 
     def _end_of_input(self, mp: MailboxProcessor) -> None:
+        if self.checkpoint_sink is not None and not self.inputs and self._final_checkpoint is None:
+            # Flink 2's final checkpoint (FLIP-147): a source ends only once a checkpoint taken
+            # after its last record completed, so every record is in a completed checkpoint
+            # (two-phase sinks commit them) and a restore never emits them again
+            self._final_checkpoint = -1
+            mp.suspend_default_action(IDLE)  # nothing left to emit; mails (triggers, notifications) run
+            self.checkpoint_sink(self, -1, None, {"final_checkpoint_requested": True})
+            return
         self._ended = True
         self._stop_timers()
         self.chain.finish(head_inputs_ended=len(self.inputs) == 2)

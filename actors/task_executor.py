@@ -240,6 +240,9 @@ class TaskExecutor:
                          stats: dict) -> None:
         """Task thread: write ``snapshots`` off the task thread (Flink's asynchronous phase), then
         acknowledge to the JobMaster; ``snapshots`` None declines."""
+        if stats.get("final_checkpoint_requested"):
+            self._report({"type": "final_checkpoint_request", "attempt_id": task.attempt_id})
+            return
         if snapshots is None:
             self._decline(task, checkpoint_id, stats.get("declined", "declined"))
             return

@@ -91,10 +91,15 @@ class CheckpointCoordinator:
         self._lock = threading.Condition()
         self._pending: dict[int, PendingCheckpoint] = {}
         self._tasks: set = set()
+        # Flink 2 (FLIP-147): finished tasks no longer acknowledge; their last state is carried
+        # into later checkpoints. attempt id -> (checkpoint id, {operator id: {subtask: handle}})
+        self._last_handles: dict = {}
+        self._finished: set = set()
         self._next_id = storage.next_checkpoint_id()
         self._last_end = 0.0
         self._consecutive_failures = 0
         self._running = False
+        self._requested = False  # a source at the end of its input asks for its final checkpoint
         self._thread: Optional[threading.Thread] = None
 
     # -- lifecycle -------------------------------------------------------------------------------------
@@ -102,6 +107,7 @@ class CheckpointCoordinator:
         """Begin periodic checkpoints of a deployment whose tasks are ``tasks_to_ack``."""
         with self._lock:
             self._tasks = set(tasks_to_ack)
+            self._last_handles, self._finished = {}, set()
             self._running = True
             self._last_end = time.monotonic()
         if self.interval_ms > 0 and self._thread is None:
@@ -122,10 +128,25 @@ class CheckpointCoordinator:
             thread.join(5)
 
     def task_finished(self, attempt_id: str) -> None:
-        """A task ended: no trigger after that (Flink 2 would checkpoint the rest; raylink stops)."""
+        """A task ended (after its final checkpoint): later checkpoints go on without it and
+        carry its last state; pending ones stop waiting for it. Triggers stop when all ended."""
+        completed, moot = [], []
         with self._lock:
-            self._running = False
-            self._lock.notify_all()
+            self._finished.add(attempt_id)
+            if self._finished >= self._tasks:
+                self._running = False
+                self._lock.notify_all()
+            for checkpoint in list(self._pending.values()):
+                checkpoint.not_yet_acknowledged.discard(attempt_id)
+                if not checkpoint.not_yet_acknowledged:
+                    del self._pending[checkpoint.checkpoint_id]
+                    # no task took part (all ended first): nothing new to keep
+                    (completed if checkpoint.task_stats else moot).append(checkpoint)
+            self.stats.num_in_progress = len(self._pending)
+        for checkpoint in completed:
+            self._complete(checkpoint)
+        for checkpoint in moot:
+            self._abort_quietly(checkpoint.checkpoint_id, "every task had finished", count=False)
 
     # -- triggering ------------------------------------------------------------------------------------
     def _periodic(self) -> None:
@@ -136,14 +157,24 @@ class CheckpointCoordinator:
                 while self._running:
                     now = time.monotonic()
                     self._expire_locked(now)
+                    if self._requested and not self._pending:
+                        break
                     wait = next_at - now
                     if wait <= 0:
                         break
                     self._lock.wait(min(wait, 0.1))
                 if not self._running:
                     return
+                self._requested = False
             self.trigger_checkpoint()
             next_at = time.monotonic() + interval
+
+    def request_checkpoint(self) -> None:
+        """A source reached the end of its input: take its final checkpoint as soon as the
+        limits allow instead of at the next interval (a bounded job ends sooner)."""
+        with self._lock:
+            self._requested = True
+            self._lock.notify_all()
 
     def trigger_checkpoint(self) -> Optional[int]:
         """Start a checkpoint now if the limits allow; its id, or None."""
@@ -156,7 +187,8 @@ class CheckpointCoordinator:
             checkpoint_id = self._next_id
             self._next_id += 1
             timestamp = int(time.time() * 1000)
-            self._pending[checkpoint_id] = PendingCheckpoint(checkpoint_id, timestamp, now, set(self._tasks))
+            self._pending[checkpoint_id] = PendingCheckpoint(checkpoint_id, timestamp, now,
+                                                             self._tasks - self._finished)
             self.stats.num_in_progress = len(self._pending)
         try:
             self._trigger(checkpoint_id, timestamp)
@@ -184,14 +216,29 @@ class CheckpointCoordinator:
             for operator_id, by_subtask in handles.items():
                 checkpoint.handles.setdefault(operator_id, {}).update(by_subtask)
             checkpoint.task_stats[attempt_id] = task_stats or {}
+            self._last_handles[attempt_id] = (checkpoint_id, handles)
             if checkpoint.not_yet_acknowledged:
                 return
             del self._pending[checkpoint_id]
             self.stats.num_in_progress = len(self._pending)
         self._complete(checkpoint)
 
+    def _carry_finished_state(self, checkpoint: PendingCheckpoint) -> None:
+        """Copy the last state of tasks that finished before ``checkpoint`` into it (their
+        older checkpoint folders are deleted by retention)."""
+        with self._lock:
+            carried = [self._last_handles[a] for a in self._finished
+                       if a in self._last_handles and a not in checkpoint.task_stats]
+        for _old_id, handles in carried:
+            for operator_id, by_subtask in handles.items():
+                for subtask, handle in by_subtask.items():
+                    data = self.storage.read_state(handle)
+                    checkpoint.handles.setdefault(operator_id, {})[subtask] = self.storage.write_state(
+                        checkpoint.checkpoint_id, operator_id, subtask, data)
+
     def _complete(self, checkpoint: PendingCheckpoint) -> None:
         try:
+            self._carry_finished_state(checkpoint)
             completed = self.storage.finalize(checkpoint.checkpoint_id, checkpoint.handles,
                                               trigger_timestamp=checkpoint.trigger_timestamp)
         except Exception as exc:
@@ -208,6 +255,7 @@ class CheckpointCoordinator:
             alignments = [s.get("alignment_ms", 0.0) for s in checkpoint.task_stats.values()]
             stats.last_alignment_ms = max(alignments, default=0.0)
             stats.per_subtask = dict(checkpoint.task_stats)
+            self._lock.notify_all()  # a final-checkpoint request may have waited for this one
         self._notify_complete(checkpoint.checkpoint_id)
 
     def receive_decline(self, attempt_id: Optional[str], checkpoint_id: int, reason: str) -> None:

@@ -192,3 +192,29 @@ def test_help_lists_every_command_and_each_has_help():
 def test_no_command_is_a_usage_error():
     proc = raylink()
     assert proc.returncode == 2 and "the following arguments are required: command" in proc.stderr
+
+
+CHECKPOINTED_JOB = """
+import time
+from raylink.api import StreamExecutionEnvironment
+
+def slow(v):
+    time.sleep(0.002)
+    return v
+
+env = StreamExecutionEnvironment.get_execution_environment()
+env.from_sequence(1, 1500).map(slow).key_by(lambda v: v % 3).reduce(lambda a, b: a + b).add_sink(lambda v: None)
+env.execute("checkpointed")
+"""
+
+
+def test_progress_shows_checkpoints_and_restarts(tmp_path):
+    """`raylink run` prints checkpoint counts in its progress lines (what `raylink status` shows)."""
+    job = write(tmp_path, "checkpointed.py", CHECKPOINTED_JOB)
+    proc = raylink("run", *LOCAL, "--progress", "log", "--conf", "raylink.progress.interval=200",
+                   "--conf", "execution.checkpointing.interval=100",
+                   "--conf", f"execution.checkpointing.dir={tmp_path / 'chk'}", job)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    completed = [int(m) for m in re.findall(r"checkpoints (\d+) completed, 0 failed", proc.stdout + proc.stderr)]
+    assert completed and max(completed) >= 1, (proc.stdout + proc.stderr)[-2000:]
+    assert "restarts 0" in proc.stdout + proc.stderr

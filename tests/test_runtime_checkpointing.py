@@ -13,7 +13,8 @@ from collections import Counter
 import pytest
 
 from raylink.api import CheckpointingMode, Encoder, FileSink, OutputFileConfig, RollingPolicy
-from raylink.api.functions import MapFunction
+from raylink.api import CheckpointedFunction
+from raylink.api.functions import MapFunction, SourceFunction
 from raylink.bench.failover import KEYS, committed_lines, reference
 from raylink.tests.runtime_jobs import make_env, wait_for
 
@@ -89,6 +90,9 @@ def test_a_failing_function_restarts_from_the_checkpoint_and_the_output_is_exact
     assert stats["numRestarts"] == 1
     assert stats["numberOfCompletedCheckpoints"] >= 1
     assert stats["lastRestoredCheckpointId"] is not None
+    per_subtask = stats["lastCheckpointSubtasks"]  # the subtasks that took part in the last one
+    assert per_subtask and set(per_subtask) <= {ev.name for ev in client.executions.values()}
+    assert all({"sync_ms", "async_ms", "alignment_ms", "size"} <= set(s) for s in per_subtask.values())
     got = committed_lines(out)
     want = expected_counts()
     assert got == want, (sum(got.values()), sum(want.values()), len(set(got) - set(want)))
@@ -233,3 +237,118 @@ def test_a_lost_ray_node_fails_over_to_the_remaining_one_exactly_once(tmp_path):
     assert report["finished"] and report["status"] == "FINISHED", report
     assert report["restarts"] >= 1, report
     assert report["exactly_once"], report
+
+
+class UnevenCounter(SourceFunction, CheckpointedFunction):
+    """Subtask 0 emits 400 records, subtask 1 3,000 (paced): one source finishes long before the
+    other. Its position is operator state, emitted and updated under the checkpoint lock."""
+
+    def __init__(self) -> None:
+        self.running = True
+        self.next = 0
+        self.index = 0
+
+    def open(self, runtime_context) -> None:
+        self.index = runtime_context.get_index_of_this_subtask()
+
+    def initialize_state(self, context) -> None:
+        from raylink.api.state import ListStateDescriptor
+
+        self.state = context.get_operator_state_store().get_list_state(ListStateDescriptor("next"))
+        restored = self.state.get()
+        self.next = restored[0] if restored else 0
+
+    def snapshot_state(self, context) -> None:
+        self.state.update([self.next])
+
+    def run(self, ctx) -> None:
+        count = 400 if self.index == 0 else 3000
+        lock = ctx.get_checkpoint_lock()
+        while self.running and self.next < count:
+            with lock:
+                ctx.collect((self.index, self.next))
+                self.next += 1
+            if self.next % 2 == 0:
+                time.sleep(0.001)  # pacing: the workload
+
+    def cancel(self) -> None:
+        self.running = False
+
+
+class FailOnce(MapFunction):
+    def open(self, runtime_context) -> None:
+        self.attempt = runtime_context.get_attempt_number()
+
+    def map(self, value):
+        if value == (1, 2000) and self.attempt == 0:
+            raise RuntimeError("injected failure after the short source finished")
+        return value
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("fail", [False, True], ids=["no-failure", "failure-after-one-source-ended"])
+def test_final_checkpoints_let_uneven_sources_finish_exactly_once(target, tmp_path, fail):
+    """Flink 2's final checkpoint: a source that ends waits for a checkpoint that holds its end,
+    then finishes; later checkpoints carry its state, so a restore does not replay it."""
+    env = checkpointing_env(target, 2, tmp_path)
+    out = tmp_path / "out"
+    sink = FileSink.for_row_format(str(out), Encoder.simple_string_encoder()).build()
+    stream = env.add_source(UnevenCounter(), "uneven")
+    if fail:
+        stream = stream.map(FailOnce())
+    (stream.map(lambda r: (r[0], 1)).key_by(lambda kv: kv[0]).reduce(add_counts)
+        .map(lambda kv: f"{kv[0]},{kv[1]}").sink_to(sink))
+    client = env.execute_async()
+    assert client.wait(150), "the job did not finish"
+    assert client.get_job_status() == "FINISHED", client.get_job_status()
+    stats = client.get_checkpoint_stats()
+    assert stats["numRestarts"] == (1 if fail else 0)
+    want = Counter([f"0,{i}" for i in range(1, 401)] + [f"1,{i}" for i in range(1, 3001)])
+    assert committed_lines(out) == want
+
+
+class AlwaysFails(MapFunction):
+    def map(self, value):
+        raise RuntimeError("this function always fails")
+
+
+@pytest.mark.timeout(120)
+def test_when_the_strategy_gives_up_the_job_fails_with_the_cause_and_the_restart_count(target, tmp_path):
+    env = checkpointing_env(target, 1, tmp_path, **{"restart-strategy.fixed-delay.attempts": 2,
+                                                    "restart-strategy.fixed-delay.delay": "50 ms"})
+    env.from_sequence(1, 100).map(AlwaysFails()).add_sink(lambda v: None)
+    client = env.execute_async()
+    assert client.wait(90)
+    assert client.get_job_status() == "FAILED"
+    with pytest.raises(Exception) as info:
+        client.get_job_execution_result(1)
+    assert "after 2 restarts" in str(info.value) and "this function always fails" in str(info.value)
+
+
+class Tag(MapFunction):
+    """Two-input (co-map) side: tags each record with its input."""
+
+    def map1(self, value):
+        return ("a", value)
+
+    def map2(self, value):
+        return ("b", value)
+
+
+@pytest.mark.timeout(180)
+def test_a_two_input_task_aligns_barriers_across_both_inputs_exactly_once(target, tmp_path):
+    """connect + CoMap (a two-input task, barriers aligned over both gates), a failure, a restore:
+    the committed rolling counts per input equal the reference."""
+    env = checkpointing_env(target, 2, tmp_path)
+    out = tmp_path / "out"
+    sink = FileSink.for_row_format(str(out), Encoder.simple_string_encoder()).build()
+    left = env.from_sequence(1, 3000).map(Paced())
+    right = env.from_sequence(1, 2000).map(Paced(fail_at=1500))
+    (left.connect(right).map(Tag()).map(lambda kv: (kv[0], 1)).key_by(lambda kv: kv[0])
+        .reduce(add_counts).map(lambda kv: f"{kv[0]},{kv[1]}").sink_to(sink))
+    client = env.execute_async()
+    assert client.wait(150), "the job did not finish"
+    assert client.get_job_status() == "FINISHED", client.get_job_status()
+    assert client.get_checkpoint_stats()["numRestarts"] == 1
+    want = Counter([f"a,{i}" for i in range(1, 3001)] + [f"b,{i}" for i in range(1, 2001)])
+    assert committed_lines(out) == want

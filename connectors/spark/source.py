@@ -363,7 +363,9 @@ class ParquetDirectorySourceOperator(SourceOperator):
         self._seen: set = set()
         self._queue: List[str] = []
         self._table: Any = None
+        self._current: Optional[str] = None  # the file ``_table`` was read from
         self._offset = 0
+        self._skip = 0  # rows of the next file read that a restored checkpoint had emitted
         self._next_poll = 0.0
         self._wakeup = threading.Event()
         self.files_read = 0
@@ -417,8 +419,9 @@ class ParquetDirectorySourceOperator(SourceOperator):
         while self._table is None or self._offset >= self._table.num_rows:
             self._table = None
             if self._queue:
-                self._table = self._read(self._queue.pop(0))
-                self._offset = 0
+                self._current = self._queue.pop(0)
+                self._table = self._read(self._current)
+                self._offset, self._skip = self._skip, 0
                 continue
             now = time.monotonic()
             if now >= self._next_poll:
@@ -438,6 +441,21 @@ class ParquetDirectorySourceOperator(SourceOperator):
     def cancel(self) -> None:
         self.cancelled = True
         self._wakeup.set()
+
+    # -- checkpoints: the files seen and the position in the one being read ----------------------
+    def snapshot_operator_state(self, _checkpoint_id: int) -> dict:
+        reading = self._table is not None and self._offset < self._table.num_rows
+        return {"seen": sorted(self._seen),
+                "queue": ([self._current] if reading else []) + list(self._queue),
+                "offset": self._offset if reading else 0}
+
+    def restore_operator_state(self, state: dict) -> None:
+        """Continue after the checkpoint: files it had not read yet are queued again, and the
+        file it was reading resumes at the row after the last one it emitted."""
+        self._seen = set(state["seen"])
+        self._queue = list(state["queue"])
+        self._skip = state["offset"]
+        self._table, self._current, self._offset = None, None, 0
 
 
 def resolve_table_location(path_or_table: str, spark: Any = None) -> "tuple[str, Any, str]":
