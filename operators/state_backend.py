@@ -177,7 +177,29 @@ class HeapListState(_HeapState, ListState):
             self.clear()
 
 
-class HeapMapState(_HeapState, MapState):
+class _MapStateReads:
+    """The read side of a MapState over ``self._user_map()`` (the current key's, or the
+    current key and namespace's, map): shared by the heap and the namespaced MapState."""
+
+    __slots__ = ()
+
+    def contains(self, key: Any) -> bool:
+        return key in self._user_map()
+
+    def keys(self) -> Iterator[Any]:
+        return iter(list(self._user_map().keys()))
+
+    def values(self) -> Iterator[Any]:
+        return iter(list(self._user_map().values()))
+
+    def items(self) -> Iterator[Tuple[Any, Any]]:
+        return iter(list(self._user_map().items()))
+
+    def is_empty(self) -> bool:
+        return not self._user_map()
+
+
+class HeapMapState(_MapStateReads, _HeapState, MapState):
     __slots__ = ()
 
     def _user_map(self) -> Dict[Any, Any]:
@@ -202,21 +224,6 @@ class HeapMapState(_HeapState, MapState):
             user_map.pop(key, None)
             if not user_map:  # Flink's HeapMapState drops the empty map
                 del m[current]
-
-    def contains(self, key: Any) -> bool:
-        return key in self._user_map()
-
-    def keys(self) -> Iterator[Any]:
-        return iter(list(self._user_map().keys()))
-
-    def values(self) -> Iterator[Any]:
-        return iter(list(self._user_map().values()))
-
-    def items(self) -> Iterator[Tuple[Any, Any]]:
-        return iter(list(self._user_map().items()))
-
-    def is_empty(self) -> bool:
-        return not self._user_map()
 
 
 class HeapReducingState(_HeapState, ReducingState):
@@ -380,7 +387,7 @@ class NamespacedListState(NamespacedState, ListState):
         return a + b
 
 
-class NamespacedMapState(NamespacedState, MapState):
+class NamespacedMapState(_MapStateReads, NamespacedState, MapState):
     __slots__ = ()
 
     def _user_map(self) -> Dict[Any, Any]:
@@ -411,21 +418,6 @@ class NamespacedMapState(NamespacedState, MapState):
             current.pop(key, None)
             if not current:
                 self.clear()
-
-    def contains(self, key: Any) -> bool:
-        return key in self._user_map()
-
-    def keys(self) -> Iterator[Any]:
-        return iter(list(self._user_map().keys()))
-
-    def values(self) -> Iterator[Any]:
-        return iter(list(self._user_map().values()))
-
-    def items(self) -> Iterator[Tuple[Any, Any]]:
-        return iter(list(self._user_map().items()))
-
-    def is_empty(self) -> bool:
-        return not self._user_map()
 
 
 class NamespacedReducingState(NamespacedState, ReducingState):
