@@ -218,9 +218,9 @@ class JobMasterBase:
             if self._failure is None:
                 self._failure = error
         self._status = "FAILING"
-        if self.coordinator is not None:
-            self.coordinator.stop("the job is failing")
         try:
+            if self.coordinator is not None:
+                self.coordinator.stop("the job is failing")
             self._cancel_all_tasks()
         finally:
             if finish_now:

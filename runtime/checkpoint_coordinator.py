@@ -110,9 +110,12 @@ class CheckpointCoordinator:
             self._last_handles, self._finished = {}, set()
             self._running = True
             self._last_end = time.monotonic()
-        if self.interval_ms > 0 and self._thread is None:
-            self._thread = threading.Thread(target=self._periodic, name="CheckpointCoordinator", daemon=True)
-            self._thread.start()
+            # created and started under the lock: a task failing at once calls stop() from its own
+            # thread, which must never find a thread that is set but not started yet
+            if self.interval_ms > 0 and self._thread is None:
+                self._thread = threading.Thread(target=self._periodic, name="CheckpointCoordinator",
+                                                daemon=True)
+                self._thread.start()
 
     def stop(self, reason: str = "the job is stopping") -> None:
         """No more triggers; pending checkpoints are aborted (their tasks are going away)."""
@@ -121,9 +124,9 @@ class CheckpointCoordinator:
             pending, self._pending = list(self._pending.values()), {}
             self.stats.num_in_progress = 0
             self._lock.notify_all()
+            thread, self._thread = self._thread, None
         for checkpoint in pending:
             self._abort_quietly(checkpoint.checkpoint_id, reason, count=False)
-        thread, self._thread = self._thread, None
         if thread is not None and thread is not threading.current_thread():
             thread.join(5)
 
@@ -163,8 +166,8 @@ class CheckpointCoordinator:
                     if wait <= 0:
                         break
                     self._lock.wait(min(wait, 0.1))
-                if not self._running:
-                    return
+                if not self._running or self._thread is not threading.current_thread():
+                    return  # stopped, or stopped and restarted with a new thread
                 self._requested = False
             self.trigger_checkpoint()
             next_at = time.monotonic() + interval
