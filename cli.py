@@ -15,6 +15,7 @@ from typing import Optional
 
 from raylink.api.stream_execution_environment import StreamExecutionEnvironment
 from raylink.graph.job_graph import JobGraph
+from raylink.runtime.executors import executor_context
 
 
 class _PlanCaptured(Exception):
@@ -40,16 +41,14 @@ def capture_job_graph(path: str, argv: list[str]) -> JobGraph:
     """Run ``path`` until its first execute call and return that job's JobGraph."""
     if not os.path.isfile(path):
         raise SystemExit(f"raylink: no such job file: {path}")
-    saved = StreamExecutionEnvironment._executor
     old_argv = sys.argv
     try:
-        StreamExecutionEnvironment._executor = lambda self: _PlanExecutor(self)
-        sys.argv = [path] + argv
-        runpy.run_path(path, run_name="__main__")
+        with executor_context(lambda env, _executor: _PlanExecutor(env)):
+            sys.argv = [path] + argv
+            runpy.run_path(path, run_name="__main__")
     except _PlanCaptured as captured:
         return captured.env.get_job_graph(captured.job_name)
     finally:
-        StreamExecutionEnvironment._executor = saved
         sys.argv = old_argv
     raise SystemExit(f"raylink plan: {path} never called execute(); no job to show")
 

@@ -409,7 +409,7 @@ class Progress:
 
 
 def _vertex_view(task_metrics: list[dict]) -> dict:
-    from raylink.actors.metrics import aggregate_by_vertex
+    from raylink.runtime.metrics import aggregate_by_vertex
 
     vertices = aggregate_by_vertex(task_metrics)
     for m in task_metrics:  # watermarks: the minimum over subtasks, as Flink shows them
@@ -422,7 +422,7 @@ def _vertex_view(task_metrics: list[dict]) -> dict:
 
 
 def _verdict(verdicts: Counter, rate: Optional[float], achieved: float) -> Optional[str]:
-    """The vertex ``actors.metrics.bottleneck`` named most often. A held target rate has no
+    """The vertex ``runtime.metrics.bottleneck`` named most often. A held target rate has no
     bottleneck: the source's pacing waits count as busy time (its run() owns the task, as in
     Flink's legacy sources), so the busiest-vertex rule would just name the source."""
     if rate is not None and achieved >= RATE_TOLERANCE * rate:
@@ -435,7 +435,7 @@ def run_one(scenario: Scenario, rate: Optional[float], parallelism: int, duratio
             buffer_timeout: Optional[int] = None, latency_samples: int = 20000,
             job_timeout: Optional[float] = None) -> dict:
     """Run ``scenario`` once; a dict with the achieved rate, latency, back pressure and memory."""
-    from raylink.actors.metrics import bottleneck
+    from raylink.runtime.metrics import bottleneck
     from raylink.api import Configuration, StreamExecutionEnvironment
 
     env = StreamExecutionEnvironment.get_execution_environment(Configuration())
@@ -612,7 +612,7 @@ def write_markdown(report: dict, path: str) -> None:
     lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in report["plots"]]
     lines += ["", "Back pressure: Flink's levels over the sampled per-second ratios (OK <= 10 %, LOW <= 50 %, "
               "HIGH above), the worst seen during the run. Bottleneck: the busiest vertex that is not itself "
-              "back pressured (`actors.metrics.bottleneck`), the most frequent verdict over the samples. "
+              "back pressured (`runtime.metrics.bottleneck`), the most frequent verdict over the samples. "
               "Latency: sink time minus the source's emit stamp (reservoir sample per sink subtask)."]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")

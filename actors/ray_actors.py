@@ -3,7 +3,7 @@
 ``TaskExecutorActor`` is a threaded actor (control calls, the transport's
 ``receive_buffers`` / ``add_credit`` / ``request_partition`` and the JobMaster's
 long poll run concurrently) around a :class:`TaskExecutor` and its
-:class:`~raylink.shuffle.ray_transport.RayTransport`.
+:class:`~raylink.actors.ray_transport.RayTransport`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 import cloudpickle
 import ray
 
-from raylink.actors.task_executor import NetworkSettings, TaskExecutor
-from raylink.shuffle.ray_transport import DEFAULT_MAX_BATCH_DELAY_MS, RayTransport
+from raylink.runtime.task_executor import NetworkSettings, TaskExecutor
+from raylink.actors.ray_transport import DEFAULT_MAX_BATCH_DELAY_MS, RayTransport
 
 #: ``raylink.taskmanager.gc-threshold``: allocations between two young-generation
 #: collections in a TaskExecutor process (Python's default: 700)

@@ -20,11 +20,11 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from raylink.actors.deployment import assign_slots, create_deployment_descriptors
-from raylink.actors.job_master import JobExecutor, JobMasterBase
-from raylink.actors.job_result import JobExecutionResult
+from raylink.runtime.deployment import assign_slots, create_deployment_descriptors
+from raylink.runtime.job_master import JobExecutor, JobMasterBase
+from raylink.runtime.job_result import JobExecutionResult
 from raylink.actors.ray_actors import TaskExecutorActor
-from raylink.shuffle.ray_transport import DEFAULT_MAX_BATCH_BYTES, RAY_SYSTEM_CONFIG, inline_call_limit
+from raylink.actors.ray_transport import DEFAULT_MAX_BATCH_BYTES, RAY_SYSTEM_CONFIG, inline_call_limit
 
 POLL_TIMEOUT_S = 0.5
 PLACEMENT_TIMEOUT_S = 60.0
@@ -273,7 +273,5 @@ class RayJobClient(JobMasterBase):
         return result
 
 
-_executor = JobExecutor(RayJobClient)
-execute_async = _executor.execute_async
-execute = _executor.execute
-execute_and_collect = _executor.execute_and_collect
+#: registered for its ``execution.target`` through the ``raylink.executors`` entry points
+EXECUTOR = JobExecutor(RayJobClient)

@@ -2,13 +2,12 @@
 
 It records transformations, turns them into the three graphs on demand
 (``get_stream_graph`` / ``get_job_graph`` / ``get_execution_graph``), and hands
-the job to the executor named by ``execution.target`` (``"local"``: threads in
-this process, Flink's MiniCluster; ``"ray"``: Ray actors).
+the job to the executor registered for ``execution.target`` (``"local"``: threads in
+this process, Flink's MiniCluster; ``"ray"``: Ray actors; see :mod:`raylink.runtime.executors`).
 """
 
 from __future__ import annotations
 
-import importlib
 import itertools
 from typing import Any, Iterable, Optional
 
@@ -25,13 +24,7 @@ from raylink.graph.stream_graph_generator import (
     validate_max_parallelism,
     validate_parallelism,
 )
-
-# execution.target -> module providing ``execute(env, stream_graph, ...)``
-EXECUTORS = {
-    "local": "raylink.actors.local_executor",
-    "ray": "raylink.actors.ray_executor",
-}
-
+from raylink.runtime.executors import get_executor
 
 class StreamExecutionEnvironment:
     """The context a streaming program runs in (PyFlink's ``StreamExecutionEnvironment``)."""
@@ -243,13 +236,7 @@ class StreamExecutionEnvironment:
 
     # -- execution ---------------------------------------------------------------------
     def _executor(self):
-        target = self.configuration.get_string("execution.target")
-        module = EXECUTORS.get(target)
-        if module is None:
-            raise ValueError(
-                f"execution.target {target!r} is not supported; use one of {sorted(EXECUTORS)}"
-            )
-        return importlib.import_module(module)
+        return get_executor(self.configuration.get_string("execution.target"), self)
 
     def execute(self, job_name: Optional[str] = None):
         """Run the job to completion and return its ``JobExecutionResult``."""

@@ -16,10 +16,10 @@ import sys
 import traceback
 from typing import Any
 
-from raylink.actors.job_result import JobExecutionException
-from raylink.actors.metrics import MetricsPortError
+from raylink.runtime.job_result import JobExecutionException
+from raylink.runtime.metrics import MetricsPortError
 from raylink.api.configuration import CONF_ENV_VAR, DEFAULTS
-from raylink.api.stream_execution_environment import StreamExecutionEnvironment
+from raylink.runtime.executors import executor_context
 from raylink.cli_commands.common import (
     EXIT_JOB_FAILED,
     EXIT_OK,
@@ -109,9 +109,9 @@ def cmd_run(args: Any) -> int:
     interval_s = int(conf.get("raylink.progress.interval", DEFAULTS["raylink.progress.interval"])) / 1000.0
 
     entries: list = []
-    saved_executor = StreamExecutionEnvironment._executor
-    StreamExecutionEnvironment._executor = lambda env: ProgressExecutor(
-        saved_executor(env), env, mode, interval_s, sys.stderr, entries)
+    progress = executor_context(lambda env, executor: ProgressExecutor(
+        executor, env, mode, interval_s, sys.stderr, entries))
+    progress.__enter__()
     saved_handlers = install_signal_handlers()
     saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [job] + list(args.args)
@@ -148,7 +148,7 @@ def cmd_run(args: Any) -> int:
         err(f"raylink: {job} failed: {type(exc).__name__}: {exc}")
         return EXIT_JOB_FAILED
     finally:
-        StreamExecutionEnvironment._executor = saved_executor
+        progress.__exit__(None, None, None)
         for signum, handler in saved_handlers.items():
             signal.signal(signum, handler)
         sys.argv = saved_argv

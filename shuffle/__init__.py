@@ -15,8 +15,10 @@ Modules, producer to consumer:
 * ``credit``          — credit-based flow control: sender view reader, CreditBasedInputChannel, local transport
 * ``watermark_valve`` — StatusWatermarkValve
 * ``barrier_handler`` — CheckpointBarrierHandler (aligned barriers: blocks channels, triggers the snapshot)
-* ``ray_transport``   — the remote transport between a sender view reader and a
-  ``CreditBasedInputChannel`` (the only module here that imports Ray)
 
-Everything else is pure Python (msgpack, mmh3, stdlib).
+The remote transport between a sender view reader and a ``CreditBasedInputChannel`` over Ray
+actor calls lives in :mod:`raylink.actors.ray_transport`.
+
+May import: only itself and pure-Python libraries
+(msgpack, msgspec, mmh3, stdlib). Never Ray.
 """

@@ -23,7 +23,7 @@ from decimal import Decimal
 
 import pytest
 
-from raylink.actors.job_result import JobExecutionException
+from raylink.runtime.job_result import JobExecutionException
 from raylink.api import Types
 from raylink.tests.runtime_jobs import make_env
 

@@ -8,8 +8,8 @@ from concurrent.futures import Future
 
 import pytest
 
-from raylink.actors.mailbox import BACK_PRESSURE, IDLE, MailboxProcessor
-from raylink.actors.metrics import aggregate_by_vertex, back_pressure_status, bottleneck, to_prometheus
+from raylink.runtime.mailbox import BACK_PRESSURE, IDLE, MailboxProcessor
+from raylink.runtime.metrics import aggregate_by_vertex, back_pressure_status, bottleneck, to_prometheus
 from raylink.loadtest import (
     ACC_LATENCY, ACC_SINK_COUNT, ACC_SOURCE, LatencySink, RateLimitedSource, _parse_rates, percentiles,
 )

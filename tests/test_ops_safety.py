@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from raylink.actors.metrics import MetricsPortError
+from raylink.runtime.metrics import MetricsPortError
 from raylink.api import Configuration, StreamExecutionEnvironment
 from raylink.connectors.spark.identifiers import quote_table_name, split_table_name
 from raylink.shuffle.partitioners import CustomPartitionerWrapper, KeyGroupStreamPartitioner

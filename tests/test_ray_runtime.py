@@ -15,7 +15,7 @@ import cloudpickle
 import pytest
 import ray
 
-from raylink.actors.job_result import JobExecutionException
+from raylink.runtime.job_result import JobExecutionException
 from raylink.actors.ray_executor import ensure_ray
 from raylink.api import Configuration, StreamExecutionEnvironment
 from raylink.api.functions import SourceFunction

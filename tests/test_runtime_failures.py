@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from raylink.actors.job_result import JobExecutionException
+from raylink.runtime.job_result import JobExecutionException
 from raylink.api.functions import KeyedProcessFunction, MapFunction, SourceFunction
 from raylink.tests.runtime_jobs import (
     CountingSource,

@@ -17,7 +17,7 @@ def settings():
 
 @pytest.mark.parametrize("as_configuration", [False, True])
 def test_defaults_are_flinks_and_remote_buffers_start_small(as_configuration):
-    from raylink.actors.task_executor import NetworkSettings
+    from raylink.runtime.task_executor import NetworkSettings
     from raylink.api import Configuration
 
     def network(**conf):

@@ -1,8 +1,9 @@
 """The network between TaskExecutors over Ray actor calls: Flink's ``NettyConnectionManager``.
 
-This is the one module of ``shuffle/`` that talks to Ray (its peers are actor
-handles). One logical connection per (producer executor, consumer executor)
-pair multiplexes all channels, like Flink's Netty connection:
+It talks to Ray (its peers are actor handles), so it lives in ``actors/``; the
+channels and readers it connects are ``shuffle/``'s. One logical connection per
+(producer executor, consumer executor) pair multiplexes all channels, like
+Flink's Netty connection:
 
 * consumer -> producer: ``request_partition`` (open a channel with its initial
   credit), batched ``add_credit`` announcements and

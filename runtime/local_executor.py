@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from raylink.actors.deployment import create_deployment_descriptors
-from raylink.actors.job_master import JobExecutor, JobMasterBase
-from raylink.actors.job_result import JobExecutionResult
-from raylink.actors.task_executor import NetworkSettings, TaskExecutor
+from raylink.runtime.deployment import create_deployment_descriptors
+from raylink.runtime.job_master import JobExecutor, JobMasterBase
+from raylink.runtime.job_result import JobExecutionResult
+from raylink.runtime.task_executor import NetworkSettings, TaskExecutor
 
 LOCAL = "local"
 
@@ -56,9 +56,7 @@ class LocalJobClient(JobMasterBase):
         self.task_executor.shutdown()
 
     def _release_resources(self) -> None:
-        for partition in self.task_executor.partitions.values():
-            partition.release()
-        self.task_executor._checkpoint_writer.shutdown(wait=False)
+        self.task_executor.release_resources()
 
     def _take_collected(self, timeout: float) -> list[tuple[str, str, list, bool]]:
         return self.task_executor.take_collected(timeout)
@@ -72,7 +70,5 @@ class LocalJobClient(JobMasterBase):
         return super().get_job_execution_result(timeout)
 
 
-_executor = JobExecutor(LocalJobClient)
-execute_async = _executor.execute_async
-execute = _executor.execute
-execute_and_collect = _executor.execute_and_collect
+#: registered for its ``execution.target`` through the ``raylink.executors`` entry points
+EXECUTOR = JobExecutor(LocalJobClient)

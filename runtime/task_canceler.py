@@ -38,7 +38,7 @@ from typing import Callable, Optional
 _SET_ASYNC_EXC = ctypes.pythonapi.PyThreadState_SetAsyncExc  # (thread id, exception or NULL)
 SAFE_POINT_RETRY_S = 0.005  # how often to look for a thread in interruptible code
 #: raylink's packages whose code holds locks and is never interrupted (operators/ is)
-RUNTIME_PACKAGES = ("actors", "shuffle", "graph", "api", "connectors", "cli_commands")
+RUNTIME_PACKAGES = ("actors", "runtime", "shuffle", "graph", "api", "connectors", "cli", "cli_commands", "loadtest")
 
 
 def _runtime_prefixes() -> tuple[tuple[str, ...], str]:

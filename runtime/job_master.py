@@ -28,7 +28,7 @@ from typing import Any, Optional
 
 import cloudpickle
 
-from raylink.actors.job_result import (
+from raylink.runtime.job_result import (
     CloseableIterator,
     JobExecutionException,
     JobExecutionResult,
@@ -38,6 +38,7 @@ from raylink.api.options import CheckpointingOptions
 from raylink.graph.execution_graph import ExecutionGraph, build_execution_graph
 from raylink.runtime.checkpoint_coordinator import CheckpointCoordinator
 from raylink.runtime.checkpoint_storage import CheckpointStorage
+from raylink.runtime.executors import PipelineExecutor
 from raylink.runtime.restart_strategy import create_restart_strategy
 
 #: where checkpoints go when ``execution.checkpointing.dir`` is not set (under the working directory)
@@ -139,7 +140,7 @@ class JobMasterBase:
     def _job_running(self) -> None:
         port = self.configuration.get_integer("metrics.port", -1)
         if port >= 0 and self.metrics_server is None:
-            from raylink.actors.metrics import MetricsHttpServer
+            from raylink.runtime.metrics import MetricsHttpServer
 
             try:
                 self.metrics_server = MetricsHttpServer(self.get_metrics, self.job_name, port)
@@ -375,7 +376,7 @@ class JobMasterBase:
 
     def get_vertex_metrics(self) -> dict:
         """Per JobVertex, as Flink's web UI aggregates them (with back-pressure status)."""
-        from raylink.actors.metrics import aggregate_by_vertex
+        from raylink.runtime.metrics import aggregate_by_vertex
 
         return aggregate_by_vertex(self.get_metrics())
 
@@ -386,9 +387,9 @@ class JobMasterBase:
         return self._live_metrics()
 
 
-class JobExecutor:
-    """The executor protocol the environment calls (``execute``, ``execute_async``,
-    ``execute_and_collect``) for one JobClient class — Flink's ``PipelineExecutor``."""
+class JobExecutor(PipelineExecutor):
+    """Flink's ``PipelineExecutor`` for one JobClient class: each job gets a new client
+    (its JobMaster), which deploys and starts it."""
 
     def __init__(self, client_class: type) -> None:
         self.client_class = client_class
@@ -397,12 +398,3 @@ class JobExecutor:
         client = self.client_class(env, job_name)
         env.transformations.clear()  # Flink clears the program once it is submitted
         return client.start()
-
-    def execute(self, env: Any, job_name: Optional[str] = None) -> JobExecutionResult:
-        return self.execute_async(env, job_name).get_job_execution_result()
-
-    def execute_and_collect(
-        self, env: Any, job_name: Optional[str], collect_id: str, limit: Optional[int] = None
-    ) -> CloseableIterator:
-        """Start the job; its collect sink's records stream back through the iterator."""
-        return self.execute_async(env, job_name).collect(limit)

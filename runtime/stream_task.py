@@ -16,9 +16,9 @@ import time
 from concurrent.futures import Future
 from typing import Any, Callable, Optional
 
-from raylink.actors.mailbox import BACK_PRESSURE, IDLE, SOURCE_THREAD, MailboxProcessor
-from raylink.actors.operator_chain import OperatorChain, exception_with_operator
-from raylink.actors.task_canceler import InterruptibleThreads, TaskCanceler, TaskCancellationTimeoutError
+from raylink.runtime.mailbox import BACK_PRESSURE, IDLE, SOURCE_THREAD, MailboxProcessor
+from raylink.runtime.operator_chain import OperatorChain, exception_with_operator
+from raylink.runtime.task_canceler import InterruptibleThreads, TaskCanceler, TaskCancellationTimeoutError
 from raylink.api.options import TaskManagerOptions, read_option
 from raylink.graph.job_graph import JobVertex
 from raylink.operators.processing_time import SystemProcessingTimeService

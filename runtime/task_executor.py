@@ -18,9 +18,9 @@ from typing import Any, Optional
 
 import cloudpickle
 
-from raylink.actors.deployment import TaskDeploymentDescriptor
-from raylink.actors.job_result import collect_ids
-from raylink.actors.stream_task import CANCELED, FAILED, FINISHED, StreamTask
+from raylink.runtime.deployment import TaskDeploymentDescriptor
+from raylink.runtime.job_result import collect_ids
+from raylink.runtime.stream_task import CANCELED, FAILED, FINISHED, StreamTask
 from raylink.api.options import RaylinkOptions, read_option
 from raylink.operators.collect import CollectBuffer
 from raylink.shuffle.buffer_debloater import BufferDebloater, DebloatSettings
@@ -411,8 +411,12 @@ class TaskExecutor:
     def shutdown(self, timeout: float = 5.0) -> None:
         self.cancel()
         self.join(timeout)
-        for partition in self.partitions.values():
-            partition.release()
+        self.release_resources()
         if self.transport is not None:
             self.transport.close()
+
+    def release_resources(self) -> None:
+        """Free the result partitions' buffers and stop the checkpoint writer (tasks ended)."""
+        for partition in self.partitions.values():
+            partition.release()
         self._checkpoint_writer.shutdown(wait=False)

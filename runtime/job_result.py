@@ -56,7 +56,7 @@ class JobExecutionResult:
 
     def vertex_metrics(self) -> dict:
         """Per JobVertex: summed counts, max busy/back-pressured time, back-pressure status."""
-        from raylink.actors.metrics import aggregate_by_vertex
+        from raylink.runtime.metrics import aggregate_by_vertex
 
         return aggregate_by_vertex(self.task_metrics)
 
