@@ -6,6 +6,8 @@ The public DataStream API lives in :mod:`raylink.api` and is re-exported here.
 
 import importlib
 
+from raylink.errors import RaylinkError  # a leaf module: importing it stays light
+
 __version__ = "0.1.0"
 
 

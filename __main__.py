@@ -1,10 +1,10 @@
-"""``python -m raylink``: the command line (see :mod:`raylink.cli`)."""
+"""``python -m raylink``: the command line (see :mod:`raylink.cli.main`)."""
 
 import sys
 
 
 def main() -> int:
-    from raylink.cli import main as cli_main
+    from raylink.cli.main import main as cli_main
 
     return cli_main()
 

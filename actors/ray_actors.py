@@ -4,25 +4,33 @@
 ``receive_buffers`` / ``add_credit`` / ``request_partition`` and the JobMaster's
 long poll run concurrently) around a :class:`TaskExecutor` and its
 :class:`~raylink.actors.ray_transport.RayTransport`.
+
+Every TaskExecutor actor is named ``<job id>/<executor id>`` in the ``raylink``
+namespace (:func:`task_executor_actor_name`), so an admin command in another
+process finds a running job's executors (:func:`find_task_executors`, used by
+``raylink debug memory``) and :func:`memory_reports` asks them what their memory holds.
+A session cluster's pooled executors (:mod:`raylink.actors.session_cluster`) are
+unnamed: ``bind`` gives one to a job, ``reset`` takes it back and reports whether
+anything of that job is left.
 """
 
 from __future__ import annotations
 
 import gc
-from typing import Any
+import threading
+import time
+import weakref
+from typing import Any, Optional
 
 import cloudpickle
 import ray
 
+from raylink.actors.ray_transport import RayTransport
+from raylink.api.options import RaylinkOptions, read_option
 from raylink.runtime.task_executor import NetworkSettings, TaskExecutor
-from raylink.actors.ray_transport import DEFAULT_MAX_BATCH_DELAY_MS, RayTransport
-
-#: ``raylink.taskmanager.gc-threshold``: allocations between two young-generation
-#: collections in a TaskExecutor process (Python's default: 700)
-DEFAULT_GC_THRESHOLD = 50_000
 
 
-def tune_gc(threshold: int) -> None:
+def tune_gc(threshold: int, freeze: bool = True) -> None:
     """Collect the young generation every ``threshold`` allocations (0: Python's default).
 
     A task keeps a batch of thousands of records alive while it processes it;
@@ -30,24 +38,110 @@ def tune_gc(threshold: int) -> None:
     which costs a keyed task ~10 % of its time. Cycles are still collected.
     """
     if threshold > 0:
-        gc.freeze()  # what the process imported is never garbage: keep it out of every collection
+        if freeze:
+            gc.freeze()  # what the process imported is never garbage: keep it out of every collection
         _, gen1, gen2 = gc.get_threshold()
         gc.set_threshold(threshold, gen1, gen2)
 
 
+#: the Ray namespace of the named TaskExecutor actors
+TASK_EXECUTOR_NAMESPACE = "raylink"
+
+
+def task_executor_actor_name(job_id: str, executor_id: str) -> str:
+    """The Ray actor name of TaskExecutor ``executor_id`` of job ``job_id``."""
+    return f"{job_id}/{executor_id}"
+
+
+def find_task_executors(job_id: str) -> dict[str, Any]:
+    """``{executor id: actor handle}`` of the running job whose id is (or starts with) ``job_id``.
+
+    Raises ``LookupError`` naming the running jobs when none, or several, match."""
+    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+             if a.get("namespace") == TASK_EXECUTOR_NAMESPACE and "/" in a.get("name", "")]
+    jobs = sorted({n.split("/", 1)[0] for n in names})
+    matching = [j for j in jobs if j.startswith(job_id)] if job_id else []
+    if len(matching) != 1:
+        known = ", ".join(jobs) or "none"
+        why = "no running job" if not matching else f"{len(matching)} running jobs"
+        raise LookupError(f"{why} with id {job_id!r} on this Ray cluster (running jobs: {known})")
+    prefix = matching[0] + "/"
+    return {n[len(prefix):]: ray.get_actor(n, namespace=TASK_EXECUTOR_NAMESPACE)
+            for n in sorted(names) if n.startswith(prefix)}
+
+
+def memory_reports(handles: dict, top: int = 20, tracemalloc: bool = False,
+                   timeout: Optional[float] = 60.0) -> list[dict]:
+    """Each executor's ``TaskExecutor.memory_report`` (those that answer within ``timeout``)."""
+    refs = {h.memory_report.remote(top, tracemalloc): e for e, h in handles.items()}
+    ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+    out = []
+    for ref in ready:
+        try:
+            out.append(ray.get(ref))
+        except Exception as exc:  # noqa: BLE001 - an executor that ended meanwhile
+            out.append({"executor": refs[ref], "error": f"{type(exc).__name__}: {exc}"})
+    return sorted(out, key=lambda r: r.get("executor", ""))
+
+
 @ray.remote
 class TaskExecutorActor:
-    def __init__(self, executor_id: str, settings: dict, max_batch_bytes: int) -> None:
-        tune_gc(int(settings.get("raylink.taskmanager.gc-threshold", DEFAULT_GC_THRESHOLD)))
+    """One TaskExecutor process. A per-job executor is built for its job; a session cluster's
+    pooled executor (built with no settings) is ``bind``-ed to each job it serves and ``reset``
+    when the job lets it go."""
+
+    def __init__(self, executor_id: str = "pooled", settings: Optional[dict] = None,
+                 max_batch_bytes: int = RaylinkOptions.MAX_BATCH_BYTES.default) -> None:
+        self._bind(executor_id, settings or {}, max_batch_bytes, freeze=True)
+
+    def _bind(self, executor_id: str, settings: dict, max_batch_bytes: int, freeze: bool = False) -> None:
+        # a pooled executor freezes only what it imported, never a previous job's objects
+        tune_gc(read_option(settings, RaylinkOptions.GC_THRESHOLD), freeze)
         network = NetworkSettings(settings)
         self.transport = RayTransport(
             executor_id, self._partition, buffer_size=network.buffer_size, max_batch_bytes=max_batch_bytes,
-            max_batch_delay_ms=float(settings.get("raylink.network.max-batch-delay", DEFAULT_MAX_BATCH_DELAY_MS)),
+            max_batch_delay_ms=float(read_option(settings, RaylinkOptions.MAX_BATCH_DELAY)),
         )
         self.te = TaskExecutor(executor_id, network, self.transport)
 
     def _partition(self, partition_id: str) -> Any:
         return self.te.partitions[partition_id]
+
+    # -- session cluster pool ---------------------------------------------------------------
+    def bind(self, executor_id: str, settings: dict, max_batch_bytes: int, peers: dict) -> dict:
+        """Serve a job as ``executor_id`` (a pooled executor, reset): a new TaskExecutor and
+        transport with the job's settings and peers; returns :meth:`location`."""
+        if self.te.tasks:
+            raise RuntimeError(f"TaskExecutor {self.te.executor_id} still hosts tasks "
+                               f"({len(self.te.tasks)}): reset it before binding it to another job")
+        self._bind(executor_id, settings, max_batch_bytes)
+        self.transport.register_peers(peers)
+        return self.location()
+
+    def reset(self, timeout: float = 5.0) -> dict:
+        """Back to the pool: the previous job's tasks, state, threads, buffers and transport
+        connections dropped; the report (``TaskExecutor.reset``'s, plus ``connections``) says
+        whether anything is left (``clean``)."""
+        report = self.te.reset(timeout)
+        report["previous"]["connections"] = len(self.transport.peers)
+        self.transport.close()
+        gone = threading.Event()
+        old = [weakref.ref(self.te, lambda _r: gone.set()), weakref.ref(self.transport, lambda _r: gone.set())]
+        self._bind("pooled", {}, RaylinkOptions.MAX_BATCH_BYTES.default)
+        # a long poll of the previous job (next_events, take_collected) may still hold the old
+        # executor for a moment: it was woken by the reset, wait for it to return
+        deadline = time.monotonic() + timeout
+        while True:
+            gc.collect()
+            alive = sum(r() is not None for r in old)
+            if not alive or time.monotonic() > deadline:
+                break
+            gone.clear()
+            gone.wait(0.05)
+        report["connections"] = alive  # the previous executor and its transport are unreachable
+        report["clean"] = report["clean"] and not alive
+        report.update(self.location())
+        return report
 
     # -- control (JobMaster) ------------------------------------------------------------------
     def location(self) -> dict:
@@ -88,6 +182,15 @@ class TaskExecutorActor:
     def stats(self) -> dict:
         return self.te.stats()
 
+    def memory_report(self, top: int = 20, tracemalloc: bool = False) -> dict:
+        return self.te.memory_report(top, tracemalloc)
+
+    def trim_heap(self) -> Any:
+        """``malloc_trim``: free heap pages back to the OS; the RSS change in bytes (None: not glibc)."""
+        from raylink.runtime.memory_report import trim_heap
+
+        return trim_heap()
+
     def shutdown(self) -> None:
         self.te.shutdown()
 
@@ -95,16 +198,24 @@ class TaskExecutorActor:
     @ray.method(enable_task_events=False)
     def request_partition(self, consumer_id: str, channel_id: str, partition_id: str,
                           subpartition_index: int, initial_credit: int) -> None:
+        if consumer_id not in self.transport.peers:  # a call of a previous job (pooled executor)
+            return
         self.transport.request_partition(consumer_id, channel_id, partition_id, subpartition_index, initial_credit)
 
     @ray.method(enable_task_events=False)
     def receive_buffers(self, producer_id: str, seq: int, batch: list) -> None:
+        if producer_id not in self.transport.peers:
+            return
         self.transport.receive_buffers(producer_id, seq, batch)
 
     @ray.method(enable_task_events=False)
     def add_credit(self, consumer_id: str, credits: list) -> None:
+        if consumer_id not in self.transport.peers:
+            return
         self.transport.add_credit(consumer_id, credits)
 
     @ray.method(enable_task_events=False)
     def set_buffer_size(self, consumer_id: str, sizes: list) -> None:
+        if consumer_id not in self.transport.peers:
+            return
         self.transport.set_buffer_size(consumer_id, sizes)

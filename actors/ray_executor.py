@@ -7,6 +7,11 @@ slots in a SPREAD placement group so a job covers every node, deploys every
 subtask, starts them, and long-polls the executors for task state changes. A
 lost actor or node fails the job with the tasks it hosted; every actor and the
 placement group are released when the job ends, fails or is cancelled.
+
+When a session cluster runs on the Ray cluster (``raylink cluster start``,
+:mod:`raylink.actors.session_cluster`) and ``raylink.session.enabled`` is true, the
+JobMaster leases warm TaskExecutors from it instead (no placement group, no
+process start) and gives them back to its pool when the job ends or restarts.
 """
 
 from __future__ import annotations
@@ -20,18 +25,21 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from raylink.runtime.deployment import assign_slots, create_deployment_descriptors
+from raylink.actors.ray_actors import TASK_EXECUTOR_NAMESPACE, TaskExecutorActor, task_executor_actor_name
+from raylink.actors.ray_transport import RAY_SYSTEM_CONFIG, inline_call_limit
+from raylink.api.options import RaylinkOptions, TaskManagerOptions
+from raylink.errors import RaylinkError
+from raylink.runtime.deployment import assign_slots, assign_task_executors, create_deployment_descriptors
+from raylink.runtime.execution_state import ExecutionState
 from raylink.runtime.job_master import JobExecutor, JobMasterBase
 from raylink.runtime.job_result import JobExecutionResult
-from raylink.actors.ray_actors import TaskExecutorActor
-from raylink.actors.ray_transport import DEFAULT_MAX_BATCH_BYTES, RAY_SYSTEM_CONFIG, inline_call_limit
 
 POLL_TIMEOUT_S = 0.5
 PLACEMENT_TIMEOUT_S = 60.0
 
 
-class TaskExecutorLostError(RuntimeError):
-    pass
+class TaskExecutorLostError(RaylinkError, RuntimeError):
+    """A TaskExecutor actor (or its node) died; names it, its node and the tasks it hosted."""
 
 
 def init_ray(address: Optional[str] = None, **kwargs: Any) -> None:
@@ -52,15 +60,40 @@ def ensure_ray() -> None:
                  configure_logging=False)
 
 
-def _executor_runtime_env(max_batch_bytes: int) -> Optional[dict]:
-    """None when the cluster already inlines call arguments of a batch's size (a Ray
-    raylink started), else the per-actor setting (costs a fresh worker process)."""
+def _upload_local_packages(env: dict) -> dict:
+    """Local ``py_modules`` / ``working_dir`` paths become ``gcs://`` package URIs: Ray takes
+    local paths only in ``ray.init``'s job-level runtime env, so this does the upload
+    ``ray.init`` does for those (Ray's own helpers; each package once, by content hash)."""
+    if not env.get("py_modules") and not env.get("working_dir"):
+        return env
+    from ray._private.runtime_env.py_modules import upload_py_modules_if_needed
+    from ray._private.runtime_env.working_dir import upload_working_dir_if_needed
+
+    try:
+        scratch_dir = ray._private.worker.global_worker.node.get_runtime_env_dir_path()
+    except AttributeError:  # no local node (Ray client)
+        scratch_dir = None
+    env = upload_py_modules_if_needed(env, include_gitignore=False, scratch_dir=scratch_dir)
+    return upload_working_dir_if_needed(env, include_gitignore=False, scratch_dir=scratch_dir)
+
+
+def _executor_runtime_env(max_batch_bytes: int, conf: Any = None) -> Optional[dict]:
+    """The TaskExecutor actors' runtime environment: the job's Python dependencies
+    (``add_python_file`` & co., :mod:`raylink.runtime.python_dependencies`) and, unless the
+    cluster already inlines call arguments of a batch's size (a Ray raylink started), the
+    per-actor inline limit. None when neither is needed (a runtime env costs a fresh worker
+    process)."""
+    from raylink.runtime.python_dependencies import ray_runtime_env
+
+    env = _upload_local_packages(ray_runtime_env(conf)) if conf is not None else {}
     try:
         limit = ray._private.worker._global_node._config.get("max_direct_call_object_size", 0)
     except AttributeError:  # not a local node (Ray client): use the runtime env
         limit = 0
     needed = inline_call_limit(max_batch_bytes)
-    return None if limit >= needed else {"env_vars": {"RAY_max_direct_call_object_size": str(needed)}}
+    if limit < needed:
+        env["env_vars"] = {"RAY_max_direct_call_object_size": str(needed)}
+    return env or None
 
 
 class RayJobClient(JobMasterBase):
@@ -70,11 +103,9 @@ class RayJobClient(JobMasterBase):
         super().__init__(env, job_name)
         conf = self.configuration
         ensure_ray()
-        slots = conf.get_integer("taskmanager.numberOfTaskSlots")
-        if slots < 1:
-            raise ValueError(f"taskmanager.numberOfTaskSlots must be >= 1, got {slots}")
-        cpus = conf.get_float("taskmanager.cpu.cores", 0.01)
-        memory = conf.get_integer("taskmanager.memory.process.size", 0)
+        slots = conf.get(TaskManagerOptions.NUM_TASK_SLOTS)  # checked: >= 1
+        cpus = conf.get(TaskManagerOptions.CPU_CORES)
+        memory = conf.get(TaskManagerOptions.TOTAL_PROCESS_MEMORY)
         self._slots = slots
         self._bundle = {"CPU": cpus} if cpus > 0 else {"CPU": 0.01}
         if memory > 0:
@@ -83,6 +114,11 @@ class RayJobClient(JobMasterBase):
         self._takes: dict[str, Any] = {}  # executor id -> its take_collected call in flight
         self._released = False
         self._pg: Any = None
+        self._session: Any = None
+        if conf.get(RaylinkOptions.SESSION_ENABLED):
+            from raylink.actors.session_cluster import find_session
+
+            self._session = find_session()
         self._generation = 0  # deployments so far (a restart makes a new one)
         self._monitor: Optional[threading.Thread] = None
         self.executor_stats: list[dict] = []
@@ -97,25 +133,36 @@ class RayJobClient(JobMasterBase):
         """New TaskExecutor actors (one SPREAD placement group) for every current attempt."""
         conf = self.configuration
         self._generation += 1
-        slot_of, count = assign_slots(self.execution_graph, self._slots)
+        mode = conf.get(RaylinkOptions.TASK_PLACEMENT)
+        executor_of, count = assign_task_executors(self.execution_graph, mode, self._slots)
         self.executor_ids = [f"te-{self.job_id[:6]}-{self._generation}-{i}" for i in range(count)]
-        placement = {key: self.executor_ids[i] for key, i in slot_of.items()}
-        bundle = self._bundle
-        self._pg = placement_group([dict(bundle) for _ in range(count)], strategy="SPREAD")
+        placement = {key: self.executor_ids[i] for key, i in executor_of.items()}
         self.handles = {}
         self._takes = {}
+        settings = conf.to_dict()
+        batch = conf.get(RaylinkOptions.MAX_BATCH_BYTES)
+        if self._session is not None:
+            leased = ray.get(self._session.lease.remote(self.job_id, count, _executor_runtime_env(batch, conf)))
+            self.handles = {e: h for e, (h, _) in zip(self.executor_ids, leased)}
+            self.locations = dict(zip(self.executor_ids, ray.get(
+                [h.bind.remote(e, settings, batch, self.handles) for e, h in self.handles.items()])))
+            self._deploy_tasks(placement, settings, restore, registered=True)
+            return
+        bundles = self._bundles(mode, executor_of, count)
+        bundle = bundles[0]
+        self._pg = placement_group(bundles, strategy="SPREAD")
         ready, _ = ray.wait([self._pg.ready()], timeout=PLACEMENT_TIMEOUT_S)
         if not ready:
             raise RuntimeError(
                 f"could not place {count} TaskExecutors ({bundle} each) on the Ray cluster "
                 f"within {PLACEMENT_TIMEOUT_S:.0f} s; lower taskmanager.cpu.cores or the parallelism"
             )
-        settings = conf.to_dict()
-        batch = conf.get_integer("raylink.network.max-batch-bytes", DEFAULT_MAX_BATCH_BYTES)
-        runtime_env = _executor_runtime_env(batch)
+        runtime_env = _executor_runtime_env(batch, conf)
         for index, executor_id in enumerate(self.executor_ids):
             self.handles[executor_id] = TaskExecutorActor.options(
-                num_cpus=bundle["CPU"],
+                name=task_executor_actor_name(self.job_id, executor_id),  # raylink debug memory finds it
+                namespace=TASK_EXECUTOR_NAMESPACE,
+                num_cpus=bundles[index]["CPU"],
                 max_concurrency=32,
                 runtime_env=runtime_env,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
@@ -125,16 +172,40 @@ class RayJobClient(JobMasterBase):
         self.locations = dict(
             zip(self.executor_ids, ray.get([h.location.remote() for h in self.handles.values()]))
         )
+        self._deploy_tasks(placement, settings, restore, registered=False)
+
+    def _deploy_tasks(self, placement: dict, settings: dict, restore: Any, registered: bool) -> None:
+        """Deploy every current attempt on the executors in ``self.handles``."""
+        with self._lock:
+            self._set_all(ExecutionState.SCHEDULED)
         for ev in self.executions.values():
-            ev.current_execution.state = "SCHEDULED"
             ev.current_execution.assigned_location = placement[(ev.job_vertex.id, ev.subtask_index)]
-        ray.get([h.register_peers.remote(self.handles) for h in self.handles.values()])
+        if not registered:
+            ray.get([h.register_peers.remote(self.handles) for h in self.handles.values()])
         per_executor: dict[str, list] = {e: [] for e in self.executor_ids}
         for tdd in create_deployment_descriptors(self.job_id, self.execution_graph, placement, settings,
                                                  self.checkpoint_storage, restore):
             per_executor[placement[(tdd.job_vertex.id, tdd.subtask_index)]].append(tdd)
-        self._set_all("DEPLOYING")
+        with self._lock:
+            self._set_all(ExecutionState.DEPLOYING)
         ray.get([self.handles[e].deploy.remote(tdds) for e, tdds in per_executor.items()])
+
+    def _bundles(self, mode: str, executor_of: dict, count: int) -> list[dict]:
+        """Ray resources of each TaskExecutor. A slot reserves ``taskmanager.cpu.cores`` (and
+        the process memory); with one process per task, a slot's tasks split its share, so a
+        job reserves the same either way."""
+        if mode == "slot":
+            return [dict(self._bundle) for _ in range(count)]
+        slot_of, _slots = assign_slots(self.execution_graph, 1)
+        sharing: dict[int, int] = {}
+        for slot in slot_of.values():
+            sharing[slot] = sharing.get(slot, 0) + 1
+        bundles = [dict(self._bundle) for _ in range(count)]
+        for key, executor in executor_of.items():
+            share = sharing[slot_of[key]]
+            bundles[executor] = {resource: amount / share if resource == "CPU" else int(amount // share)
+                                 for resource, amount in self._bundle.items()}
+        return bundles
 
     def tasks_on(self, executor_id: str) -> list[str]:
         return sorted(
@@ -243,7 +314,16 @@ class RayJobClient(JobMasterBase):
         self._release_executors()
 
     def _release_executors(self) -> None:
-        """Kill the deployment's TaskExecutor actors and free their placement group."""
+        """Kill the deployment's TaskExecutor actors and free their placement group (give them
+        back to the session cluster's pool instead when leased from it)."""
+        if self._session is not None:
+            if self.handles:
+                try:
+                    ray.get(self._session.release.remote(self.job_id, list(self.handles.values())),
+                            timeout=PLACEMENT_TIMEOUT_S)
+                except Exception:  # the session is gone (stopped): its executors died with it
+                    pass
+            return
         for handle in self.handles.values():
             try:
                 ray.kill(handle, no_restart=True)

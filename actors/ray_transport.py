@@ -28,17 +28,19 @@ so buffers reach each channel in sequence even on a threaded actor.
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from raylink.api.options import RaylinkOptions
 from raylink.shuffle.credit import (
     BufferResponse,
     CreditBasedInputChannel,
     CreditBasedSequenceNumberingViewReader,
 )
 
-DEFAULT_MAX_BATCH_BYTES = 1024 * 1024
+DEFAULT_MAX_BATCH_BYTES = RaylinkOptions.MAX_BATCH_BYTES.default
 #: ``raylink.network.max-batch-delay``: a full buffer waits at most this long for its batch
-DEFAULT_MAX_BATCH_DELAY_MS = 20
+DEFAULT_MAX_BATCH_DELAY_MS = RaylinkOptions.MAX_BATCH_DELAY.default
 MAX_BATCH_BUFFERS = 32  # tiny segments: credit stays at 2 x 32 buffers per channel
 
 
@@ -54,6 +56,16 @@ def inline_call_limit(max_batch_bytes: int) -> int:
     call itself.
     """
     return max(100 * 1024, max_batch_bytes + 64 * 1024)
+
+
+@dataclass(slots=True)
+class _InboundConnection:
+    """The receiving end of one producer's connection: the sequence number of the call to
+    apply next and the calls that overtook it (``receive_buffers`` runs on several actor
+    threads)."""
+
+    next_seq: int = 0
+    pending: dict = field(default_factory=dict)  # seq -> batch
 
 
 class _Connection:
@@ -186,7 +198,7 @@ class RayTransport:
         self._pending_credit: dict[tuple[str, str], int] = {}
         self._pending_sizes: dict[tuple[str, str], int] = {}
         self._channels: dict[str, CreditBasedInputChannel] = {}
-        self._inbound: dict[str, list] = {}  # producer id -> [next seq, {seq: batch}]
+        self._inbound: dict[str, _InboundConnection] = {}  # by producer id
         self._inbound_lock = threading.Lock()
         self._channel_ids = 0
 
@@ -220,11 +232,6 @@ class RayTransport:
                 announcer = CreditAnnouncer(self, producer_id, self.peers[producer_id])
                 self._announcers[producer_id] = announcer
         batch = self.batch_buffers
-        channel = CreditBasedInputChannel(
-            floating_pool, exclusive_buffers, network_pool,
-            announce_credit=lambda n: announcer.announce(channel_id, n),
-            min_credit=2 * batch, announce_threshold=batch,
-        )
         producer = self.peers[producer_id]
 
         def request(initial_credit: int) -> None:
@@ -232,20 +239,28 @@ class RayTransport:
                 self.executor_id, channel_id, partition_id, subpartition_index, initial_credit
             )
 
-        channel.request = request
-        channel.announce_buffer_size = lambda size: announcer.announce_buffer_size(channel_id, size)
+        channel = CreditBasedInputChannel(
+            floating_pool, exclusive_buffers, network_pool,
+            announce_credit=lambda n: announcer.announce(channel_id, n),
+            min_credit=2 * batch, announce_threshold=batch,
+            request=request,
+            announce_buffer_size=lambda size: announcer.announce_buffer_size(channel_id, size),
+        )
         self._channels[channel_id] = channel
         return channel
 
     def receive_buffers(self, producer_id: str, seq: int, batch: list) -> None:
         """Apply the connection's calls in the order they were sent."""
         with self._inbound_lock:
-            state = self._inbound.setdefault(producer_id, [0, {}])
-            state[1][seq] = batch
+            inbound = self._inbound.get(producer_id)
+            if inbound is None:
+                inbound = self._inbound[producer_id] = _InboundConnection()
+            pending = inbound.pending
+            pending[seq] = batch
             channels = self._channels
-            while state[0] in state[1]:
-                ready = state[1].pop(state[0])
-                state[0] += 1
+            while inbound.next_seq in pending:
+                ready = pending.pop(inbound.next_seq)
+                inbound.next_seq += 1
                 for channel_id, buffer, is_event, backlog, sequence_number in ready:
                     channels[channel_id].on_buffer(
                         BufferResponse(buffer, is_event, backlog, sequence_number)

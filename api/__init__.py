@@ -7,6 +7,9 @@ that raylink supports is importable from here; the submodules mirror PyFlink's
 ``pyflink.common.watermark_strategy``, ``raylink.api.functions``, ``raylink.api.state``).
 """
 
+from raylink.api import functions as _functions
+from raylink.api import state as _state
+from raylink.api.async_data_stream import AsyncDataStream
 from raylink.api.checkpointing import (
     CheckpointConfig,
     CheckpointedFunction,
@@ -23,15 +26,23 @@ from raylink.api.connectors.file_system import (
     OutputFileConfig,
     RollingPolicy,
 )
-from raylink.api.datastream import ConnectedStreams, DataStream, DataStreamSink, KeyedStream
+from raylink.api.datastream import (
+    BroadcastConnectedStream,
+    BroadcastStream,
+    ConnectedStreams,
+    DataStream,
+    DataStreamSink,
+    KeyedStream,
+)
 from raylink.api.execution_config import ExecutionConfig
-from raylink.api import functions as _functions
-from raylink.api import state as _state
+from raylink.api.execution_mode import RuntimeExecutionMode
 from raylink.api.functions import *  # noqa: F401,F403 - every user function class, as pyflink.datastream
+from raylink.api.job_status import JobStatus
+from raylink.api.serialization import ByteArraySchema, DeserializationSchema, SerializationSchema, SimpleStringSchema
 from raylink.api.state import *  # noqa: F401,F403 - state descriptors and interfaces
 from raylink.api.stream_execution_environment import StreamExecutionEnvironment
 from raylink.api.time import Duration, Instant, Time
-from raylink.api.types import TypeInformation, Types
+from raylink.api.types import Row, RowKind, TypeInformation, Types
 from raylink.api.watermark_strategy import TimestampAssigner, WatermarkGenerator, WatermarkStrategy
 from raylink.api.window import (
     ContinuousEventTimeTrigger,
@@ -67,10 +78,12 @@ from raylink.api.window import (
     WindowAssigner,
 )
 from raylink.api.windowed_stream import AllWindowedStream, WindowedStream
+from raylink.errors import RaylinkError
 from raylink.graph.output_tag import OutputTag
 from raylink.graph.stream_graph import GraphError
 
 __all__ = [
+    "AsyncDataStream",
     "BucketAssigner",
     "CheckpointConfig",
     "CheckpointListener",
@@ -84,6 +97,8 @@ __all__ = [
     "RollingPolicy",
     "AllWindowedStream",
     "Configuration",
+    "BroadcastConnectedStream",
+    "BroadcastStream",
     "ConnectedStreams",
     "ContinuousEventTimeTrigger",
     "ContinuousProcessingTimeTrigger",
@@ -105,6 +120,7 @@ __all__ = [
     "GlobalWindows",
     "GraphError",
     "Instant",
+    "JobStatus",
     "KeyedStream",
     "MergingWindowAssigner",
     "NeverTrigger",
@@ -112,6 +128,8 @@ __all__ = [
     "ProcessingTimeSessionWindows",
     "ProcessingTimeTrigger",
     "PurgingTrigger",
+    "RaylinkError",
+    "RuntimeExecutionMode",
     "SessionWindowTimeGapExtractor",
     "SlidingEventTimeWindows",
     "SlidingProcessingTimeWindows",
@@ -127,9 +145,12 @@ __all__ = [
     "TumblingProcessingTimeWindows",
     "TypeInformation",
     "Types",
+    "Row",
+    "RowKind",
     "WatermarkGenerator",
     "WatermarkStrategy",
     "Window",
     "WindowAssigner",
     "WindowedStream",
-] + list(_functions.__all__) + list(_state.__all__)
+] + list(_functions.__all__) + list(_state.__all__) + [
+    "ByteArraySchema", "DeserializationSchema", "SerializationSchema", "SimpleStringSchema"]

@@ -1,4 +1,12 @@
-"""PyFlink's ``Configuration``: string keys (Flink's names), typed getters and setters."""
+"""PyFlink's ``Configuration``: string keys (Flink's names), typed getters and setters.
+
+``get(option)`` / ``set(option, value)`` take a registered ``ConfigOption``
+(:mod:`raylink.api.options`, the one home of every key, its type and default) and
+convert the value to the option's type. The string-key getters (``get_integer`` ...)
+return the stored value as that type, else the caller's default, else the registered
+option's default -- the registry is where defaults live; this module keeps none.
+Not thread-safe: a ``Configuration`` is built by one thread, then read.
+"""
 
 from __future__ import annotations
 
@@ -6,27 +14,7 @@ import json
 import os
 from typing import Any, Optional
 
-# Flink's option keys and defaults that raylink honours.
-DEFAULTS: dict[str, Any] = {
-    "parallelism.default": 1,
-    "pipeline.max-parallelism": -1,
-    "pipeline.operator-chaining": True,
-    "pipeline.name": "raylink job",
-    "execution.buffer-timeout": 100,
-    "execution.target": "ray",
-    "execution.shuffle-mode": "pipelined",
-    "taskmanager.numberOfTaskSlots": 1,
-    "taskmanager.memory.segment-size": 32 * 1024,
-    "taskmanager.network.numberOfBuffers": 2048,
-    "taskmanager.network.memory.buffers-per-channel": 2,
-    "taskmanager.network.memory.floating-buffers-per-gate": 8,
-    # resources per TaskExecutor actor, passed to Ray (0 memory: no reservation)
-    "taskmanager.cpu.cores": 0.01,
-    "taskmanager.memory.process.size": 0,
-    # `raylink run`: auto | tty | log | off, refreshed every interval ms
-    "raylink.progress": "auto",
-    "raylink.progress.interval": 1000,
-}
+from raylink.api.options import ConfigOption, find_option
 
 # A JSON object of configuration keys for every environment created in this
 # process (the CLI sets it); explicit settings win over it.
@@ -59,14 +47,17 @@ class Configuration:
         return self
 
     def _get(self, key: str, default_value: Any, fallback: Any) -> Any:
-        """The set value; else the caller's default; else Flink's default for the key."""
+        """The set value; else the caller's default; else the registered option's default."""
         if key in self._data:
             return self._data[key]
         if default_value is not _UNSET:
             return default_value
-        return DEFAULTS.get(key, fallback)
+        option = find_option(key)
+        if option is None or option.default is None:
+            return fallback
+        return option.default
 
-    def get(self, option: Any, default_value: Any = _UNSET) -> Any:
+    def get(self, option: ConfigOption, default_value: Any = _UNSET) -> Any:
         """The value of a registered ``ConfigOption`` (``api/options.py``), converted to its
         type (durations in ms, memory sizes in bytes), from its key or a fallback key."""
         for key in (option.key, *option.fallback_keys):
@@ -74,7 +65,7 @@ class Configuration:
                 return option.convert(self._data[key])
         return option.default if default_value is _UNSET else default_value
 
-    def set(self, option: Any, value: Any) -> "Configuration":
+    def set(self, option: ConfigOption, value: Any) -> "Configuration":
         """Set a registered ``ConfigOption`` (checked now, so a bad value fails here)."""
         option.convert(value)
         self._data[option.key] = value

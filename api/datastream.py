@@ -1,4 +1,5 @@
-"""PyFlink's ``DataStream``, ``KeyedStream``, ``ConnectedStreams`` and ``DataStreamSink``.
+"""PyFlink's ``DataStream``, ``KeyedStream``, ``ConnectedStreams``, ``BroadcastStream``,
+``BroadcastConnectedStream`` and ``DataStreamSink``.
 
 Every call only records a :class:`~raylink.graph.transformations.Transformation`
 in the environment; nothing runs until ``execute``. Function arguments may be
@@ -9,8 +10,9 @@ operator.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
+from raylink.api.state import MapStateDescriptor
 from raylink.graph import transformations as T
 from raylink.graph.operator_spec import OperatorSpec, PartitionerSpec
 from raylink.graph.output_tag import OutputTag
@@ -101,6 +103,10 @@ class _Configurable:
         return self
 
 
+# the one-input kinds that run keyed (with keyed state) when applied to a KeyedStream
+_KEYED_KINDS = frozenset({"map", "flat_map", "filter", "reduce", "aggregate", "keyed_process"})
+
+
 class DataStream(_Configurable):
     """A stream of elements of one type (PyFlink's ``DataStream``)."""
 
@@ -123,7 +129,7 @@ class DataStream(_Configurable):
     ) -> "DataStream":
         spec = OperatorSpec(kind=kind, function=function, params=params)
         key_selector = getattr(self, "_key_selector", None)
-        if key_selector is not None and kind in ("reduce", "aggregate", "keyed_process"):
+        if key_selector is not None and kind in _KEYED_KINDS:  # keyed: the function may use keyed state
             spec.key_selector = key_selector
         t = self._env._add_transformation(
             T.ONE_INPUT, name, [self._transformation], operator=spec, output_type=output_type
@@ -162,6 +168,11 @@ class DataStream(_Configurable):
         return DataStream(self._env, t)
 
     def key_by(self, key_selector: Any, key_type: Any = None) -> "KeyedStream":
+        if isinstance(key_selector, (str, int)) and not isinstance(key_selector, bool):
+            field = repr(key_selector) if isinstance(key_selector, str) else key_selector
+            raise TypeError(f"key_by: key_selector must be a callable or an object with a 'get_key' method, got "
+                            f"{type(key_selector).__name__} {key_selector!r} (as in PyFlink, a field is selected by "
+                            f"a function: key_by(lambda record: record[{field}]))")
         selector = key_selector_callable(key_selector)
         partitioned = self._partition(PartitionerSpec("HASH", key_selector=selector))
         return KeyedStream(self._env, partitioned._transformation, selector, self)
@@ -178,8 +189,21 @@ class DataStream(_Configurable):
     def shuffle(self) -> "DataStream":
         return self._partition(PartitionerSpec("SHUFFLE"))
 
-    def broadcast(self) -> "DataStream":
-        return self._partition(PartitionerSpec("BROADCAST"))
+    def broadcast(self, broadcast_state_descriptor: Any = None,
+                  *other_broadcast_state_descriptors: Any) -> "Union[DataStream, BroadcastStream]":
+        """Send every element to every parallel instance of the next operator. With
+        ``MapStateDescriptor``s, a ``BroadcastStream`` whose broadcast states they declare
+        (connect it to a stream and ``process`` it with a broadcast process function)."""
+        stream = self._partition(PartitionerSpec("BROADCAST"))
+        if broadcast_state_descriptor is None:
+            return stream
+        descriptors = [broadcast_state_descriptor, *other_broadcast_state_descriptors]
+        for descriptor in descriptors:
+            if not isinstance(descriptor, MapStateDescriptor):
+                raise TypeError(
+                    f"broadcast: broadcast_state_descriptor must be MapStateDescriptor, got {type(descriptor).__name__}"
+                )
+        return BroadcastStream(stream, descriptors)
 
     def global_(self) -> "DataStream":
         return self._partition(PartitionerSpec("GLOBAL"))
@@ -220,9 +244,14 @@ class DataStream(_Configurable):
         )
         return DataStream(self._env, t)
 
-    def connect(self, stream: "DataStream") -> "ConnectedStreams":
+    def connect(self, stream: "Union[DataStream, BroadcastStream]") -> "Union[ConnectedStreams, BroadcastConnectedStream]":
+        """``ConnectedStreams`` of this stream and ``stream``; with a ``BroadcastStream``, a
+        ``BroadcastConnectedStream`` (this stream is the non-broadcast input)."""
+        if isinstance(stream, BroadcastStream):
+            return BroadcastConnectedStream(self, stream, stream.broadcast_state_descriptors)
         if not isinstance(stream, DataStream):
-            raise TypeError(f"connect: expected a DataStream, got {type(stream).__name__}")
+            raise TypeError(f"connect: expected a DataStream, got {type(stream).__name__} "
+                            "(or a BroadcastStream, made by broadcast(MapStateDescriptor))")
         return ConnectedStreams(self, stream)
 
     def get_side_output(self, output_tag: OutputTag) -> "DataStream":
@@ -259,6 +288,9 @@ class DataStream(_Configurable):
         return self._sink("sink", "Unnamed", sink_func)
 
     def sink_to(self, sink: Any) -> "DataStreamSink":
+        bind = getattr(sink, "_raylink_bind_input_type", None)
+        if callable(bind):  # FileSink: its SimpleStringEncoder writes records as Flink prints them
+            sink = bind(self._transformation.output_type)
         hook = getattr(sink, "_raylink_sink_spec", None)
         if callable(hook):
             kind, name, function, params = hook()
@@ -286,7 +318,13 @@ class DataStream(_Configurable):
         return self.sink_to(sink)
 
     def print(self, sink_identifier: Optional[str] = None) -> "DataStreamSink":
-        return self._sink("print", "Print to Std. Out", None, prefix=sink_identifier)
+        """Print every record to stdout as PyFlink prints it for this stream's declared type
+        (``(a,5)`` for a TUPLE, ``+I[a,5]`` for a ROW, ``str(record)`` without a type), after
+        ``N> `` (the subtask, when parallel) or ``sink_identifier:N> ``."""
+        from raylink.api.types import declared_type
+
+        return self._sink("print", "Print to Std. Out", None, prefix=sink_identifier,
+                          input_type=declared_type(self._transformation.output_type))
 
     def collect_sink(self, collect_id: str) -> "DataStreamSink":
         """A sink whose records the job hands back to the driver (``execute_and_collect``)."""
@@ -342,6 +380,10 @@ class KeyedStream(DataStream):
     def _aggregate(self, agg: str, field: Any) -> DataStream:
         if field is not None and not isinstance(field, (int, str)):
             raise TypeError(f"{agg}: the field must be a position (int) or a name (str), got {field!r}")
+        from raylink.api.types import declared_type
+        from raylink.operators.aggregation import check_declared_field
+
+        check_declared_field(agg, field, declared_type(self._transformation.output_type), "Keyed Aggregation")
         return self._one_input(
             "aggregate", "Keyed Aggregation", None, self._transformation.output_type, agg=agg, field=field
         )
@@ -462,6 +504,66 @@ class ConnectedStreams:
         return self._two_input("co_process", "Co-Process", func, output_type)
 
 
+class BroadcastStream:
+    """A stream with broadcast state(s) (PyFlink's ``BroadcastStream``), made by
+    ``DataStream.broadcast(descriptor, ...)``. It only connects: ``ds.connect(bs)`` or
+    ``keyed.connect(bs)`` give a ``BroadcastConnectedStream``."""
+
+    def __init__(self, input_stream: DataStream, broadcast_state_descriptors: list) -> None:
+        self.input_stream = input_stream  # the broadcast-partitioned stream
+        self.broadcast_state_descriptors = list(broadcast_state_descriptors)
+
+    def get_execution_environment(self) -> "StreamExecutionEnvironment":
+        return self.input_stream.get_execution_environment()
+
+
+class BroadcastConnectedStream:
+    """A (keyed or non-keyed) stream connected with a ``BroadcastStream`` (PyFlink's
+    ``BroadcastConnectedStream``); ``process`` runs a ``BroadcastProcessFunction`` (non-keyed)
+    or a ``KeyedBroadcastProcessFunction`` (keyed) over the pair. The operator's first input
+    is the non-broadcast stream, its second the broadcast one (BROADCAST partitioning)."""
+
+    def __init__(self, non_broadcast_stream: DataStream, broadcast_stream: BroadcastStream,
+                 broadcast_state_descriptors: list) -> None:
+        self.non_broadcast_stream = non_broadcast_stream
+        self.broadcast_stream = broadcast_stream
+        self.broadcast_state_descriptors = list(broadcast_state_descriptors)
+
+    def _is_keyed_stream(self) -> bool:
+        return isinstance(self.non_broadcast_stream, KeyedStream)
+
+    def process(self, func: Any, output_type: Any = None) -> DataStream:
+        from raylink.api.functions import BroadcastProcessFunction, KeyedBroadcastProcessFunction
+
+        keyed = self._is_keyed_stream()
+        if isinstance(func, BroadcastProcessFunction) and keyed:
+            raise TypeError("BroadcastProcessFunction should be applied to non-keyed DataStream")
+        if isinstance(func, KeyedBroadcastProcessFunction) and not keyed:
+            raise TypeError("KeyedBroadcastProcessFunction should be applied to keyed DataStream")
+        expected = "KeyedBroadcastProcessFunction" if keyed else "BroadcastProcessFunction"
+        if not all(callable(getattr(func, m, None)) for m in ("process_element", "process_broadcast_element")):
+            raise TypeError(
+                f"{'Keyed-' if keyed else ''}Co-Process-Broadcast: expected a {expected} (an object with "
+                f"'process_element' and 'process_broadcast_element' methods), got {type(func).__name__}"
+            )
+        spec = OperatorSpec(
+            kind="keyed_co_broadcast_process" if keyed else "co_broadcast_process",
+            function=func,
+            params={"broadcast_state_descriptors": list(self.broadcast_state_descriptors)},
+        )
+        if keyed:
+            spec.key_selector = self.non_broadcast_stream._key_selector  # type: ignore[attr-defined]
+        env = self.non_broadcast_stream.get_execution_environment()
+        t = env._add_transformation(
+            T.TWO_INPUT,
+            "Keyed-Co-Process-Broadcast" if keyed else "Co-Process-Broadcast",
+            [self.non_broadcast_stream.get_transformation(), self.broadcast_stream.input_stream.get_transformation()],
+            operator=spec,
+            output_type=output_type,
+        )
+        return DataStream(env, t)
+
+
 class DataStreamSink(_Configurable):
     """The end of a stream (PyFlink's ``DataStreamSink``): only the operator setters."""
 
@@ -470,3 +572,17 @@ class DataStreamSink(_Configurable):
 
     def get_transformation(self) -> T.Transformation:
         return self._transformation
+
+
+def __getattr__(name: str) -> Any:
+    """PyFlink's ``data_stream`` module also holds the windowed streams and the collect
+    iterator (``raylink migrate`` sends its imports here); they live in other modules."""
+    if name in ("WindowedStream", "AllWindowedStream"):
+        from raylink.api import windowed_stream
+
+        return getattr(windowed_stream, name)
+    if name == "CloseableIterator":
+        from raylink.runtime.job_result import CloseableIterator
+
+        return CloseableIterator
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

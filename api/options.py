@@ -5,17 +5,19 @@ description, fallback (deprecated) keys — grouped in classes named after Flink
 option classes (``CoreOptions``, ``PipelineOptions``, ``ExecutionOptions``,
 ``TaskManagerOptions``, ``NettyShuffleEnvironmentOptions``, ``MetricOptions``,
 ``CheckpointingOptions``, ``RestartStrategyOptions``) plus raylink's own
-(``RaylinkOptions``). ``Configuration.get(option)``, the defaults of a
-``Configuration``, the CLI's ``--conf`` validation, ``raylink config`` and the
-README's option table all read this module; a key read anywhere else is a bug
-(``tests/test_api_options.py`` walks the code for string keys).
+(``RaylinkOptions``, ``SparkConnectorOptions``). ``Configuration.get(option)``, the
+defaults of a ``Configuration``, the CLI's ``--conf`` validation, ``raylink config``
+and the README's option table all read this module; a key read anywhere else is a
+bug (``tests/test_options_registry.py`` walks the code for string keys). A *prefix*
+option (``raylink.spark.conf.<key>``) stands for every key that starts with it.
 
 Values are stored as given (text from a YAML file or ``--conf``, Python values
 from code) and converted when read: durations (``100``, ``"100 ms"``, ``"2 s"``)
 to milliseconds, memory sizes (``"32kb"``, ``"512m"``; binary units as in Flink)
 to bytes. Conversion errors name the key.
 
-Pure data and functions; import-light (no Ray, no graph).
+Pure data and functions; import-light (no Ray, no graph). The registry is filled at
+import; :func:`register` (adding a connector's option class) is not thread-safe.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
+from raylink.errors import RaylinkError
 
-class IllegalConfigurationError(ValueError):
+
+class IllegalConfigurationError(RaylinkError, ValueError):
     """A configuration value that cannot be used (Flink's ``IllegalConfigurationException``)."""
 
 
@@ -121,6 +125,8 @@ class ConfigOption:
     ``type`` is one of ``int float bool str duration memory enum``: durations read
     as milliseconds, memory sizes as bytes. ``check(value)`` validates a converted
     value (raises ValueError); ``choices`` lists an enum's values (lower case).
+    A ``prefix`` option's key ends with ``.`` and stands for every longer key
+    starting with it (``raylink.spark.conf.spark.sql.shuffle.partitions``).
     """
 
     key: str
@@ -130,16 +136,35 @@ class ConfigOption:
     fallback_keys: tuple[str, ...] = ()
     choices: tuple[str, ...] = ()
     check: Optional[Callable[[Any], None]] = None
+    prefix: bool = False
+
+    @property
+    def display_key(self) -> str:
+        """The key as documented: ``raylink.spark.conf.<key>`` for a prefix option."""
+        return self.key + "<key>" if self.prefix else self.key
+
+    def matches(self, key: str) -> bool:
+        """True if ``key`` is this option's key, a fallback key, or (prefix) starts with it."""
+        if self.prefix:
+            return key.startswith(self.key) and len(key) > len(self.key)
+        return key == self.key or key in self.fallback_keys
 
     def convert(self, value: Any) -> Any:
         """``value`` as this option's type, validated; errors name the key."""
+        return self._convert(value, True)
+
+    def parse(self, value: Any) -> Any:
+        """``value`` as this option's type without the range check (``check``); errors name the key."""
+        return self._convert(value, False)
+
+    def _convert(self, value: Any, validate: bool) -> Any:
         try:
             out = _PARSERS[self.type](value)
             if self.type == "enum":
                 out = out.strip().lower()
                 if out not in self.choices:
                     raise ValueError(f"{value!r} is not one of {', '.join(self.choices)}")
-            if self.check is not None:
+            if validate and self.check is not None:
                 self.check(out)
         except ValueError as exc:
             raise IllegalConfigurationError(f"configuration key {self.key!r}: {exc}") from None
@@ -157,6 +182,9 @@ class ConfigOption:
         if isinstance(value, bool):
             return str(value).lower()
         if self.type == "duration":
+            for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000)):
+                if value and value % size == 0:
+                    return f"{value // size} {unit}"
             return f"{value} ms"
         if self.type == "memory":
             for unit, size in (("gb", 1 << 30), ("mb", 1 << 20), ("kb", 1 << 10)):
@@ -179,6 +207,23 @@ def _at_least(minimum: float, what: str = "") -> Callable[[Any], None]:
 def _positive(value: Any) -> None:
     if value <= 0:
         raise ValueError(f"{value} must be > 0")
+
+
+def _positive_number(value: float) -> None:
+    if value <= 0:
+        raise ValueError(f"{value:g} must be a number > 0")
+
+
+def _not_negative(value: Any) -> None:
+    if value < 0:
+        raise ValueError(f"{value} must not be negative")
+
+
+def _bytes_at_least(minimum: int) -> Callable[[int], None]:
+    def check(value: int) -> None:
+        if value < minimum:
+            raise ValueError(f"{value} is below the minimum of {minimum} bytes")
+    return check
 
 
 def _port_or_off(value: int) -> None:
@@ -245,16 +290,20 @@ class ExecutionOptions:
                     choices=("ray", "local"))
     SHUFFLE_MODE = option("execution.shuffle-mode", "enum", "pipelined",
                           "pipelined or batch (blocking) exchanges.", choices=("pipelined", "batch"))
+    RUNTIME_MODE = option("execution.runtime-mode", "enum", "streaming",
+                          "streaming, batch (blocking exchanges, keyed operators emit final results) or "
+                          "automatic (batch when every source is bounded).",
+                          choices=("streaming", "batch", "automatic"))
 
 
 class TaskManagerOptions:
     NUM_TASK_SLOTS = option("taskmanager.numberOfTaskSlots", "int", 1, "Slots per TaskExecutor actor.",
                             check=_at_least(1))
     CPU_CORES = option("taskmanager.cpu.cores", "float", 0.01, "Ray CPUs reserved per TaskExecutor actor.",
-                       check=_positive)
+                       check=_positive_number)
     TOTAL_PROCESS_MEMORY = option("taskmanager.memory.process.size", "memory", 0,
                                   "Ray memory reserved per TaskExecutor actor (0: no reservation).",
-                                  check=_at_least(0))
+                                  check=_not_negative)
     MEMORY_SEGMENT_SIZE = option("taskmanager.memory.segment-size", "memory", 32 * 1024,
                                  "Network buffer size: a power of 2, at least 4kb.", check=_segment_size)
     TASK_CANCELLATION_INTERVAL = option("task.cancellation.interval", "duration", 30_000,
@@ -297,20 +346,34 @@ class MetricOptions:
 
 class RaylinkOptions:
     MAX_BATCH_BYTES = option("raylink.network.max-batch-bytes", "memory", 1 << 20,
-                             "Bytes a remote call between TaskExecutors aims to carry.", check=_at_least(1))
+                             "Bytes a remote call between TaskExecutors aims to carry.", check=_bytes_at_least(1))
     MAX_BATCH_DELAY = option("raylink.network.max-batch-delay", "duration", 20,
                              "Longest a full buffer waits for its batch.", check=_positive)
     DEBLOAT_INITIAL_SIZE = option("raylink.network.buffer-debloat.initial-size", "memory", 4096,
                                   "Size of remote buffers before the first throughput measurement.",
-                                  check=_at_least(MIN_BUFFER_SIZE))
+                                  check=_bytes_at_least(MIN_BUFFER_SIZE))
     GC_THRESHOLD = option("raylink.taskmanager.gc-threshold", "int", 50_000,
                           "Allocations between two young-generation collections in a TaskExecutor "
                           "(0: Python's default).", check=_at_least(0))
     COLLECT_MAX_BUFFERED_RECORDS = option("raylink.collect.max-buffered-records", "int", 16 * 1024,
                                           "Records an execute_and_collect sink subtask holds for its "
                                           "reader before it blocks (back pressure).", check=_at_least(1))
-    PROGRESS = option("raylink.progress", "enum", "auto", "Progress display of `raylink run`.",
-                      choices=("auto", "tty", "log", "off"))
+    TASK_PLACEMENT = option("raylink.task-placement", "enum", "task",
+                            "How subtasks map to TaskExecutor processes on Ray: task (each subtask its own "
+                            "process, so pipeline stages use separate cores despite Python's GIL) or slot "
+                            "(Flink's: a slot's subtasks share one process, taskmanager.numberOfTaskSlots "
+                            "slots per process). Slot sharing groups stay in the JobGraph either way.",
+                            choices=("task", "slot"))
+    SESSION_ENABLED = option("raylink.session.enabled", "bool", True,
+                             "Run jobs on the session cluster (`raylink cluster start`) when one is running "
+                             "on the Ray cluster the driver connects to; false always starts per-job "
+                             "TaskExecutors.")
+    SESSION_POOL_SIZE = option("raylink.session.pool-size", "int", 16,
+                               "Most idle TaskExecutors a session cluster keeps warm for the next jobs "
+                               "(it grows past this on demand while jobs run).", check=_at_least(0))
+    PROGRESS = option("raylink.progress", "enum", "auto",
+                      "Progress display of `raylink run`: auto (tty on a terminal, else off), tty (redrawn "
+                      "in place), log (appended blocks) or off.", choices=("auto", "tty", "log", "off"))
     PROGRESS_INTERVAL = option("raylink.progress.interval", "duration", 1000, "Progress refresh interval.",
                                check=_positive)
 
@@ -383,16 +446,67 @@ class RestartStrategyOptions:
                                 "Wait before a restart (failure-rate).", check=_at_least(0))
 
 
+class PythonOptions:
+    """The job's Python dependencies (``env.add_python_file`` and friends set them)."""
+
+    PYTHON_FILES = option("python.files", "str", None,
+                          "Python files, folders, zips or wheels put on the TaskExecutors' path "
+                          "(comma separated).")
+    PYTHON_ARCHIVES = option("python.archives", "str", None,
+                             "Archives extracted in the TaskExecutors' working folder "
+                             "(path#target_dir, comma separated).")
+    PYTHON_REQUIREMENTS = option("python.requirements", "str", None,
+                                 "A requirements.txt installed for the TaskExecutors "
+                                 "(requirements.txt#cache_dir: offline from the cache).")
+    PYTHON_EXECUTABLE = option("python.executable", "str", None,
+                               "The Python interpreter of the TaskExecutors on Ray (unset: the driver's).")
+
+
+class SparkConnectorOptions:
+    """The Spark bridge (``raylink.connectors.spark.get_spark``): the Spark-on-Ray session
+    raylink starts through RayDP when the program started none."""
+
+    EXECUTORS = option("raylink.spark.executors", "int", 1, "Spark executors raylink starts on Ray.",
+                       check=_at_least(1))
+    EXECUTOR_CORES = option("raylink.spark.executor-cores", "int", 1, "Cores per Spark executor.",
+                            check=_at_least(1))
+    EXECUTOR_MEMORY = option("raylink.spark.executor-memory", "str", "1G",
+                             "Memory per Spark executor, in Spark's notation (512m, 2G).")
+    WAREHOUSE_DIR = option("raylink.spark.warehouse-dir", "str", None,
+                           "Spark SQL warehouse folder (unset: Spark's default, ./spark-warehouse).")
+    CONF = option("raylink.spark.conf.", "str", None,
+                  "Any Spark configuration key, passed to the Spark session raylink starts "
+                  "(raylink.spark.conf.spark.sql.shuffle.partitions=8).", prefix=True)
+
+
 OPTION_GROUPS = (CoreOptions, PipelineOptions, ExecutionOptions, TaskManagerOptions,
                  NettyShuffleEnvironmentOptions, MetricOptions, CheckpointingOptions, RestartStrategyOptions,
-                 RaylinkOptions)
+                 PythonOptions, RaylinkOptions, SparkConnectorOptions)
+
+
+def group_options(group: type) -> list[ConfigOption]:
+    """The options an option class declares, in declaration order."""
+    return [value for value in vars(group).values() if isinstance(value, ConfigOption)]
 
 
 def all_options() -> Iterator[ConfigOption]:
+    """Every registered option, group by group."""
     for group in OPTION_GROUPS:
-        for value in vars(group).values():
-            if isinstance(value, ConfigOption):
-                yield value
+        yield from group_options(group)
+
+
+_BY_KEY: dict[str, ConfigOption] = {}
+_PREFIXES: list[ConfigOption] = []
+
+
+def _index(group: type) -> None:
+    for opt in group_options(group):
+        if opt.prefix:
+            _PREFIXES.append(opt)
+            continue
+        _BY_KEY[opt.key] = opt
+        for fallback in opt.fallback_keys:
+            _BY_KEY.setdefault(fallback, opt)
 
 
 def register(group: type) -> type:
@@ -400,31 +514,35 @@ def register(group: type) -> type:
     global OPTION_GROUPS
     if group not in OPTION_GROUPS:
         OPTION_GROUPS = OPTION_GROUPS + (group,)
-    _BY_KEY.update({o.key: o for o in vars(group).values() if isinstance(o, ConfigOption)})
+        _index(group)
     return group
 
 
-_BY_KEY: dict[str, ConfigOption] = {}
-for _option in all_options():
-    _BY_KEY[_option.key] = _option
-    for _fallback in _option.fallback_keys:
-        _BY_KEY.setdefault(_fallback, _option)
+for _group in OPTION_GROUPS:
+    _index(_group)
 
 
-def read_option(settings: Any, option: ConfigOption) -> Any:
-    """``option`` from a ``Configuration`` or a plain dict of settings (a task's job
-    parameters), converted; its default when unset."""
-    if hasattr(settings, "get") and not isinstance(settings, dict):
-        return settings.get(option)
+def read_option(settings: Any, option: ConfigOption, *, validate: bool = True) -> Any:
+    """``option`` from a ``Configuration``, a plain dict of settings (a task's job
+    parameters) or ``None``, converted; its default when unset. ``validate=False`` skips
+    the option's range check (the runtime accepts e.g. segments below Flink's minimum,
+    which the CLI refuses)."""
+    if hasattr(settings, "get") and not isinstance(settings, dict):  # a Configuration
+        if validate:
+            return settings.get(option)
+        settings = settings.to_dict()
     for key in (option.key, *option.fallback_keys):
         if settings and key in settings:
-            return option.convert(settings[key])
+            return option.convert(settings[key]) if validate else option.parse(settings[key])
     return option.default
 
 
 def find_option(key: str) -> Optional[ConfigOption]:
-    """The option registered for ``key`` (or one of its fallback keys)."""
-    return _BY_KEY.get(key)
+    """The option registered for ``key`` (or one of its fallback keys, or a prefix of it)."""
+    found = _BY_KEY.get(key)
+    if found is None:
+        found = next((opt for opt in _PREFIXES if opt.matches(key)), None)
+    return found
 
 
 def closest_key(key: str) -> Optional[str]:
@@ -447,12 +565,15 @@ __all__ = [
     "MetricOptions",
     "NettyShuffleEnvironmentOptions",
     "PipelineOptions",
+    "PythonOptions",
     "RaylinkOptions",
     "RestartStrategyOptions",
+    "SparkConnectorOptions",
     "TaskManagerOptions",
     "all_options",
     "closest_key",
     "find_option",
+    "group_options",
     "parse_duration_ms",
     "parse_memory",
     "read_option",

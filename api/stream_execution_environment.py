@@ -9,10 +9,12 @@ this process, Flink's MiniCluster; ``"ray"``: Ray actors; see :mod:`raylink.runt
 from __future__ import annotations
 
 import itertools
-from typing import Any, Iterable, Optional
+import warnings
+from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from raylink.api.configuration import Configuration
-from raylink.api.datastream import DataStream, check_function
+from raylink.api.datastream import DataStream
+from raylink.api.options import CoreOptions, ExecutionOptions, PipelineOptions
 from raylink.graph import transformations as T
 from raylink.graph.execution_graph import ExecutionGraph, build_execution_graph
 from raylink.graph.job_graph import JobGraph
@@ -26,6 +28,11 @@ from raylink.graph.stream_graph_generator import (
 )
 from raylink.runtime.executors import get_executor
 
+if TYPE_CHECKING:
+    from raylink.api.checkpointing import CheckpointConfig
+    from raylink.api.execution_config import ExecutionConfig
+
+
 class StreamExecutionEnvironment:
     """The context a streaming program runs in (PyFlink's ``StreamExecutionEnvironment``)."""
 
@@ -35,11 +42,11 @@ class StreamExecutionEnvironment:
         if configuration is not None:
             self.configuration.add_all(configuration)
         conf = self.configuration
-        self._parallelism = conf.get_integer("parallelism.default")
-        validate_parallelism(self._parallelism, "parallelism.default")
-        self._max_parallelism = conf.get_integer("pipeline.max-parallelism")
-        self._chaining = conf.get_boolean("pipeline.operator-chaining")
-        self._buffer_timeout = conf.get_integer("execution.buffer-timeout")
+        self._parallelism = conf.get_integer(CoreOptions.DEFAULT_PARALLELISM.key)  # checked as a parallelism
+        validate_parallelism(self._parallelism, CoreOptions.DEFAULT_PARALLELISM.key)
+        self._max_parallelism = conf.get(PipelineOptions.MAX_PARALLELISM)
+        self._chaining = conf.get(PipelineOptions.OPERATOR_CHAINING)
+        self._buffer_timeout = conf.get(ExecutionOptions.BUFFER_TIMEOUT)
         self.transformations: list[T.Transformation] = []
         self._ids = itertools.count(1)
         self._collect_ids = itertools.count(1)
@@ -100,6 +107,65 @@ class StreamExecutionEnvironment:
     def get_checkpoint_interval(self) -> int:
         return self.get_checkpoint_config().get_checkpoint_interval()
 
+    def set_runtime_mode(self, execution_mode: Any) -> "StreamExecutionEnvironment":
+        """Run the job in ``RuntimeExecutionMode.STREAMING`` (the default), ``BATCH`` (blocking
+        exchanges, keyed operators emit final results, no checkpoints) or ``AUTOMATIC``
+        (BATCH when every source is bounded); sets ``execution.runtime-mode``."""
+        from raylink.api.execution_mode import RuntimeExecutionMode
+
+        mode = RuntimeExecutionMode.of(execution_mode)
+        self.configuration.set_string(ExecutionOptions.RUNTIME_MODE.key, mode.name)
+        return self
+
+    # -- Python dependencies (raylink.runtime.python_dependencies) -------------------------
+    def add_python_file(self, file_path: str) -> "StreamExecutionEnvironment":
+        """Make a ``.py`` file, a directory of modules, a ``.zip`` or a ``.whl`` importable
+        by the job's functions on every TaskExecutor (``python.files``)."""
+        from raylink.runtime.python_dependencies import add_python_file
+
+        add_python_file(self.configuration, file_path)
+        return self
+
+    def add_python_archive(self, archive_path: str, target_dir: Optional[str] = None) -> "StreamExecutionEnvironment":
+        """Extract a zip archive into the TaskExecutors' working directory, in the folder
+        ``target_dir`` (default: the archive's file name) (``python.archives``)."""
+        from raylink.runtime.python_dependencies import add_python_archive
+
+        add_python_archive(self.configuration, archive_path, target_dir)
+        return self
+
+    def set_python_requirements(self, requirements_file_path: str,
+                                requirements_cache_dir: Optional[str] = None) -> "StreamExecutionEnvironment":
+        """Install a requirements file on the TaskExecutors (offline from
+        ``requirements_cache_dir`` when given) (``python.requirements``)."""
+        from raylink.runtime.python_dependencies import set_python_requirements
+
+        set_python_requirements(self.configuration, requirements_file_path, requirements_cache_dir)
+        return self
+
+    def set_python_executable(self, python_exec: str) -> "StreamExecutionEnvironment":
+        """The Python interpreter of the TaskExecutors on Ray (``python.executable``)."""
+        from raylink.runtime.python_dependencies import PYTHON_EXECUTABLE
+
+        self.configuration.set_string(PYTHON_EXECUTABLE, python_exec)
+        return self
+
+    def add_jars(self, *jars_path: str) -> "StreamExecutionEnvironment":
+        """Accepted for PyFlink programs; raylink has no JVM, so the jars are not used."""
+        self._no_jvm("add_jars", jars_path)
+        return self
+
+    def add_classpaths(self, *classpaths: str) -> "StreamExecutionEnvironment":
+        """Accepted for PyFlink programs; raylink has no JVM, so the classpaths are not used."""
+        self._no_jvm("add_classpaths", classpaths)
+        return self
+
+    @staticmethod
+    def _no_jvm(method: str, paths: tuple) -> None:
+        warnings.warn(f"{method}({', '.join(map(repr, paths))}) is ignored: raylink runs without a JVM, so Java "
+                      "jars and classpaths have no effect; Java connectors are not available (see "
+                      "raylink.api.connectors for the Python ones)", UserWarning, stacklevel=3)
+
     def get_config(self) -> "ExecutionConfig":
         """PyFlink's ``ExecutionConfig``: a view of this environment's ``Configuration``."""
         from raylink.api.execution_config import ExecutionConfig
@@ -145,8 +211,10 @@ class StreamExecutionEnvironment:
             raise TypeError(
                 f"from_collection: collection must be a list or other iterable, got {type(collection).__name__}"
             )
+        from raylink.api.types import apply_declared_type  # elements arrive as the type's coder delivers them
+
         return self._source("source_collection", "Collection Source", None, type_info,
-                            non_parallel=True, elements=list(collection))
+                            non_parallel=True, elements=apply_declared_type(type_info, list(collection)))
 
     def from_sequence(self, start: int, end: int) -> DataStream:
         """A parallel source of the integers ``start..end`` (inclusive)."""
@@ -168,11 +236,20 @@ class StreamExecutionEnvironment:
 
     def from_source(self, source: Any, watermark_strategy: Any = None, source_name: str = "Custom Source",
                     type_info: Any = None) -> DataStream:
+        """A stream from ``source``; ``watermark_strategy`` runs inside the source operator, as
+        in Flink's ``SourceOperator`` (``WatermarkStrategy.no_watermarks()`` or None: none)."""
         hook = getattr(source, "_raylink_source_spec", None)
         if callable(hook):
             kind, function, params, non_parallel = hook()
-            return self._source(kind, source_name, function, type_info, non_parallel=non_parallel, **params)
-        return self.add_source(source, source_name, type_info)
+            stream = self._source(kind, source_name, function, type_info, non_parallel=non_parallel, **params)
+        else:
+            stream = self.add_source(source, source_name, type_info)
+        if watermark_strategy is not None:
+            if not callable(getattr(watermark_strategy, "create_watermark_generator", None)):
+                raise TypeError(f"from_source '{source_name}': watermark_strategy must be a WatermarkStrategy, "
+                                f"got {type(watermark_strategy).__name__}")
+            stream._transformation.operator.params["watermark_strategy"] = watermark_strategy
+        return stream
 
     def from_spark(self, df: Any, parallelism: Optional[int] = None, record_format: str = "tuple",
                    timestamp_column: Optional[str] = None, watermark_delay_ms: Optional[int] = None,
@@ -184,9 +261,9 @@ class StreamExecutionEnvironment:
         blocks and emit rows as tuples (``record_format="tuple"``) or dicts (``"dict"``).
         The stream's type carries the Spark schema. ``timestamp_column`` gives each
         record its event timestamp; ``watermark_delay_ms`` adds bounded-out-of-orderness
-        watermarks. See :mod:`raylink.connectors.spark.source`.
+        watermarks. See :mod:`raylink.connectors.spark.dataframe_source`.
         """
-        from raylink.connectors.spark.source import SOURCE_KIND, prepare_spark_source
+        from raylink.connectors.spark.dataframe_source import SOURCE_KIND, prepare_spark_source
 
         if parallelism is not None:
             validate_parallelism(parallelism, "from_spark")
@@ -201,8 +278,8 @@ class StreamExecutionEnvironment:
                          source_name: str = "Spark Table Source") -> DataStream:
         """An unbounded source that keeps reading the Parquet files of a directory or Spark
         table (a table name resolves to its location through Spark) as they appear,
-        polling every ``poll_interval`` seconds. See :mod:`raylink.connectors.spark.source`."""
-        from raylink.connectors.spark.source import SOURCE_KIND, prepare_table_source
+        polling every ``poll_interval`` seconds. See :mod:`raylink.connectors.spark.table_source`."""
+        from raylink.connectors.spark.table_source import SOURCE_KIND, prepare_table_source
 
         function, type_info = prepare_table_source(path_or_table, schema, poll_interval, record_format,
                                                    timestamp_column, watermark_delay_ms, start_from,
@@ -213,16 +290,23 @@ class StreamExecutionEnvironment:
     def get_stream_graph(self, job_name: Optional[str] = None) -> StreamGraph:
         if not self.transformations:
             raise RuntimeError("No operators defined in streaming topology. Cannot execute.")
-        mode = self.configuration.get_string("execution.shuffle-mode")
+        mode = self.configuration.get(ExecutionOptions.SHUFFLE_MODE)
         graph = StreamGraphGenerator(
             self.transformations,
-            job_name=job_name or self.configuration.get_string("pipeline.name"),
+            job_name=job_name or self.configuration.get(PipelineOptions.NAME),
             chaining_enabled=self._chaining,
             default_max_parallelism=self._max_parallelism,
             buffer_timeout=self._buffer_timeout,
             global_shuffle_mode="BATCH" if str(mode).lower() == "batch" else None,
+            runtime_mode=self.configuration.get(ExecutionOptions.RUNTIME_MODE),
         ).generate()
         graph.config = self.configuration.to_dict()
+        if graph.job_type == "BATCH" and self.get_checkpoint_config().is_checkpointing_enabled():
+            warnings.warn(
+                "Checkpointing is enabled (execution.checkpointing.interval) but the job runs in BATCH "
+                "execution mode, which takes no checkpoints: the setting is ignored.",
+                stacklevel=3,
+            )
         return graph
 
     def get_execution_plan(self) -> str:
@@ -236,7 +320,8 @@ class StreamExecutionEnvironment:
 
     # -- execution ---------------------------------------------------------------------
     def _executor(self):
-        return get_executor(self.configuration.get_string("execution.target"), self)
+        # the raw text: get_executor names the registered executors when it is unknown
+        return get_executor(self.configuration.get_string(ExecutionOptions.TARGET.key), self)
 
     def execute(self, job_name: Optional[str] = None):
         """Run the job to completion and return its ``JobExecutionResult``."""
@@ -247,6 +332,14 @@ class StreamExecutionEnvironment:
         return self._executor().execute_async(self, job_name)
 
     def _execute_and_collect(self, stream: DataStream, job_name: Optional[str], limit: Optional[int]):
+        """PyFlink's ``execute_and_collect``: a ``CloseableIterator`` over the records, or with
+        ``limit`` the list of the first ``limit`` of them (the job is cancelled after them).
+        The collect sink runs at parallelism 1, as Flink's ``CollectStreamSink``, so the
+        records arrive in their upstream order per channel."""
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0):
+            raise ValueError(f"execute_and_collect: limit must be greater than 0, got {limit!r}")
         collect_id = f"collect-{next(self._collect_ids)}"
-        stream.collect_sink(collect_id)
-        return self._executor().execute_and_collect(self, job_name, collect_id, limit)
+        sink = stream.collect_sink(collect_id)._transformation
+        sink.parallelism, sink.non_parallel = 1, True
+        iterator = self._executor().execute_and_collect(self, job_name, collect_id, limit)
+        return iterator if limit is None else iterator.read_all()

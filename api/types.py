@@ -1,22 +1,43 @@
-"""A small subset of PyFlink's ``Types`` so programs written for PyFlink read the same.
+"""PyFlink's ``Types`` (``pyflink.common.typeinfo``) and its ``Row``/``RowKind`` (re-exported).
 
-raylink ships values with msgpack, so type information is a declaration, not a
-serializer: it documents a stream, distinguishes side-output tags and lets a
-Spark sink derive a schema. A *flat* declaration (``is_flat``) is also a
-contract the record writer enforces where the stream leaves its chain: records
-are checked against it (``raylink.shuffle.codec.DeclaredFlatType``).
+raylink ships values with msgpack, so type information does not pick a serializer;
+it is a declaration that is *applied* where PyFlink's coders apply it: where a
+stream leaves its chain (the record writer), to a typed ``from_collection`` and
+in ``print()``. There a record is converted as PyFlink's coder for the type
+converts it -- a tuple declared ``Types.ROW_NAMED(["a", "b"], ...)`` arrives as
+``Row(a=..., b=...)``, a ``Types.FLOAT`` is rounded to 32 bits, a ``Types.INT``
+out of 32 bits fails the job naming the operator, field and value; see
+``raylink.shuffle.declared_types`` for the whole table. A *flat* declaration
+(``is_flat``: a basic type, or a TUPLE of basic types) is checked a batch at a
+time in C (``raylink.shuffle.codec.DeclaredFlatType``); the others record by
+record. Declare no type (or ``PICKLED_BYTE_ARRAY``) to ship any value as it is.
+
+``TypeInformation`` is an immutable value (thread-safe): ``name`` (``"INT"``,
+``"ROW"`` ...), ``field_types`` (of a TUPLE/ROW, the element of an array or
+LIST, the key and value of a MAP) and ``field_names`` (of a ROW_NAMED).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, List, Optional
 
-_BASIC = frozenset(("STRING", "INT", "LONG", "FLOAT", "DOUBLE", "BOOLEAN", "BYTE", "SHORT"))
+from raylink.api.row import Row, RowKind
+
+__all__ = ["TypeInformation", "Types", "Row", "RowKind", "is_flat_type", "declared_flat_type",
+           "declared_type", "apply_declared_type"]
+
+#: basic types whose records a flat declaration checks in one C pass
+_BASIC = frozenset(("STRING", "CHAR", "INT", "LONG", "FLOAT", "DOUBLE", "BOOLEAN", "BYTE", "SHORT", "BIG_INT"))
+#: declarations a record writer applies (every one but PICKLED_BYTE_ARRAY, which ships values as they are)
+_APPLIED = _BASIC | frozenset(("TUPLE", "ROW", "LIST", "MAP", "PRIMITIVE_ARRAY", "BASIC_ARRAY", "OBJECT_ARRAY",
+                               "BIG_DEC", "SQL_DATE", "SQL_TIME", "SQL_TIMESTAMP", "INSTANT"))
 
 
 @dataclass(frozen=True)
 class TypeInformation:
+    """A declared type (Flink's ``TypeInformation``); build it with :class:`Types`."""
+
     name: str
     field_types: Optional[tuple] = None
     field_names: Optional[tuple] = None
@@ -28,22 +49,40 @@ class TypeInformation:
 
         The declaration is checked as PyFlink's coders apply it: a list or
         namedtuple declared as a TUPLE arrives as a tuple, an int (or Decimal) in
-        a FLOAT/DOUBLE field as a float, a bool/IntEnum/numpy int in an
-        INT/LONG/SHORT/BYTE field as an int, a str subclass as a str; ``None``
-        passes in any field. Any other value (a set, datetime, Decimal or UUID for
-        a STRING, a dataclass, an Enum, a float for an INT, a record of another
-        arity) fails the job with a ``RecordTypeError`` naming the field and the
-        value's type. Declare no type to ship any value as it is."""
+        a FLOAT/DOUBLE field as a float (a FLOAT rounded to 32 bits), a
+        bool/IntEnum/numpy int in an INT/LONG/SHORT/BYTE field as an int within
+        that type's width, a str subclass as a str; ``None`` passes in any field.
+        Any other value (a set, datetime, Decimal or UUID for a STRING, a
+        dataclass, an Enum, a float for an INT, an int beyond the width, a record
+        of another arity) fails the job with a ``RecordTypeError`` naming the field
+        and the value's type (or the value). Declare no type to ship any value as it is."""
         if self.name in _BASIC:
             return True
         return self.name == "TUPLE" and all(
             isinstance(f, TypeInformation) and f.name in _BASIC for f in self.field_types or ()
         )
 
+    # -- PyFlink's RowTypeInfo / TupleTypeInfo accessors ------------------------------------
+    def get_field_types(self) -> List["TypeInformation"]:
+        return list(self.field_types or ())
+
+    def get_field_names(self) -> List[str]:
+        """A ROW's field names: the declared ones, else Flink's defaults ``f0``, ``f1`` ..."""
+        if self.field_names:
+            return list(self.field_names)
+        return [f"f{i}" for i in range(len(self.field_types or ()))]
+
+    def get_field_index(self, field_name: str) -> int:
+        """The position of ``field_name`` in a ROW_NAMED, -1 if absent (as PyFlink)."""
+        names = self.get_field_names() if self.field_names else []
+        return names.index(field_name) if field_name in names else -1
+
     def __repr__(self) -> str:
         if self.field_types is None:
             return self.name
         inner = ", ".join(map(repr, self.field_types))
+        if self.field_names:
+            inner = ", ".join(f"{n}: {t!r}" for n, t in zip(self.field_names, self.field_types))
         return f"{self.name}<{inner}>"
 
 
@@ -52,16 +91,71 @@ def is_flat_type(type_info: Any) -> bool:
     return isinstance(type_info, TypeInformation) and type_info.is_flat
 
 
-def declared_flat_type(type_info: Any) -> Optional[TypeInformation]:
-    """``type_info`` if it is a flat TypeInformation (what a record writer checks
-    records against), else None."""
-    return type_info if is_flat_type(type_info) else None
+def declared_type(type_info: Any) -> Optional[TypeInformation]:
+    """``type_info`` if a record writer applies it to the records of its stream (a
+    ``Types`` declaration other than PICKLED_BYTE_ARRAY), else None. Subclasses
+    describing records of their own (the Spark connector's row type) are not applied."""
+    return type_info if type(type_info) is TypeInformation and type_info.name in _APPLIED else None
+
+
+#: the name the deployment used when only flat declarations were applied
+declared_flat_type = declared_type
+
+
+def apply_declared_type(type_info: Any, records: List[Any], what: str = "from_collection") -> List[Any]:
+    """``records`` as ``type_info``'s coder delivers them (``[("a", 1)]`` declared
+    ``Types.ROW_NAMED(["k", "v"], ...)`` gives ``[Row(k='a', v=1)]``), the list itself
+    without a declaration; a record that does not convert raises ``RecordTypeError``
+    naming ``what``, its position and why (PyFlink converts a typed collection when the
+    program is built, too)."""
+    if declared_type(type_info) is None:
+        return records
+    from raylink.shuffle.declared_types import RecordTypeError, record_converter
+
+    convert = record_converter(type_info)
+    out = []
+    for i, record in enumerate(records):
+        try:
+            out.append(convert(record))
+        except RecordTypeError as e:
+            raise RecordTypeError(f"{what}: element {i}: {e}", e.declared, e.field, e.value_type, e.path) from None
+    return out
+
+
+def _check_types(what: str, types: Any) -> tuple:
+    if isinstance(types, TypeInformation) or not hasattr(types, "__iter__"):
+        raise TypeError(f"Types.{what}: expected a list of TypeInformation, got {types!r}")
+    types = tuple(types)
+    for t in types:
+        if not isinstance(t, TypeInformation):
+            raise TypeError(f"Types.{what}: {t!r} is not a TypeInformation (write Types.INT(), not Types.INT)")
+    return types
+
+
+def _check_type(what: str, t: Any) -> TypeInformation:
+    if not isinstance(t, TypeInformation):
+        raise TypeError(f"Types.{what}: {t!r} is not a TypeInformation (write Types.INT(), not Types.INT)")
+    return t
 
 
 class Types:
+    """The type information of the common types (PyFlink's ``Types``)."""
+
     @staticmethod
     def STRING() -> TypeInformation:
         return TypeInformation("STRING")
+
+    @staticmethod
+    def BYTE() -> TypeInformation:
+        return TypeInformation("BYTE")
+
+    @staticmethod
+    def BOOLEAN() -> TypeInformation:
+        return TypeInformation("BOOLEAN")
+
+    @staticmethod
+    def SHORT() -> TypeInformation:
+        return TypeInformation("SHORT")
 
     @staticmethod
     def INT() -> TypeInformation:
@@ -80,20 +174,28 @@ class Types:
         return TypeInformation("DOUBLE")
 
     @staticmethod
-    def BOOLEAN() -> TypeInformation:
-        return TypeInformation("BOOLEAN")
+    def CHAR() -> TypeInformation:
+        return TypeInformation("CHAR")
 
     @staticmethod
-    def BYTE() -> TypeInformation:
-        return TypeInformation("BYTE")
-
-    @staticmethod
-    def SHORT() -> TypeInformation:
-        return TypeInformation("SHORT")
+    def BIG_INT() -> TypeInformation:
+        return TypeInformation("BIG_INT")
 
     @staticmethod
     def BIG_DEC() -> TypeInformation:
         return TypeInformation("BIG_DEC")
+
+    @staticmethod
+    def INSTANT() -> TypeInformation:
+        return TypeInformation("INSTANT")
+
+    @staticmethod
+    def SQL_DATE() -> TypeInformation:
+        return TypeInformation("SQL_DATE")
+
+    @staticmethod
+    def SQL_TIME() -> TypeInformation:
+        return TypeInformation("SQL_TIME")
 
     @staticmethod
     def SQL_TIMESTAMP() -> TypeInformation:
@@ -104,25 +206,38 @@ class Types:
         return TypeInformation("PICKLED_BYTE_ARRAY")
 
     @staticmethod
-    def PRIMITIVE_ARRAY(element: TypeInformation) -> TypeInformation:
-        return TypeInformation("PRIMITIVE_ARRAY", (element,))
+    def ROW(field_types: List[TypeInformation]) -> TypeInformation:
+        return TypeInformation("ROW", _check_types("ROW", field_types))
 
     @staticmethod
-    def LIST(element: TypeInformation) -> TypeInformation:
-        return TypeInformation("LIST", (element,))
+    def ROW_NAMED(field_names: List[str], field_types: List[TypeInformation]) -> TypeInformation:
+        types = _check_types("ROW_NAMED", field_types)
+        names = tuple(field_names)
+        if len(names) != len(types):
+            raise ValueError(f"Types.ROW_NAMED: {len(names)} field names {list(names)} "
+                             f"for {len(types)} field types")
+        return TypeInformation("ROW", types, names)
 
     @staticmethod
-    def MAP(key: TypeInformation, value: TypeInformation) -> TypeInformation:
-        return TypeInformation("MAP", (key, value))
+    def TUPLE(field_types: List[TypeInformation]) -> TypeInformation:
+        return TypeInformation("TUPLE", _check_types("TUPLE", field_types))
 
     @staticmethod
-    def TUPLE(field_types: list) -> TypeInformation:
-        return TypeInformation("TUPLE", tuple(field_types))
+    def PRIMITIVE_ARRAY(element_type: TypeInformation) -> TypeInformation:
+        return TypeInformation("PRIMITIVE_ARRAY", (_check_type("PRIMITIVE_ARRAY", element_type),))
 
     @staticmethod
-    def ROW(field_types: list) -> TypeInformation:
-        return TypeInformation("ROW", tuple(field_types))
+    def BASIC_ARRAY(element_type: TypeInformation) -> TypeInformation:
+        return TypeInformation("BASIC_ARRAY", (_check_type("BASIC_ARRAY", element_type),))
 
     @staticmethod
-    def ROW_NAMED(field_names: list, field_types: list) -> TypeInformation:
-        return TypeInformation("ROW", tuple(field_types), tuple(field_names))
+    def OBJECT_ARRAY(element_type: TypeInformation) -> TypeInformation:
+        return TypeInformation("OBJECT_ARRAY", (_check_type("OBJECT_ARRAY", element_type),))
+
+    @staticmethod
+    def MAP(key_type_info: TypeInformation, value_type_info: TypeInformation) -> TypeInformation:
+        return TypeInformation("MAP", (_check_type("MAP", key_type_info), _check_type("MAP", value_type_info)))
+
+    @staticmethod
+    def LIST(element_type_info: TypeInformation) -> TypeInformation:
+        return TypeInformation("LIST", (_check_type("LIST", element_type_info),))

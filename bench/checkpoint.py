@@ -58,8 +58,7 @@ class DistinctKeys:
 
 
 def state_checkpoint_and_recovery(keys: int, checkpoint_dir: str) -> dict:
-    import ray
-
+    from raylink.actors.cluster import task_executor_pids
     from raylink.api import Configuration, StreamExecutionEnvironment
 
     conf = (Configuration().set_string("restart-strategy.type", "fixed-delay")
@@ -81,7 +80,7 @@ def state_checkpoint_and_recovery(keys: int, checkpoint_dir: str) -> dict:
     while client.get_checkpoint_stats()["numberOfCompletedCheckpoints"] <= completed + 1:
         client.wait(0.2)  # a checkpoint that started after every key was in state
     stats = client.get_checkpoint_stats()
-    pid = ray.get(list(client.handles.values())[-1].location.remote())["pid"]
+    pid = task_executor_pids(client)[-1]
     killed = time.monotonic()
     os.kill(pid, signal.SIGKILL)
     while not (client.get_checkpoint_stats()["numRestarts"] >= 1 and client.get_job_status() == "RUNNING"):
@@ -103,9 +102,7 @@ def main(argv: Optional[list] = None) -> None:
     args = parser.parse_args(argv)
     num_lines = args.words // WORDS_PER_LINE
 
-    import ray
-
-    from raylink.actors.ray_executor import ensure_ray
+    from raylink.actors.cluster import ensure_ray, shutdown_ray
 
     ensure_ray()
     word_count(2000, None)  # warm up: worker processes, imports
@@ -126,7 +123,7 @@ def main(argv: Optional[list] = None) -> None:
           f"{state['size'] / 1e6:.1f} MB")
     print(f"recovery (SIGKILL of a TaskExecutor -> all tasks RUNNING from the checkpoint): "
           f"{state['recovery_s']:.2f} s")
-    ray.shutdown()
+    shutdown_ray()
 
 
 if __name__ == "__main__":

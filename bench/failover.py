@@ -51,8 +51,7 @@ def add(a: tuple, b: tuple) -> tuple:
 
 
 def run(kills: int, records: int, folder: str) -> dict:
-    import ray
-
+    from raylink.actors.cluster import task_executor_pids
     from raylink.api import (
         Configuration,
         Encoder,
@@ -84,8 +83,8 @@ def run(kills: int, records: int, folder: str) -> dict:
             pass
         if client.wait(0):
             break
-        handles = list(client.handles.values())
-        pid = ray.get(handles[done % len(handles)].location.remote())["pid"]
+        pids = task_executor_pids(client)
+        pid = pids[done % len(pids)]
         killed = time.monotonic()
         os.kill(pid, signal.SIGKILL)
         done += 1
@@ -111,9 +110,7 @@ def main(argv: Optional[list] = None) -> None:
     parser.add_argument("--records", type=int, default=24_000)
     args = parser.parse_args(argv)
 
-    import ray
-
-    from raylink.actors.ray_executor import ensure_ray
+    from raylink.actors.cluster import ensure_ray, shutdown_ray
 
     ensure_ray()
     records = max(args.records, 4_000 * args.kills)  # long enough for every kill
@@ -123,7 +120,7 @@ def main(argv: Optional[list] = None) -> None:
           f"{report['restarts']} restarts, job {report['status']}")
     print(f"  lost {report['lost']}, duplicated {report['duplicated']} (committed output vs the reference)")
     print(f"  kill -> all tasks RUNNING again: median {report['recovery_median_s']:.2f} s")
-    ray.shutdown()
+    shutdown_ray()
 
 
 if __name__ == "__main__":

@@ -132,7 +132,7 @@ def main(argv: Optional[list] = None) -> None:
     n = args.events
 
     if args.target == "ray":
-        from raylink.actors.ray_executor import ensure_ray
+        from raylink.actors.cluster import ensure_ray
 
         ensure_ray()
     raylink_job(20_000, args.target)  # warm up: imports (and Ray workers)
@@ -161,9 +161,9 @@ def main(argv: Optional[list] = None) -> None:
               f"busy {m.get('busyTimeMsPerSecond', 0):>5.0f} idle {m.get('idleTimeMsPerSecond', 0):>5.0f} "
               f"backpressured {m.get('backPressuredTimeMsPerSecond', 0):>5.0f} ms/s")
     if args.target == "ray":
-        import ray
+        from raylink.actors.cluster import shutdown_ray
 
-        ray.shutdown()
+        shutdown_ray()
 
 
 if __name__ == "__main__":

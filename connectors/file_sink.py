@@ -54,11 +54,12 @@ from raylink.api.connectors.base import (
     WriterInitContext,
 )
 from raylink.api.connectors.file_system import BucketAssignerContext, FileSink, SimpleStringEncoder
+from raylink.errors import RaylinkError
 
 log = logging.getLogger(__name__)
 
 
-class FileSinkError(RuntimeError):
+class FileSinkError(RaylinkError, RuntimeError):
     """A part file the FileSink cannot write, restore or commit; the message names it."""
 
 

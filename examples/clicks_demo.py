@@ -16,6 +16,9 @@ configured:
    rows to ``clicks_malformed`` (``sink_to_spark(table=..., mode="overwrite")``),
    reads them back with Spark and prints a short summary;
 5. stops Spark and Ray (only what it started).
+
+Needs the ``raylink[spark]`` extra (``pip install 'raylink[spark]'`` and a Java 17
+runtime); ``scripts/demo.sh`` installs both.
 """
 
 from __future__ import annotations
@@ -40,11 +43,9 @@ MALFORMED_SCHEMA = "reason string, user string, page string, ts string, ms strin
 TABLES = ("clicks_raw", "clicks_per_page", "clicks_malformed")
 
 if __name__ != "__main__":  # imported (e.g. by ``raylink demo``): ship the functions by value
-    import cloudpickle
-    import ray.cloudpickle
+    from raylink.actors.cluster import ship_by_value
 
-    for _pickler in (cloudpickle, ray.cloudpickle):
-        _pickler.register_pickle_by_value(sys.modules[__name__])
+    ship_by_value(sys.modules[__name__])
 
 INPUT_SQL = """
 WITH events AS (

@@ -1,4 +1,4 @@
-"""Streaming word count, the seed's example: Source -> Flat Map -> Keyed Aggregation -> Sink."""
+"""Streaming word count, Flink's WordCount example: Source -> Flat Map -> Keyed Aggregation -> Sink."""
 
 from raylink.api import StreamExecutionEnvironment
 

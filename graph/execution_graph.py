@@ -1,4 +1,4 @@
-"""Flink's ``ExecutionGraph``: the parallel, schedulable form of a JobGraph (seeds 001, 003).
+"""Flink's ``ExecutionGraph``: the parallel, schedulable form of a JobGraph (``DefaultExecutionGraph``, ``EdgeManagerBuildUtil``).
 
 ``ExecutionJobVertex`` per JobVertex (topological order), ``ExecutionVertex`` per
 subtask, ``IntermediateResult`` per data set with one ``IntermediateResultPartition``
@@ -14,18 +14,6 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from raylink.graph.job_graph import IntermediateDataSet, JobEdge, JobGraph, JobVertex
-
-EXECUTION_STATES = (
-    "CREATED",
-    "SCHEDULED",
-    "DEPLOYING",
-    "RUNNING",
-    "FINISHED",
-    "CANCELING",
-    "CANCELED",
-    "FAILED",
-)
-TERMINAL_STATES = frozenset({"FINISHED", "CANCELED", "FAILED"})
 
 
 def pointwise_sources(consumer_index: int, num_sources: int, num_targets: int) -> list[int]:

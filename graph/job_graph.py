@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from raylink.graph.operator_spec import OperatorSpec, PartitionerSpec
 from raylink.graph.stream_graph import StreamEdge
@@ -114,6 +114,7 @@ class JobGraph:
         self.job_name = job_name
         self.vertices: dict[str, JobVertex] = {}
         self.config: dict = {}
+        self.job_type = "STREAMING"  # Flink's JobType: BATCH jobs run without checkpoints
 
     def add_vertex(self, vertex: JobVertex) -> None:
         self.vertices[vertex.id] = vertex
@@ -147,6 +148,7 @@ class JobGraph:
         vertices = self.get_vertices_sorted_topologically_from_sources()
         return {
             "job_name": self.job_name,
+            "job_type": self.job_type,
             "vertices": [
                 {
                     "id": v.id,

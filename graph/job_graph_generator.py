@@ -1,6 +1,6 @@
 """Flink's ``StreamingJobGraphGenerator``: StreamGraph -> JobGraph with operator chaining.
 
-``create_chain`` walks recursively from every source exactly as seed 000/001
+``create_chain`` walks recursively from every source exactly as Flink's ``StreamingJobGraphGenerator``
 show: chainable out-edges extend the current chain, non-chainable ones start a
 new chain at their target; the chain head creates the JobVertex and connects
 every transitive out-edge as an IntermediateDataSet + JobEdge.
@@ -25,9 +25,13 @@ from raylink.graph.job_graph import (
 from raylink.graph.stream_graph import GraphError, StreamEdge, StreamGraph
 
 
-def result_partition_type(shuffle_mode: str) -> str:
-    """Flink's ``determineResultPartitionType`` for streaming jobs."""
-    return "BLOCKING" if shuffle_mode == "BATCH" else "PIPELINED_BOUNDED"
+def result_partition_type(shuffle_mode: str, job_type: str = "STREAMING") -> str:
+    """Flink's ``determineResultPartitionType``: a BATCH edge is blocking, a PIPELINED one
+    pipelined; an UNDEFINED one is blocking in a BATCH job (all edges blocking) and
+    pipelined in a STREAMING one."""
+    if shuffle_mode == "BATCH" or (shuffle_mode == "UNDEFINED" and job_type == "BATCH"):
+        return "BLOCKING"
+    return "PIPELINED_BOUNDED"
 
 
 class StreamingJobGraphGenerator:
@@ -35,6 +39,7 @@ class StreamingJobGraphGenerator:
         self.stream_graph = stream_graph
         self.job_graph = JobGraph(stream_graph.job_name)
         self.job_graph.config = dict(stream_graph.config)
+        self.job_graph.job_type = stream_graph.job_type
         self.built_vertices: set[int] = set()
         self.job_vertices: dict[int, JobVertex] = {}
         self.chained_configs: dict[int, dict[int, StreamConfig]] = {}
@@ -156,7 +161,7 @@ class StreamingJobGraphGenerator:
         data_set = IntermediateDataSet(
             id=data_set_id,
             producer=head,
-            result_partition_type=result_partition_type(edge.shuffle_mode),
+            result_partition_type=result_partition_type(edge.shuffle_mode, self.stream_graph.job_type),
             stream_edge=edge,
         )
         head.produced_data_sets.append(data_set)

@@ -39,6 +39,9 @@ class OperatorSpec:
     name: str = ""
     operator_id: str = ""
     chaining_strategy: str = "ALWAYS"
+    # "BATCH" in a job run in BATCH mode (set by the StreamGraphGenerator, as Flink's
+    # translators pick the batch form of an operator and sorted inputs for keyed ones)
+    execution_mode: str = "STREAMING"
 
 
 @dataclass

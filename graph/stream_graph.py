@@ -1,4 +1,4 @@
-"""Flink's ``StreamGraph``, ``StreamNode`` and ``StreamEdge`` (seeds 001, 003).
+"""Flink's ``StreamGraph``, ``StreamNode`` and ``StreamEdge``.
 
 Physical transformations become StreamNodes. Partition and side-output
 transformations become *virtual* node ids that ``add_edge`` resolves
@@ -12,11 +12,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from raylink.errors import RaylinkError
 from raylink.graph.operator_spec import FORWARD, REBALANCE, OperatorSpec, PartitionerSpec
 from raylink.graph.output_tag import OutputTag
 
 
-class GraphError(ValueError):
+class GraphError(RaylinkError, ValueError):
     """A program that cannot be turned into a valid graph."""
 
 
@@ -89,6 +90,8 @@ class StreamGraph:
         self.virtual_side_output_nodes: dict[int, tuple[int, OutputTag]] = {}
         self.buffer_timeout: int = 100
         self.default_shuffle_mode: str = "UNDEFINED"
+        # Flink's JobType: BATCH makes every exchange whose mode is UNDEFINED blocking
+        self.job_type: str = "STREAMING"
         self.config: dict = {}
 
     # -- building -----------------------------------------------------------------

@@ -4,6 +4,16 @@ Walks the transformations recursively (inputs first, each once), turns physical
 ones into StreamNodes and virtual ones into virtual node ids, adds the edges,
 and decides each node's slot sharing group the way Flink does: the group the
 user set, else the group all inputs agree on, else ``"default"``.
+
+The runtime mode (``execution.runtime-mode``) is resolved here, as Flink's generator
+does: AUTOMATIC is BATCH when every source is bounded, else STREAMING; BATCH with a
+source that declares itself unbounded fails. A BATCH graph has job type BATCH (its
+exchanges are blocking, see ``job_graph_generator``) and every operator spec is marked
+``execution_mode="BATCH"`` (the runtime then picks the batch operators and sorts keyed
+inputs). A source is bounded when its function says so (``get_boundedness()``, Flink's
+``Source.getBoundedness``), when it is a collection or sequence source, or when a
+SourceFunction is given a collection; other SourceFunctions are of unknown boundedness
+(unbounded for AUTOMATIC, allowed in BATCH).
 """
 
 from __future__ import annotations
@@ -15,6 +25,24 @@ from raylink.graph.stream_graph import GraphError, StreamGraph, StreamNode
 from raylink.graph.transformations import DEFAULT_SLOT_SHARING_GROUP, Transformation
 
 UPPER_BOUND_MAX_PARALLELISM = 1 << 15
+
+RUNTIME_MODES = ("STREAMING", "BATCH", "AUTOMATIC")
+_BOUNDED_SOURCE_KINDS = frozenset({"source_collection", "source_sequence"})
+
+
+def source_boundedness(source: Transformation) -> Optional[bool]:
+    """Whether a source transformation is bounded (True), unbounded (False) or not known (None)."""
+    spec = source.operator
+    function = getattr(spec, "function", None)
+    declared = getattr(function, "get_boundedness", None)
+    if callable(declared) and not isinstance(function, type):
+        value = declared()
+        return str(getattr(value, "name", value)).upper() == "BOUNDED"
+    if spec is not None and spec.kind in _BOUNDED_SOURCE_KINDS:
+        return True
+    if isinstance(function, (list, tuple)):
+        return True
+    return None
 
 
 def validate_parallelism(parallelism: int, what: str) -> None:
@@ -47,6 +75,7 @@ class StreamGraphGenerator:
         default_max_parallelism: int = -1,
         buffer_timeout: int = 100,
         global_shuffle_mode: Optional[str] = None,
+        runtime_mode: str = "STREAMING",
     ) -> None:
         self.transformations = transformations
         self.job_name = job_name
@@ -54,6 +83,10 @@ class StreamGraphGenerator:
         self.default_max_parallelism = default_max_parallelism
         self.buffer_timeout = buffer_timeout
         self.global_shuffle_mode = global_shuffle_mode
+        if str(runtime_mode).upper() not in RUNTIME_MODES:
+            raise GraphError(f"unknown runtime mode {runtime_mode!r}: one of {', '.join(RUNTIME_MODES)}")
+        self.runtime_mode = str(runtime_mode).upper()
+        self.job_type = "STREAMING"
         self._already_transformed: dict[int, list[int]] = {}
         self._next_virtual_id = -1
 
@@ -61,11 +94,43 @@ class StreamGraphGenerator:
         self.graph = StreamGraph(self.job_name, self.chaining_enabled)
         self.graph.buffer_timeout = self.buffer_timeout
         self.graph.default_shuffle_mode = self.global_shuffle_mode or "UNDEFINED"
+        self.job_type = self.graph.job_type = self._resolve_job_type()
         for transformation in self.transformations:
             self._transform(transformation)
         if not self.graph.sources:
             raise GraphError("No operators defined in streaming topology. Cannot execute.")
         return self.graph
+
+    # -- runtime mode ---------------------------------------------------------------
+    def _sources(self) -> list[Transformation]:
+        seen: set[int] = set()
+        stack = list(self.transformations)
+        found: list[Transformation] = []
+        while stack:
+            t = stack.pop()
+            if t.id in seen:
+                continue
+            seen.add(t.id)
+            if t.kind == T.SOURCE:
+                found.append(t)
+            stack.extend(t.inputs)
+        return sorted(found, key=lambda t: t.id)
+
+    def _resolve_job_type(self) -> str:
+        """STREAMING or BATCH: Flink's ``StreamGraphGenerator.shouldExecuteInBatchMode``."""
+        if self.runtime_mode == "STREAMING":
+            return "STREAMING"
+        boundedness = [(t, source_boundedness(t)) for t in self._sources()]
+        if self.runtime_mode == "AUTOMATIC":
+            return "BATCH" if all(b is True for _, b in boundedness) else "STREAMING"
+        unbounded = [t for t, b in boundedness if b is False]
+        if unbounded:
+            raise GraphError(
+                f"Detected an UNBOUNDED source ({unbounded[0].describe()}) with the "
+                "'execution.runtime-mode' set to 'BATCH'. This combination is not allowed, please set "
+                "the 'execution.runtime-mode' to STREAMING or AUTOMATIC"
+            )
+        return "BATCH"
 
     # -- helpers ------------------------------------------------------------------
     def _new_virtual_id(self) -> int:
@@ -148,6 +213,7 @@ class StreamGraphGenerator:
         spec = t.operator
         spec.name = name
         spec.chaining_strategy = t.chaining_strategy
+        spec.execution_mode = self.job_type
         node = StreamNode(
             id=t.id,
             operator_name=name,

@@ -8,11 +8,12 @@ used by the grouped reduce operator (which emits the first record of a key as is
 * ``min_by`` / ``max_by``: the whole record holding the min / max (on ties the
   first one seen is kept).
 
-``field``: an int position (tuples, lists, indexable records; on a basic value
--- a number, str or bytes -- position 0 is the value itself, as in Flink), a str
-name (dict key, or attribute: namedtuples, objects), or ``None`` (the value
-itself). Records are never mutated: tuples get a new tuple, lists/dicts/objects
-a copy.
+``field``: an int position (tuples, lists, Rows, indexable records; on a basic
+value -- a number, str or bytes -- position 0 is the value itself, as in Flink), a
+str name (a Row's field name -- ``Types.ROW`` rows are named ``f0``, ``f1`` ... as
+in PyFlink --, a dict key, or an attribute: namedtuples, objects), or ``None`` (the
+value itself). Records are never mutated: tuples get a new tuple, Rows/lists/dicts/
+objects a copy (a Row keeps its names and kind).
 
 ``field_check(agg, field, operator_name)`` is the check Flink's
 ``FieldAccessorFactory`` makes against the stream's type, made here against a
@@ -20,6 +21,8 @@ record (Python records have no declared arity): the grouped aggregate operator
 runs it on the first record of every key, so a position beyond the record's
 arity (or a missing name) fails with ``InvalidFieldReferenceError`` naming the
 operator and the field instead of aggregating another field.
+``check_declared_field(agg, field, type_info, operator_name)`` makes the same
+check against a stream's declared TUPLE/ROW/basic type when the program is built.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ import operator
 from collections.abc import Mapping
 from typing import Any, Callable, Optional, Union
 
+from raylink.api.row import Row, make_row
+from raylink.errors import RaylinkError
+from raylink.shuffle.declared_types import declaration_text
 from raylink.shuffle.reprs import record_repr
 
 Field = Optional[Union[int, str]]
@@ -43,7 +49,7 @@ BASIC_VALUE_TYPES = frozenset((int, float, bool, complex, str, bytes, decimal.De
 
 
 
-class InvalidFieldReferenceError(ValueError):
+class InvalidFieldReferenceError(RaylinkError, ValueError):
     """An aggregation's field does not exist on a record (Flink's
     ``InvalidFieldReferenceException``)."""
 
@@ -57,7 +63,7 @@ def field_getter(field: Field) -> Callable[[Any], Any]:
         name = field
 
         def get(value: Any) -> Any:
-            return value[name] if isinstance(value, dict) else getattr(value, name)
+            return value[name] if isinstance(value, (dict, Row)) else getattr(value, name)
 
         return get
     raise TypeError(f"aggregation field must be an int position, a str name or None, got {field!r}")
@@ -66,6 +72,10 @@ def field_getter(field: Field) -> Callable[[Any], Any]:
 def set_field(record: Any, field: Union[int, str], new: Any) -> Any:
     """A copy of ``record`` with ``field`` set to ``new`` (the record is not mutated)."""
     t = type(record)
+    if t is Row:
+        out = make_row(getattr(record, "_fields", None), list(record._values), record._row_kind)
+        out[field] = new
+        return out
     if isinstance(field, int):
         if t is tuple:
             return record[:field] + (new,) + record[field + 1:]
@@ -101,6 +111,14 @@ def _has_field(record: Any, field: Field) -> Optional[str]:
     """None if ``record`` has ``field``, else why not."""
     if field is None:
         return None
+    if isinstance(record, Row):
+        if isinstance(field, int):
+            n = len(record)
+            return None if field < n else f"the Row has {n} field{'s' if n != 1 else ''}"
+        names = getattr(record, "_fields", None)
+        if names is None:
+            return "the Row has no field names (a positional Row: use a position)"
+        return None if field in names else f"the Row's fields are {list(names)}"
     if isinstance(field, int):
         if type(record) in BASIC_VALUE_TYPES:
             return None if field == 0 else (
@@ -131,6 +149,36 @@ def field_check(agg: str, field: Field, operator_name: str = "") -> Callable[[An
                 f"{agg} {operator_name!r}: {what}{bound}: {why} ({record_repr(record)})")
 
     return check
+
+
+def check_declared_field(agg: str, field: Field, type_info: Any, operator_name: str = "") -> None:
+    """Raise ``InvalidFieldReferenceError`` naming ``agg``, the operator and ``field`` if a
+    stream declared ``type_info`` cannot have ``field`` (a name a ROW/TUPLE lacks, a
+    position beyond its arity, a position other than 0 on a basic type)."""
+    name = getattr(type_info, "name", None)
+    if field is None or name in (None, "PICKLED_BYTE_ARRAY"):
+        return
+    what = f"field position {field}" if isinstance(field, int) else f"field {field!r}"
+    declared = declaration_text(type_info)
+    why = None
+    if name in ("ROW", "TUPLE"):
+        arity = len(getattr(type_info, "field_types", None) or ())
+        if isinstance(field, int):
+            if field >= arity:
+                why = f"is out of bounds: the stream's type {declared} has {arity} field{'s' if arity != 1 else ''}"
+        elif name == "TUPLE":
+            why = f"does not exist: the stream's type {declared} has positions only"
+        else:
+            names = list(getattr(type_info, "field_names", None) or [f"f{i}" for i in range(arity)])
+            if field not in names:
+                why = f"does not exist: the stream's type {declared} has the fields {names}"
+    elif name in ("LIST", "MAP", "PRIMITIVE_ARRAY", "BASIC_ARRAY", "OBJECT_ARRAY"):
+        return  # checked on the records
+    elif isinstance(field, str) or field != 0:
+        why = (f"{'does not exist' if isinstance(field, str) else 'is out of bounds'}: the stream's type "
+               f"{declared} is a basic type, whose only position is 0")
+    if why is not None:
+        raise InvalidFieldReferenceError(f"{agg} {operator_name!r}: {what} {why}")
 
 
 def make_aggregator(agg: str, field: Field = None) -> Reducer:
@@ -249,4 +297,4 @@ def _positional_aggregator(agg: str, i: int) -> Reducer:
 
 
 __all__ = ["AGGREGATIONS", "BASIC_VALUE_TYPES", "InvalidFieldReferenceError", "make_aggregator", "field_check",
-           "field_getter", "set_field"]
+           "check_declared_field", "field_getter", "set_field"]

@@ -1,8 +1,17 @@
-"""Stateless one-input operators: Flink's ``StreamMap``, ``StreamFlatMap``, ``StreamFilter``.
+"""One-input operators: Flink's ``StreamMap``, ``StreamFlatMap``, ``StreamFilter``.
 
 Per record: one call of the resolved user callable and one call of the output.
 Per batch: ``map()`` / ``filter()`` / ``chain.from_iterable`` over the list and a
 single ``collect_batch`` (empty results are not emitted).
+
+On a ``KeyedStream`` whose function may use keyed state (it has an ``open`` of its
+own: ``runtime_context.may_use_keyed_state``) the factory builds the ``Keyed*``
+variant instead, which sets the record's key on the keyed state backend before each
+call (PyFlink runs these functions in a keyed operator) — unless, after ``open``, the
+function turns out to hold no keyed state and no runtime context
+(``runtime_context.holds_keyed_state``). Other functions of a keyed stream keep the
+plain operators and pay nothing for it. Single-threaded (the task thread), like
+every operator.
 """
 
 from __future__ import annotations
@@ -10,7 +19,9 @@ from __future__ import annotations
 from itertools import chain
 from typing import Any, List
 
-from raylink.operators.base import AbstractUdfStreamOperator
+from raylink.operators.base import AbstractUdfStreamOperator, resolve_function
+from raylink.operators.runtime_context import holds_keyed_state
+from raylink.operators.state_backend import keyed_backend_for
 
 _from_iterable = chain.from_iterable
 
@@ -65,4 +76,106 @@ class StreamFilter(AbstractUdfStreamOperator):
             self._collect_batch(out)
 
 
-__all__ = ["StreamMap", "StreamFlatMap", "StreamFilter"]
+class _KeyedContext:
+    """Keyed backend + key selector of the ``Keyed*`` variants. ``_sets_key`` is decided once,
+    after the function's ``open`` (``holds_keyed_state``): a function that got no keyed state
+    and kept no runtime context runs as on a stream that is not keyed."""
+
+    name: str
+    runtime_context: Any
+
+    def __init__(self, function: Any, key_selector: Any, name: str = "", operator_id: str = "") -> None:
+        super().__init__(function, name, operator_id)  # type: ignore[call-arg]
+        self.key_selector = key_selector
+        self._sets_key = True
+
+    def setup(self, output: Any, runtime_context: Any) -> None:
+        super().setup(output, runtime_context)  # type: ignore[misc]
+        self.keyed_state_backend = keyed_backend_for(runtime_context)
+
+    def open(self) -> None:
+        if self.key_selector is None:
+            raise ValueError(f"keyed operator {self.name!r} has no key selector")
+        self._key_of = resolve_function(self.key_selector, "get_key", self.name)
+        super().open()  # type: ignore[misc]
+        self._sets_key = holds_keyed_state(self)
+
+
+class KeyedStreamMap(_KeyedContext, StreamMap):
+    """``map`` of a ``KeyedStream`` whose function may use keyed state."""
+
+    def process_element(self, value: Any) -> None:
+        if self._sets_key:
+            self.keyed_state_backend.set_current_key(self._key_of(value))
+        self._collect(self._map(value))
+
+    def process_batch(self, values: List[Any]) -> None:
+        if not self._sets_key:
+            StreamMap.process_batch(self, values)
+            return
+        if not values:
+            return
+        out: List[Any] = []
+        append = out.append
+        key_of = self._key_of
+        set_key = self.keyed_state_backend.set_current_key
+        fn = self._map
+        for value in values:
+            set_key(key_of(value))
+            append(fn(value))
+        self._collect_batch(out)
+
+
+class KeyedStreamFlatMap(_KeyedContext, StreamFlatMap):
+    """``flat_map`` of a ``KeyedStream`` whose function may use keyed state."""
+
+    def process_element(self, value: Any) -> None:
+        if self._sets_key:
+            self.keyed_state_backend.set_current_key(self._key_of(value))
+        collect = self._collect
+        for out in self._flat_map(value):
+            collect(out)
+
+    def process_batch(self, values: List[Any]) -> None:
+        if not self._sets_key:
+            StreamFlatMap.process_batch(self, values)
+            return
+        out: List[Any] = []
+        extend = out.extend
+        key_of = self._key_of
+        set_key = self.keyed_state_backend.set_current_key
+        fn = self._flat_map
+        for value in values:
+            set_key(key_of(value))
+            extend(fn(value))  # consumed before the next record's key is set
+        if out:
+            self._collect_batch(out)
+
+
+class KeyedStreamFilter(_KeyedContext, StreamFilter):
+    """``filter`` of a ``KeyedStream`` whose function may use keyed state."""
+
+    def process_element(self, value: Any) -> None:
+        if self._sets_key:
+            self.keyed_state_backend.set_current_key(self._key_of(value))
+        if self._filter(value):
+            self._collect(value)
+
+    def process_batch(self, values: List[Any]) -> None:
+        if not self._sets_key:
+            StreamFilter.process_batch(self, values)
+            return
+        out: List[Any] = []
+        append = out.append
+        key_of = self._key_of
+        set_key = self.keyed_state_backend.set_current_key
+        fn = self._filter
+        for value in values:
+            set_key(key_of(value))
+            if fn(value):
+                append(value)
+        if out:
+            self._collect_batch(out)
+
+
+__all__ = ["StreamMap", "StreamFlatMap", "StreamFilter", "KeyedStreamMap", "KeyedStreamFlatMap", "KeyedStreamFilter"]

@@ -13,8 +13,9 @@ from typing import Any, Callable, List, Optional
 
 from raylink.api.functions import KeyedProcessContext, OnTimerContext, ProcessContext, TimeDomain
 from raylink.operators.base import AbstractUdfStreamOperator, EmittingMixin, resolve_function
+from raylink.operators.batch import internal_timer_service
 from raylink.operators.state_backend import keyed_backend_for
-from raylink.operators.timer_service import InternalTimerService, KeyedTimerService, NonKeyedTimerService
+from raylink.operators.timer_service import KeyedTimerService, NonKeyedTimerService
 
 
 class ProcessContextImpl(ProcessContext):
@@ -100,7 +101,7 @@ class KeyedTimersMixin:
     def _setup_keyed(self) -> None:
         rc = self.runtime_context
         self.keyed_state_backend = keyed_backend_for(rc)
-        self.timer_service = InternalTimerService(self.keyed_state_backend, rc.processing_time_service, self)
+        self.timer_service = internal_timer_service(self.keyed_state_backend, rc.processing_time_service, self)
         self._user_timer_service = KeyedTimerService(self.timer_service, self.keyed_state_backend)
         self._ctx = KeyedProcessContextImpl(self, self._user_timer_service, self.keyed_state_backend)
         self._timer_ctx = OnTimerContextImpl(self, self._user_timer_service, self.keyed_state_backend)

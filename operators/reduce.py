@@ -10,7 +10,12 @@ it is snapshotted by key group like any other keyed state.
 The first record of a key is checked once (``_first_of_key``): its key (a valid
 key group) and, for an aggregation, that it has the aggregated field
 (``aggregation.field_check``), so later records of the key take the fast path
-unchecked. Single-threaded (the task thread), like every operator.
+unchecked. A reduce function that may use keyed state itself (it has an ``open`` of
+its own: ``runtime_context.may_use_keyed_state``) runs in
+``StreamGroupedReduceOperatorWithKeyedState``, which also sets the backend's current
+key per record while the function holds keyed state (the factory picks it; other
+functions skip that step).
+Single-threaded (the task thread), like every operator.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import Any, List
 
 from raylink.operators.aggregation import field_check, make_aggregator
 from raylink.operators.base import AbstractUdfStreamOperator, resolve_function
+from raylink.operators.runtime_context import holds_keyed_state
 from raylink.operators.state_backend import keyed_backend_for
 
 _MISSING = object()
@@ -82,6 +88,51 @@ class StreamGroupedReduceOperator(AbstractUdfStreamOperator):
             self._collect_batch(out)
 
 
+class StreamGroupedReduceOperatorWithKeyedState(StreamGroupedReduceOperator):
+    """The rolling reduce for a ``ReduceFunction`` that may read or write keyed state through
+    its runtime context: the record's key is the backend's current key while ``reduce`` runs
+    (unless, after ``open``, the function holds no keyed state: ``holds_keyed_state``)."""
+
+    def open(self) -> None:
+        super().open()
+        self._sets_key = holds_keyed_state(self)
+
+    def process_element(self, value: Any) -> None:
+        if not self._sets_key:
+            StreamGroupedReduceOperator.process_element(self, value)
+            return
+        key = self._key_of(value)
+        self.keyed_state_backend.set_current_key(key)  # validates the key as well
+        current = self._values.get(key, _MISSING)
+        if current is not _MISSING:
+            value = self._reduce(current, value)
+        self._values[key] = value
+        self._collect(value)
+
+    def process_batch(self, values: List[Any]) -> None:
+        if not self._sets_key:
+            StreamGroupedReduceOperator.process_batch(self, values)
+            return
+        out: List[Any] = []
+        append = out.append
+        key_of = self._key_of
+        set_key = self.keyed_state_backend.set_current_key  # validates the key as well
+        reduce = self._reduce
+        state = self._values
+        get = state.get
+        missing = _MISSING
+        for value in values:
+            key = key_of(value)
+            set_key(key)
+            current = get(key, missing)
+            if current is not missing:
+                value = reduce(current, value)
+            state[key] = value
+            append(value)
+        if out:
+            self._collect_batch(out)
+
+
 class StreamGroupedAggregateOperator(StreamGroupedReduceOperator):
     """Built-in aggregation ``agg`` in sum/min/max/min_by/max_by on ``field``."""
 
@@ -132,4 +183,4 @@ class StreamGroupedAggregateOperator(StreamGroupedReduceOperator):
             self._collect_batch(out)
 
 
-__all__ = ["StreamGroupedReduceOperator", "StreamGroupedAggregateOperator"]
+__all__ = ["StreamGroupedReduceOperator", "StreamGroupedReduceOperatorWithKeyedState", "StreamGroupedAggregateOperator"]

@@ -5,14 +5,20 @@ record being processed — records are bare values on the hot path), an
 ``accumulators`` dict and a processing-time service between all of its
 operators; each operator gets its own ``StreamingRuntimeContext`` (its name, id
 and, when keyed, its ``keyed_state_backend``). ``derive()`` builds the context
-of a sibling operator of the same task.
+of a sibling operator of the same task. Keyed state (``get_state``,
+``get_list_state``, ``get_map_state``, ``get_reducing_state``,
+``get_aggregating_state``) is scoped to the key the operator set for the record
+or timer being processed; every keyed operator (map/flat_map/filter/reduce/process
+of a ``KeyedStream``, keyed two-input operators, windows) sets it. Used on the
+task thread only.
 """
 
 from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
-from raylink.api.functions import RuntimeContext
+from raylink.api.functions import Function, RuntimeContext
+from raylink.metrics.metricbase import Counter, MetricGroup
 from raylink.operators.processing_time import SystemProcessingTimeService
 
 DEFAULT_MAX_PARALLELISM = 128
@@ -28,45 +34,6 @@ class RecordContext:
 
     def __repr__(self) -> str:
         return f"RecordContext(timestamp={self.timestamp!r})"
-
-
-class Counter:
-    """Flink's ``SimpleCounter``."""
-
-    __slots__ = ("count",)
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def inc(self, n: int = 1) -> None:
-        self.count += n
-
-    def dec(self, n: int = 1) -> None:
-        self.count -= n
-
-    def get_count(self) -> int:
-        return self.count
-
-
-class MetricGroup:
-    """Minimal metric group: named counters and gauges, nested groups."""
-
-    def __init__(self, name: str = "") -> None:
-        self.name = name
-        self.counters: Dict[str, Counter] = {}
-        self.gauges: Dict[str, Any] = {}
-        self.groups: Dict[str, "MetricGroup"] = {}
-
-    def counter(self, name: str) -> Counter:
-        return self.counters.setdefault(name, Counter())
-
-    def gauge(self, name: str, supplier: Any) -> Any:
-        self.gauges[name] = supplier
-        return supplier
-
-    def add_group(self, name: str, extra: Optional[str] = None) -> "MetricGroup":
-        full = name if extra is None else f"{name}.{extra}"
-        return self.groups.setdefault(full, MetricGroup(full))
 
 
 _NO_KEYED_STATE = (
@@ -92,6 +59,7 @@ class StreamingRuntimeContext(RuntimeContext):
         keyed_state_backend: Any = None,
         job_parameters: Optional[Dict[str, str]] = None,
         metrics_group: Optional[MetricGroup] = None,
+        mailbox_executor: Any = None,
     ) -> None:
         if not 0 <= subtask_index < parallelism:
             raise ValueError(f"subtask index {subtask_index} out of range for parallelism {parallelism}")
@@ -113,10 +81,13 @@ class StreamingRuntimeContext(RuntimeContext):
         self.keyed_state_backend = keyed_state_backend
         self.job_parameters = job_parameters if job_parameters is not None else {}
         self.metrics_group = metrics_group if metrics_group is not None else MetricGroup(operator_name)
+        #: the task's mailbox (Flink's ``MailboxExecutor``: ``execute(mail)`` from any thread,
+        #: ``yield_()`` on the task thread); None outside a task
+        self.mailbox_executor = mailbox_executor
 
     def derive(self, operator_name: str, operator_id: str = "") -> "StreamingRuntimeContext":
         """Context for another operator of the same task: shares record context,
-        accumulators, processing-time service and job parameters; no keyed backend."""
+        accumulators, processing-time service, mailbox and job parameters; no keyed backend."""
         return StreamingRuntimeContext(
             task_name=self.task_name,
             operator_name=operator_name,
@@ -129,6 +100,7 @@ class StreamingRuntimeContext(RuntimeContext):
             accumulators=self.accumulators,
             processing_time_service=self.processing_time_service,
             job_parameters=self.job_parameters,
+            mailbox_executor=self.mailbox_executor,
         )
 
     # -- RuntimeContext ---------------------------------------------------------------
@@ -174,6 +146,9 @@ class StreamingRuntimeContext(RuntimeContext):
     def get_reducing_state(self, state_descriptor: Any) -> Any:
         return self._backend().get_or_create_state(state_descriptor, "reducing")
 
+    def get_aggregating_state(self, state_descriptor: Any) -> Any:
+        return self._backend().get_or_create_state(state_descriptor, "aggregating")
+
     def __repr__(self) -> str:
         return (
             f"StreamingRuntimeContext({self.operator_name!r}, subtask={self.subtask_index}"
@@ -181,4 +156,48 @@ class StreamingRuntimeContext(RuntimeContext):
         )
 
 
-__all__ = ["RecordContext", "StreamingRuntimeContext", "MetricGroup", "Counter", "DEFAULT_MAX_PARALLELISM"]
+def may_use_keyed_state(function: Any) -> bool:
+    """Whether ``function`` can reach its ``RuntimeContext`` (and so keyed state): an object
+    (or one of a pair) with an ``open`` of its own, which the operator calls with the context.
+    Plain callables and functions keeping ``Function``'s empty ``open`` never see one, so a
+    keyed operator need not set the current key for them (decided once, when it is built)."""
+    if isinstance(function, (tuple, list)):
+        return any(may_use_keyed_state(f) for f in function)
+    if function is None or isinstance(function, type):
+        return False
+    open_ = getattr(type(function), "open", None)
+    return callable(open_) and open_ is not Function.open
+
+
+def holds_keyed_state(operator: Any) -> bool:
+    """After ``open``: whether the functions of a keyed ``operator`` (built for a function that
+    ``may_use_keyed_state``) need the current key per record — they registered keyed state in
+    ``open`` or kept their runtime context to get state later. When they did neither, the
+    operator skips setting keys and its backend refuses states registered later, with an
+    error saying why (a function without a ``__dict__`` is assumed to keep the context)."""
+    backend = operator.keyed_state_backend
+    if backend.descriptor_state_names():
+        return True
+    context = operator.runtime_context
+    for function in getattr(operator, "_lifecycle", ()):
+        attributes = getattr(function, "__dict__", None)
+        if attributes is None or any(value is context for value in attributes.values()):
+            return True
+    backend.refuse_new_states(
+        f"operator {operator.name!r}: keyed state {{name!r}} was requested after open() by a function that "
+        "neither got keyed state in open() nor kept its runtime context, so the operator does not set the "
+        "current key per record; get keyed state in open() (as PyFlink programs do) or keep the runtime "
+        "context on the function (self.runtime_context = runtime_context)"
+    )
+    return False
+
+
+__all__ = [
+    "holds_keyed_state",
+    "RecordContext",
+    "StreamingRuntimeContext",
+    "MetricGroup",
+    "Counter",
+    "DEFAULT_MAX_PARALLELISM",
+    "may_use_keyed_state",
+]

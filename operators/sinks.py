@@ -1,6 +1,10 @@
 """Sink operators: Flink's ``StreamSink`` (``SinkFunction``), ``PrintSinkFunction``
 and the collect sink behind ``execute_and_collect``.
 
+The print sink writes each record as PyFlink 2.3 prints it for the stream's declared
+type (``operators.print_format``: ``(a,5)`` for a TUPLE, ``+I[a,5]`` for a ROW,
+``str(record)`` without a type), after Flink's ``N> `` / ``id:N> `` prefix.
+
 Sinks forward watermarks (to a no-op output at the end of a chain) but, like
 Flink's ``StreamSink``, do not forward latency markers: they keep the last one.
 """
@@ -14,6 +18,7 @@ from typing import Any, List, Optional
 from raylink.api.functions import SinkContext
 from raylink.operators.base import AbstractUdfStreamOperator, StreamOperator
 from raylink.operators.collect import CollectBuffer
+from raylink.operators.print_format import record_formatter
 
 
 class _SinkContextImpl(SinkContext):
@@ -93,28 +98,41 @@ def print_prefix(identifier: Optional[str], subtask_index: int, parallelism: int
 
 
 class PrintSinkOperator(_SinkBase):
-    """Prints ``prefix + str(value)`` per record to stdout (or stderr)."""
+    """Prints ``prefix + text`` per record to stdout (or stderr); the text is the
+    record as PyFlink prints it for ``input_type``, the stream's declared type (by
+    default the ``input_type`` param of the operator's spec; None: ``str(record)``)."""
 
-    def __init__(self, prefix: Optional[str] = None, to_stderr: bool = False, name: str = "", operator_id: str = "") -> None:
+    def __init__(self, prefix: Optional[str] = None, to_stderr: bool = False, name: str = "", operator_id: str = "",
+                 input_type: Any = None) -> None:
         super().__init__(None, name, operator_id)
         self.prefix = prefix
         self.to_stderr = to_stderr
+        self.input_type = input_type
 
     def open(self) -> None:
         rc = self.runtime_context
         self._prefix = print_prefix(self.prefix, rc.subtask_index, rc.parallelism)
+        input_type = self.input_type
+        if input_type is None:
+            spec = getattr(self, "spec", None)
+            input_type = (getattr(spec, "params", None) or {}).get("input_type")
+        self._format = record_formatter(input_type)
 
     def _stream(self) -> Any:
         return sys.stderr if self.to_stderr else sys.stdout  # looked up per call (capture-friendly)
 
     def process_element(self, value: Any) -> None:
-        self._stream().write(f"{self._prefix}{value!s}\n")
+        self._stream().write(f"{self._prefix}{self._format(value)}\n")
 
     def process_batch(self, values: List[Any]) -> None:
         if values:
             prefix = self._prefix
             stream = self._stream()
-            stream.write("".join([f"{prefix}{v!s}\n" for v in values]))
+            form = self._format
+            if form is str:
+                stream.write("".join([f"{prefix}{v!s}\n" for v in values]))
+            else:
+                stream.write("".join([f"{prefix}{form(v)}\n" for v in values]))
             stream.flush()
 
     def end_input(self) -> None:

@@ -7,14 +7,16 @@ An operator's snapshot is a plain dict (only the parts it has):
 * ``"keyed"``: its keyed backend's state by key group (``HeapKeyedStateBackend.snapshot``),
 * ``"timers"``: its timer service's timers by key group,
 * ``"operator"``: ``{name: (mode, [values])}``, the list states of its function's
-  ``OperatorStateStore`` (mode ``"split"`` or ``"union"``),
+  ``OperatorStateStore`` (mode ``"split"`` or ``"union"``) and the operator's broadcast
+  states (mode ``"broadcast"``, the values are the map's items),
 * ``"custom"``: what the operator's own ``snapshot_operator_state()`` returns (source
   positions, a sink writer's pending files).
 
 Restoring hands every operator the snapshots of *all* its old subtasks, so key groups
 go where they belong now (rescaling), union list states reach everyone and split
 ones are redistributed evenly when the parallelism changed (Flink's round-robin
-repartitioner), else each subtask gets its own back.
+repartitioner), else each subtask gets its own back; a broadcast state of new subtask
+``i`` is old subtask ``i % old parallelism``'s copy.
 
 Thread-safety: the task thread only. The dicts returned share no mutable container
 with live state (the backend copies), so they may be serialised on another thread.
@@ -26,6 +28,8 @@ from typing import Any, Dict, Iterable, List, Optional
 
 from raylink.api.checkpointing import FunctionInitializationContext, FunctionSnapshotContext
 from raylink.api.state import ListState
+from raylink.api.state import OperatorStateStore as OperatorStateStoreInterface
+from raylink.operators.broadcast_state import BROADCAST, HeapBroadcastState
 
 
 class OperatorListState(ListState):
@@ -57,8 +61,8 @@ class OperatorListState(ListState):
         return iter(list(self.values))
 
 
-class OperatorStateStore:
-    """Flink's ``OperatorStateStore``: named list states of one operator subtask."""
+class OperatorStateStore(OperatorStateStoreInterface):
+    """Flink's ``OperatorStateStore``: named list states and broadcast states of one operator subtask."""
 
     def __init__(self) -> None:
         self._states: Dict[str, tuple] = {}
@@ -84,8 +88,25 @@ class OperatorStateStore:
     def get_union_list_state(self, descriptor: Any) -> OperatorListState:
         return self._get(descriptor, "union")
 
+    def get_broadcast_state(self, descriptor: Any) -> HeapBroadcastState:
+        """The broadcast state named by a ``MapStateDescriptor`` (mode ``"broadcast"``: its
+        snapshot lists the map's items)."""
+        name = descriptor.name
+        entry = self._states.get(name)
+        if entry is not None:
+            if entry[0] != BROADCAST:
+                raise ValueError(f"operator state {name!r} was registered as {entry[0]} list state, not broadcast")
+            return entry[1]
+        state = HeapBroadcastState(name)
+        restored = self._restored.pop(name, None)
+        if restored is not None:
+            state.put_all(dict(restored[1]))
+        self._states[name] = (BROADCAST, state)
+        return state
+
     def snapshot(self) -> Dict[str, tuple]:
-        return {name: (mode, list(state.values)) for name, (mode, state) in self._states.items()}
+        return {name: (mode, list(state.items()) if mode == BROADCAST else list(state.values))
+                for name, (mode, state) in self._states.items()}
 
     def restore(self, per_subtask: List[Optional[Dict[str, tuple]]], subtask_index: int, parallelism: int) -> None:
         names = {name for snapshot in per_subtask if snapshot for name in snapshot}
@@ -94,6 +115,9 @@ class OperatorStateStore:
             mode = entries[0][0]
             if mode == "union":
                 values = [v for entry in entries for v in entry[1]]
+            elif mode == BROADCAST:  # Flink: new subtask i reads the copy of old subtask i % old parallelism
+                own = per_subtask[subtask_index % len(per_subtask)] or {}
+                values = list(own.get(name, entries[0])[1])
             elif len(per_subtask) == parallelism:
                 own = per_subtask[subtask_index] or {}
                 values = list(own.get(name, (mode, []))[1])

@@ -30,13 +30,19 @@ from itertools import islice
 from typing import Any, Callable, List, Optional
 
 from raylink.api.functions import SourceContext
+from raylink.api.watermark_strategy import NoWatermarksGenerator
 from raylink.operators.base import MAX_WATERMARK, AbstractUdfStreamOperator
+from raylink.operators.timestamps import OperatorInput, TimestampsAndWatermarksOperator
 
 DEFAULT_BATCH_SIZE = 1024
 
 
 class SourceOperator(AbstractUdfStreamOperator):
-    """Base of sources: no input, chain head."""
+    """Base of sources: no input, chain head.
+
+    ``watermark_strategy`` (``env.from_source(source, strategy, name)``) runs inside the
+    source, as in Flink's ``SourceOperator``: its records get the strategy's timestamps and
+    its watermarks replace the source's own (except the end of input)."""
 
     chaining_strategy = "HEAD"
     num_inputs = 0
@@ -45,6 +51,32 @@ class SourceOperator(AbstractUdfStreamOperator):
         super().__init__(function, name, operator_id)
         self.finished = False
         self.cancelled = False
+        self.watermark_strategy: Any = None
+        self._watermarks: Optional[TimestampsAndWatermarksOperator] = None
+
+    def setup(self, output: Any, runtime_context: Any) -> None:
+        strategy = self.watermark_strategy
+        if strategy is None or (strategy._generator_factory is NoWatermarksGenerator
+                                and strategy.get_timestamp_assigner() is None):
+            super().setup(output, runtime_context)  # no_watermarks(): records pass as they are
+            return
+        watermarks = self._watermarks = TimestampsAndWatermarksOperator(strategy, self.name)
+        watermarks.setup(output, runtime_context)
+        super().setup(OperatorInput(watermarks, output), runtime_context)
+        watermarks.open()  # subclasses' open() need not know: it only starts the periodic emit
+
+    def current_output_watermark(self) -> int:
+        watermarks = self._watermarks
+        return self.current_watermark if watermarks is None else watermarks.current_watermark
+
+    def end_input(self) -> None:
+        if self._watermarks is not None:
+            self._watermarks.end_input()
+
+    def close(self) -> None:
+        if self._watermarks is not None:
+            self._watermarks.close()
+        super().close()
 
     def emit_next(self, max_records: int = DEFAULT_BATCH_SIZE) -> bool:
         raise NotImplementedError

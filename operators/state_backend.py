@@ -27,6 +27,11 @@ table restored before it is registered is turned around when it is. Descriptor
 states over them come from ``get_or_create_namespaced_state`` and read the
 namespace set with ``set_current_namespace``; the window operator's fast path
 uses the table itself.
+
+States whose descriptor enables a time-to-live (``StateTtlConfig``) are built by
+``raylink.operators.ttl_state`` (Flink's ``TtlStateFactory``) over tables of kind
+``"ttl:<kind>"`` holding ``(value, last_access_ms)``; ``ttl_time_provider`` is their
+clock, and a table's ``snapshot_filter`` leaves expired values out of snapshots.
 Not thread-safe: a backend belongs to one task thread.
 """
 
@@ -36,6 +41,7 @@ import copy
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from raylink.api.state import AggregatingState, ListState, MapState, ReducingState, State, ValueState
+from raylink.operators.ttl_state import TTL, create_ttl_state, ttl_config_of, wall_clock_millis
 from raylink.shuffle.reprs import record_repr
 
 NULL_KEY_MESSAGE = "Assigned key must not be null!"
@@ -79,7 +85,8 @@ def _same(v: Any) -> Any:
 NAMESPACED = "ns:"  # kind prefix of namespaced tables
 
 _COPY = {"list": _copy_list, "map": _copy_map, "aggregating": copy.deepcopy}
-_COPY.update({NAMESPACED + kind: _COPY.get(kind, _same) for kind in ("value", "list", "map", "reducing", "aggregating")})
+_COPY.update({prefix + kind: _COPY.get(kind, _same) for prefix in (NAMESPACED, TTL)
+              for kind in ("value", "list", "map", "reducing", "aggregating")})
 
 
 def _is_namespaced(kind: Optional[str]) -> bool:
@@ -101,12 +108,14 @@ def _namespace_first(key_first: Dict[Any, Dict[Any, Any]]) -> Dict[Any, Dict[Any
 class StateTable:
     """One state's values: ``values`` maps each key to its value (Flink's ``StateTable``)."""
 
-    __slots__ = ("name", "kind", "values")
+    __slots__ = ("name", "kind", "values", "snapshot_filter")
 
     def __init__(self, name: str, kind: Optional[str]) -> None:
         self.name = name
         self.kind = kind
         self.values: Dict[Any, Any] = {}
+        # (value, now_ms) -> what a snapshot keeps of it, None: nothing (TTL states)
+        self.snapshot_filter: Optional[Callable[[Any, int], Any]] = None
 
     def num_entries(self) -> int:
         return len(self.values)
@@ -485,6 +494,10 @@ class HeapKeyedStateBackend:
         self._tables: Dict[str, StateTable] = {}
         self._states: Dict[str, State] = {}
         self._ns_states: Dict[str, NamespacedState] = {}
+        #: the clock of TTL states, epoch ms (Flink's TtlTimeProvider; tests may replace it)
+        self.ttl_time_provider: Callable[[], int] = wall_clock_millis
+        self._per_record_cleanups: List[Callable[[], None]] = []
+        self._new_state_error: Optional[str] = None  # set: registering a new state fails with it
 
     @classmethod
     def for_subtask(cls, max_parallelism: int, parallelism: int, subtask_index: int) -> "HeapKeyedStateBackend":
@@ -519,6 +532,26 @@ class HeapKeyedStateBackend:
     def get_current_key(self) -> Any:
         return self.current_key
 
+    def refuse_new_states(self, message: str) -> None:
+        """From now on registering a state fails with ``message`` (``{name!r}``: the state's
+        name): its operator decided not to set the current key per record."""
+        self._new_state_error = message
+
+    def add_per_record_cleanup(self, cleanup: Callable[[], None]) -> None:
+        """Run ``cleanup`` whenever the current key is set (TTL's ``run_cleanup_for_every_record``);
+        backends without one keep the plain ``set_current_key``."""
+        self._per_record_cleanups.append(cleanup)
+        if len(self._per_record_cleanups) == 1:
+            plain = self.set_current_key
+            cleanups = self._per_record_cleanups
+
+            def set_current_key_and_clean_up(key: Any) -> None:
+                plain(key)
+                for run in cleanups:
+                    run()
+
+            self.set_current_key = set_current_key_and_clean_up  # type: ignore[method-assign]
+
     def get_current_key_group(self) -> Optional[int]:
         return None if self.current_key is None else self.start + self.current_index
 
@@ -535,7 +568,7 @@ class HeapKeyedStateBackend:
                 table.values.clear()
                 table.values.update(restored)
         elif table.kind != kind:
-            raise ValueError(f"state {name!r} is a {table.kind} state, not a {kind} state")
+            raise ValueError(f"state {name!r} is a {_describe(table.kind)} state, not a {_describe(kind)} state")
         return table
 
     def get_or_create_state(self, descriptor: Any, expected_kind: Optional[str] = None) -> State:
@@ -543,10 +576,21 @@ class HeapKeyedStateBackend:
         if expected_kind is not None and kind != expected_kind:
             raise ValueError(f"descriptor {descriptor!r} is a {kind} state descriptor, expected {expected_kind}")
         name = descriptor.name
+        ttl = ttl_config_of(descriptor)
+        table_kind = kind if ttl is None else TTL + kind
         state = self._states.get(name)
         if state is not None:
-            if self._tables[name].kind != kind:
-                raise ValueError(f"state {name!r} is a {self._tables[name].kind} state, not a {kind} state")
+            if self._tables[name].kind != table_kind:
+                raise ValueError(
+                    f"state {name!r} is a {_describe(self._tables[name].kind)} state, "
+                    f"not a {_describe(table_kind)} state"
+                )
+            return state
+        if self._new_state_error is not None:
+            raise RuntimeError(self._new_state_error.format(name=name))
+        if ttl is not None:
+            state = create_ttl_state(self, descriptor, ttl)
+            self._states[name] = state
             return state
         table = self.get_table(name, kind)
         if kind == "reducing":
@@ -591,6 +635,11 @@ class HeapKeyedStateBackend:
     def state_names(self) -> List[str]:
         return list(self._tables)
 
+    def descriptor_state_names(self) -> List[str]:
+        """Names of the states user functions obtained through descriptors (not the
+        operators' own tables)."""
+        return list(self._states) + list(self._ns_states)
+
     def keys(self, state_name: str) -> Iterator[Any]:
         """All keys holding a value in ``state_name``, key group by key group."""
         table = self._tables.get(state_name)
@@ -606,8 +655,16 @@ class HeapKeyedStateBackend:
         the value of a namespaced state is ``{namespace: value}``."""
         result: Snapshot = {}
         key_group_of = self.key_group_of
+        now = self.ttl_time_provider()
         for name, table in self._tables.items():
             copy = _COPY.get(table.kind or "", _same)
+            live = table.snapshot_filter
+            if live is not None:  # TTL: expired values stay out of the snapshot
+                for k, v in table.values.items():
+                    v = live(v, now)
+                    if v is not None:
+                        result.setdefault(key_group_of(k), {}).setdefault(name, {})[k] = copy(v)
+                continue
             if _is_namespaced(table.kind):
                 for ns, per_ns in table.values.items():
                     for k, v in per_ns.items():
@@ -646,6 +703,15 @@ class HeapKeyedStateBackend:
         self._ns_states.clear()
         self._kg_cache.clear()
         self.current_key = None
+
+
+def _describe(kind: Optional[str]) -> str:
+    """A table kind in words: "ttl:map" -> "map (with TTL)"."""
+    if kind is not None and kind.startswith(TTL):
+        return f"{kind[len(TTL):]} (with TTL)"
+    if kind is not None and kind.startswith(NAMESPACED):
+        return f"namespaced {kind[len(NAMESPACED):]}"
+    return str(kind)
 
 
 __all__ = [

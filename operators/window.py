@@ -41,9 +41,9 @@ from raylink.api.window import (
     TumblingEventTimeWindows,
 )
 from raylink.operators.base import AbstractUdfStreamOperator, EmittingMixin, resolve_function
+from raylink.operators.batch import internal_timer_service
 from raylink.operators.merging_window_set import MergingWindowSet
 from raylink.operators.state_backend import keyed_backend_for
-from raylink.operators.timer_service import InternalTimerService
 from raylink.operators.window_contexts import AssignerContext, EvictorContext, ProcessWindowContext, TriggerContext
 
 CONTENTS_STATE = "window-contents"
@@ -98,7 +98,7 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
     def setup(self, output: Any, runtime_context: Any) -> None:
         super().setup(output, runtime_context)
         self.keyed_state_backend = backend = keyed_backend_for(runtime_context)
-        self.timer_service = InternalTimerService(backend, runtime_context.processing_time_service, self)
+        self.timer_service = internal_timer_service(backend, runtime_context.processing_time_service, self)
         kind = "list" if (self.evictor is not None or self.contents_kind == LIST) else self.contents_kind
         self._contents = backend.get_namespaced_table(CONTENTS_STATE, kind).values
         self._merging_sets = backend.get_table(MERGING_SET_STATE, "map").values if self.merging else None

@@ -26,11 +26,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from raylink.api.options import CheckpointingOptions, read_option
+from raylink.errors import RaylinkError
 
 log = logging.getLogger(__name__)
 
 
-class CheckpointException(RuntimeError):
+class CheckpointException(RaylinkError, RuntimeError):
     """A checkpoint failed (declined, expired, not finalised) or too many did."""
 
 

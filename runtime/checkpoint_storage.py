@@ -53,6 +53,7 @@ import fsspec
 import msgpack
 
 from raylink.api.options import CheckpointingOptions, ConfigOption
+from raylink.errors import RaylinkError
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 _ATOMIC_PUT_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "oss"})
 
 
-class CheckpointStorageError(RuntimeError):
+class CheckpointStorageError(RaylinkError, RuntimeError):
     """Checkpoint storage that cannot be used: not writable, a corrupt or missing file, no
     usable checkpoint. ``path`` names the file or folder concerned."""
 

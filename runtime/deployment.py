@@ -184,3 +184,24 @@ def assign_slots(graph: ExecutionGraph, slots_per_executor: int) -> tuple[dict[t
         for ev in ejv.vertices:
             placement[(ejv.id, ev.subtask_index)] = (offset + ev.subtask_index) // slots_per_executor
     return placement, -(-total // slots_per_executor)
+
+
+def assign_task_executors(graph: ExecutionGraph, placement_mode: str,
+                          slots_per_executor: int) -> tuple[dict[tuple[str, int], int], int]:
+    """``{(job vertex id, subtask): executor index}`` and the number of TaskExecutors.
+
+    ``"slot"``: Flink's placement (:func:`assign_slots`): a slot's subtasks share a process.
+    ``"task"``: every subtask gets its own process. Python threads of one process share one
+    core (the GIL), so Flink's default of a whole pipeline in one slot would run a pipeline
+    on one core; separate processes let the stages of a pipeline use separate cores.
+    """
+    if placement_mode == "slot":
+        return assign_slots(graph, slots_per_executor)
+    if placement_mode != "task":
+        raise ValueError(f"raylink.task-placement must be task or slot, got {placement_mode!r}")
+    placement = {}
+    for ejv in graph.job_vertices:
+        for ev in ejv.vertices:
+            placement[(ejv.id, ev.subtask_index)] = len(placement)
+    return placement, len(placement)
+

@@ -1,9 +1,13 @@
 """The part of Flink's ``JobMaster`` that is the same wherever tasks run.
 
-It owns the ExecutionGraph, moves every ``Execution`` through Flink's states
-(CREATED → SCHEDULED → DEPLOYING → RUNNING → FINISHED / CANCELED / FAILED),
-runs the ``CheckpointCoordinator`` when checkpointing is on, and turns the final
-task reports into a ``JobExecutionResult``.
+It owns the ExecutionGraph, moves every ``Execution`` through Flink's
+:class:`~raylink.runtime.execution_state.ExecutionState` s (CREATED → SCHEDULED →
+DEPLOYING → INITIALIZING → RUNNING → FINISHED / CANCELED / FAILED) and the job through
+its :class:`~raylink.api.job_status.JobStatus` (CREATED → RUNNING → FINISHED, or FAILING →
+FAILED, CANCELLING → CANCELED, RESTARTING → RUNNING), every move checked against Flink's
+transitions and made under the JobMaster's lock; runs the ``CheckpointCoordinator`` when
+checkpointing is on, and turns the final task reports
+(:class:`~raylink.runtime.task_events.TaskStateEvent`) into a ``JobExecutionResult``.
 
 Failover (Flink's restart-all strategy): on a task failure or a lost TaskExecutor
 the restart strategy decides. If it allows a restart the job goes RESTARTING: the
@@ -26,20 +30,26 @@ import time
 import uuid
 from typing import Any, Optional
 
-import cloudpickle
-
+from raylink.api.job_status import JobStatus
+from raylink.api.options import CheckpointingOptions, MetricOptions
+from raylink.graph.execution_graph import ExecutionGraph, build_execution_graph
+from raylink.runtime.checkpoint_coordinator import CheckpointCoordinator
+from raylink.runtime.checkpoint_storage import CheckpointStorage
+from raylink.runtime.execution_state import ExecutionState
+from raylink.runtime.executors import PipelineExecutor
 from raylink.runtime.job_result import (
     CloseableIterator,
     JobExecutionException,
     JobExecutionResult,
     collect_ids,
 )
-from raylink.api.options import CheckpointingOptions
-from raylink.graph.execution_graph import ExecutionGraph, build_execution_graph
-from raylink.runtime.checkpoint_coordinator import CheckpointCoordinator
-from raylink.runtime.checkpoint_storage import CheckpointStorage
-from raylink.runtime.executors import PipelineExecutor
 from raylink.runtime.restart_strategy import create_restart_strategy
+from raylink.runtime.task_events import (
+    AcknowledgeCheckpoint,
+    FinalCheckpointRequest,
+    TaskEvent,
+    TaskStateEvent,
+)
 
 #: where checkpoints go when ``execution.checkpointing.dir`` is not set (under the working directory)
 DEFAULT_CHECKPOINTS_DIR = "raylink-checkpoints"
@@ -73,11 +83,11 @@ class JobMasterBase:
         self.executions = {ev.current_execution.attempt_id: ev for ev in self.execution_graph.all_vertices()}
         self._lock = threading.RLock()
         self._reported = threading.Condition(self._lock)  # a task report arrived / the job ended
-        self._status = "CREATED"
+        self._status = JobStatus.CREATED
         self._failure: Optional[BaseException] = None
         self._cancel_requested = False
         self._done = threading.Event()
-        self._reports: dict[str, dict] = {}
+        self._reports: dict[str, TaskStateEvent] = {}
         # execute_and_collect: the collect ids of every subtask with a collect sink whose
         # reader has not seen it close, and those closed whose last records are not read yet
         self._collect_ids: dict[str, list[str]] = {
@@ -97,7 +107,7 @@ class JobMasterBase:
         self._wake = threading.Event()  # cuts a restart backoff short (cancel)
         self.checkpoint_storage: Optional[CheckpointStorage] = None
         self.coordinator: Optional[CheckpointCoordinator] = None
-        if conf.get(CheckpointingOptions.CHECKPOINTING_INTERVAL):
+        if conf.get(CheckpointingOptions.CHECKPOINTING_INTERVAL) and job_graph.job_type != "BATCH":  # BATCH: none
             self.checkpoint_storage = CheckpointStorage.from_configuration(
                 conf, self.job_id, default_directory=DEFAULT_CHECKPOINTS_DIR)
             self.checkpoint_storage.initialize_base_locations()  # not writable: fail now, naming it
@@ -133,12 +143,28 @@ class JobMasterBase:
         return []
 
     # -- state machine -------------------------------------------------------------------------------
-    def _set_all(self, state: str) -> None:
+    def _transition(self, status: JobStatus) -> None:
+        """Move the job to ``status`` (a move Flink does not make raises); under ``_lock``."""
+        self._status = self._status.transition_to(status)
+
+    def _set_all(self, *states: ExecutionState) -> None:
+        """Move every current attempt that has not ended through ``states``, in order."""
         for ev in self.executions.values():
-            ev.current_execution.state = state
+            execution = ev.current_execution
+            state = ExecutionState(execution.state)
+            if not state.is_terminal():
+                for new in states:
+                    state = state.transition_to(new)
+                execution.state = state
+
+    def _mark_running(self) -> None:
+        """The deployed attempts are being started: INITIALIZING, then RUNNING (the
+        TaskExecutors report final states only). Under ``_lock``, before the tasks start,
+        so that no final report is overwritten."""
+        self._set_all(ExecutionState.INITIALIZING, ExecutionState.RUNNING)
 
     def _job_running(self) -> None:
-        port = self.configuration.get_integer("metrics.port", -1)
+        port = self.configuration.get(MetricOptions.PORT)
         if port >= 0 and self.metrics_server is None:
             from raylink.runtime.metrics import MetricsHttpServer
 
@@ -148,9 +174,10 @@ class JobMasterBase:
                 self._failure = exc
                 self._finish()
                 raise
-        self._status = "RUNNING"
-        self._started = time.perf_counter()
-        self._set_all("RUNNING")
+        with self._lock:
+            self._transition(JobStatus.RUNNING)
+            self._started = time.perf_counter()
+            self._mark_running()
 
     def _start_checkpointing(self) -> None:
         if self.coordinator is not None:
@@ -163,37 +190,36 @@ class JobMasterBase:
         """``TaskExecutor.take_collected`` over every executor hosting an open collect sink."""
         raise NotImplementedError
 
-    def on_task_event(self, event: dict) -> None:
-        """A task reached FINISHED / CANCELED / FAILED, or acknowledged / declined a checkpoint."""
-        attempt_id = event["attempt_id"]
-        kind = event.get("type")
-        if kind is not None:  # checkpoint_ack / checkpoint_decline / final_checkpoint_request
+    def on_task_event(self, event: TaskEvent) -> None:
+        """A task reached FINISHED / CANCELED / FAILED, or acknowledged / declined a checkpoint,
+        or asks for its final checkpoint."""
+        attempt_id = event.attempt_id
+        if not isinstance(event, TaskStateEvent):
             coordinator = self.coordinator
             if coordinator is None or attempt_id not in self.executions:
                 return
-            if kind == "final_checkpoint_request":
+            if isinstance(event, FinalCheckpointRequest):
                 coordinator.request_checkpoint()
-            elif kind == "checkpoint_ack":
-                coordinator.receive_ack(attempt_id, event["checkpoint_id"], event["handles"], event.get("stats"))
+            elif isinstance(event, AcknowledgeCheckpoint):
+                coordinator.receive_ack(attempt_id, event.checkpoint_id, event.handles, event.stats)
             else:
-                coordinator.receive_decline(attempt_id, event["checkpoint_id"], event["reason"])
+                coordinator.receive_decline(attempt_id, event.checkpoint_id, event.reason)
             return
-        if isinstance(event.get("error"), bytes):
-            event["error"] = cloudpickle.loads(event["error"])
+        error = event.failure_cause()
+        state = ExecutionState(event.state)
         with self._lock:
             if attempt_id in self._reports or attempt_id not in self.executions or self._restarting:
                 return  # a duplicate, an earlier attempt's, or one of a deployment being torn down
             self._reports[attempt_id] = event
             self._reported.notify_all()
-            ev = self.executions[attempt_id]
-            ev.current_execution.state = event["state"]
-            ev.current_execution.failure_cause = event.get("error")
-            failed = event["state"] == "FAILED"
+            execution = self.executions[attempt_id].current_execution
+            execution.state = ExecutionState(execution.state).transition_to(state)
+            execution.failure_cause = error
             last = len(self._reports) == len(self.executions)
-        if event["state"] == "FINISHED" and self.coordinator is not None:
+        if state is ExecutionState.FINISHED and self.coordinator is not None:
             self.coordinator.task_finished(attempt_id)
-        if failed:
-            self._on_failure(event.get("error") or RuntimeError(f"task {event['task']} failed"), finish_now=last)
+        if state is ExecutionState.FAILED:
+            self._on_failure(error or RuntimeError(f"task {event.task} failed"), finish_now=last)
         elif last:
             self._finish()
 
@@ -212,13 +238,13 @@ class JobMasterBase:
                 strategy.notify_failure(int(time.time() * 1000))
                 if strategy.can_restart():
                     self._restarting = True
-                    self._status = "RESTARTING"
+                    self._transition(JobStatus.RESTARTING)
                     threading.Thread(target=self._restart, args=(error,), name=f"failover {self.job_id[:6]}",
                                      daemon=True).start()
                     return
             if self._failure is None:
                 self._failure = error
-        self._status = "FAILING"
+            self._transition(JobStatus.FAILING)
         try:
             if self.coordinator is not None:
                 self.coordinator.stop("the job is failing")
@@ -264,9 +290,14 @@ class JobMasterBase:
             self._deploy(restore)
             with self._lock:
                 self._restarting = False
-                self._status = "RUNNING"
+                cancelled = self._cancel_requested
+                if not cancelled:
+                    self._transition(JobStatus.RUNNING)
+                    self._mark_running()
+            if cancelled:  # cancelled while deploying: the new attempts never start
+                self._finish()
+                return
             self._start_tasks()
-            self._set_all("RUNNING")
             self._start_checkpointing()
         except BaseException as exc:  # noqa: BLE001 - a failed restart is one more failure
             with self._lock:
@@ -282,14 +313,14 @@ class JobMasterBase:
                 return
             self._ended = time.perf_counter()
             if self._failure is not None:
-                self._status = "FAILED"
+                self._transition(JobStatus.FAILED)
             elif self._cancel_requested:
-                self._status = "CANCELED"
+                self._transition(JobStatus.CANCELED)
             else:
-                self._status = "FINISHED"
+                self._transition(JobStatus.FINISHED)
         try:
             self._release_resources()
-            if self.checkpoint_storage is not None and self._status == "FINISHED":
+            if self.checkpoint_storage is not None and self._status is JobStatus.FINISHED:
                 self.checkpoint_storage.shutdown(discard=True)  # nothing left to restore (Flink's default)
         finally:
             if self.metrics_server is not None:
@@ -302,17 +333,23 @@ class JobMasterBase:
     def get_job_id(self) -> str:
         return self.job_id
 
-    def get_job_status(self) -> str:
+    def get_job_status(self) -> JobStatus:
+        """The job's status (a str: ``get_job_status() == "RUNNING"`` works)."""
         return self._status
 
     def cancel(self) -> None:
-        self._cancel_requested = True
-        self._wake.set()
-        if not self._done.is_set():
-            self._status = "CANCELLING"
-            if self.coordinator is not None:
-                self.coordinator.stop("the job is cancelled")
-            self._cancel_all_tasks()
+        """Cancel the job's tasks; it ends CANCELED (FAILED if it was already failing or a
+        task fails while cancelling)."""
+        with self._lock:
+            self._cancel_requested = True
+            self._wake.set()
+            if self._done.is_set():
+                return
+            if self._status is not JobStatus.FAILING:  # a failing job is being torn down already
+                self._transition(JobStatus.CANCELLING)
+        if self.coordinator is not None:
+            self.coordinator.stop("the job is cancelled")
+        self._cancel_all_tasks()
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         return self._done.wait(timeout)
@@ -330,7 +367,7 @@ class JobMasterBase:
                 if report is None and not self._done.is_set():
                     return []
             self._closed_collectors.pop(0)
-            accumulators = (report or {}).get("accumulators") or {}
+            accumulators = report.accumulators if report is not None else {}
             return [r for cid in self._collect_ids[attempt_id] for r in accumulators.get(cid, ())]
         if not self._open_collectors:
             return None
@@ -349,7 +386,7 @@ class JobMasterBase:
     def get_job_execution_result(self, timeout: Optional[float] = None) -> JobExecutionResult:
         if not self._done.wait(timeout):
             raise TimeoutError(f"job '{self.job_name}' did not finish within {timeout} s")
-        if self._status != "FINISHED":
+        if self._status is not JobStatus.FINISHED:
             raise JobExecutionException(self.job_name, self._status, self._failure,
                                         self.num_restarts) from self._failure
         ordered = [self._reports[a] for a in self.executions if a in self._reports]
@@ -357,8 +394,8 @@ class JobMasterBase:
             job_id=self.job_id,
             job_name=self.job_name,
             net_runtime_ms=int(((self._ended or time.perf_counter()) - self._started) * 1000),
-            accumulators=merge_accumulators([r.get("accumulators") or {} for r in ordered]),
-            task_metrics=[r["metrics"] for r in ordered if r.get("metrics")],
+            accumulators=merge_accumulators([r.accumulators for r in ordered]),
+            task_metrics=[r.metrics for r in ordered if r.metrics],
         )
 
     def get_checkpoint_stats(self) -> dict:
@@ -383,7 +420,7 @@ class JobMasterBase:
     def get_metrics(self) -> list[dict]:
         """Per-subtask metrics: live while running, the final reports afterwards."""
         if self._done.is_set():
-            return [r["metrics"] for r in self._reports.values() if r.get("metrics")]
+            return [r.metrics for r in self._reports.values() if r.metrics]
         return self._live_metrics()
 
 

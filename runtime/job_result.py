@@ -5,10 +5,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Optional
+
+from raylink.api.job_status import JobStatus
+from raylink.errors import RaylinkError
 
 
-class JobExecutionException(RuntimeError):
+class JobExecutionException(RaylinkError, RuntimeError):
     """The job ended FAILED (or was cancelled); ``__cause__`` is the task's error."""
 
     def __init__(self, job_name: str, status: str, cause: Optional[BaseException], restarts: int = 0) -> None:
@@ -22,6 +25,16 @@ class JobExecutionException(RuntimeError):
 
     def __reduce__(self):
         return (JobExecutionException, (self.job_name, self.status, self.cause, self.restarts))
+
+
+#: readers of what connector sinks leave in a job's accumulators, by connector ("spark"); a
+#: connector registers its own, so the runtime never imports ``raylink.connectors``
+_RESULT_READERS: dict[str, Callable[..., Any]] = {}
+
+
+def register_result_reader(connector: str, reader: Callable[..., Any]) -> None:
+    """``reader(result, sink)`` answers ``JobExecutionResult.get_<connector>_dataframe``."""
+    _RESULT_READERS[connector] = reader
 
 
 @dataclass
@@ -50,9 +63,11 @@ class JobExecutionResult:
 
     def get_spark_dataframe(self, sink: Any = None) -> Any:
         """The Spark DataFrame a result-mode ``sink_to_spark`` sink produced (see connectors.spark)."""
-        from raylink.connectors.spark.sink import get_spark_dataframe
-
-        return get_spark_dataframe(self, sink)
+        reader = _RESULT_READERS.get("spark")
+        if reader is None:  # registered by raylink.connectors.spark, which sink_to_spark imports
+            raise ValueError("get_spark_dataframe: the job has 0 Spark result sinks "
+                             "(raylink.connectors.spark is not loaded in this process)")
+        return reader(self, sink)
 
     def vertex_metrics(self) -> dict:
         """Per JobVertex: summed counts, max busy/back-pressured time, back-pressure status."""
@@ -111,7 +126,7 @@ class CloseableIterator:
             if batch is None:
                 self._exhausted = True
                 self._client.wait()
-                if self._client.get_job_status() == "FAILED":
+                if self._client.get_job_status() == JobStatus.FAILED:
                     self._client.get_job_execution_result()  # raises with the cause
                 continue
             self._pending, self._index = batch, 0
@@ -132,7 +147,7 @@ class CloseableIterator:
 
     def close(self) -> None:
         """Stop reading; a job still running is cancelled."""
-        if not self._exhausted and self._client.get_job_status() not in ("FINISHED", "FAILED", "CANCELED"):
+        if not self._exhausted and not JobStatus(self._client.get_job_status()).is_globally_terminal_state():
             self._stopped_early = True
             self._client.cancel()
         self._exhausted = True
@@ -143,3 +158,31 @@ class CloseableIterator:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    def read_all(self) -> "CollectedRecords":
+        """Every record (up to ``limit``) as a list, then ``close`` (Flink's
+        ``executeAndCollect(limit)``)."""
+        try:
+            records = CollectedRecords(self)
+        finally:
+            self.close()
+        records.job_client = self._client
+        return records
+
+
+class CollectedRecords(list):
+    """What ``execute_and_collect(limit=n)`` returns: PyFlink's list of the first ``n``
+    records in arrival order (a job still running after them was cancelled), with the
+    ``job_client`` of the job that produced them."""
+
+    job_client: Any = None
+
+    @property
+    def job_execution_result(self) -> JobExecutionResult:
+        return self.job_client.get_job_execution_result()
+
+    def __enter__(self) -> "CollectedRecords":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None

@@ -9,8 +9,10 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from raylink.runtime.deployment import create_deployment_descriptors
+from raylink.runtime.execution_state import ExecutionState
 from raylink.runtime.job_master import JobExecutor, JobMasterBase
 from raylink.runtime.job_result import JobExecutionResult
+from raylink.runtime.python_dependencies import apply_locally
 from raylink.runtime.task_executor import NetworkSettings, TaskExecutor
 
 LOCAL = "local"
@@ -21,12 +23,18 @@ class LocalJobClient(JobMasterBase):
 
     def __init__(self, env: Any, job_name: Optional[str]) -> None:
         super().__init__(env, job_name)
+        apply_locally(self.configuration)  # env.add_python_file & co.: this interpreter's path
         self._deploy(None)
 
     def _deploy(self, restore: Any) -> None:
-        self.task_executor = TaskExecutor(LOCAL, NetworkSettings(self.configuration))
-        self.task_executor.on_task_state = self.on_task_event
+        self.task_executor = TaskExecutor(LOCAL, NetworkSettings(self.configuration),
+                                          on_task_event=self.on_task_event)
         placement = {(ev.job_vertex.id, ev.subtask_index): LOCAL for ev in self.executions.values()}
+        with self._lock:
+            self._set_all(ExecutionState.SCHEDULED)
+            for ev in self.executions.values():
+                ev.current_execution.assigned_location = LOCAL
+            self._set_all(ExecutionState.DEPLOYING)
         for tdd in create_deployment_descriptors(
             self.job_id, self.execution_graph, placement, self.configuration.to_dict(),
             self.checkpoint_storage, restore,

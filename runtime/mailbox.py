@@ -1,4 +1,4 @@
-"""Flink's mailbox task model: ``TaskMailbox`` + ``MailboxProcessor`` (seed 002).
+"""Flink's mailbox task model: ``TaskMailbox`` + ``MailboxProcessor``.
 
 One thread per task runs ``run_mailbox_loop``: first every pending mail
 (timers, flushes, control), then one step of the *default action* (process one
@@ -17,12 +17,15 @@ import time
 from collections import deque
 from typing import Callable, Optional
 
+from raylink.errors import RaylinkError
+
 IDLE = "idle"
 BACK_PRESSURE = "backpressure"
 SOURCE_THREAD = "source"  # a legacy source thread works while the mailbox thread waits: not idle
+OPERATOR = "operator"  # an operator takes no input until its own work is done (async wait): busy
 
 
-class MailboxClosedError(RuntimeError):
+class MailboxClosedError(RaylinkError, RuntimeError):
     pass
 
 
@@ -184,3 +187,23 @@ class MailboxProcessor:
             "backPressuredTimeMsPerSecond": back_rate,
             "busyTimeMsPerSecond": max(0.0, 1000.0 - idle_rate - back_rate),
         }
+
+
+class MailboxExecutor:
+    """What an operator may do with its task's mailbox (Flink's ``MailboxExecutor``):
+    ``execute`` a mail from any thread (it runs on the task thread between two records), and,
+    on the task thread, ``yield_`` — run the next mail, waiting for one — while it waits for
+    something a mail brings (the async wait operator at the end of its input)."""
+
+    def __init__(self, processor: MailboxProcessor) -> None:
+        self._processor = processor
+
+    def execute(self, mail: Callable[[], None]) -> None:
+        self._processor.mailbox.put(mail)
+
+    def yield_(self) -> None:
+        processor = self._processor
+        mail = processor.mailbox.take()
+        if mail is None:
+            raise MailboxClosedError("the task's mailbox is closed")
+        processor._run_mail(mail)

@@ -1,20 +1,35 @@
-"""Job metrics as Flink shows them: per subtask, per JobVertex, back-pressure status, Prometheus.
+"""Job metrics as Flink shows them: per subtask, per JobVertex, back-pressure status,
+every operator's metric group (user metrics), Prometheus.
 
 Per vertex, counts are summed over subtasks and times take the maximum (Flink's
 web UI does the same for busy / back-pressured time). The back-pressure status
 follows Flink: OK when at most 10% of the time is back pressured, LOW up to 50%,
 HIGH above.
 
+Operator metrics (Flink's ``OperatorMetricGroup``: what functions register through
+``runtime_context.get_metrics_group()``, the watermark gauges, ``numLateRecordsDropped``)
+are in each subtask's metrics under ``"operators"``: ``{operator name: {"group.metric":
+value}}`` (:func:`operator_metrics`; a name used twice in one chain gets `` #2``, `` #3``).
+On the Prometheus endpoint they are Flink's PrometheusReporter series
+``raylink_taskmanager_job_task_operator_<groups>_<metric>`` labelled ``job_name``,
+``task_name``, ``operator_name``, ``subtask_index``, ``tm_id`` and the variables of
+key/value groups (``add_group(key, value)``: ``key="value"``); a meter is its rate plus
+``_count``, a distribution ``_count``/``_sum``/``_min``/``_max``.
+
 :class:`MetricsHttpServer` serves them on the driver (``metrics.port``, loopback only);
 a port it cannot listen on raises :class:`MetricsPortError` naming the key and port.
+Everything here runs off the task threads and only reads.
 """
 
 from __future__ import annotations
 
 import errno
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Optional
+
+from raylink.errors import RaylinkError
 
 SUMMED = (
     "numRecordsIn", "numRecordsOut", "numBytesIn", "numBytesOut", "numBuffersIn", "numBuffersOut",
@@ -75,7 +90,8 @@ def _label(value: Any) -> str:
 
 
 def to_prometheus(task_metrics: list[dict], job_name: str = "") -> str:
-    """Prometheus text exposition of the per-subtask metrics (``raylink_task_<metric>``)."""
+    """Prometheus text exposition of the per-subtask metrics (``raylink_task_<metric>``) and of
+    every operator's metrics (``raylink_taskmanager_job_task_operator_<groups>_<metric>``)."""
     lines = []
     for key in SUMMED + MAXED:
         metric = f"raylink_task_{key}"
@@ -87,10 +103,81 @@ def to_prometheus(task_metrics: list[dict], job_name: str = "") -> str:
                 f'subtask="{m.get("subtask", 0)}"'
             )
             lines.append(f"{metric}{{{labels}}} {float(m.get(key, 0) or 0)}")
+    lines.extend(_operator_prometheus(task_metrics, job_name))
     return "\n".join(lines) + "\n"
 
 
-class MetricsPortError(OSError):
+def operator_metrics(operators: list) -> dict:
+    """The operator part of a subtask's metrics: ``{"operators": {name: {"group.metric": value}}}``
+    and, for metrics of key/value groups, ``"operatorMetricScopes"``: ``{name: {"group.metric":
+    (logical name, variables)}}`` (what the Prometheus text needs)."""
+    values: dict = {}
+    scopes: dict = {}
+    seen: dict = {}
+    for operator in operators:
+        group = getattr(getattr(operator, "runtime_context", None), "metrics_group", None)
+        if group is None:
+            continue
+        name = operator.name
+        count = seen[name] = seen.get(name, 0) + 1
+        key = name if count == 1 else f"{name} #{count}"
+        own_scopes: dict = {}
+        values[key] = group.report(scopes=own_scopes)
+        if own_scopes:
+            scopes[key] = own_scopes
+    out: dict = {"operators": values}
+    if scopes:
+        out["operatorMetricScopes"] = scopes
+    return out
+
+
+OPERATOR_PREFIX = "raylink_taskmanager_job_task_operator_"
+_INVALID_NAME = re.compile(r"[^a-zA-Z0-9:_]")
+_INVALID_LABEL = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def _samples(name: str, value: Any) -> list:
+    """``(series name, number)`` pairs of one operator metric (nothing for text gauges)."""
+    if isinstance(value, (bool, int, float)):
+        return [(name, float(value))]
+    if isinstance(value, dict):
+        if "rate" in value:  # a meter: Flink reports its rate; its count too, here
+            parts = {"": value.get("rate"), "_count": value.get("count")}
+        elif "mean" in value:  # a distribution
+            parts = {f"_{part}": value.get(part) for part in ("count", "sum", "min", "max")}
+        else:
+            return []
+        return [(name + suffix, float(number)) for suffix, number in parts.items()
+                if isinstance(number, (bool, int, float))]
+    return []
+
+
+def _operator_prometheus(task_metrics: list[dict], job_name: str) -> list[str]:
+    series: dict[str, list[str]] = {}
+    for m in task_metrics:
+        operators = m.get("operators") or {}
+        all_scopes = m.get("operatorMetricScopes") or {}
+        for operator, metrics in operators.items():
+            scopes = all_scopes.get(operator, {})
+            labels = (f'job_name="{_label(job_name)}",task_name="{_label(m.get("vertex_name", ""))}",'
+                      f'operator_name="{_label(operator)}",subtask_index="{m.get("subtask", 0)}",'
+                      f'tm_id="{_label(m.get("executor", ""))}"')
+            for dotted, value in metrics.items():
+                logical, variables = scopes.get(dotted, (dotted, None))
+                metric = OPERATOR_PREFIX + _INVALID_NAME.sub("_", logical.replace(".", "_"))
+                own = labels
+                if variables:
+                    own += "".join(f',{_INVALID_LABEL.sub("_", k)}="{_label(v)}"' for k, v in variables.items())
+                for name, number in _samples(metric, value):
+                    series.setdefault(name, []).append(f"{name}{{{own}}} {number}")
+    lines = []
+    for name, samples in series.items():
+        lines.append(f"# TYPE {name} gauge")  # Flink's PrometheusReporter: counters are gauges too
+        lines.extend(samples)
+    return lines
+
+
+class MetricsPortError(RaylinkError, OSError):
     """The job's metrics endpoint cannot listen on ``metrics.port`` (busy, or not allowed)."""
 
     def __init__(self, port: int, host: str, cause: OSError) -> None:

@@ -1,4 +1,4 @@
-"""Flink's ``OperatorChain``: the operators of one JobVertex wired inside one task (seed 000).
+"""Flink's ``OperatorChain``: the operators of one JobVertex wired inside one task.
 
 Chained operators talk through ``ChainingOutput`` whose ``collect`` *is* the next
 operator's ``process_element`` (same thread, no copy, no serialization).
@@ -11,20 +11,20 @@ before its ``close`` so what it emits on close still reaches the next one.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
-
 import time
 from collections import deque
+from typing import Any, Callable, Optional
 
 import cloudpickle
 
+from raylink.errors import RaylinkError
 from raylink.graph.job_graph import StreamConfig
 from raylink.operators.factory import create_operator
 from raylink.operators.runtime_context import StreamingRuntimeContext
 from raylink.shuffle.elements import WatermarkStatus
 
 
-class OperatorError(RuntimeError):
+class OperatorError(RaylinkError, RuntimeError):
     """A user function or operator failed; ``operator_name`` names the failing operator."""
 
     def __init__(self, operator_name: str, task_name: str, cause: BaseException) -> None:

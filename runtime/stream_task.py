@@ -16,10 +16,7 @@ import time
 from concurrent.futures import Future
 from typing import Any, Callable, Optional
 
-from raylink.runtime.mailbox import BACK_PRESSURE, IDLE, SOURCE_THREAD, MailboxProcessor
-from raylink.runtime.operator_chain import OperatorChain, exception_with_operator
-from raylink.runtime.task_canceler import InterruptibleThreads, TaskCanceler, TaskCancellationTimeoutError
-from raylink.api.options import TaskManagerOptions, read_option
+from raylink.api.options import MetricOptions, TaskManagerOptions, read_option
 from raylink.graph.job_graph import JobVertex
 from raylink.operators.processing_time import SystemProcessingTimeService
 from raylink.operators.runtime_context import RecordContext, StreamingRuntimeContext
@@ -29,6 +26,11 @@ from raylink.operators.snapshots import (
     notify_checkpoint_complete,
     snapshot_operator,
 )
+from raylink.runtime.execution_state import ExecutionState
+from raylink.runtime.mailbox import BACK_PRESSURE, IDLE, OPERATOR, SOURCE_THREAD, MailboxExecutor, MailboxProcessor
+from raylink.runtime.metrics import operator_metrics
+from raylink.runtime.operator_chain import OperatorChain, exception_with_operator
+from raylink.runtime.task_canceler import InterruptibleThreads, TaskCanceler, TaskCancellationTimeoutError
 from raylink.shuffle.barrier_handler import CheckpointBarrierHandler
 from raylink.shuffle.elements import (
     END_OF_PARTITION,
@@ -44,12 +46,17 @@ SOURCE_BATCH_SIZE = 1024  # records per source step at most
 SOURCE_BATCH_BUFFERS = 2  # ... and about this many output buffers' worth
 FIRST_DEBLOAT_MS = 20  # the first buffer debloating measurement, after this long
 
-CREATED, RUNNING, FINISHED, CANCELED, FAILED = "CREATED", "RUNNING", "FINISHED", "CANCELED", "FAILED"
+CREATED, DEPLOYING, INITIALIZING, RUNNING = (ExecutionState.CREATED, ExecutionState.DEPLOYING,
+                                           ExecutionState.INITIALIZING, ExecutionState.RUNNING)
+FINISHED, CANCELED, FAILED = ExecutionState.FINISHED, ExecutionState.CANCELED, ExecutionState.FAILED
 
 
 class CancelTaskException(BaseException):
-    """Raised inside the task thread to unwind a cancelled task (a BaseException, like
-    Python's own interrupts, so a user function's ``except Exception`` does not swallow it)."""
+    """Raised inside the task thread to unwind a cancelled task (Flink's ``CancelTaskException``).
+
+    A BaseException, like Python's own interrupts, so a user function's ``except Exception``
+    does not swallow it; for the same reason it is deliberately not a
+    :class:`~raylink.errors.RaylinkError` (it never reaches the user: the task ends CANCELED)."""
 
 
 def any_of(futures: list[Future]) -> Future:
@@ -79,13 +86,19 @@ class StreamTask:
         inputs: list[Any],
         attempt_number: int = 0,
         accumulators: Optional[dict] = None,
-        on_state_change: Optional[Callable[["StreamTask", str, Optional[BaseException]], None]] = None,
+        on_state_change: Optional[Callable[["StreamTask", ExecutionState, Optional[BaseException]], None]] = None,
         job_parameters: Optional[dict] = None,
         buffer_size: int = 32 * 1024,
         restore: Optional[dict] = None,
         checkpoint_sink: Optional[Callable[["StreamTask", int, dict, dict], None]] = None,
+        attempt_id: str = "",
+        checkpoint_storage: Any = None,
     ) -> None:
         self.job_vertex = job_vertex
+        #: the deployment attempt this task runs (Flink's ``ExecutionAttemptID``)
+        self.attempt_id = attempt_id
+        #: where the TaskExecutor writes this task's snapshots (None: no checkpointing)
+        self.checkpoint_storage = checkpoint_storage
         #: the checkpointed state it starts from: {operator id: [snapshot of each old subtask]}
         self.restore = restore
         #: where a snapshot goes (the TaskExecutor writes it off this thread and acknowledges)
@@ -102,7 +115,7 @@ class StreamTask:
         self.accumulators = accumulators if accumulators is not None else {}
         self.on_state_change = on_state_change
         self.job_parameters = job_parameters or {}
-        self.state = CREATED
+        self.state: ExecutionState = CREATED
         self.error: Optional[BaseException] = None
         self.chain: Optional[OperatorChain] = None
         self.mailbox_processor = MailboxProcessor(self._default_action)
@@ -116,6 +129,7 @@ class StreamTask:
         self._source_thread: Optional[threading.Thread] = None
         self._source_wakeup: Optional[threading.Event] = None
         self._thread: Optional[threading.Thread] = None
+        self._gated_operators: list = []
         self._time_service: Optional[SystemProcessingTimeService] = None
         self._flushers: list = []
         self._step_bound_ns = 0  # a source step ends after this long (0: when its batch is full)
@@ -172,12 +186,13 @@ class StreamTask:
             self.mailbox_processor.mailbox.close()
             self.done.set()
 
-    def _set_state(self, state: str, error: Optional[BaseException] = None) -> bool:
-        """Move to ``state``; a task reports one final state only (False: it had one)."""
+    def _set_state(self, state: ExecutionState, error: Optional[BaseException] = None) -> bool:
+        """Move to ``state`` (Flink's Task transitions, checked); a task reports one final
+        state only (False: it had one)."""
         with self._state_lock:
-            if self.state in (FINISHED, CANCELED, FAILED):
+            if self.state.is_terminal():
                 return False
-            self.state = state
+            self.state = self.state.transition_to(state)
             self.error = error
         if self.on_state_change is not None:
             self.on_state_change(self, state, error)
@@ -187,7 +202,7 @@ class StreamTask:
     def run(self) -> None:
         mp = self.mailbox_processor
         try:
-            self._set_state(RUNNING)
+            self._set_state(DEPLOYING)
             if self._canceled:
                 raise CancelTaskException(f"task {self.name} was cancelled")
             self._time_service = SystemProcessingTimeService(mail_executor=mp.mailbox.put)
@@ -203,13 +218,17 @@ class StreamTask:
                 accumulators=self.accumulators,
                 processing_time_service=self._time_service,
                 job_parameters=self.job_parameters,
+                mailbox_executor=MailboxExecutor(mp),
             )
             self.record_context = context.record_context
+            self._set_state(INITIALIZING)  # building, opening and restoring the operators
             self.chain = OperatorChain(jv.chain, self.record_writers, context)
             if self._canceled:
                 raise CancelTaskException(f"task {self.name} was cancelled")
             head = self.chain.head
             self._bind_head(head)
+            # operators that may take no input for a while (Flink's async wait operator when full)
+            self._gated_operators = [op for op in self.chain.operators if hasattr(op, "get_available_future")]
             self.chain.open()
             restore = self.restore or {}
             for operator, config in zip(self.chain.operators, jv.chain):
@@ -233,10 +252,11 @@ class StreamTask:
             if (self._legacy_lock is not None and not self._flushers and self._step_bound_ns
                     and self._source_batch > 1):
                 self._schedule_legacy_flush(self._step_bound_ns // 1_000_000)
-            interval = int(self.job_parameters.get("metrics.latency.interval", 0) or 0)
+            interval = read_option(self.job_parameters, MetricOptions.LATENCY_INTERVAL)
             if interval > 0 and jv.invokable == "SourceStreamTask":
                 self._schedule_latency_marker(interval)
             self._schedule_debloating()
+            self._set_state(RUNNING)
             self._interruptible.enter()
             try:
                 mp.run_mailbox_loop()
@@ -425,6 +445,11 @@ class StreamTask:
         if blocked is not None:
             blocked.add_done_callback(mp.suspend_default_action(BACK_PRESSURE).resume)
             return
+        for operator in self._gated_operators:
+            waiting = operator.get_available_future()
+            if waiting is not None:
+                waiting.add_done_callback(mp.suspend_default_action(OPERATOR).resume)
+                return
         if self.job_vertex.invokable == "SourceStreamTask":
             bound = self._step_bound_ns
             if bound:
@@ -588,7 +613,7 @@ class StreamTask:
             "task": self.name,
             "vertex": self.job_vertex.id,
             "subtask": self.subtask_index,
-            "state": self.state,
+            "state": self.state.value,
             "numRecordsIn": self.num_records_in,
             "numRecordsOut": sum(w.num_records_out for w in self.writers),
             "numBuffersOut": sum(w.num_buffers_out for w in self.writers),
@@ -599,6 +624,8 @@ class StreamTask:
         pools = [w.partition.buffer_pool for w in self.writers if w.partition.buffer_pool is not None]
         out["outPoolUsage"] = max((p.usage() for p in pools), default=0.0)
         out.update(self.mailbox_processor.time_metrics())
+        if self.chain is not None:  # every operator's metric group (user metrics, watermark gauges)
+            out.update(operator_metrics(self.chain.operators))
         samples = sorted(self.chain.latency_samples) if self.chain is not None else []
         if samples:
             n = len(samples)

@@ -35,10 +35,12 @@ import threading
 import traceback
 from typing import Callable, Optional
 
+from raylink.errors import RaylinkError
+
 _SET_ASYNC_EXC = ctypes.pythonapi.PyThreadState_SetAsyncExc  # (thread id, exception or NULL)
 SAFE_POINT_RETRY_S = 0.005  # how often to look for a thread in interruptible code
 #: raylink's packages whose code holds locks and is never interrupted (operators/ is)
-RUNTIME_PACKAGES = ("actors", "runtime", "shuffle", "graph", "api", "connectors", "cli", "cli_commands", "loadtest")
+RUNTIME_PACKAGES = ("actors", "runtime", "shuffle", "graph", "api", "connectors", "cli", "loadtest")
 
 
 def _runtime_prefixes() -> tuple[tuple[str, ...], str]:
@@ -62,7 +64,7 @@ def at_safe_point(frame) -> bool:
     return filename.startswith(_OPERATORS_PREFIX) or not filename.startswith(_RUNTIME_PREFIXES)
 
 
-class TaskCancellationTimeoutError(RuntimeError):
+class TaskCancellationTimeoutError(RaylinkError, RuntimeError):
     """A cancelled task did not end within ``task.cancellation.timeout``."""
 
 

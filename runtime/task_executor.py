@@ -5,24 +5,39 @@ actor in :mod:`raylink.actors.ray_actors` is a thin wrapper. ``deploy`` builds a
 subtask's result partitions, record writers and input gates (a
 ``LocalInputChannel`` when the producer lives here, a credit-based remote
 channel through the transport otherwise); ``start`` requests the partitions and
-starts the task thread. State changes are queued for the JobMaster, which
-long-polls them with ``next_events``.
+starts the task thread. What the tasks report (:mod:`raylink.runtime.task_events`: final
+states, checkpoint acknowledgements and declines) goes straight to the JobMaster's
+``on_task_event`` when it runs in this process, else is queued for its long poll
+(``next_events``). Thread-safe: tasks report from their own threads. ``reset`` (a
+session cluster's pooled executor between two jobs) drops every task and verifies
+that nothing of them is left.
 """
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import cloudpickle
 
-from raylink.runtime.deployment import TaskDeploymentDescriptor
-from raylink.runtime.job_result import collect_ids
-from raylink.runtime.stream_task import CANCELED, FAILED, FINISHED, StreamTask
-from raylink.api.options import RaylinkOptions, read_option
+from raylink.api.options import NettyShuffleEnvironmentOptions, RaylinkOptions, TaskManagerOptions, read_option
 from raylink.operators.collect import CollectBuffer
+from raylink.runtime.deployment import TaskDeploymentDescriptor
+from raylink.runtime.execution_state import ExecutionState
+from raylink.runtime.job_result import collect_ids
+from raylink.runtime.stream_task import StreamTask
+from raylink.runtime.task_events import (
+    AcknowledgeCheckpoint,
+    DeclineCheckpoint,
+    FinalCheckpointRequest,
+    TaskEvent,
+    TaskStateEvent,
+    portable_error,
+)
 from raylink.shuffle.buffer_debloater import BufferDebloater, DebloatSettings
 from raylink.shuffle.buffer_pool import NetworkBufferPool
 from raylink.shuffle.credit import create_floating_pool
@@ -47,38 +62,35 @@ def process_memory() -> dict:
     return out
 
 
+def _queued(channel: Any) -> int:
+    """Buffers and events queued in an input channel: a remote channel's received deque, a
+    local channel's subpartition backlog."""
+    received = getattr(channel, "_received", None)
+    if received is not None:
+        return len(received)
+    subpartition = getattr(channel, "subpartition", None)
+    return subpartition.backlog if subpartition is not None else 0
+
+
 class NetworkSettings:
-    """Flink's network options, read from a ``Configuration`` or a plain dict."""
+    """Flink's network options (``NettyShuffleEnvironmentConfiguration``), read through the
+    options registry from a ``Configuration``, a plain dict of settings, or ``None`` (defaults)."""
 
     def __init__(self, conf: Any = None) -> None:
-        def get(key: str, default: int) -> int:
-            if conf is None:
-                return default
-            if hasattr(conf, "get_integer"):
-                return conf.get_integer(key, default)
-            return int(conf.get(key, default))
-
-        def get_boolean(key: str, default: bool) -> bool:
-            if conf is None:
-                return default
-            if hasattr(conf, "get_boolean"):
-                return conf.get_boolean(key, default)
-            value = conf.get(key, default)
-            return value.strip().lower() == "true" if isinstance(value, str) else bool(value)
-
-        self.buffer_size = get("taskmanager.memory.segment-size", 32 * 1024)
-        self.num_buffers = get("taskmanager.network.numberOfBuffers", 2048)
-        self.buffers_per_channel = get("taskmanager.network.memory.buffers-per-channel", 2)
-        self.floating_per_gate = get("taskmanager.network.memory.floating-buffers-per-gate", 8)
-        debloat = "taskmanager.network.memory.buffer-debloat."
+        net = NettyShuffleEnvironmentOptions
+        # unchecked: the runtime runs with segments below Flink's 4kb minimum (the CLI refuses them)
+        self.buffer_size = read_option(conf, TaskManagerOptions.MEMORY_SEGMENT_SIZE, validate=False)
+        self.num_buffers = read_option(conf, net.NETWORK_NUM_BUFFERS)
+        self.buffers_per_channel = read_option(conf, net.NETWORK_BUFFERS_PER_CHANNEL)
+        self.floating_per_gate = read_option(conf, net.NETWORK_EXTRA_BUFFERS_PER_GATE)
         self.debloat = DebloatSettings(
-            enabled=get_boolean(debloat + "enabled", True),
-            target_ms=get(debloat + "target", 1000),
-            period_ms=get(debloat + "period", 200),
-            samples=get(debloat + "samples", 20),
-            threshold_percentages=get(debloat + "threshold-percentages", 25),
+            enabled=read_option(conf, net.BUFFER_DEBLOAT_ENABLED),
+            target_ms=read_option(conf, net.BUFFER_DEBLOAT_TARGET),
+            period_ms=read_option(conf, net.BUFFER_DEBLOAT_PERIOD),
+            samples=read_option(conf, net.BUFFER_DEBLOAT_SAMPLES),
+            threshold_percentages=read_option(conf, net.BUFFER_DEBLOAT_THRESHOLD_PERCENTAGES),
             max_size=self.buffer_size,
-            initial_size=get("raylink.network.buffer-debloat.initial-size", 4096),
+            initial_size=read_option(conf, RaylinkOptions.DEBLOAT_INITIAL_SIZE),
         )
 
     def output_pool_size(self, num_subpartitions: int) -> tuple[int, int]:
@@ -89,26 +101,12 @@ class NetworkSettings:
         )
 
 
-def portable_error(error: Optional[BaseException]) -> Optional[bytes]:
-    """The error as cloudpickle bytes (the same pickler that shipped the user's code, so the
-    driver gets back its own exception classes), or a RuntimeError with its text."""
-    if error is None:
-        return None
-    try:
-        data = cloudpickle.dumps(error)
-        cloudpickle.loads(data)
-        return data
-    except Exception as exc:
-        return cloudpickle.dumps(
-            RuntimeError(f"{type(error).__name__}: {error} (the error itself could not be shipped: {exc!r})")
-        )
-
-
 class TaskExecutor:
     """The tasks of one process (Flink's TaskExecutor / TaskManager)."""
 
     def __init__(self, executor_id: str, settings: Optional[NetworkSettings] = None,
-                 transport: Any = None, num_slots: int = 1) -> None:
+                 transport: Any = None, num_slots: int = 1,
+                 on_task_event: Optional[Callable[[TaskEvent], None]] = None) -> None:
         self.executor_id = executor_id
         self.settings = settings or NetworkSettings()
         self.num_slots = num_slots
@@ -117,14 +115,17 @@ class TaskExecutor:
         self.partitions: dict[str, ResultPartition] = {}
         self.tasks: dict[str, StreamTask] = {}
         self._gates: dict[str, list] = {}
-        self._events: list = []
+        self._events: list[TaskEvent] = []
         self._events_cond = threading.Condition()
-        self.on_task_state: Any = None  # optional direct callback (in-process executor)
+        #: the JobMaster's callback when it runs in this process (else events queue for next_events)
+        self._on_task_event = on_task_event
         # execute_and_collect: attempt id -> {collect id: buffer}, until the reader saw it closed
         self._collect_cond = threading.Condition()
         self._collect_buffers: dict[str, dict[str, CollectBuffer]] = {}
         # the asynchronous phase of checkpoints: serialise and write snapshots off the task threads
         self._checkpoint_writer = ThreadPoolExecutor(1, thread_name_prefix=f"checkpoint writer {executor_id}")
+        #: the threads alive before any task ran: a reset checks that every other one ended
+        self._baseline_threads = set(threading.enumerate())
 
     # -- deployment ------------------------------------------------------------------------------
     def deploy(self, tdd: TaskDeploymentDescriptor) -> str:
@@ -212,9 +213,9 @@ class TaskExecutor:
             buffer_size=settings.buffer_size,
             restore=self._load_restore(tdd),
             checkpoint_sink=self._checkpoint_sink if tdd.checkpoint_storage is not None else None,
+            attempt_id=tdd.attempt_id,
+            checkpoint_storage=tdd.checkpoint_storage,
         )
-        task.attempt_id = tdd.attempt_id
-        task.checkpoint_storage = tdd.checkpoint_storage
         self.tasks[tdd.attempt_id] = task
         self._gates[tdd.attempt_id] = all_gates
         return tdd.attempt_id
@@ -241,7 +242,7 @@ class TaskExecutor:
         """Task thread: write ``snapshots`` off the task thread (Flink's asynchronous phase), then
         acknowledge to the JobMaster; ``snapshots`` None declines."""
         if stats.get("final_checkpoint_requested"):
-            self._report({"type": "final_checkpoint_request", "attempt_id": task.attempt_id})
+            self._report(FinalCheckpointRequest(task.attempt_id))
             return
         if snapshots is None:
             self._decline(task, checkpoint_id, stats.get("declined", "declined"))
@@ -270,8 +271,7 @@ class TaskExecutor:
                 return
             size += len(data)
         stats = dict(stats, async_ms=(time.perf_counter() - started) * 1000.0, size=size)
-        self._report({"type": "checkpoint_ack", "attempt_id": task.attempt_id, "checkpoint_id": checkpoint_id,
-                      "handles": handles, "stats": stats})
+        self._report(AcknowledgeCheckpoint(task.attempt_id, checkpoint_id, handles, stats))
 
     def trigger_checkpoint(self, checkpoint_id: int, timestamp: int) -> None:
         """The JobMaster's trigger: the source tasks here inject barrier ``checkpoint_id``."""
@@ -284,13 +284,12 @@ class TaskExecutor:
             task.notify_checkpoint(checkpoint_id, complete)
 
     def _decline(self, task: StreamTask, checkpoint_id: int, reason: str) -> None:
-        self._report({"type": "checkpoint_decline", "attempt_id": task.attempt_id,
-                      "checkpoint_id": checkpoint_id, "reason": reason})
+        self._report(DeclineCheckpoint(task.attempt_id, checkpoint_id, reason))
 
-    def _report(self, event: dict) -> None:
+    def _report(self, event: TaskEvent) -> None:
         """To the JobMaster: directly (in-process executor), else queued for its long poll."""
-        if self.on_task_state is not None:
-            self.on_task_state(event)
+        if self._on_task_event is not None:
+            self._on_task_event(event)
             return
         with self._events_cond:
             self._events.append(event)
@@ -321,29 +320,23 @@ class TaskExecutor:
                 buffer.release()  # a sink blocked on its reader gives way to the cancel
 
     # -- state reporting ---------------------------------------------------------------------------
-    def _on_state_change(self, task: StreamTask, state: str, error: Optional[BaseException]) -> None:
-        if state not in (FINISHED, CANCELED, FAILED):
+    def _on_state_change(self, task: StreamTask, state: ExecutionState, error: Optional[BaseException]) -> None:
+        if not state.is_terminal():
             return
-        if state in (CANCELED, FAILED):  # give back the buffers of channels that will never end
+        finished = state is ExecutionState.FINISHED
+        if not finished:  # give back the buffers of channels that will never end
             for gate in self._gates.get(task.attempt_id, []):
                 gate.release()
-        accumulators = dict(task.accumulators) if state == FINISHED else {}
+        accumulators = dict(task.accumulators) if finished else {}
         for collect_id, buffer in self._collect_buffers.get(task.attempt_id, {}).items():
             # what the reader has not taken yet (at most one bound) travels with the report
             remaining = buffer.close()
-            if state == FINISHED:
+            if finished:
                 accumulators[collect_id] = remaining
-        event = {
-            "attempt_id": task.attempt_id,
-            "task": task.name,
-            "state": state,
-            "error": portable_error(error),
-            "accumulators": accumulators,
-            "metrics": self._task_metrics(task),
-        }
-        self._report(event)
+        self._report(TaskStateEvent(task.attempt_id, task.name, state, portable_error(error), accumulators,
+                                    self._task_metrics(task)))
 
-    def next_events(self, timeout: float = 1.0) -> list[dict]:
+    def next_events(self, timeout: float = 1.0) -> list[TaskEvent]:
         """Long poll: task state changes since the last call."""
         with self._events_cond:
             if not self._events:
@@ -376,7 +369,7 @@ class TaskExecutor:
         metrics = task.metrics()
         metrics["vertex_name"] = task.job_vertex.name
         metrics["executor"] = self.executor_id
-        gates = self._gates.get(getattr(task, "attempt_id", ""), [])
+        gates = self._gates.get(task.attempt_id, [])
         channels = [c for g in gates for c in g.channels if hasattr(c, "max_buffers_in_flight")]
         if channels:
             metrics["maxBuffersInFlightPerChannel"] = max(c.max_buffers_in_flight for c in channels)
@@ -404,6 +397,39 @@ class TaskExecutor:
             out.update(self.transport.stats())
         return out
 
+    def memory_report(self, top: int = 20, tracemalloc: bool = False) -> dict:
+        """What this process's memory holds (:mod:`raylink.runtime.memory_report`: RSS, heap,
+        Python objects by type, tracemalloc sites if ``tracemalloc`` or already tracing) plus
+        this executor's network buffers in use, queued buffers per channel and state entries
+        per operator (the figures a soak test follows over hours)."""
+        from raylink.runtime.memory_report import process_memory_report
+
+        out = {"executor": self.executor_id, "tasks": len(self.tasks),
+               **process_memory_report(top, tracemalloc)}
+        pool = self.network_pool
+        out["networkBuffers"] = {"total": pool.total_buffers, "free": pool.free_buffers,
+                                 "inUse": pool.total_buffers - pool.free_buffers}
+        channels: dict = {}
+        state: dict = {}
+        for task in list(self.tasks.values()):
+            inputs = [_queued(c) for g in self._gates.get(task.attempt_id, []) for c in g.channels]
+            outputs = [s.backlog for w in task.record_writers.values() for s in w.partition.subpartitions]
+            channels[task.name] = {"in": inputs, "out": outputs}
+            chain = getattr(task, "chain", None)
+            for name, operator in zip(getattr(chain, "names", ()), getattr(chain, "operators", ())):
+                backend = getattr(operator, "keyed_state_backend", None)
+                tables = getattr(backend, "_tables", None)
+                if tables is not None:
+                    key = f"{name} {task.name.rsplit(' ', 1)[-1]}"
+                    state[key] = sum(t.num_entries() for t in tables.values())
+        out["queuedBuffers"] = channels
+        out["stateEntries"] = state
+        if self.transport is not None:
+            out["transport"] = self.transport.stats()
+        with self._events_cond:
+            out["pendingEvents"] = len(self._events)
+        return out
+
     # -- teardown ----------------------------------------------------------------------------------
     def join(self, timeout: Optional[float] = None) -> bool:
         return all(task.join(timeout) for task in self.tasks.values())
@@ -420,3 +446,51 @@ class TaskExecutor:
         for partition in self.partitions.values():
             partition.release()
         self._checkpoint_writer.shutdown(wait=False)
+
+    def reset(self, timeout: float = 5.0) -> dict:
+        """Make this executor as a new one (a session cluster's pool hands it to the next job):
+        cancel and join the tasks, free every buffer, drop the tasks, partitions, gates, collect
+        buffers and queued events, then verify and report what is left — ``tasks`` still
+        registered, ``liveTasks`` (task objects, with their operators and state, still reachable
+        after a collection), ``threads`` (names of threads started since this executor was built
+        that are still alive after ``timeout``), ``buffersInUse`` of the network pool — and
+        ``clean``, all of them zero. The previous job's figures come back as ``previous``."""
+        deadline = time.monotonic() + timeout
+        tasks = list(self.tasks.values())
+        previous = {"tasks": len(tasks), "partitions": len(self.partitions)}
+        refs = [weakref.ref(t) for t in tasks]
+        self.cancel()
+        self.join(max(0.0, deadline - time.monotonic()))
+        for gates in self._gates.values():
+            for gate in gates:
+                gate.release()
+        self.release_resources()
+        self.tasks.clear()
+        self.partitions.clear()
+        self._gates.clear()
+        with self._collect_cond:  # long polls of the previous job's JobMaster return now
+            self._collect_buffers.clear()
+            self._collect_cond.notify_all()
+        with self._events_cond:
+            self._events.clear()
+            self._events_cond.notify_all()
+        del tasks
+        leaked = [t for t in threading.enumerate()
+                  if t not in self._baseline_threads and not isinstance(t, threading._DummyThread)
+                  and t is not threading.current_thread()]
+        for thread in leaked:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self._checkpoint_writer = ThreadPoolExecutor(1, thread_name_prefix=f"checkpoint writer {self.executor_id}")
+        gc.collect()
+        pool = self.network_pool
+        report = {
+            "executor": self.executor_id,
+            "previous": previous,
+            "tasks": len(self.tasks),
+            "liveTasks": sum(r() is not None for r in refs),
+            "threads": sorted(t.name for t in leaked if t.is_alive()),
+            "buffersInUse": pool.total_buffers - pool.free_buffers,
+        }
+        report["clean"] = not (report["tasks"] or report["liveTasks"] or report["threads"]
+                               or report["buffersInUse"])
+        return report

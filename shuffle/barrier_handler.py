@@ -49,7 +49,7 @@ import enum
 import time
 from typing import Any, Callable, List, Optional, Sequence, Set, Tuple
 
-from .elements import CancelCheckpointMarker, CheckpointBarrier, EndOfPartition
+from raylink.shuffle.elements import CancelCheckpointMarker, CheckpointBarrier, EndOfPartition
 
 __all__ = ["CheckpointBarrierHandler", "CheckpointFailureReason"]
 

@@ -36,10 +36,12 @@ import threading
 from concurrent.futures import Future
 from typing import Callable, List, Optional
 
+from raylink.errors import RaylinkError
+
 __all__ = ["NetworkBufferPool", "LocalBufferPool", "InsufficientBuffersError", "completed_future"]
 
 
-class InsufficientBuffersError(RuntimeError):
+class InsufficientBuffersError(RaylinkError, RuntimeError):
     """Not enough network buffers for a new pool / exclusive buffers."""
 
 

@@ -11,6 +11,8 @@ Wire format (one msgpack object per element, concatenated):
 * msgpack arrays are **tuples** (the unpacker runs with ``use_list=False``:
   the common tuple record decodes without a Python call); Python ``list``\\ s
   travel as ``ExtType(EXT_LIST, <packed array>)`` and come back as lists;
+* a ``Row`` (``raylink.api.row``, PyFlink's Row) is ``ExtType(EXT_ROW, <packed
+  (kind, names or None, values)>)`` and comes back a Row with its names and kind;
 * dicts are msgpack maps (any hashable key type), str/bytes/int/float/bool/None
   are native; anything else that pickles (dataclass, datetime, Decimal, set,
   namedtuple, bytearray, ints beyond 64 bit, ...) is ``ExtType(EXT_PICKLE,
@@ -41,11 +43,16 @@ own error; the reason survives being shipped to the driver).
 Declared types: ``DeclaredFlatType`` compiles a flat declaration (a basic type,
 or a TUPLE of basic types: ``TypeInformation.is_flat``) into a check that a
 record writer runs on every record before msgspec packs it: a batch of the
-declared Python types is checked by one msgspec call (``convert``, strict);
-otherwise record by record, values are converted as PyFlink's coders convert
-them (a list or namedtuple for a TUPLE becomes a tuple, an int for a DOUBLE a
-float, an int-like for an INT an int) or rejected with ``RecordTypeError``
-naming the field and the value's type.
+declared Python types and widths (ints constrained to 8/16/32/64 bits) is
+checked by one msgspec call (``convert``, strict), then each FLOAT column is
+rounded to 32 bits by one ``struct`` pass (which rejects one beyond float32's
+range); otherwise record by record, values
+are converted as PyFlink's coders convert them (``declared_types``: a list or
+namedtuple for a TUPLE becomes a tuple, an int for a DOUBLE a float, an
+int-like for an INT an int) or rejected with ``RecordTypeError`` naming the
+field, the value's type or its range. Any other declaration (ROW, LIST, MAP,
+arrays, dates ...) compiles to a ``DeclaredType``: converted record by record
+(a tuple declared as a ROW arrives as a named ``Row``), then prepared.
 
 Threads: encoding and decoding are thread-safe. The by-value class tables are
 process-wide (entries only added; a race at worst gives one class two ids);
@@ -58,21 +65,29 @@ value is decoded as the element, not as a record.
 from __future__ import annotations
 
 import io
-import operator
 import pickle
 import struct
 import threading
 import uuid
 from itertools import chain
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from operator import itemgetter
+from typing import Annotated, Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import cloudpickle
 import msgpack
 import msgspec
 from msgpack import ExtType
 
-from .reprs import record_repr
-from .elements import (
+from raylink.errors import RaylinkError
+from raylink.shuffle.declared_types import (
+    INT_RANGES,
+    RecordTypeError,
+    declaration_text,
+    qualified_name,
+    record_converter,
+)
+from raylink.shuffle.elements import (
+    CONTROL_TYPE_SET,
     END_OF_PARTITION,
     CancelCheckpointMarker,
     CheckpointBarrier,
@@ -88,10 +103,12 @@ __all__ = [
     "DeserializationError",
     "RecordTypeError",
     "DeclaredFlatType",
+    "DeclaredType",
     "stream_classes",
     "EXT_PICKLE",
     "EXT_LIST",
     "EXT_PICKLE_BY_VALUE",
+    "EXT_ROW",
     "EXT_WATERMARK",
     "EXT_STATUS",
     "EXT_LATENCY",
@@ -121,6 +138,7 @@ __all__ = [
 EXT_PICKLE = 1
 EXT_LIST = 2
 EXT_PICKLE_BY_VALUE = 3
+EXT_ROW = 4
 EXT_WATERMARK = 10
 EXT_STATUS = 11
 EXT_LATENCY = 12
@@ -162,7 +180,7 @@ class TimestampMark:
         return f"TimestampMark({self.timestamp})"
 
 
-class SerializationError(TypeError):
+class SerializationError(RaylinkError, TypeError):
     """A value could not be serialized. ``value_type`` is its Python type, ``reason``
     why (the pickler's error as text).
 
@@ -203,15 +221,7 @@ class SerializationError(TypeError):
         return (SerializationError, (self.type_name, None, self.operator_name, self.reason))
 
 
-def qualified_name(t: "type | str") -> str:
-    """``module.QualName`` of a type (just the name for builtins); a str is returned as is."""
-    if isinstance(t, str):
-        return t
-    module = getattr(t, "__module__", None)
-    return f"{module}.{t.__qualname__}" if module not in (None, "builtins") else t.__qualname__
-
-
-class DeserializationError(ValueError):
+class DeserializationError(RaylinkError, ValueError):
     """A buffer could not be decoded (corrupt stream or unpicklable payload)."""
 
 
@@ -335,8 +345,46 @@ def _pack_nested(obj: Any) -> bytes:
         _packer_pool.append(p)
 
 
+# Rows: the api package imports after this module, so the class is looked up on first use
+_row_class: Any = None
+
+
+def _load_row_class() -> Any:
+    global _row_class
+    if _row_class is None:
+        from raylink.api.row import Row
+
+        _row_class = Row
+    return _row_class
+
+
+def _row_ext(row: Any) -> ExtType:
+    """``EXT_ROW``: (kind value, names or None, prepared values) of a Row."""
+    values = row._values
+    if not _scalars_issuperset(map(type, values)):
+        values = list(map(prepare, values))
+    names = getattr(row, "_fields", None)
+    if names is not None and not _scalars_issuperset(map(type, names)):
+        names = list(map(prepare, names))
+    return ExtType(EXT_ROW, _pack_nested((row._row_kind.value, names, values)))
+
+
+_row_decoding: Any = None  # (make_row, ROW_KINDS), looked up on first use
+
+
+def _decode_row(data: bytes) -> Any:
+    global _row_decoding
+    if _row_decoding is None:
+        from raylink.api.row import ROW_KINDS, make_row
+
+        _row_decoding = (make_row, ROW_KINDS)
+    make_row, kinds = _row_decoding
+    kind, names, values = _unpackb(data)
+    return make_row(None if names is None else list(names), list(values), kinds[kind])
+
+
 def _default(obj: Any) -> Any:
-    """Packer ``default`` hook: control elements, timestamped runs, pickle fallback."""
+    """Packer ``default`` hook: control elements, timestamped runs, rows, pickle fallback."""
     t = type(obj)
     if t is Watermark:
         return ExtType(EXT_WATERMARK, _Q.pack(obj.timestamp))
@@ -354,6 +402,8 @@ def _default(obj: Any) -> Any:
         return ExtType(EXT_TIMESTAMPED, _encode_ts_payload(obj.values, obj.timestamps))
     if t is ExtType:
         return obj
+    if t is (_row_class or _load_row_class()):
+        return _row_ext(obj)
     return _pickle_ext(obj)
 
 
@@ -385,32 +435,28 @@ def pack_flat_batch_into(values: List[Any], buf: bytearray) -> bool:
     return True
 
 
-# -- declared flat types ------------------------------------------------------------
+# -- declared types ---------------------------------------------------------------------
 #: basic type name -> the Python type its values have
 BASIC_PYTHON_TYPES: Dict[str, type] = {
-    "STRING": str, "INT": int, "LONG": int, "SHORT": int, "BYTE": int,
+    "STRING": str, "CHAR": str, "INT": int, "LONG": int, "SHORT": int, "BYTE": int, "BIG_INT": int,
     "BOOLEAN": bool, "FLOAT": float, "DOUBLE": float,
 }
 
 
-class RecordTypeError(TypeError):
-    """A record does not match its stream's declared type: ``declared`` (the
-    declaration as text), ``field`` (the position, None for the record itself) and
-    ``value_type`` (the offending value's type name)."""
-
-    def __init__(self, message: str, declared: str = "", field: Optional[int] = None,
-                 value_type: str = "") -> None:
-        super().__init__(message)
-        self.declared = declared
-        self.field = field
-        self.value_type = value_type
-
-    def __reduce__(self):
-        return (RecordTypeError, (str(self), self.declared, self.field, self.value_type))
+def _checked_type(name: str) -> Any:
+    """The msgspec type (for one strict ``convert`` pass in C) of a field of basic type
+    ``name``: ints constrained to their width, None allowed."""
+    bounds = INT_RANGES.get(name)
+    if bounds is not None:
+        return Optional[Annotated[int, msgspec.Meta(ge=bounds[0], le=bounds[1])]]
+    return Optional[BASIC_PYTHON_TYPES[name]]  # a FLOAT beyond float32: struct's OverflowError when rounded
 
 
-def _a(name: str) -> str:
-    return f"an {name}" if name[:1].lower() in "aeiou" else f"a {name}"
+def _float32_column(column: Any) -> List[float]:
+    """A column of floats rounded to float32 in one pass (``struct.error`` for a None,
+    ``OverflowError`` beyond the float32 range)."""
+    n = len(column)
+    return list(struct.unpack(f"<{n}f", struct.pack(f"<{n}f", *column)))
 
 
 class DeclaredFlatType:
@@ -418,97 +464,135 @@ class DeclaredFlatType:
 
     ``declaration``: duck-typed ``TypeInformation`` (``name``, ``field_types``).
     ``conform_batch(values)`` / ``conform(value)`` return the records to pack --
-    the same objects, or PyFlink's conversion of them -- or raise
-    ``RecordTypeError``. ``None`` is accepted for any field (it travels as is);
-    ints are not range-checked (they travel exactly). Thread-safe (immutable).
+    the same objects, or PyFlink's conversion of them (``declared_types``: ints
+    range-checked to their width, FLOATs rounded to 32 bits) -- or raise
+    ``RecordTypeError``; ``pack_batch_into(values, buf, pack)`` conforms and packs
+    a batch (the serializer's path). ``None`` is accepted for any field (it travels
+    as is).
+
+    ``DeclaredFlatType.of(declaration)`` compiles any declaration: a flat one to
+    this class, any other (ROW, LIST, MAP, nested TUPLE ...) to a
+    :class:`DeclaredType`, which converts record by record. Thread-safe (immutable).
     """
 
-    __slots__ = ("text", "names", "kinds", "arity", "_batch_type")
+    __slots__ = ("text", "names", "kinds", "arity", "_batch_type", "_float_columns", "_fast", "_convert")
+    is_flat = True
 
     def __init__(self, declaration: Any) -> None:
         name = getattr(declaration, "name", None)
         if name in BASIC_PYTHON_TYPES:
             self.names: Tuple[str, ...] = (name,)
             self.arity: Optional[int] = None
-            self.text = f"Types.{name}()"
         elif name == "TUPLE":
             self.names = tuple(getattr(f, "name", None) for f in declaration.field_types or ())
             self.arity = len(self.names)
-            self.text = f"Types.TUPLE([{', '.join(map(str, self.names))}])"
         else:
             self.names = ()
         if not all(n in BASIC_PYTHON_TYPES for n in self.names) or not self.names and name != "TUPLE":
             raise ValueError(f"{declaration!r} is not a flat type (a basic type or a TUPLE of basic types)")
+        self.text = declaration_text(declaration)
         self.kinds: Tuple[type, ...] = tuple(BASIC_PYTHON_TYPES[n] for n in self.names)
-        fields = tuple(Optional[k] for k in self.kinds)
+        fields = tuple(_checked_type(n) for n in self.names)
         self._batch_type = list[fields[0]] if self.arity is None else list[tuple[fields]]  # type: ignore[misc]
+        # after the C type (and range) check, FLOAT columns are rounded to 32 bits
+        self._float_columns = tuple(j for j, n in enumerate(self.names) if n == "FLOAT")
+        # one record of exactly the declared types and ranges passes as it is (no FLOAT: always rounded)
+        self._fast = None if self._float_columns else tuple(
+            (BASIC_PYTHON_TYPES[n],) + INT_RANGES.get(n, (None, None)) for n in self.names)
+        self._convert = record_converter(declaration)  # record by record, with the reason of a mismatch
 
     @classmethod
-    def of(cls, declaration: Any) -> "Optional[DeclaredFlatType]":
-        """The compiled declaration, or None if it is not flat (or not a declaration)."""
-        if isinstance(declaration, DeclaredFlatType):
+    def of(cls, declaration: Any) -> "Optional[DeclaredFlatType | DeclaredType]":
+        """The compiled declaration: a ``DeclaredFlatType`` for a flat one, a
+        ``DeclaredType`` for any other; None for no declaration (or an unknown one)."""
+        if isinstance(declaration, (DeclaredFlatType, DeclaredType)):
             return declaration
         try:
             return cls(declaration)
         except (ValueError, TypeError, AttributeError):
-            return None
+            pass
+        if getattr(declaration, "name", None) in DeclaredType.NAMES:
+            return DeclaredType(declaration)
+        return None
 
     def conform_batch(self, values: List[Any]) -> List[Any]:
         """The batch to pack: one C pass (msgspec) when every value is of its declared
-        type (lists/namedtuples become tuples, ints in float fields floats); else
-        record by record, converting or rejecting as ``conform`` does."""
+        type and width (lists/namedtuples become tuples, ints in float fields floats),
+        then one pass per FLOAT column (rounded to 32 bits); else record by record,
+        converting or rejecting as ``conform`` does."""
         try:
-            return msgspec.convert(values, self._batch_type, strict=True)
-        except Exception:  # ValidationError: find the record, convert it or say why not
-            return list(map(self.conform, values))
+            out = msgspec.convert(values, self._batch_type, strict=True)
+            if self._float_columns:
+                out = self._round_floats(out)
+        except Exception:  # ValidationError (or a None in a FLOAT column): find the record, say why
+            return list(map(self._convert, values))
+        return out
+
+    def _round_floats(self, out: List[Any]) -> List[Any]:
+        if self.arity is None:
+            return _float32_column(out)
+        columns: List[Any] = [map(itemgetter(j), out) for j in range(self.arity)]
+        for j in self._float_columns:
+            columns[j] = _float32_column(tuple(columns[j]))
+        return list(zip(*columns))
+
+    def pack_batch_into(self, values: List[Any], buf: bytearray, pack: Callable[[Any], bytes]) -> None:
+        """Conform ``values`` and append them to ``buf``, packed (msgspec, else ``pack``,
+        the codec's packer: str/int subclasses msgspec refuses)."""
+        out = self.conform_batch(values)
+        if not pack_flat_batch_into(out, buf):
+            buf += memoryview(pack(out))[array_header_size(len(out)):]
 
     def conform(self, value: Any) -> Any:
         """One record, of the declared type (see the class doc)."""
-        kinds = self.kinds
-        if self.arity is None:
-            if type(value) is kinds[0] or value is None:
-                return value
-            return self._field(value, 0, None, value)
-        t = type(value)
-        if t is tuple and len(value) == self.arity:
-            for x, k in zip(value, kinds):
-                if type(x) is not k and x is not None:
-                    break
-            else:
-                return value
-        if not isinstance(value, (tuple, list)):
-            raise self._error(f"is {_a(qualified_name(t))}", None, t, value)
-        if len(value) != self.arity:
-            raise self._error(f"has {len(value)} fields", None, t, value)
-        field = self._field
-        return tuple([field(x, j, j, value) for j, x in enumerate(value)])
-
-    def _field(self, x: Any, j: int, position: Optional[int], record: Any) -> Any:
-        kind = self.kinds[j]
-        if type(x) is kind or x is None:
-            return x
-        try:
-            if kind is str:
-                if isinstance(x, str):  # str subclasses (a str Enum): their str value, as PyFlink encodes them
-                    return str.__str__(x)
-            elif kind is int:
-                return int(operator.index(x))  # bool, IntEnum, numpy ints: as PyFlink's int coders take them
-            elif kind is float:
-                if not isinstance(x, (str, bytes, bytearray)):
-                    return float(x)  # int, Decimal, numpy floats: as PyFlink's float coders take them
-        except (TypeError, ValueError, OverflowError):
-            pass
-        t = type(x)
-        what = f"is {_a(qualified_name(t))}, not {_a(self.names[j])}"
-        raise self._error(what, position, t, record)
-
-    def _error(self, what: str, position: Optional[int], t: type, record: Any) -> RecordTypeError:
-        where = "a record" if position is None else f"field {position} of a record"
-        return RecordTypeError(f"{where} declared {self.text} {what}: {record_repr(record)}",
-                               self.text, position, qualified_name(t))
+        fast = self._fast
+        if fast is not None:
+            if self.arity is None:
+                kind, lo, hi = fast[0]
+                if value is None or type(value) is kind and (lo is None or lo <= value <= hi):
+                    return value
+            elif type(value) is tuple and len(value) == self.arity:
+                for x, (kind, lo, hi) in zip(value, fast):
+                    if x is not None and (type(x) is not kind or lo is not None and not lo <= x <= hi):
+                        break
+                else:
+                    return value
+        return self._convert(value)
 
     def __repr__(self) -> str:
         return f"DeclaredFlatType({self.text})"
+
+
+class DeclaredType:
+    """Any other declaration (ROW, LIST, MAP, arrays, dates, nested TUPLEs ...) compiled
+    for the record writer: ``conform(value)`` converts one record as PyFlink's coder
+    does (``declared_types``) and prepares it for the packer (a ``Row`` becomes an
+    ``EXT_ROW``, a list an ``EXT_LIST`` ...); ``convert(value)`` only converts.
+    Record by record: slower than a flat declaration. Thread-safe (immutable)."""
+
+    __slots__ = ("text", "convert")
+    is_flat = False
+    NAMES = frozenset(("TUPLE", "ROW", "LIST", "MAP", "PRIMITIVE_ARRAY", "BASIC_ARRAY", "OBJECT_ARRAY",
+                       "BIG_DEC", "SQL_DATE", "SQL_TIME", "SQL_TIMESTAMP", "INSTANT"))
+
+    def __init__(self, declaration: Any) -> None:
+        self.text = declaration_text(declaration)
+        self.convert = record_converter(declaration)
+
+    def conform(self, value: Any) -> Any:
+        return prepare(self.convert(value))
+
+    def conform_batch(self, values: List[Any]) -> List[Any]:
+        convert = self.convert
+        return [prepare(convert(v)) for v in values]
+
+    def pack_batch_into(self, values: List[Any], buf: bytearray, pack: Callable[[Any], bytes]) -> None:
+        """Conform ``values`` and append them to ``buf``, packed by ``pack`` (the codec's packer)."""
+        out = self.conform_batch(values)
+        buf += memoryview(pack(out))[array_header_size(len(out)):]
+
+    def __repr__(self) -> str:
+        return f"DeclaredType({self.text})"
 
 
 def array_header_size(n: int) -> int:
@@ -516,16 +600,15 @@ def array_header_size(n: int) -> int:
     return 1 if n < 16 else 3 if n < 0x10000 else 5
 
 
-_CONTROL_TYPES = frozenset((Watermark, WatermarkStatus, LatencyMarker, CheckpointBarrier, EndOfPartition,
-                            CancelCheckpointMarker,
-                            TimestampedRecords))
+_CONTROL_TYPES = CONTROL_TYPE_SET | {TimestampedRecords}
 
 
 def prepare(obj: Any) -> Any:
     """Turn ``obj`` into something the C packer encodes faithfully.
 
-    Lists become EXT_LIST, non-native types EXT_PICKLE; tuples and dicts are
-    rebuilt around their prepared items. Scalars are returned unchanged.
+    Lists become EXT_LIST, Rows EXT_ROW, non-native types EXT_PICKLE; tuples and
+    dicts are rebuilt around their prepared items. Scalars (and ExtTypes: values
+    prepared already) are returned unchanged.
     """
     t = type(obj)
     if t in SCALAR_TYPES:
@@ -540,6 +623,10 @@ def prepare(obj: Any) -> Any:
         return obj  # handled by the ``default`` hook
     if t is memoryview:
         return obj.tobytes()
+    if t is (_row_class or _load_row_class()):
+        return _row_ext(obj)
+    if t is ExtType:
+        return obj
     return _pickle_ext(obj)
 
 
@@ -608,6 +695,8 @@ def ext_hook(code: int, data: bytes) -> Any:
         return TimestampMark(_Q.unpack(data)[0])
     if code == EXT_LIST:
         return list(_unpackb(data))
+    if code == EXT_ROW:
+        return _decode_row(data)
     if code == EXT_PICKLE:
         try:
             return pickle.loads(data)

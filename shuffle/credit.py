@@ -40,8 +40,9 @@ import time
 from collections import deque
 from typing import Any, Callable, Deque, NamedTuple, Optional, Tuple
 
-from .buffer_pool import LocalBufferPool, NetworkBufferPool
-from .input_gate import InputChannel
+from raylink.errors import RaylinkError
+from raylink.shuffle.buffer_pool import LocalBufferPool, NetworkBufferPool
+from raylink.shuffle.input_gate import InputChannel
 
 __all__ = [
     "DEFAULT_EXCLUSIVE_BUFFERS",
@@ -71,7 +72,7 @@ class BufferResponse(NamedTuple):
     sequence_number: int
 
 
-class CreditProtocolError(RuntimeError):
+class CreditProtocolError(RaylinkError, RuntimeError):
     """Out-of-order buffer, or a buffer sent without credit."""
 
 
@@ -194,7 +195,9 @@ class CreditBasedInputChannel(InputChannel):
 
     ``announce_credit(n)`` is the transport hook that carries new credit to the
     sender; ``request(initial_credit)`` is called by ``request_subpartition`` to
-    open the connection (the transport sets both). ``max_buffers_in_flight``
+    open the connection; ``announce_buffer_size(size)`` asks the sender for buffers of
+    a new size (debloating). The transport passes them to the constructor, or to
+    :meth:`connect` when it wraps an existing channel. ``max_buffers_in_flight``
     records the most data buffers ever held (received, not yet consumed).
     ``min_credit`` / ``announce_threshold``: see the module doc (batching).
     """
@@ -203,7 +206,9 @@ class CreditBasedInputChannel(InputChannel):
                  exclusive_buffers: int = DEFAULT_EXCLUSIVE_BUFFERS,
                  network_pool: Optional[NetworkBufferPool] = None,
                  announce_credit: Optional[Callable[[int], None]] = None,
-                 min_credit: int = 0, announce_threshold: int = 1) -> None:
+                 min_credit: int = 0, announce_threshold: int = 1,
+                 request: Optional[Callable[[int], None]] = None,
+                 announce_buffer_size: Optional[Callable[[int], None]] = None) -> None:
         super().__init__()
         if exclusive_buffers < 1 and floating_pool is None:
             raise ValueError("a credit-based channel needs exclusive or floating buffers")
@@ -211,9 +216,9 @@ class CreditBasedInputChannel(InputChannel):
         self.floating_pool = floating_pool
         self.network_pool = network_pool
         self.announce_credit = announce_credit
-        self.request: Optional[Callable[[int], None]] = None
+        self.request = request
         #: the transport hook that asks the sender for buffers of a new size (debloating)
-        self.announce_buffer_size: Optional[Callable[[int], None]] = None
+        self.announce_buffer_size = announce_buffer_size
         self._lock = threading.Lock()
         self._received: Deque[Tuple[bytes, bool, int]] = deque()
         self._free_exclusive = exclusive_buffers
@@ -234,6 +239,11 @@ class CreditBasedInputChannel(InputChannel):
             network_pool.request_exclusive(exclusive_buffers)
 
     # -- connection ----------------------------------------------------------------------
+    def connect(self, request: Callable[[int], None], announce_credit: Callable[[int], None]) -> None:
+        """Attach the transport's hooks (before ``request_subpartition``)."""
+        self.request = request
+        self.announce_credit = announce_credit
+
     def request_subpartition(self) -> None:
         if self.request is None:
             raise RuntimeError("credit-based channel is not connected to a transport")
@@ -431,8 +441,7 @@ class LocalCreditConnection:
         self._pumping = False
         self._again = False
         reader.on_available = self._trigger
-        channel.announce_credit = reader.add_credit
-        channel.request = self._open
+        channel.connect(self._open, reader.add_credit)
 
     def _open(self, initial_credit: int) -> None:
         self.reader.request_subpartition()

@@ -266,17 +266,18 @@ class TimestampedRecords:
         return f"TimestampedRecords({self.values!r}, {self.timestamps!r})"
 
 
+# The one definition of each group of element types; the shuffle modules build their lookup
+# sets from these (``isinstance(x, STREAM_ELEMENT_TYPES)``, ``type(x) in CONTROL_TYPE_SET``).
 #: stream elements written inline into data buffers
 STREAM_ELEMENT_TYPES = (Watermark, WatermarkStatus, LatencyMarker)
 #: events that travel in a buffer of their own
 EVENT_TYPES = (CheckpointBarrier, CancelCheckpointMarker, EndOfPartition)
 #: everything that is not a record
 CONTROL_TYPES = STREAM_ELEMENT_TYPES + EVENT_TYPES
+#: ``CONTROL_TYPES`` as a set, for ``type(obj) in CONTROL_TYPE_SET``
+CONTROL_TYPE_SET = frozenset(CONTROL_TYPES)
 
 
 def is_control(obj: Any) -> bool:
     """True for watermarks, statuses, latency markers, barriers, cancel markers, end of partition."""
-    return type(obj) in _CONTROL_TYPE_SET
-
-
-_CONTROL_TYPE_SET = frozenset(CONTROL_TYPES)
+    return type(obj) in CONTROL_TYPE_SET

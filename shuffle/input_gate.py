@@ -41,16 +41,16 @@ from collections import deque
 from concurrent.futures import Future
 from typing import Any, Deque, List, Optional, Sequence, Tuple
 
-from .buffer_pool import _AvailabilityHelper, _complete, completed_future
-from .codec import decode_event
-from .elements import (
+from raylink.shuffle.buffer_pool import _AvailabilityHelper, _complete, completed_future
+from raylink.shuffle.codec import decode_event
+from raylink.shuffle.elements import (
     END_OF_PARTITION,
     EndOfPartition,
     Watermark,
     WatermarkStatus,
 )
-from .serializer import RecordDeserializer
-from .watermark_valve import StatusWatermarkValve
+from raylink.shuffle.serializer import RecordDeserializer
+from raylink.shuffle.watermark_valve import StatusWatermarkValve
 
 __all__ = [
     "InputChannel",

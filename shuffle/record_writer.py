@@ -6,7 +6,7 @@ Mirrors Flink's ``RecordWriter`` / ``ChannelSelectorRecordWriter`` /
 A ``RecordWriter`` owns one ``RecordSerializer`` per subpartition of a
 ``ResultPartition`` (a broadcast writer owns a single serializer whose
 buffers go to every subpartition, like Flink's shared broadcast buffer) and a
-``StreamPartitioner``. Flush rules (seed 002):
+``StreamPartitioner``. Flush rules (Flink's ``RecordWriter`` / ``OutputFlusher``):
 
 * a full buffer is handed to its subpartition at once (the reader is notified
   when the subpartition's queue becomes non-empty);
@@ -35,18 +35,18 @@ import threading
 from concurrent.futures import Future
 from typing import Any, Callable, List, Optional
 
-from .codec import DeclaredFlatType
-from .elements import LatencyMarker, Watermark, WatermarkStatus
-from .partitioners import ForwardPartitioner, RebalancePartitioner, StreamPartitioner
-from .result_partition import ResultPartition
-from .serializer import DEFAULT_BUFFER_SIZE, RecordSerializer
+from raylink.shuffle.codec import DeclaredFlatType
+from raylink.shuffle.elements import STREAM_ELEMENT_TYPES, Watermark
+from raylink.shuffle.partitioners import ForwardPartitioner, RebalancePartitioner, StreamPartitioner
+from raylink.shuffle.result_partition import ResultPartition
+from raylink.shuffle.serializer import DEFAULT_BUFFER_SIZE, RecordSerializer
 
 __all__ = ["RecordWriter", "OutputFlusher", "DEFAULT_BUFFER_TIMEOUT_MS"]
 
 #: Flink's ``execution.buffer-timeout`` default
 DEFAULT_BUFFER_TIMEOUT_MS = 100
 
-_INLINE = (Watermark, WatermarkStatus, LatencyMarker)
+_INLINE = STREAM_ELEMENT_TYPES
 
 
 class RecordWriter:

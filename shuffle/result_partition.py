@@ -40,9 +40,10 @@ from collections import deque
 from concurrent.futures import Future
 from typing import Any, Callable, Deque, List, NamedTuple, Optional, Tuple
 
-from .buffer_pool import LocalBufferPool, completed_future
-from .codec import encode_event
-from .elements import END_OF_PARTITION
+from raylink.errors import RaylinkError
+from raylink.shuffle.buffer_pool import LocalBufferPool, completed_future
+from raylink.shuffle.codec import encode_event
+from raylink.shuffle.elements import END_OF_PARTITION
 
 __all__ = [
     "ResultPartitionType",
@@ -96,7 +97,7 @@ class BufferAndBacklog(NamedTuple):
     next_is_event: bool
 
 
-class PartitionReleasedError(RuntimeError):
+class PartitionReleasedError(RaylinkError, RuntimeError):
     """The producer's partition was released (cancelled / failed) while being read."""
 
 

@@ -41,14 +41,14 @@ from typing import Any, Callable, List, Optional, Tuple
 
 import msgpack
 
-from .codec import (
+from raylink.shuffle.codec import (
     _TS_MARKER,
-    array_header_size,
     EXT_TIMESTAMP_NEXT,
     FIRST_CONTROL_CODE,
+    SCALAR_TYPES,
     DeclaredFlatType,
-    TimestampMark,
     DeserializationError,
+    TimestampMark,
     encode_event,
     encode_timestamped,
     ext_hook,
@@ -58,17 +58,12 @@ from .codec import (
     make_unpacker,
     pack_flat_batch_into,
     prepare,
-    SCALAR_TYPES,
     stream_classes,
 )
-from .elements import (
-    CancelCheckpointMarker,
-    CheckpointBarrier,
-    EndOfPartition,
-    LatencyMarker,
+from raylink.shuffle.elements import (
+    CONTROL_TYPE_SET,
+    STREAM_ELEMENT_TYPES,
     TimestampedRecords,
-    Watermark,
-    WatermarkStatus,
 )
 
 __all__ = ["DEFAULT_BUFFER_SIZE", "RecordSerializer", "RecordDeserializer", "BufferSink"]
@@ -80,10 +75,9 @@ TIMESTAMPED_RUN_LENGTH = 1024
 
 BufferSink = Callable[[bytes, bool], None]
 
-_INLINE_TYPES = (Watermark, WatermarkStatus, LatencyMarker)
+_INLINE_TYPES = STREAM_ELEMENT_TYPES
 _ts_marker = _TS_MARKER.pack
-_EVENT_TYPES = frozenset((Watermark, WatermarkStatus, LatencyMarker, CheckpointBarrier, EndOfPartition,
-                          CancelCheckpointMarker))
+_EVENT_TYPES = CONTROL_TYPE_SET
 
 
 class RecordSerializer:
@@ -172,9 +166,7 @@ class RecordSerializer:
             return
         buf = self._buf
         if self._declared is not None:  # checked (or converted) against the declaration, then packed
-            values = self._declared.conform_batch(values)
-            if not pack_flat_batch_into(values, buf):  # ints beyond 64 bits, str/int subclasses
-                buf += memoryview(self._pack(values))[array_header_size(n):]
+            self._declared.pack_batch_into(values, buf, self._pack)
         elif not (is_flat_batch(values) and pack_flat_batch_into(values, buf)):
             p = self._bpacker
             try:
@@ -306,9 +298,7 @@ class RecordSerializer:
         del buf[:end]
 
 
-_GROUP_TYPES = frozenset((Watermark, WatermarkStatus, LatencyMarker, CheckpointBarrier, EndOfPartition,
-                          CancelCheckpointMarker,
-                          TimestampedRecords, TimestampMark))
+_GROUP_TYPES = CONTROL_TYPE_SET | {TimestampedRecords, TimestampMark}
 _is_group_type = _GROUP_TYPES.__contains__
 _ONLY_MARKS = {TimestampMark}
 _get_timestamp = attrgetter("timestamp")

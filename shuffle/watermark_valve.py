@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Union
 
-from .elements import LONG_MIN, Watermark, WatermarkStatus
+from raylink.shuffle.elements import LONG_MIN, Watermark, WatermarkStatus
 
 __all__ = ["StatusWatermarkValve"]
 

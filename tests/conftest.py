@@ -32,12 +32,29 @@ def target(request):
     return request.param
 
 
+def _uses(item, *fixtures) -> bool:
+    names = getattr(item, "fixturenames", ())
+    return any(name in names for name in fixtures)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Run the Ray and Spark tests after the in-process ones (cheap failures first)."""
+    """Mark what each test needs (``ray``, ``spark``, ``multinode``; see pyproject.toml's
+    markers, so ``-m "not ray"`` runs only the in-process tests) and run the in-process
+    tests first, then Ray, then Spark, then multi-node clusters (cheap failures first)."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        on_ray = callspec is not None and callspec.params.get("target") == "ray"
+        if on_ray or _uses(item, "ray_session", "spark") or item.get_closest_marker("multinode"):
+            item.add_marker(pytest.mark.ray)
+        if _uses(item, "spark"):
+            item.add_marker(pytest.mark.spark)
+
     def weight(item):
-        name = item.nodeid
-        uses_ray = "ray_session" in getattr(item, "fixturenames", ()) or "spark" in getattr(item, "fixturenames", ())
-        return 1 if (uses_ray or "ray" in name or "spark" in name or "multinode" in name) else 0
+        if item.get_closest_marker("multinode"):
+            return 3
+        if item.get_closest_marker("spark"):
+            return 2
+        return 1 if item.get_closest_marker("ray") else 0
 
     items.sort(key=weight)
 

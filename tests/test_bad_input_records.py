@@ -23,8 +23,8 @@ from decimal import Decimal
 
 import pytest
 
-from raylink.runtime.job_result import JobExecutionException
 from raylink.api import Types
+from raylink.runtime.job_result import JobExecutionException
 from raylink.tests.runtime_jobs import make_env
 
 pytestmark = pytest.mark.timeout(120)
@@ -237,7 +237,7 @@ env.set_parallelism(2)
 )
 result = env.execute("main classes")
 totals = result.get_accumulator_result("totals")
-print("executors", len({m["executor"] for m in result.task_metrics}))
+print("several executors", len({m["executor"] for m in result.task_metrics}) > 1)
 print("records", len(totals))
 for page in sorted({t.page for t in totals}):
     print(repr(max((t for t in totals if t.page == page), key=lambda t: t.clicks)))
@@ -259,7 +259,7 @@ def test_record_classes_defined_in_the_job_script_travel_between_task_executors_
                           cwd=tmp_path, timeout=150)
     assert proc.returncode == 0, proc.stderr[-3000:]
     raw = [(f"u{i % 5}", f"/p{i % 7}", 10 + i) for i in range(300)]
-    expected = ["executors 2", "records 300"] + [
+    expected = ["several executors True", "records 300"] + [
         f"PageTotal(page='/p{p}', clicks={sum(1 for r in raw if r[1] == f'/p{p}')}, "
         f"ms={sum(r[2] for r in raw if r[1] == f'/p{p}')})"
         for p in range(7)

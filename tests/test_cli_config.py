@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from raylink.api import Configuration, StreamExecutionEnvironment
-from raylink.cli_commands.conf import ConfError, build_conf, parse_duration_ms, parse_memory
+from raylink.api.options import parse_duration_ms, parse_memory
+from raylink.cli.conf import ConfError, build_conf
 
 pytestmark = pytest.mark.timeout(60)
 

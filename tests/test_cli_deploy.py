@@ -18,7 +18,7 @@ import pytest
 import ray
 import yaml
 
-from raylink.cli_commands.conf import build_conf, normalize
+from raylink.cli.conf import build_conf, normalize
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -144,7 +144,7 @@ def test_raycluster_manifest_has_what_kuberay_requires():
 
 
 def test_rayjob_manifest_runs_the_demo_job_and_cleans_up():
-    from raylink.cli import build_parser
+    from raylink.cli.main import build_parser
 
     doc = load("kuberay/rayjob.yaml")
     assert (doc["apiVersion"], doc["kind"], doc["metadata"]["name"]) == ("ray.io/v1", "RayJob", "raylink-demo")

@@ -13,8 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from raylink.cli_commands.common import auth_headers, dashboard_address, enable_auth_for
-from raylink.cli_commands.jobs import (
+from raylink.cli.common import auth_headers, dashboard_address, enable_auth_for
+from raylink.cli.jobs import (
     build_runtime_env,
     entrypoint_for,
     failure_cause,
@@ -122,12 +122,15 @@ def test_staged_package_is_raylink_without_tests(tmp_path):
     staged = Path(stage_raylink(str(tmp_path)))
     assert staged.name == "raylink"
     names = {p.name for p in staged.iterdir()}
-    assert {"__init__.py", "__main__.py", "cli.py", "api", "graph", "operators", "shuffle", "actors",
-            "connectors", "cli_commands"} <= names
+    assert {"__init__.py", "__main__.py", "api", "graph", "operators", "shuffle", "runtime", "actors",
+            "connectors", "cli"} <= names
+    assert {p.name for p in (staged / "cli").iterdir()} >= {"__init__.py", "main.py", "run.py", "jobs.py",
+                                                            "plan.py", "conf.py", "config.py", "progress.py",
+                                                            "common.py"}
     assert "tests" not in names and ".venv" not in names and ".git" not in names
     assert not list(staged.rglob("__pycache__"))
     # importable under its own name from the staging dir (what py_modules does on a node)
-    proc = subprocess.run([sys.executable, "-c", "import raylink.api, raylink.cli_commands.run; "
+    proc = subprocess.run([sys.executable, "-c", "import raylink.api, raylink.cli.run; "
                            "print(raylink.__file__)"], capture_output=True, text=True, cwd=tmp_path,
                           env=clean_env(PYTHONPATH=str(tmp_path)), timeout=30)
     assert proc.returncode == 0, proc.stderr

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import os
 import random
-import secrets
 import re
+import secrets
 import shutil
 import socket
 import subprocess
@@ -29,7 +29,7 @@ import psutil
 import pytest
 import requests
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.multinode, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
@@ -265,7 +265,9 @@ def test_submit_logs_run_fail_and_cancel_on_two_nodes(cluster, tmp_path):
     expected = expected_counts()
 
     # -- submit the word count, follow it to the end -------------------------------------------------
-    proc = raylink("submit", "--address", cluster.dashboard, str(WORD_COUNT), cwd=tmp_path,
+    # Flink's slot placement (one TaskExecutor per slot), so the job's two slots land one per node
+    proc = raylink("submit", "--address", cluster.dashboard, "--conf", "raylink.task-placement=slot",
+                   str(WORD_COUNT), cwd=tmp_path,
                    script=(VENV_BIN / "raylink").exists())
     assert proc.returncode == 0, proc.stdout + proc.stderr
     job_id = submitted_id(proc.stderr)
@@ -330,6 +332,7 @@ def test_submit_logs_run_fail_and_cancel_on_two_nodes(cluster, tmp_path):
 
     # -- an unbounded job: submitted without waiting, running, then cancelled --------------------------
     proc = raylink("submit", "--no-wait", "--address", cluster.dashboard, "--conf", "raylink.progress.interval=500",
+                   "--conf", "raylink.task-placement=slot",
                    "--conf", "taskmanager.cpu.cores=0.25", "--conf", "taskmanager.memory.process.size=64m",
                    str(UNBOUNDED), "--rate", "100")
     assert proc.returncode == 0, proc.stderr

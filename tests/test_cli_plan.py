@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from raylink.api import StreamExecutionEnvironment
-from raylink.cli import capture_job_graph, format_dot, format_text
+from raylink.cli.plan import capture_job_graph, format_dot, format_text
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from raylink.cli_commands.progress import (
+from raylink.cli.progress import (
     ProgressPrinter,
     back_pressure_level,
     format_table,

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from raylink.cli_commands.conf import ConfError, build_conf
-from raylink.cli_commands.jobs import build_runtime_env, plan_upload
+from raylink.cli.conf import ConfError, build_conf
+from raylink.cli.jobs import build_runtime_env, plan_upload
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,5 +1,5 @@
 """StreamGraph -> JobGraph: virtual nodes, default partitioners, the nine chaining
-conditions of seed 001 / 000, chained names, slot sharing groups and the seed 003
+conditions of StreamingJobGraphGenerator.isChainable, chained names, slot sharing groups and the
 WordCount example."""
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ SRC = "Source: Sequence Source"
 SINK = "Sink: Print to Std. Out"
 
 
-# -- seed 003: the streaming WordCount ----------------------------------------------------
+# -- Flink's streaming WordCount ----------------------------------------------------
 @pytest.mark.parametrize(
     "make_source,source_name",
     [
@@ -122,7 +122,7 @@ def test_seed_003_word_count_job_graph(make_source, source_name):
         (ids[0], ids[1], "REBALANCE", "ALL_TO_ALL", "PIPELINED_BOUNDED", None),
         (ids[1], ids[2], "HASH", "ALL_TO_ALL", "PIPELINED_BOUNDED", None),
     ]
-    # the chain KeyedAgg(index 0) -> Sink(index 1), as the seed describes
+    # the chain KeyedAgg(index 0) -> Sink(index 1), as Flink builds it
     by_name = {v.name: v for v in job.vertices.values()}
     agg = by_name["Keyed Aggregation -> Sink: Print to Std. Out"]
     assert [(c.operator_name, c.chain_index, c.is_chain_start, c.is_chain_end) for c in agg.chain] == [
@@ -403,7 +403,7 @@ def test_closest_partitioner_to_downstream_wins():
 
 
 def test_nested_partitions_seed_001_add_edge_internal():
-    # seed 001 addEdgeInternal: the partitioner closest to the downstream node is kept
+    # StreamGraph.addEdgeInternal: the partitioner closest to the downstream node is kept
     # ("if (partitioner == null)"), the shuffle mode is overwritten on every virtual
     # partition node, so the one furthest upstream ends up on the edge
     env = new_env(2)

@@ -1,4 +1,4 @@
-"""JobGraph -> ExecutionGraph (seed 001, 003): POINTWISE wiring for 1:1, n:1 and 1:n
+"""JobGraph -> ExecutionGraph (Flink's EdgeManagerBuildUtil): POINTWISE wiring for 1:1, n:1 and 1:n
 (even and uneven), ALL_TO_ALL, partitions and subpartitions, names, attempts, schema."""
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def partition_feeds(eg: ExecutionGraph) -> list[list[int]]:
     return [[e.target.subtask_index for e in p.consumers] for p in result.partitions]
 
 
-# -- seed 001: POINTWISE ----------------------------------------------------------------
+# -- EdgeManagerBuildUtil: POINTWISE ----------------------------------------------------------------
 @pytest.mark.parametrize(
     "s,t,reads",
     [
@@ -75,7 +75,7 @@ def test_pointwise_rescale_wiring(s, t, reads):
 
 
 def test_pointwise_2_to_3_partition_view():
-    # seed 001: two partitions, three consumers -> one partition feeds 2, the other 1
+    # EdgeManagerBuildUtil: two partitions, three consumers -> one partition feeds 2, the other 1
     assert partition_feeds(two_stage(2, 3, lambda ds: ds.rescale())) == [[0, 1], [2]]
 
 

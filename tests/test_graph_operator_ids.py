@@ -1,4 +1,4 @@
-"""Deterministic operator ids (Flink's StreamGraphHasherV2, seed 003): stable across
+"""Deterministic operator ids (Flink's StreamGraphHasherV2): stable across
 interpreter processes, fixed by a user uid, and a duplicate uid is refused."""
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def test_generated_ids_depend_on_chaining():
     env = _program(False, uid=None)
     env.disable_operator_chaining()
     unchained = _ids_by_name(env)
-    # a node's hash includes its chainable outputs (seed 003: "该算子 chain 的下游算子数")
+    # a node's hash includes its chainable outputs (StreamGraphHasherV2: the number of chainable outputs)
     assert chained["Source: Sequence Source"] != unchained["Source: Sequence Source"]
 
 

@@ -8,12 +8,18 @@ from concurrent.futures import Future
 
 import pytest
 
-from raylink.runtime.mailbox import BACK_PRESSURE, IDLE, MailboxProcessor
-from raylink.runtime.metrics import aggregate_by_vertex, back_pressure_status, bottleneck, to_prometheus
 from raylink.loadtest import (
-    ACC_LATENCY, ACC_SINK_COUNT, ACC_SOURCE, LatencySink, RateLimitedSource, _parse_rates, percentiles,
+    ACC_LATENCY,
+    ACC_SINK_COUNT,
+    ACC_SOURCE,
+    LatencySink,
+    RateLimitedSource,
+    _parse_rates,
+    percentiles,
 )
 from raylink.operators.runtime_context import StreamingRuntimeContext
+from raylink.runtime.mailbox import BACK_PRESSURE, IDLE, MailboxProcessor
+from raylink.runtime.metrics import aggregate_by_vertex, back_pressure_status, bottleneck, to_prometheus
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -218,3 +224,33 @@ def test_latency_sink_takes_a_batch_in_one_call_and_samples_it():
     assert sink.count == 641
     assert len(sink.samples) == BATCH_SAMPLES + 1  # a spread sample of the batch + the single record
     assert all(5.0 <= s < 5000 for s in sink.samples)
+
+
+def test_loadtest_without_matplotlib_names_the_plots_extra_before_running(monkeypatch, tmp_path):
+    """No Ray is started and no report folder made: the missing extra is named first."""
+    import sys
+
+    from raylink.extras import MissingExtraError
+    from raylink.loadtest import main
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if raylink[plots] were not installed
+    out = tmp_path / "report"
+    with pytest.raises(MissingExtraError) as info:
+        main(["chain", "--rate", "1000", "--duration", "1", "--output", str(out)])
+    assert str(info.value) == ("the load-test plots needs raylink[plots]: pip install 'raylink[plots]' "
+                               "(matplotlib not installed) (or run raylink loadtest with --no-plots)")
+    assert not out.exists()
+
+
+def test_spark_scenario_without_the_spark_extra_is_listed_as_unavailable(monkeypatch, capsys):
+    import sys
+
+    from raylink.loadtest import main, spark_scenario
+
+    monkeypatch.setitem(sys.modules, "pyspark", None)  # as if raylink[spark] were not installed
+    scenario = spark_scenario()
+    assert not scenario.available
+    assert scenario.unavailable_reason == "needs raylink[spark]: pip install 'raylink[spark]' (pyspark not installed)"
+    assert main(["list"]) == 0
+    [line] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("spark ")]
+    assert line.endswith("  [unavailable: needs raylink[spark]: pip install 'raylink[spark]' (pyspark not installed)]")

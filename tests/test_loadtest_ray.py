@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from raylink import cli
+from raylink.cli import main as cli  # cli.main(argv): the raylink command
 from raylink.loadtest import SCENARIOS, run_one
 
 pytestmark = pytest.mark.timeout(150)

@@ -174,7 +174,7 @@ def test_spark_table_source_resumes_mid_file_after_its_snapshot(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from raylink.connectors.spark.source import ParquetDirectorySourceOperator, SparkTableSource
+    from raylink.connectors.spark.table_source import ParquetDirectorySourceOperator, SparkTableSource
 
     schema = pa.schema([("k", pa.int64())])
     for f in range(3):

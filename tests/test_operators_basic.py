@@ -334,6 +334,22 @@ def _file_sink():
     return FileSink.for_row_format("memory://factory-test", Encoder.simple_string_encoder()).build()
 
 
+def _rules():
+    from raylink.api.state import MapStateDescriptor
+
+    return MapStateDescriptor("rules")
+
+
+def _async_function():
+    from raylink.api.functions import AsyncFunction
+
+    class Echo(AsyncFunction):
+        async def async_invoke(self, value):
+            return [value]
+
+    return Echo()
+
+
 def test_factory_builds_every_kind_with_name_and_id():
     kinds = {
         "source_collection": spec("source_collection", params={"elements": [1]}),
@@ -353,6 +369,14 @@ def test_factory_builds_every_kind_with_name_and_id():
             "keyed_co_process", (print, print), params={"key_selector1": str, "key_selector2": str}
         ),
         "timestamps": spec("timestamps", _watermark_strategy()),
+        "async_wait": spec("async_wait", _async_function(), params={"timeout_ms": 10, "capacity": 3}),
+        "co_broadcast_process": spec(
+            "co_broadcast_process", (print, print), params={"broadcast_state_descriptors": [_rules()]}
+        ),
+        "keyed_co_broadcast_process": spec(
+            "keyed_co_broadcast_process", (print, print), params={"broadcast_state_descriptors": [_rules()]},
+            key_selector=lambda v: v,
+        ),
         "window": spec("window", _window_descriptor(), key_selector=lambda v: v),
         "sink": spec("sink", print),
         "print": spec("print", params={"prefix": "p"}),

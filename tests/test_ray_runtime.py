@@ -8,17 +8,16 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 
 import cloudpickle
 import pytest
 import ray
 
-from raylink.runtime.job_result import JobExecutionException
 from raylink.actors.ray_executor import ensure_ray
 from raylink.api import Configuration, StreamExecutionEnvironment
 from raylink.api.functions import SourceFunction
+from raylink.runtime.job_result import JobExecutionException
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -68,15 +67,20 @@ def expected_rolling_counts():
     return sorted(out)
 
 
+@pytest.mark.parametrize("placement", ["task", "slot"])
 @pytest.mark.parametrize("parallelism", [1, 2, 3, 4])
-def test_word_count_over_several_task_executors(parallelism):
+def test_word_count_over_several_task_executors(parallelism, placement):
     env = ray_env(parallelism)
+    env.configuration.set_string("raylink.task-placement", placement)
     counts = env.from_collection(LINES).flat_map(split).key_by(lambda kv: kv[0]).sum(1)
     it = counts.execute_and_collect()
     assert sorted(it) == expected_rolling_counts()
     result = it.job_execution_result
     executors = {m["executor"] for m in result.task_metrics}
-    assert len(executors) == parallelism
+    tasks = {m["task"] for m in result.task_metrics}
+    # slot: Flink's placement, one process per slot (the default slot sharing group: p slots);
+    # task: one process per subtask
+    assert len(executors) == (parallelism if placement == "slot" else len(tasks))
     if parallelism > 1:  # the keyed exchange crossed actors through remote channels
         assert sum(s["remoteBuffersSent"] for s in result.executor_stats) > 0
     assert alive_task_executors(it.job_client) == 0
@@ -298,6 +302,7 @@ TWO_NODE_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.multinode
 def test_two_node_cluster_runs_subtasks_on_both_nodes_and_fails_on_node_loss(tmp_path):
     script = tmp_path / "two_nodes.py"
     script.write_text(TWO_NODE_SCRIPT)

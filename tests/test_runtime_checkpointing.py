@@ -12,9 +12,8 @@ from collections import Counter
 
 import pytest
 
-from raylink.api import CheckpointingMode, Encoder, FileSink, OutputFileConfig, RollingPolicy
-from raylink.api import CheckpointedFunction
-from raylink.api.functions import MapFunction, SourceFunction
+from raylink.api import CheckpointedFunction, CheckpointingMode, Encoder, FileSink, OutputFileConfig, RollingPolicy
+from raylink.api.functions import CoMapFunction, MapFunction, SourceFunction
 from raylink.bench.failover import KEYS, committed_lines, reference
 from raylink.tests.runtime_jobs import make_env, wait_for
 
@@ -221,6 +220,7 @@ finally:
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
+@pytest.mark.multinode
 def test_a_lost_ray_node_fails_over_to_the_remaining_one_exactly_once(tmp_path):
     import json
     import subprocess
@@ -325,7 +325,7 @@ def test_when_the_strategy_gives_up_the_job_fails_with_the_cause_and_the_restart
     assert "after 2 restarts" in str(info.value) and "this function always fails" in str(info.value)
 
 
-class Tag(MapFunction):
+class Tag(CoMapFunction):
     """Two-input (co-map) side: tags each record with its input."""
 
     def map1(self, value):

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from raylink.runtime.job_result import JobExecutionException
 from raylink.api.functions import KeyedProcessFunction, MapFunction, SourceFunction
+from raylink.runtime.job_result import JobExecutionException
 from raylink.tests.runtime_jobs import (
     CountingSource,
     cause_chain,

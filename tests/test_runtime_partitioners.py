@@ -87,7 +87,7 @@ def pointwise_targets(up, p_up, p_down):
 
 
 def test_pointwise_reference_matches_the_seed_examples():
-    # seed 001: 4 -> 2 two partitions each; 3 -> 2 one task gets 2, the other 1;
+    # EdgeManagerBuildUtil: 4 -> 2 two partitions each; 3 -> 2 one task gets 2, the other 1;
     # 2 -> 4 each partition feeds 2 tasks; 2 -> 3 one partition feeds 2, the other 1
     assert [pointwise_targets(u, 4, 2) for u in range(4)] == [[0], [0], [1], [1]]
     assert sorted(Counter(t for u in range(3) for t in pointwise_targets(u, 3, 2)).values()) == [1, 2]

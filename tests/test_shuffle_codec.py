@@ -1,9 +1,9 @@
 """Codec: round trips keep Python types; unserialisable values name their type."""
 
 import dataclasses
-import enum
 import datetime
 import decimal
+import enum
 import threading
 from collections import namedtuple
 
@@ -254,3 +254,87 @@ def test_an_unserialisable_field_of_a_by_value_record_says_why():
     Click = local_record_classes()[0]
     with pytest.raises(SerializationError, match=r"Click': TypeError: cannot pickle '_thread.lock' object"):
         encode(Click("u", threading.Lock()))
+
+
+# -- declared types: PyFlink's coder semantics on the wire ---------------------------------------------
+def _through(declaration, batches=(), singles=(), timestamped=()):
+    """Records written under ``declaration`` (batches, single records, timestamped batches), decoded."""
+    from raylink.shuffle.serializer import RecordDeserializer, RecordSerializer
+
+    s = RecordSerializer(256, flat_records=declaration)
+    for batch in batches:
+        s.add_records(list(batch))
+    for value in singles:
+        s.add_record(value)
+    for batch in timestamped:
+        s.add_timestamped_records(list(batch), 7)
+    s.flush()
+    decoder = RecordDeserializer()
+    return [v for b, _ in s.take_full_buffers() for g in decoder.feed(b) for v in getattr(g, "values", g)]
+
+
+def test_a_declared_float_is_32_bit_in_batches_single_and_timestamped_records():
+    from raylink.api import Types
+
+    f32 = 0.10000000149011612
+    pairs = Types.TUPLE([Types.STRING(), Types.FLOAT()])
+    out = _through(pairs, batches=[[("a", 0.1), ["b", 1]]], singles=[("c", 0.1)],
+                   timestamped=[[("d", 0.1), ("e", 0.1)]])
+    assert out == [("a", f32), ("b", 1.0), ("c", f32), ("d", f32), ("e", f32)]
+    assert _through(Types.FLOAT(), batches=[[0.1, None, 2]]) == [f32, None, 2.0]
+    with pytest.raises(codec.RecordTypeError, match=r"field 1 of a record declared Types.TUPLE\(\[STRING, FLOAT\]\) "
+                                                    r"is 1e\+39, out of the range of a FLOAT"):
+        _through(pairs, batches=[[("a", 0.5), ("b", 1e39)]])
+
+
+@pytest.mark.parametrize("name, lo, hi", [("BYTE", -128, 127), ("SHORT", -32768, 32767),
+                                          ("INT", -2**31, 2**31 - 1), ("LONG", -2**63, 2**63 - 1)])
+def test_declared_ints_are_range_checked_to_their_width_in_every_path(name, lo, hi):
+    from raylink.api import Types
+
+    t = getattr(Types, name)()
+    assert _through(t, batches=[[lo, hi, None]], singles=[lo], timestamped=[[hi, lo]]) == [lo, hi, None, lo, hi, lo]
+    for bad in (lo - 1, hi + 1):
+        for path in ("batches", "singles", "timestamped"):
+            records = [bad] if path == "singles" else [[0, bad]]
+            range_error = rf"is {bad}, out of the range of an? {name} \({lo} to {hi}\)"
+            with pytest.raises(codec.RecordTypeError, match=range_error):
+                _through(t, **{path: records})
+
+
+def test_a_declared_row_compiles_to_a_converting_declaration_and_arrives_as_named_rows():
+    from raylink.api import Row, RowKind, Types
+
+    kv = Types.ROW_NAMED(["k", "v"], [Types.STRING(), Types.LIST(Types.FLOAT())])
+    compiled = codec.DeclaredFlatType.of(kv)
+    assert isinstance(compiled, codec.DeclaredType) and not compiled.is_flat
+    assert codec.DeclaredFlatType.of(Types.TUPLE([Types.STRING(), Types.INT()])).is_flat
+    assert codec.DeclaredFlatType.of(Types.PICKLED_BYTE_ARRAY()) is None and codec.DeclaredFlatType.of(None) is None
+    out = _through(kv, batches=[[("a", [0.1]), Row(v=[1], k="b")]], singles=[Row.of_kind(RowKind.DELETE, "c", [])],
+                   timestamped=[[["d", (2,)], {"k": "e", "v": None}]])
+    assert [repr(r) for r in out] == ["Row(k='a', v=[0.10000000149011612])", "Row(k='b', v=[1.0])", "Row(k='c', v=[])",
+                                      "Row(k='d', v=[2.0])", "Row(k='e', v=None)"]
+    assert {type(r) for r in out} == {Row} and out[2].get_row_kind() is RowKind.DELETE
+    with pytest.raises(codec.RecordTypeError, match=r"element 0 of field 'v' of a record declared Types.ROW_NAMED"
+                                                    r"\(\['k', 'v'\], \[STRING, LIST\(FLOAT\)\]\) is a str"):
+        _through(kv, batches=[[("a", ["x"])]])
+
+
+def test_other_declared_types_arrive_as_their_python_values():
+    import datetime
+    import decimal
+
+    from raylink.api import Types
+
+    when = datetime.datetime(2024, 5, 1, 12, 0, 0, 123456)
+    cases = [
+        (Types.SQL_TIMESTAMP(), when, datetime.datetime(2024, 5, 1, 12, 0, 0, 123000)),
+        (Types.SQL_DATE(), when, datetime.date(2024, 5, 1)),
+        (Types.BIG_DEC(), 1.5, decimal.Decimal("1.5")),
+        (Types.MAP(Types.STRING(), Types.LIST(Types.INT())), {"a": (1, 2)}, {"a": [1, 2]}),
+        (Types.OBJECT_ARRAY(Types.TUPLE([Types.INT()])), [[1], None], [(1,), None]),
+        (Types.PRIMITIVE_ARRAY(Types.BYTE()), bytearray(b"xy"), b"xy"),
+    ]
+    for declaration, value, expected in cases:
+        out = _through(declaration, batches=[[value]], singles=[value])
+        assert out == [expected, expected] and all(same(o, expected) for o in out), declaration

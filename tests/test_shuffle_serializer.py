@@ -341,13 +341,22 @@ def decoded(serializer):
     return [v for b, _ in serializer.take_full_buffers() for g in decode.feed(b) for v in g]
 
 
-@pytest.mark.parametrize("declared", [False, True])
-def test_ints_beyond_64_bits_in_a_flat_batch_still_round_trip(declared):
-    from raylink.api import Types
-
-    s = RecordSerializer(64, flat_records=Types.TUPLE([Types.STRING(), Types.LONG()]) if declared else None)
+def test_ints_beyond_64_bits_in_a_flat_batch_still_round_trip():
+    s = RecordSerializer(64)
     s.add_records([("a", 1), ("b", 2**70), ("c", -(2**64))])
     assert decoded(s) == [("a", 1), ("b", 2**70), ("c", -(2**64))]
+
+
+def test_a_declared_long_rejects_ints_beyond_64_bits_as_pyflink_s_coder_does():
+    from raylink.api import Types
+
+    s = RecordSerializer(64, flat_records=Types.TUPLE([Types.STRING(), Types.LONG()]))
+    with pytest.raises(codec.RecordTypeError, match=r"^field 1 of a record declared Types\.TUPLE\(\[STRING, LONG\]\) "
+                                                   r"is 1180591620717411303424, out of the range of a LONG "
+                                                   r"\(-9223372036854775808 to 9223372036854775807\): "):
+        s.add_records([("a", 1), ("b", 2**70)])
+    s.add_records([("a", 2**63 - 1), ("b", -(2**63))])
+    assert decoded(s) == [("a", 2**63 - 1), ("b", -(2**63))]
 
 
 class Opaque:

@@ -15,10 +15,10 @@ import cloudpickle
 import pytest
 import ray
 
-from raylink.runtime.job_result import JobExecutionException
 from raylink.api import Configuration, StreamExecutionEnvironment
 from raylink.api.functions import KeyedProcessFunction, ProcessFunction
 from raylink.api.state import ValueStateDescriptor
+from raylink.runtime.job_result import JobExecutionException
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -24,11 +24,20 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Callable, Generic, Optional, Protocol, Sequence, TypeVar
 
 IN = TypeVar("IN")
 CommT = TypeVar("CommT")
 WriterStateT = TypeVar("WriterStateT")
+
+
+class DeliveryGuarantee(Enum):
+    """The guarantee a sink is configured for (Flink's ``DeliveryGuarantee``)."""
+
+    EXACTLY_ONCE = 0
+    AT_LEAST_ONCE = 1
+    NONE = 2
 
 
 class ProcessingTimeService(Protocol):
@@ -142,6 +151,7 @@ class SupportsCommitter(ABC, Generic[CommT]):
 __all__ = [
     "Committer",
     "CommittingSinkWriter",
+    "DeliveryGuarantee",
     "ProcessingTimeService",
     "Sink",
     "SinkWriter",

@@ -45,19 +45,42 @@ class Encoder:
 
 
 class SimpleStringEncoder(Encoder):
-    """Flink's ``SimpleStringEncoder``: the element's string form plus ``\\n``."""
+    """Flink's ``SimpleStringEncoder``: the element's string form plus ``\\n``. The string
+    form is Java's ``toString`` of the record as PyFlink hands it over, the text
+    ``print()`` writes (``(a,5)`` for a TUPLE stream, ``+I[a,5]`` for a ROW, ``str`` for an
+    untyped one; :mod:`raylink.operators.print_format`): ``DataStream.sink_to`` binds
+    the stream's type through ``FileSink._raylink_bind_input_type``."""
 
-    def __init__(self, charset_name: str = "UTF-8") -> None:
+    def __init__(self, charset_name: str = "UTF-8", record_type: Any = None) -> None:
         import codecs
 
         try:
             self.charset_name = codecs.lookup(charset_name).name
         except LookupError:
             raise ValueError(f"Encoder.simple_string_encoder: unknown charset {charset_name!r}") from None
+        self.record_type = record_type
+        self._format: Any = None
+
+    def __getstate__(self) -> dict:
+        return {"charset_name": self.charset_name, "record_type": self.record_type}
+
+    def __setstate__(self, state: dict) -> None:
+        self.charset_name = state["charset_name"]
+        self.record_type = state.get("record_type")
+        self._format = None
 
     def to_bytes(self, element: Any) -> bytes:
         """The encoded record (the writer's fast path: one allocation, no stream call)."""
-        return (str(element) + "\n").encode(self.charset_name)
+        format_record = self._format
+        if format_record is None:
+            if self.record_type is None:
+                format_record = str
+            else:
+                from raylink.operators.print_format import record_formatter
+
+                format_record = record_formatter(self.record_type)
+            self._format = format_record
+        return (format_record(element) + "\n").encode(self.charset_name)
 
     def encode(self, element: Any, stream: BinaryIO) -> None:
         stream.write(self.to_bytes(element))
@@ -368,6 +391,18 @@ class FileSink(Sink, SupportsWriterState, SupportsCommitter):
         return (f"FileSink({self.base_path!r}, {self.encoder!r}, {self.bucket_assigner!r}, "
                 f"{self.rolling_policy!r}, {self.output_file_config!r})")
 
+    def _raylink_bind_input_type(self, type_info: Any) -> "FileSink":
+        """This sink for a stream of ``type_info``: a ``SimpleStringEncoder`` writes its
+        records as Flink's ``toString`` does (``DataStream.sink_to`` calls this)."""
+        encoder = self.encoder
+        if type_info is None or type(encoder) is not SimpleStringEncoder or encoder.record_type is not None:
+            return self
+        import copy
+
+        bound = copy.copy(self)
+        bound.encoder = SimpleStringEncoder(encoder.charset_name, type_info)
+        return bound
+
     # -- Sink V2 --------------------------------------------------------------------------------
     def create_writer(self, context: WriterInitContext):
         """A fresh :class:`raylink.connectors.file_sink.FileWriter` for the subtask."""
@@ -431,7 +466,23 @@ class FileSink(Sink, SupportsWriterState, SupportsCommitter):
                             self._output_file_config, self._bucket_check_interval, self._storage_options)
 
 
+# PyFlink's module has the FileSource too (its classes live in file_source.py)
+from raylink.api.connectors.file_source import (  # noqa: E402
+    BulkFormat,
+    FileEnumeratorProvider,
+    FileSource,
+    FileSourceBuilder,
+    FileSplitAssignerProvider,
+    StreamFormat,
+)
+
 __all__ = [
+    "BulkFormat",
+    "FileEnumeratorProvider",
+    "FileSource",
+    "FileSourceBuilder",
+    "FileSplitAssignerProvider",
+    "StreamFormat",
     "BasePathBucketAssigner",
     "BucketAssigner",
     "BucketAssignerContext",

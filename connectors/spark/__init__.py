@@ -1,4 +1,4 @@
-"""The Spark bridge (RayDP): Spark DataFrames and tables in and out of raylink jobs.
+"""raylink.connectors.spark: the Spark bridge (RayDP), Spark DataFrames and tables in and out of raylink jobs.
 
 Public API::
 
@@ -12,20 +12,33 @@ Public API::
     stream.sink_to_spark(path="/x", flush_interval=5.0)        # one append per interval
     stop()                                    # release what raylink started
 
-See :mod:`.session`, :mod:`.source`, :mod:`.sink` and :mod:`.bridge`.
+Holds, one role per module: :mod:`.session` (Spark on Ray), :mod:`.bridge` (the
+driver's bridge actor and commit thread), :mod:`.types` (schemas between Spark, Arrow
+and streams), :mod:`.identifiers` (table names quoted for SQL), :mod:`.arrow` (records
+⇄ Arrow, blocks → Spark DataFrame), :mod:`.sink` (``sink_to_spark``), :mod:`.results`
+(the result DataFrame of a sink), :mod:`.dataframe_source` (``from_spark``) and
+:mod:`.table_source` (``from_spark_table``).
+
+Needs the ``raylink[spark]`` extra (``pyspark``, ``raydp``): importing this package
+without it raises :class:`raylink.extras.MissingExtraError` naming the extra.
+
+May import: Ray, pyspark, raydp, and ``api``, ``operators``, ``shuffle``, ``runtime``,
+``actors`` (to connect to Ray). Nothing in ``runtime``/``actors`` imports it (the
+result reader registers itself with :mod:`raylink.runtime.job_result`); the DataStream
+API (``env.from_spark``, ``stream.sink_to_spark``) imports it lazily when called.
 """
 
-from raylink.connectors.spark.bridge import CommitError
-from raylink.connectors.spark.session import SparkStartError, active_spark, get_spark, stop
-from raylink.connectors.spark.sink import (
-    SparkSchemaError,
-    SparkSink,
-    get_spark_dataframe,
-    result_rows,
-    result_sinks,
-)
-from raylink.connectors.spark.source import SparkSource
-from raylink.connectors.spark.types import SparkRowType
+from raylink.extras import require_extra
+
+require_extra("spark", "the Spark bridge")
+
+from raylink.connectors.spark.arrow import SparkSchemaError  # noqa: E402
+from raylink.connectors.spark.bridge import CommitError  # noqa: E402
+from raylink.connectors.spark.dataframe_source import SparkSource  # noqa: E402
+from raylink.connectors.spark.results import get_spark_dataframe, result_rows, result_sinks  # noqa: E402
+from raylink.connectors.spark.session import SparkStartError, active_spark, get_spark, stop  # noqa: E402
+from raylink.connectors.spark.sink import SparkSink  # noqa: E402
+from raylink.connectors.spark.types import SparkRowType  # noqa: E402
 
 __all__ = [
     "CommitError",

@@ -3,28 +3,29 @@
 Spark's driver (the py4j JVM of the session) lives only in the driver process,
 while sources and sinks run in TaskExecutor actors. The bridge connects them:
 
-* **Blocks of ``from_spark``.** The driver registers the DataFrame's Ray block
-  refs with the bridge actor (nested in a list, so Ray counts the actor as a
-  borrower); a source subtask fetches them with ``get_blocks`` (it becomes a
-  borrower too) and ``ray.get``\\ s its share. The refs never travel inside the
-  pickled job graph (that would pin them for ever), and the bridge drops a
-  source's refs once every subtask has read them.
-* **Spark writes of the sink.** A sink subtask puts its Arrow blocks in the
-  object store and calls ``commit`` on the bridge actor, which blocks until the
-  driver's commit thread has written them with Spark (RayDP's Arrow-blocks →
-  DataFrame conversion, then ``DataFrameWriter``) and acknowledged. The subtask
-  owns the blocks and waits, so they live until Spark has read them. A bounded
-  sink sends one final commit per subtask: the first ones are only *staged* (acked at
-  once, so no subtask waits on another -- a failing sibling cannot hang the job),
-  the last one triggers *one* Spark write of all of them (so ``mode="overwrite"``
-  means the whole output) and waits for it; the staged blocks stay alive because
-  the job, and so every TaskExecutor, lasts until that last subtask finishes. A
-  continuous sink (``flush_interval``) commits every interval, each an append.
-  A commit fails (instead of waiting for ever) when the driver's commit thread
-  has not polled for ``DRIVER_GONE_S``.
+* **Partitions of ``from_spark``.** A driver thread has Spark turn the DataFrame into
+  Arrow record batches cached on Spark's executors (RayDP's recoverable RDD) and posts
+  where they are (RDD id, executor actor per partition, Arrow schema) with
+  ``put_source``; a source subtask waits for that with ``source_info`` and then reads
+  its partitions straight from the executors (see :mod:`.dataframe_source`). When
+  every subtask has finished (``release_source``) the bridge asks the driver thread to
+  release the cached RDD. Nothing but names and numbers travels in the job graph.
+* **Commits of the sink.** A sink subtask writes Parquet files into its sink's staging
+  folder and calls ``commit`` on the bridge actor, which blocks until the driver's
+  thread has committed them (a file move, or one Spark write; :mod:`.sink`) and
+  acknowledged. A bounded sink sends one final commit per subtask: the first ones are
+  only *staged* (acked at once, so no subtask waits on another -- a failing sibling
+  cannot hang the job), the last one triggers *one* commit of all of them (so
+  ``mode="overwrite"`` means the whole output) and waits for it; a restarted subtask's
+  new final commit replaces its old one (whose files are deleted). A continuous sink
+  (``flush_interval``) commits every interval, each an append. A commit fails (instead
+  of waiting for ever) when the driver's thread has not polled for ``DRIVER_GONE_S``.
 
 The actor is created by (and so owned by) the driver; ``shutdown_bridge`` (from
-``raylink.connectors.spark.stop``) ends the thread and kills the actor.
+``raylink.connectors.spark.stop``) ends the thread and kills the actor. The actor's
+methods run on its thread pool (``max_concurrency``) under one condition variable; the
+driver-side functions are thread-safe (one lock). Plays the part of Flink's
+``SplitEnumerator`` (handing out splits) and of the Sink V2 ``Committer`` on the driver.
 """
 
 from __future__ import annotations
@@ -35,9 +36,11 @@ import threading
 import time
 import uuid
 from collections import deque
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import ray
+
+from raylink.errors import RaylinkError
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +49,7 @@ WAIT_SLICE_S = 1.0
 DRIVER_GONE_S = 30.0
 
 
-class CommitError(RuntimeError):
+class CommitError(RaylinkError, RuntimeError):
     """A Spark write of a sink failed (message says which sink, target and why)."""
 
 
@@ -54,43 +57,60 @@ class CommitError(RuntimeError):
 class SparkBridgeActor:
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._blocks: Dict[str, list] = {}
+        self._sources: Dict[str, dict] = {}
         self._readers: Dict[str, set] = {}
+        self._released: set = set()
         self._requests: deque = deque()
         self._results: Dict[str, Optional[str]] = {}
         self._closed = False
         self._last_take = time.monotonic()
 
-    # -- blocks of from_spark ------------------------------------------------------------------
-    def put_blocks(self, source_id: str, refs: list) -> int:
-        self._blocks[source_id] = list(refs)
-        self._readers[source_id] = set()
-        return len(refs)
+    # -- partitions of from_spark ---------------------------------------------------------------
+    def put_source(self, source_id: str, info: dict) -> None:
+        """Called by the driver once Spark has the source's partitions (or failed: ``error``)."""
+        with self._cond:
+            self._sources[source_id] = info
+            self._readers[source_id] = set()
+            self._cond.notify_all()
 
-    def get_blocks(self, source_id: str) -> list:
-        refs = self._blocks.get(source_id)
-        if refs is None:
-            raise KeyError(
-                f"the blocks of Spark source {source_id} are gone (already read by a finished job, "
-                "or released by raylink.connectors.spark.stop()); call env.from_spark(df) again"
-            )
-        return refs
+    def source_info(self, source_id: str, timeout: float) -> Optional[dict]:
+        """Called by a source subtask: the partitions' whereabouts, None if not ready within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while source_id not in self._sources:
+                if source_id in self._released:
+                    return {"error": (
+                        f"the partitions of Spark source {source_id} are gone (already read by a finished "
+                        "job, or released by raylink.connectors.spark.stop()); call env.from_spark(df) again")}
+                if self._closed:
+                    return {"error": "the Spark bridge was shut down (raylink.connectors.spark.stop())"}
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self._cond.wait(min(left, WAIT_SLICE_S))
+            return self._sources[source_id]
 
-    def release_blocks(self, source_id: str, subtask_index: int, parallelism: int) -> None:
-        readers = self._readers.get(source_id)
-        if readers is None:
-            return
-        readers.add(subtask_index)
-        if len(readers) >= parallelism:
-            self._blocks.pop(source_id, None)
-            self._readers.pop(source_id, None)
+    def release_source(self, source_id: str, subtask_index: int, parallelism: int) -> None:
+        """Called by a source subtask that finished; the last one has the driver release the RDD."""
+        with self._cond:
+            readers = self._readers.get(source_id)
+            if readers is None:
+                return
+            readers.add(subtask_index)
+            if len(readers) >= parallelism:
+                info = self._sources.pop(source_id, None)
+                self._readers.pop(source_id, None)
+                self._released.add(source_id)
+                if info is not None and "error" not in info:
+                    self._requests.append({"kind": "release", "source_id": source_id})
+                    self._cond.notify_all()
 
     def num_sources(self) -> int:
-        return len(self._blocks)
+        return len(self._sources)
 
     # -- commits of Spark sinks ----------------------------------------------------------------
     def commit(self, request: dict) -> None:
-        """Called by a sink subtask: returns once the driver wrote the blocks (or raises)."""
+        """Called by a sink subtask: returns once the driver committed its files (or raises)."""
         request_id = request["id"]
         with self._cond:
             if self._closed:
@@ -134,7 +154,7 @@ class SparkBridgeActor:
 
 # -- driver side ------------------------------------------------------------------------------------
 _lock = threading.RLock()
-_bridge: Dict[str, Any] = {"actor": None, "thread": None, "stop": None, "targets": {}}
+_bridge: Dict[str, Any] = {"actor": None, "thread": None, "stop": None, "targets": {}, "releases": {}}
 
 
 def get_bridge() -> Any:
@@ -147,31 +167,70 @@ def get_bridge() -> Any:
         return actor
 
 
-def register_sink_target(sink_id: str, target: Any) -> Any:
-    """Make the commit thread able to write ``sink_id``'s blocks; returns the bridge actor."""
+def _ensure_thread() -> Any:
     with _lock:
         actor = get_bridge()
-        _bridge["targets"][sink_id] = target
         if _bridge["thread"] is None:
             stop = threading.Event()
-            thread = threading.Thread(target=_commit_loop, args=(actor, stop), name="raylink-spark-commit",
+            thread = threading.Thread(target=_driver_loop, args=(actor, stop), name="raylink-spark-bridge",
                                       daemon=True)
             _bridge.update(thread=thread, stop=stop)
             thread.start()
         return actor
 
 
+def register_sink_target(sink_id: str, target: Any) -> Any:
+    """Make the driver's thread able to commit ``sink_id``'s files; returns the bridge actor.
+
+    ``target`` has ``commit(requests, mode)`` (the files of ``requests`` become visible with
+    ``mode``), ``discard(requests)`` (drop files that will never be committed), ``name``,
+    ``describe()`` and a ``commits`` list."""
+    with _lock:
+        _bridge["targets"][sink_id] = target
+        return _ensure_thread()
+
+
+def register_source_release(source_id: str, release: Callable[[], None]) -> Any:
+    """Run ``release`` on the driver's thread once every subtask of ``source_id`` finished
+    (or at :func:`shutdown_bridge`); returns the bridge actor."""
+    with _lock:
+        _bridge["releases"][source_id] = release
+        return _ensure_thread()
+
+
+def set_source_release(source_id: str, release: Callable[[], None]) -> bool:
+    """Replace the release of a registered source; False (nothing set) when the bridge was shut
+    down since (the caller releases at once)."""
+    with _lock:
+        if source_id not in _bridge["releases"]:
+            return False
+        _bridge["releases"][source_id] = release
+        return True
+
+
+def _run_release(source_id: str) -> None:
+    with _lock:
+        release = _bridge["releases"].pop(source_id, None)
+    if release is not None:
+        try:
+            release()
+        except Exception as exc:  # the session is stopping: its caches go with it
+            log.debug("raylink Spark bridge: releasing source %s: %s", source_id, exc)
+
+
 def shutdown_bridge(timeout: float = 10.0) -> None:
-    """End the commit thread and kill the bridge actor (``stop()``, and at interpreter exit).
+    """End the driver's thread, release what sources still hold and kill the bridge actor
+    (``stop()``, and at interpreter exit).
 
     Never starts Ray: once the user's ``ray.shutdown()`` ran (or Ray's own exit hook did), the
     actor died with the session and only the thread is left to stop. Every Ray call here and in
-    the commit thread is guarded by ``ray.is_initialized()`` -- an actor call or ``ray.get``
+    the driver's thread is guarded by ``ray.is_initialized()`` -- an actor call or ``ray.get``
     on a shut-down driver would otherwise start a new local Ray (Ray's auto-init).
     """
     with _lock:
         actor, thread, stop = _bridge["actor"], _bridge["thread"], _bridge["stop"]
-        _bridge.update(actor=None, thread=None, stop=None, targets={})
+        releases, targets = _bridge["releases"], _bridge["targets"]
+        _bridge.update(actor=None, thread=None, stop=None, targets={}, releases={})
     if stop is not None:
         stop.set()
     if actor is not None and ray.is_initialized():
@@ -181,6 +240,18 @@ def shutdown_bridge(timeout: float = 10.0) -> None:
             pass
     if thread is not None:
         thread.join(timeout)
+    for release in releases.values():
+        try:
+            release()
+        except Exception:
+            pass
+    for target in targets.values():
+        cleanup = getattr(target, "cleanup", None)
+        if cleanup is not None:
+            try:
+                cleanup()
+            except Exception:
+                pass
     if actor is not None and ray.is_initialized():
         try:
             ray.kill(actor, no_restart=True)
@@ -188,7 +259,7 @@ def shutdown_bridge(timeout: float = 10.0) -> None:
             pass
 
 
-def _commit_loop(actor: Any, stop: threading.Event) -> None:
+def _driver_loop(actor: Any, stop: threading.Event) -> None:
     pending: Dict[str, Dict[int, dict]] = {}  # bounded sinks: staged final commits by subtask
     started: set = set()  # continuous sinks that made their first write
     while not stop.is_set():
@@ -198,9 +269,12 @@ def _commit_loop(actor: Any, stop: threading.Event) -> None:
             requests = ray.get(actor.take_commits.remote(COMMIT_POLL_S))
         except Exception as exc:  # the actor is gone: the bridge was shut down
             if not stop.is_set():
-                log.warning("raylink Spark bridge: commit loop ends: %s", exc)
+                log.warning("raylink Spark bridge: driver loop ends: %s", exc)
             return
         for request in requests:
+            if request.get("kind") == "release":
+                _run_release(request["source_id"])
+                continue
             sink_id = request["sink_id"]
             target = _bridge["targets"].get(sink_id)
             if target is None:
@@ -209,15 +283,18 @@ def _commit_loop(actor: Any, stop: threading.Event) -> None:
             if request.get("continuous"):
                 mode = target.mode if sink_id not in started else "append"
                 started.add(sink_id)
-                _write_and_ack(actor, target, [request], mode)
+                _commit_and_ack(actor, target, [request], mode)
                 continue
             group = pending.setdefault(sink_id, {})
+            replaced = group.get(request["subtask"])
+            if replaced is not None:  # a restarted subtask: its earlier attempt's files never count
+                _discard(target, [replaced])
             group[request["subtask"]] = request
             if len(group) >= request["parallelism"]:
                 del pending[sink_id]
-                _write_and_ack(actor, target, list(group.values()), target.mode, ack=[request])
+                _commit_and_ack(actor, target, list(group.values()), target.mode, ack=[request])
             else:
-                _ack(actor, [request], None)  # staged; the last subtask waits for the write
+                _ack(actor, [request], None)  # staged; the last subtask waits for the commit
 
 
 def _ack(actor: Any, requests: List[dict], error: Optional[str]) -> None:
@@ -229,26 +306,35 @@ def _ack(actor: Any, requests: List[dict], error: Optional[str]) -> None:
         pass
 
 
-def _write_and_ack(actor: Any, target: Any, requests: List[dict], mode: str,
-                   ack: Optional[List[dict]] = None) -> None:
-    refs = [ref for r in requests for ref in r["blocks"]]
+def _discard(target: Any, requests: List[dict]) -> None:
+    try:
+        target.discard(requests)
+    except Exception as exc:
+        log.warning("raylink Spark bridge: could not delete staged files of %s: %s", target.name, exc)
+
+
+def _commit_and_ack(actor: Any, target: Any, requests: List[dict], mode: str,
+                    ack: Optional[List[dict]] = None) -> None:
     rows = sum(r["rows"] for r in requests)
+    files = sum(len(r["files"]) for r in requests)
     error = None
     start = time.perf_counter()
     try:
-        target.write(refs, mode)
+        how = target.commit(requests, mode)
     except Exception as exc:  # report to every waiting subtask
         from raylink.connectors.spark.types import _java_message
 
         error = (f"Spark sink '{target.name}' could not write {rows} row(s) to {target.describe()} "
                  f"(mode {mode!r}): {type(exc).__name__}: {_java_message(exc)}")
         log.warning("%s", error)
+        _discard(target, requests)
     else:
-        target.commits.append({"rows": rows, "blocks": len(refs), "mode": mode,
+        target.commits.append({"rows": rows, "files": files, "mode": mode, "how": how,
                                "seconds": round(time.perf_counter() - start, 3)})
     _ack(actor, requests if ack is None else ack, error)
 
 
 atexit.register(shutdown_bridge)
 
-__all__ = ["SparkBridgeActor", "CommitError", "get_bridge", "register_sink_target", "shutdown_bridge"]
+__all__ = ["SparkBridgeActor", "CommitError", "get_bridge", "register_sink_target", "register_source_release",
+           "set_source_release", "shutdown_bridge"]

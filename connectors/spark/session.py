@@ -11,6 +11,16 @@
 
 ``stop()`` releases only what raylink started: the bridge actor, the Spark
 session it started, and the local Ray it started for Spark.
+
+Start-up, as fast as RayDP allows (the phases are in :func:`start_phases`): Spark's
+driver JVM (``spark-submit``, the slowest part) is launched in a thread while RayDP
+starts its master actor and app-master JVM; the executors then register with the
+master; the driver JVM's own connection to Ray (which only ``from_spark`` and RayDP's
+``ray.data.from_spark`` need) is made in a thread after ``get_spark`` returned
+(:func:`wait_driver_connected` waits for it).
+
+Thread-safety: ``get_spark``/``stop`` serialize on one lock; the start threads only
+touch pyspark's and RayDP's own locked state.
 """
 
 from __future__ import annotations
@@ -19,7 +29,11 @@ import os
 import shutil
 import sys
 import threading
+import time
 from typing import Any, Dict, Optional
+
+from raylink.api.options import ConfigOption, SparkConnectorOptions
+from raylink.errors import RaylinkError
 
 #: Java 17 packages Spark and Ray's Java workers reflect into (see DESIGN.md)
 JAVA_OPEN_PACKAGES = (
@@ -34,16 +48,13 @@ JAVA_OPTION_KEYS = (
 )
 
 DEFAULT_APP_NAME = "raylink"
-DEFAULT_EXECUTORS = 1
-DEFAULT_EXECUTOR_CORES = 1
-DEFAULT_EXECUTOR_MEMORY = "1G"
 
-# raylink Configuration keys read by get_spark(configuration=...)
-CONF_EXECUTORS = "raylink.spark.executors"
-CONF_EXECUTOR_CORES = "raylink.spark.executor-cores"
-CONF_EXECUTOR_MEMORY = "raylink.spark.executor-memory"
-CONF_WAREHOUSE = "raylink.spark.warehouse-dir"
-CONF_PREFIX = "raylink.spark.conf."  # raylink.spark.conf.<spark key> = value
+# the options get_spark(configuration=...) reads (raylink.api.options.SparkConnectorOptions)
+CONF_EXECUTORS = SparkConnectorOptions.EXECUTORS
+CONF_EXECUTOR_CORES = SparkConnectorOptions.EXECUTOR_CORES
+CONF_EXECUTOR_MEMORY = SparkConnectorOptions.EXECUTOR_MEMORY
+CONF_WAREHOUSE = SparkConnectorOptions.WAREHOUSE_DIR
+CONF_PREFIX = SparkConnectorOptions.CONF.key  # raylink.spark.conf.<spark key> = value
 
 _SMALL_DEFAULTS = {
     "spark.sql.shuffle.partitions": "4",
@@ -54,9 +65,13 @@ _SMALL_DEFAULTS = {
 
 _lock = threading.RLock()
 _state: Dict[str, Any] = {"spark": None, "started_spark": False, "started_ray": False}
+_phases: Dict[str, float] = {}
+_connected = threading.Event()  # the driver JVM is connected to Ray (or raylink did not start Spark)
+_connect_error: Dict[str, str] = {}
+CONNECT_TIMEOUT_S = 300.0
 
 
-class SparkStartError(RuntimeError):
+class SparkStartError(RaylinkError, RuntimeError):
     """Spark-on-Ray could not be started (no Java, RayDP failure, ...)."""
 
 
@@ -124,10 +139,8 @@ def is_raydp_session(spark: Any) -> bool:
         return False
 
 
-def _conf_value(configuration: Any, key: str, default: Any) -> Any:
-    if configuration is None or not configuration.contains_key(key):
-        return default
-    return configuration.get_string(key)
+def _conf_value(configuration: Any, option: ConfigOption) -> Any:
+    return option.default if configuration is None else configuration.get(option)
 
 
 def get_spark(
@@ -147,12 +160,10 @@ def get_spark(
         ours = _state["spark"]
         if ours is not None:
             return ours
-        num_executors = int(num_executors or _conf_value(configuration, CONF_EXECUTORS, DEFAULT_EXECUTORS))
-        executor_cores = int(executor_cores or _conf_value(configuration, CONF_EXECUTOR_CORES,
-                                                           DEFAULT_EXECUTOR_CORES))
-        executor_memory = executor_memory or _conf_value(configuration, CONF_EXECUTOR_MEMORY,
-                                                         DEFAULT_EXECUTOR_MEMORY)
-        warehouse_dir = warehouse_dir or _conf_value(configuration, CONF_WAREHOUSE, None)
+        num_executors = int(num_executors or _conf_value(configuration, CONF_EXECUTORS))
+        executor_cores = int(executor_cores or _conf_value(configuration, CONF_EXECUTOR_CORES))
+        executor_memory = executor_memory or _conf_value(configuration, CONF_EXECUTOR_MEMORY)
+        warehouse_dir = warehouse_dir or _conf_value(configuration, CONF_WAREHOUSE)
         extra = dict(configs or {})
         if configuration is not None:
             for key in configuration.key_set():
@@ -175,14 +186,22 @@ def get_spark(
             init_ray(os.environ.get("RAY_ADDRESS"), ignore_reinit_error=True,
                      log_to_driver=False, configure_logging=False)
             started_ray = True
+        configs = spark_configs(extra, warehouse_dir)
+        _phases.clear()
+        _connected.clear()
+        _connect_error.clear()
+        started = time.perf_counter()
         try:
+            driver_jvm = _launch_driver_jvm(configs, num_executors, executor_cores, executor_memory)
             spark = raydp.init_spark(
                 app_name or DEFAULT_APP_NAME,
                 num_executors,
                 executor_cores,
                 executor_memory,
-                configs=spark_configs(extra, warehouse_dir),
+                fault_tolerant_mode=False,  # connected below, in a thread
+                configs=configs,
             )
+            driver_jvm.join()
         except BaseException as exc:
             if started_ray:
                 ray.shutdown()
@@ -190,9 +209,76 @@ def get_spark(
                 f"Spark on Ray failed to start ({num_executors} executor(s) x {executor_cores} core(s), "
                 f"{executor_memory}): {type(exc).__name__}: {exc}"
             ) from exc
+        _phases["Spark on Ray (master, driver, context)"] = time.perf_counter() - started
         spark.sparkContext.setLogLevel("ERROR")
+        threading.Thread(target=_connect_driver_to_ray, name="raylink-spark-connect", daemon=True).start()
         _state.update(spark=spark, started_spark=True, started_ray=started_ray)
         return spark
+
+
+def _launch_driver_jvm(configs: Dict[str, str], num_executors: int, executor_cores: int,
+                       executor_memory: Any) -> threading.Thread:
+    """Start pyspark's gateway (Spark's driver JVM) in a thread, with the JVM options RayDP will
+    give it, so it starts while RayDP starts its master; the session then reuses it."""
+    from pyspark import SparkConf, SparkContext
+    from raydp.spark import SparkCluster
+
+    # the driver settings RayDP derives (class path, java agent, host), computed as RayDP does
+    probe = SparkCluster.__new__(SparkCluster)
+    probe._configs = dict(configs)
+    probe._num_executors, probe._executor_cores, probe._executor_memory = (
+        num_executors, executor_cores, executor_memory)
+    probe._prepare_spark_configs()
+    conf = SparkConf(loadDefaults=False)
+    conf.setAll(list(probe._configs.items()))
+
+    def launch() -> None:
+        started = time.perf_counter()
+        try:
+            SparkContext._ensure_initialized(conf=conf)
+        except Exception:  # RayDP's own start launches it (and reports the error)
+            return
+        _phases["driver JVM (in parallel)"] = time.perf_counter() - started
+
+    thread = threading.Thread(target=launch, name="raylink-spark-driver-jvm", daemon=True)
+    thread.start()
+    return thread
+
+
+def _connect_driver_to_ray() -> None:
+    """Connect Spark's driver JVM to Ray (what RayDP's ``fault_tolerant_mode`` does at start)."""
+    import raydp.context as raydp_context
+
+    started = time.perf_counter()
+    try:
+        context = raydp_context._global_spark_context
+        cluster = getattr(context, "_spark_cluster", None)
+        if cluster is None:
+            raise SparkStartError("the Spark session was stopped")
+        cluster.connect_spark_driver_to_ray()
+        context._fault_tolerant_mode = True
+    except Exception as exc:
+        _connect_error["error"] = f"{type(exc).__name__}: {exc}"
+    else:
+        _phases["driver JVM to Ray (after return)"] = time.perf_counter() - started
+    finally:
+        _connected.set()
+
+
+def wait_driver_connected(timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """Wait until Spark's driver JVM is connected to Ray (RayDP's recoverable conversions need
+    it); a session raylink did not start is the user's: taken as it is."""
+    if not _state["started_spark"] or _state["spark"] is None:
+        return
+    if not _connected.wait(timeout):
+        raise SparkStartError(f"Spark's driver JVM did not connect to Ray within {timeout:.0f} s")
+    if _connect_error:
+        raise SparkStartError(f"Spark's driver JVM could not connect to Ray: {_connect_error['error']}")
+
+
+def start_phases() -> Dict[str, float]:
+    """Seconds the last Spark start raylink made spent, by phase."""
+    return dict(_phases)
 
 
 def active_spark() -> Any:
@@ -235,6 +321,8 @@ __all__ = [
     "find_java",
     "java_options",
     "spark_configs",
+    "start_phases",
+    "wait_driver_connected",
     "is_raydp_session",
     "existing_raydp_session",
     "started_by_raylink",

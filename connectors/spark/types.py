@@ -2,7 +2,8 @@
 
 A stream read with ``from_spark`` carries a :class:`SparkRowType` as its type:
 the Spark schema (as JSON, so it ships without a JVM), the matching Arrow
-schema and how records look (``"tuple"`` or ``"dict"``). Operators that keep
+schema and how records look (``"tuple"``, ``"dict"`` or ``"row"``: a PyFlink ``Row``
+named after the columns). Operators that keep
 the type (filter, keyed aggregations) keep it on the stream, so a Spark sink
 downstream can reuse the schema.
 
@@ -20,7 +21,7 @@ import pyarrow as pa
 
 from raylink.api.types import TypeInformation
 
-RECORD_FORMATS = ("tuple", "dict")
+RECORD_FORMATS = ("tuple", "dict", "row")
 
 #: Arrow schema metadata key holding the Spark schema JSON (exact Spark types on the way back)
 SPARK_SCHEMA_METADATA = b"raylink.spark.schema"
@@ -28,7 +29,10 @@ SPARK_SCHEMA_METADATA = b"raylink.spark.schema"
 
 @dataclass(frozen=True)
 class SparkRowType(TypeInformation):
-    """Type of a stream of Spark rows: ``tuple`` (positional) or ``dict`` (by name) records."""
+    """Type of a stream of Spark rows: ``tuple`` (positional), ``dict`` (by name) or ``row``
+    (PyFlink ``Row`` named after the columns) records. A subclass of ``TypeInformation``, so
+    record writers do not apply it as a ``Types.ROW_NAMED`` declaration (the records are
+    Spark's, not converted)."""
 
     schema_json: str = ""
     record_format: str = "tuple"

@@ -1,0 +1,59 @@
+"""The driver's handle on the Ray cluster for scripts: connect, shut down, ship a module, find TaskExecutors.
+
+Benchmarks, examples and demo scripts run jobs on Ray but never import Ray
+themselves (Ray lives in ``actors/``); they use these few helpers instead:
+
+* :func:`ensure_ray` / :func:`shutdown_ray`: connect to ``RAY_ADDRESS`` (else start
+  or reuse a local Ray, with raylink's system config), and disconnect;
+* :func:`available_cpus`: the cluster's CPUs (0 when not connected);
+* :func:`ship_by_value`: pickle a module's functions by value (both ``cloudpickle``
+  and Ray's vendored copy), for a script whose module Ray workers cannot import;
+* :func:`task_executor_pids`: the process ids of a running job's TaskExecutor actors
+  (what Flink's chaos tests kill to exercise failover).
+
+Driver-side only; the functions are as thread-safe as the Ray calls behind them.
+No Flink counterpart (Flink's ``MiniClusterResource`` plays this part in its tests).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+import ray
+
+from raylink.actors.ray_executor import ensure_ray, init_ray
+
+
+def shutdown_ray() -> None:
+    """Disconnect from Ray (stopping a local Ray this process started); no-op when not connected."""
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+def available_cpus() -> float:
+    """CPUs of the connected Ray cluster (0.0 when not connected)."""
+    if not ray.is_initialized():
+        return 0.0
+    return float(ray.cluster_resources().get("CPU", 0.0))
+
+
+def ship_by_value(module: ModuleType) -> None:
+    """Pickle ``module``'s functions and classes by value (Ray workers need not import it)."""
+    import cloudpickle
+    import ray.cloudpickle
+
+    for pickler in (cloudpickle, ray.cloudpickle):
+        pickler.register_pickle_by_value(module)
+
+
+def task_executor_pids(client: Any) -> list[int]:
+    """Process ids of the TaskExecutor actors of a running job (a Ray ``JobClient``), in deployment order."""
+    handles = list(getattr(client, "handles", {}).values())
+    if not handles:
+        raise ValueError("task_executor_pids: the job has no TaskExecutor actors "
+                         "(not running on Ray, not deployed yet, or ended)")
+    return [location["pid"] for location in ray.get([h.location.remote() for h in handles])]
+
+
+__all__ = ["available_cpus", "ensure_ray", "init_ray", "ship_by_value", "shutdown_ray", "task_executor_pids"]

@@ -1,0 +1,18 @@
+"""PyFlink's ``pyflink.datastream.connectors.cassandra``: the Cassandra connector, one of
+Flink's Java connectors, which raylink does not have. Every name PyFlink exports is
+importable, so a migrated program loads; constructing or using one raises
+:class:`~raylink.api.unsupported.UnsupportedFeatureError` naming the alternative."""
+
+from raylink.api.unsupported import define_unsupported, own_source
+
+_NAMES = [
+    "CassandraSink",
+    "ConsistencyLevel",
+    "MapperOptions",
+    "ClusterBuilder",
+    "CassandraCommitter",
+    "CassandraFailureHandler",
+]
+
+__all__ = define_unsupported(globals(), _NAMES, "the Cassandra connector (Java)",
+                             own_source("cassandra-driver"))

@@ -1,0 +1,15 @@
+"""PyFlink's ``pyflink.datastream.connectors.rabbitmq``: the RabbitMQ connector, one of Flink's
+Java connectors, which raylink does not have. Every name PyFlink exports is importable, so a
+migrated program loads; constructing or using one raises
+:class:`~raylink.api.unsupported.UnsupportedFeatureError` naming the alternative."""
+
+from raylink.api.unsupported import define_unsupported, own_source
+
+_NAMES = [
+    "RMQConnectionConfig",
+    "RMQSource",
+    "RMQSink",
+]
+
+__all__ = define_unsupported(globals(), _NAMES, "the RabbitMQ connector (Java)",
+                             own_source("pika"))

@@ -1,0 +1,130 @@
+"""Start-up time: wall clock of a trivial job script, ``python job.py`` to exit.
+
+The job: three elements, one map, collected (``execute_and_collect``) and printed.
+Measured as ``/usr/bin/time`` would (elapsed wall clock of the child process), the
+median of ``--runs`` runs, the modes interleaved round by round (this machine's speed
+drifts between minutes):
+
+* ``session``: against a running session cluster (``raylink cluster start``), ``RAY_ADDRESS`` set;
+* ``per-job, running Ray``: the same Ray, ``raylink.session.enabled=false`` (per-job TaskExecutors);
+* ``per-job, own Ray``: ``RAY_ADDRESS=local``, the script starts (and stops) its own Ray;
+* ``local target``: ``execution.target=local`` (threads in the script's process);
+* ``python -c pass``: the interpreter's own start, for scale.
+
+The bench starts a private Ray head (``ray start --head --block`` in its own temp dir,
+so no other driver on the machine finds it) and stops it, with the session, at the end.
+
+    python bench/startup.py [--runs 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+JOB = '''
+import sys
+from raylink.api import Configuration, StreamExecutionEnvironment
+
+conf = Configuration()
+for item in sys.argv[1:]:
+    key, value = item.split("=", 1)
+    conf.set_string(key, value)
+env = StreamExecutionEnvironment.get_execution_environment(conf)
+with env.from_collection([1, 2, 3]).map(lambda x: x * 2).execute_and_collect() as results:
+    out = sorted(results)
+assert out == [2, 4, 6], out
+print(out)
+'''
+PYTHON = sys.executable
+PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent.parent)
+
+
+def _timed(argv: list[str], env: dict) -> float:
+    started = time.perf_counter()
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    elapsed = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return elapsed
+
+
+def _start_ray(temp_dir: str) -> tuple[subprocess.Popen, str]:
+    from raylink.actors.ray_transport import RAY_SYSTEM_CONFIG
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ray_cli = os.path.join(os.path.dirname(PYTHON), "ray")
+    proc = subprocess.Popen([ray_cli, "start", "--head", "--block", f"--port={port}", f"--temp-dir={temp_dir}",
+                             "--include-dashboard=false", f"--system-config={json.dumps(RAY_SYSTEM_CONFIG)}"],
+                            stdout=open(temp_dir + ".log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                time.sleep(2.0)  # the raylet registers after the GCS listens
+                return proc, f"127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGTERM)
+    raise RuntimeError("the bench's Ray head did not start")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    work = tempfile.mkdtemp(prefix="rlstart")
+    job = os.path.join(work, "job.py")
+    with open(job, "w") as f:
+        f.write(JOB)
+    base = dict(os.environ)
+    base["PYTHONPATH"] = PACKAGE_PARENT + os.pathsep + base.get("PYTHONPATH", "")
+    base.pop("RAY_ADDRESS", None)
+    ray_proc, address = _start_ray(os.path.join("/tmp", f"rlb{os.getpid()}"))
+    on_ray = dict(base, RAY_ADDRESS=address, RAY_AUTH_MODE="token")  # Ray enables its token auth only for a cluster it finds itself
+    modes = {
+        "session cluster (RAY_ADDRESS)": ([PYTHON, job], on_ray),
+        "per-job, running Ray (RAY_ADDRESS)": ([PYTHON, job, "raylink.session.enabled=false"], on_ray),
+        "per-job, own local Ray": ([PYTHON, job], dict(base, RAY_ADDRESS="local")),
+        "local target": ([PYTHON, job, "execution.target=local"], base),
+        "python -c pass": ([PYTHON, "-c", "pass"], base),
+    }
+    times: dict[str, list[float]] = {m: [] for m in modes}
+    cli = [PYTHON, "-m", "raylink", "cluster"]
+    try:
+        for _attempt in range(3):  # a Ray head just started may refuse drivers for a few seconds
+            started = subprocess.run(cli + ["start", "--address", address, "--executors", "2"], env=on_ray,
+                                     capture_output=True, text=True, timeout=180)
+            if started.returncode != 3:
+                break
+        if started.returncode != 0:
+            raise RuntimeError(f"raylink cluster start failed: {started.stderr}")
+        _timed(*modes["session cluster (RAY_ADDRESS)"])  # warm-up: the pool's first lease
+        for _ in range(args.runs):
+            for mode, (argv, env) in modes.items():
+                times[mode].append(_timed(argv, env))
+                print(f"  {mode}: {times[mode][-1]:.2f} s", file=sys.stderr, flush=True)
+    finally:
+        subprocess.run(cli + ["stop", "--address", address], env=on_ray, capture_output=True, timeout=120)
+        os.killpg(ray_proc.pid, signal.SIGTERM)
+        ray_proc.wait(60)
+    print(f"\nTrivial job (3 elements, 1 map, collected): wall clock of `python job.py`, "
+          f"median of {args.runs} (min-max)\n")
+    print("| mode | median s | min s | max s |\n|---|---|---|---|")
+    for mode, values in times.items():
+        print(f"| {mode} | {statistics.median(values):.2f} | {min(values):.2f} | {max(values):.2f} |")
+
+
+if __name__ == "__main__":
+    main()

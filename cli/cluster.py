@@ -1,0 +1,186 @@
+"""``raylink cluster start | stop | status``: a session cluster on Ray (Flink's ``start-cluster.sh``).
+
+``start`` connects to ``--address`` (else ``$RAY_ADDRESS``; else it starts a local
+Ray head, ``ray start --head --block`` in the background, which plain ``ray.init()``
+calls on this machine then find) and starts the session actor
+(:mod:`raylink.actors.session_cluster`) with ``--executors`` warm TaskExecutors.
+``env.execute()`` in any driver connected to that Ray then runs its job on the
+session's executors. ``stop`` kills the session actor and its executors (and the
+local Ray that ``start`` started); ``status`` prints the pool's figures.
+
+:func:`add_parser` declares the sub-commands without importing Ray; the handlers
+import it. Not thread-safe (a command line runs once per process).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Optional
+
+from raylink.cli.common import EXIT_CODES_HELP, EXIT_JOB_FAILED, EXIT_OK, CliError
+
+EXAMPLES = """examples:
+  raylink cluster start --executors 4          # a local Ray and a session with 4 warm TaskExecutors
+  raylink cluster start --address HEAD:6379    # a session on an existing Ray cluster
+  RAY_ADDRESS=HEAD:6379 python job.py          # env.execute() runs on the session's executors
+  raylink cluster status
+  raylink cluster stop
+"""
+RAY_START_TIMEOUT_S = 60.0
+
+
+def add_parser(sub: Any, fmt: type, handler: Any) -> None:
+    """The ``cluster`` sub-command and its ``start`` / ``stop`` / ``status`` actions."""
+    cluster = sub.add_parser("cluster", help="start, stop or show a session cluster (warm TaskExecutors jobs reuse)",
+                             description="A session cluster (Flink's session mode) on Ray: a detached actor "
+                                         "keeping a pool of warm TaskExecutors that every job run on that Ray "
+                                         "reuses.", epilog=EXAMPLES + "\n" + EXIT_CODES_HELP, formatter_class=fmt)
+    action = cluster.add_subparsers(dest="cluster_command", required=True)
+    address_help = "Ray cluster address (HEAD:6379); default: $RAY_ADDRESS, else the local Ray"
+    start = action.add_parser("start", help="start the session cluster (and a local Ray without --address)")
+    start.add_argument("--address", help=address_help + " (started if none)")
+    start.add_argument("--executors", type=int, default=2, help="warm TaskExecutors to start now (2)")
+    start.add_argument("--pool-size", type=int, default=None,
+                       help="most idle TaskExecutors kept warm (default: raylink.session.pool-size)")
+    start.set_defaults(func=handler("cluster", "cmd_start"))
+    stop = action.add_parser("stop", help="stop the session cluster and every TaskExecutor it keeps")
+    stop.add_argument("--address", help=address_help)
+    stop.set_defaults(func=handler("cluster", "cmd_stop"))
+    status = action.add_parser("status", help="the session cluster's pool: idle, leased, created, reused")
+    status.add_argument("--address", help=address_help)
+    status.add_argument("--json", action="store_true", help="print the status as JSON")
+    status.set_defaults(func=handler("cluster", "cmd_status"))
+
+
+def _connect(address: Optional[str], start_local: bool = False) -> Optional[int]:
+    """Connect to ``address`` / ``$RAY_ADDRESS`` / the local Ray; with ``start_local`` and none
+    running, start a local Ray head first and return its ``ray start`` process id."""
+    from raylink.cli.run import connect_ray
+
+    address = address or os.environ.get("RAY_ADDRESS")
+    if address:
+        connect_ray(address)
+        return None
+    import ray
+
+    from raylink.actors.ray_executor import init_ray
+
+    try:
+        init_ray("auto", configure_logging=False, log_to_driver=False)
+        return None
+    except ConnectionError:
+        if not start_local:
+            raise CliError(EXIT_JOB_FAILED, "raylink cluster: no session cluster (no Ray running on this machine; "
+                                            "give --address or set RAY_ADDRESS)") from None
+    pid, address = _start_local_ray()
+    ray.shutdown()
+    connect_ray(address)
+    return pid
+
+
+def _start_local_ray() -> tuple[int, str]:
+    """``ray start --head --block`` in the background (its own session, so it outlives this
+    command) with raylink's system config; returns its process id and the head's address."""
+    from raylink.actors.ray_transport import RAY_SYSTEM_CONFIG
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
+    log = open(os.path.join(tempfile.gettempdir(), f"raylink-cluster-ray-{port}.log"), "w")
+    proc = subprocess.Popen([ray_cli, "start", "--head", "--block", f"--port={port}", "--include-dashboard=false",
+                             f"--system-config={json.dumps(RAY_SYSTEM_CONFIG)}"],
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + RAY_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise CliError(EXIT_JOB_FAILED, f"raylink cluster start: `ray start` exited with {proc.returncode}; "
+                                            f"see {log.name}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return proc.pid, f"127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGTERM)
+    raise CliError(EXIT_JOB_FAILED, f"raylink cluster start: the local Ray did not start within "
+                                    f"{RAY_START_TIMEOUT_S:.0f} s; see {log.name}")
+
+
+def cmd_start(args: Any) -> int:
+    from raylink.api.options import RaylinkOptions
+
+    if args.executors < 0:
+        raise CliError(2, f"raylink cluster start: --executors must be >= 0, got {args.executors}")
+    pool_size = RaylinkOptions.SESSION_POOL_SIZE.default if args.pool_size is None else args.pool_size
+    ray_pid = _connect(args.address, start_local=True)
+    import ray
+
+    from raylink.actors.ray_executor import _executor_runtime_env
+    from raylink.actors.session_cluster import start_session
+
+    info = {"address": ray.get_runtime_context().gcs_address}
+    if ray_pid is not None:
+        info.update(rayPid=ray_pid, rayHost=socket.gethostname())
+    try:
+        start_session(args.executors, pool_size, info,
+                      _executor_runtime_env(RaylinkOptions.MAX_BATCH_BYTES.default))
+    except RuntimeError as exc:
+        raise CliError(EXIT_JOB_FAILED, f"raylink cluster start: {exc}") from None
+    print(f"raylink cluster: session cluster started on {info['address']} with {args.executors} warm "
+          f"TaskExecutor(s) (pool size {pool_size})" + (" and a local Ray" if ray_pid else ""))
+    if ray_pid is None:
+        print(f"run jobs with RAY_ADDRESS={info['address']}")
+    ray.shutdown()
+    return EXIT_OK
+
+
+def cmd_stop(args: Any) -> int:
+    _connect(args.address)
+    import ray
+
+    from raylink.actors.session_cluster import stop_session
+
+    status = stop_session()
+    ray.shutdown()
+    if status is None:
+        raise CliError(EXIT_JOB_FAILED, "raylink cluster stop: no session cluster is running on this Ray cluster")
+    print(f"raylink cluster: session cluster stopped ({status['killed']} TaskExecutor(s) released)")
+    pid = status.get("rayPid")
+    if pid and status.get("rayHost") == socket.gethostname():
+        try:
+            os.killpg(pid, signal.SIGTERM)  # the `ray start --block` that start launched stops its Ray
+            print(f"raylink cluster: stopped the local Ray (pid {pid})")
+        except ProcessLookupError:
+            pass
+    return EXIT_OK
+
+
+def cmd_status(args: Any) -> int:
+    _connect(args.address)
+    import ray
+
+    from raylink.actors.session_cluster import session_status
+
+    status = session_status()
+    ray.shutdown()
+    if status is None:
+        raise CliError(EXIT_JOB_FAILED, "raylink cluster status: no session cluster is running on this Ray cluster")
+    if args.json:
+        print(json.dumps(status, indent=1, sort_keys=True))
+        return EXIT_OK
+    leased = ", ".join(f"{job[:8]}: {n}" for job, n in status["leased"].items()) or "none"
+    print(f"session cluster on {status.get('address', '?')}, up {status['uptimeS']:.0f} s\n"
+          f"  TaskExecutors idle {status['idle']} (pool size {status['poolSize']}), leased by job: {leased}\n"
+          f"  jobs {status['jobs']}, executors created {status['created']}, reused {status['reused']}, "
+          f"discarded {status['discarded']}, lost {status['lost']}")
+    return EXIT_OK
+
+
+__all__ = ["add_parser", "cmd_start", "cmd_status", "cmd_stop"]

@@ -1,0 +1,172 @@
+"""Load-test reports: the one-line summaries, ``report.md`` (a table per run) and the PNG plots.
+
+Input is the report dict :func:`raylink.loadtest.runner.run_loadtest` builds (its
+``runs`` are :func:`~raylink.loadtest.runner.run_one`'s dicts). The plots
+(throughput over time, latency percentiles vs. rate, scaling vs. parallelism,
+TaskExecutor memory) need matplotlib, the ``raylink[plots]`` extra; everything else is
+plain text. Pure functions of their arguments (matplotlib's Agg backend, one figure at
+a time), safe to call from any thread that owns its report. No Flink counterpart.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional
+
+from raylink.extras import require_extra
+
+PLOTS = ("throughput.png", "latency_vs_rate.png", "scaling.png", "memory.png")
+
+
+def require_plots() -> None:
+    """Fail early, naming the extra, when matplotlib is missing."""
+    require_extra("plots", "the load-test plots", hint=" (or run raylink loadtest with --no-plots)")
+
+
+def _mib(n: Optional[int]) -> str:
+    return "-" if n is None else f"{n / 2**20:.0f}"
+
+
+def _rate(r: Optional[float]) -> str:
+    return "max" if r is None else f"{r:,.0f}"
+
+
+def write_markdown(report: dict, path: str) -> None:
+    lines = [f"# raylink loadtest: {report['scenario']}", "", report.get("description", ""), "",
+             f"{report['host']['cpus']} CPUs, Python {report['host']['python']}, {report['createdAt']}", "",
+             "| P | target rec/s | achieved rec/s | held | records | at sink | p50 ms | p95 ms | p99 ms "
+             "| bottleneck | max back pressure | peak RSS / TE (MiB) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in report["runs"]:
+        lat = r["latencyMs"]
+        bp = ", ".join(f"{n}: {v['maxBackPressureStatus']}" for n, v in r["vertices"].items())
+        held = "-" if r["rateHeld"] is None else ("yes" if r["rateHeld"] else "**no**")
+        mem = ", ".join(_mib(m["peakRssBytes"]) for m in r["memory"].values()) or "-"
+        f = (lambda k: f"{lat[k]:.1f}" if k in lat else "-")
+        at_sink = "-" if r["recordsAtSink"] is None else f"{r['recordsAtSink']:,}"
+        lines.append(f"| {r['parallelism']} | {_rate(r['targetRate'])} | {r['achievedRate']:,.0f} | {held} | "
+                     f"{r['recordsEmitted']:,} | {at_sink} | "
+                     f"{f('p50')} | {f('p95')} | {f('p99')} | {r['bottleneck'] or '-'} | {bp} | {mem} |")
+    lines += ["", "## Summary", ""] + [f"- {s}" for s in report["summary"]]
+    lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in report["plots"]]
+    lines += ["", "Back pressure: Flink's levels over the sampled per-second ratios (OK <= 10 %, LOW <= 50 %, "
+              "HIGH above), the worst seen during the run. Bottleneck: the busiest vertex that is not itself "
+              "back pressured (`runtime.metrics.bottleneck`), the most frequent verdict over the samples. "
+              "Latency: sink time minus the source's emit stamp (reservoir sample per sink subtask)."]
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def write_plots(report: dict, out_dir: str) -> list[str]:
+    """Write the four PNG plots (:data:`PLOTS`) into ``out_dir``; their file names."""
+    require_plots()
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = report["runs"]
+    written = []
+
+    def save(fig: Any, name: str) -> None:
+        fig.tight_layout()
+        fig.savefig(os.path.join(out_dir, name), dpi=110)
+        plt.close(fig)
+        written.append(name)
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for r in runs:
+        label = f"P={r['parallelism']} rate={_rate(r['targetRate'])}"
+        for end, style in (("source", "-"), ("sink", "--")):
+            series = r["throughputSeries"][end]
+            if len(series) > 2:  # drop the partial first and last quarter seconds
+                series = series[1:-1]
+            if series:
+                ax.plot([t for t, _ in series], [v for _, v in series], style, label=f"{label} {end}")
+        if r["targetRate"]:
+            ax.axhline(r["targetRate"], color="grey", lw=0.8, ls=":")
+    ax.set_xlabel("time since first record (s)")
+    ax.set_ylabel("records/s")
+    ax.set_title(f"{report['scenario']}: throughput over time (dotted: target)")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    save(fig, "throughput.png")
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for p in sorted({r["parallelism"] for r in runs}):
+        rs = sorted((r for r in runs if r["parallelism"] == p and r["latencyMs"]), key=lambda r: r["achievedRate"])
+        xs = [r["achievedRate"] for r in rs]
+        for q, marker in (("p50", "o"), ("p95", "s"), ("p99", "^")):
+            ax.plot(xs, [r["latencyMs"][q] for r in rs], marker=marker, label=f"P={p} {q}")
+    ax.set_xlabel("achieved throughput (records/s)")
+    ax.set_ylabel("end-to-end latency (ms)")
+    ax.set_yscale("log")
+    ax.set_title(f"{report['scenario']}: latency percentiles vs. rate")
+    ax.grid(alpha=0.3, which="both")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    save(fig, "latency_vs_rate.png")
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for target in sorted({r["targetRate"] or 0 for r in runs}):
+        rs = sorted((r for r in runs if (r["targetRate"] or 0) == target), key=lambda r: r["parallelism"])
+        ax.plot([r["parallelism"] for r in rs], [r["achievedRate"] for r in rs], marker="o",
+                label=f"target {_rate(target or None)}")
+    ax.set_xlabel("parallelism")
+    ax.set_ylabel("achieved records/s")
+    ax.set_title(f"{report['scenario']}: scaling vs. parallelism")
+    ax.set_xticks(sorted({r["parallelism"] for r in runs}))
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    save(fig, "scaling.png")
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for r in runs:
+        for ex, m in r["memory"].items():
+            series = m["rssSeries"]
+            if series:
+                ax.plot([t for t, _ in series], [v / 2**20 for _, v in series], marker=".",
+                        label=f"P={r['parallelism']} rate={_rate(r['targetRate'])} {ex[-4:]}")
+    ax.set_xlabel("time since start (s)")
+    ax.set_ylabel("TaskExecutor RSS (MiB)")
+    ax.set_title(f"{report['scenario']}: TaskExecutor memory")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=6)
+    save(fig, "memory.png")
+    return written
+
+
+def summarize(runs: list[dict]) -> list[str]:
+    out = []
+    for r in runs:
+        head = f"P={r['parallelism']}, rate {_rate(r['targetRate'])}:"
+        lat = r["latencyMs"]
+        latency = (f"latency p50/p95/p99 {lat['p50']:.1f}/{lat['p95']:.1f}/{lat['p99']:.1f} ms"
+                   if lat else "no latency measured")
+        if r["targetRate"] is None:
+            held = f"saturated at {r['achievedRate']:,.0f} records/s"
+        elif r["rateHeld"]:
+            held = f"rate held ({r['achievedRate']:,.0f} records/s)"
+        else:
+            held = (f"rate NOT held: {r['achievedRate']:,.0f} of {r['targetRate']:,.0f} records/s "
+                    f"({100 * r['achievedRate'] / r['targetRate']:.0f} %)")
+        high = [n for n, v in r["vertices"].items() if v["maxBackPressureStatus"] == "HIGH"]
+        bp = f"HIGH back pressure on {', '.join(high)}" if high else "no HIGH back pressure"
+        growth = [m["rssGrowthSecondHalfBytes"] for m in r["memory"].values()
+                  if m["rssGrowthSecondHalfBytes"] is not None]
+        mem = (f"peak RSS/TaskExecutor {max(m['peakRssBytes'] for m in r['memory'].values()) / 2**20:.0f} MiB, "
+               f"RSS growth over the 2nd half {max(growth) / 2**20:+.1f} MiB" if growth else "")
+        neck = r["bottleneck"] or ("none (rate held)" if r["rateHeld"] else "none found")
+        out.append(f"{head} {held}; {latency}; bottleneck: {neck}; {bp}" + (f"; {mem}" if mem else ""))
+    maxed = [r for r in runs if r["targetRate"] is None]
+    if maxed:
+        best = max(maxed, key=lambda r: r["achievedRate"])
+        out.append(f"saturation point: {best['achievedRate']:,.0f} records/s at parallelism {best['parallelism']}")
+    return out
+
+
+__all__ = ["PLOTS", "require_plots", "summarize", "write_markdown", "write_plots"]

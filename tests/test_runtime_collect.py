@@ -1,0 +1,68 @@
+"""``execute_and_collect`` as in PyFlink: the collect sink runs at parallelism 1, records keep
+their upstream order per channel, ``limit=n`` gives the list of the first ``n``."""
+
+from __future__ import annotations
+
+import pytest
+
+from raylink.operators.sources import sequence_split
+from raylink.tests.runtime_jobs import TagSubtask, make_env
+
+pytestmark = pytest.mark.timeout(120)
+
+N = 3000
+
+
+def _per_channel(records):
+    channels: dict = {}
+    for value, channel in records:
+        channels.setdefault(channel, []).append(value)
+    return channels
+
+
+def test_a_parallelism_1_pipeline_collects_in_order(target):
+    env = make_env(target, 1)
+    values = [(i * 7919) % 1009 for i in range(N)]  # not sorted: the order is the source's
+    with env.from_collection(values).map(lambda v: v * 3).execute_and_collect() as results:
+        got = list(results)
+    assert got == [v * 3 for v in values]
+
+
+def test_limit_returns_a_list_of_the_first_n_records(target):
+    env = make_env(target, 1)
+    values = [(i * 31) % 97 for i in range(N)]
+    got = env.from_collection(values).map(lambda v: v + 1).execute_and_collect(limit=17)
+    assert isinstance(got, list)
+    assert got == [v + 1 for v in values[:17]]
+    assert got.job_client.wait(10)
+    assert got.job_client.get_job_status() in ("FINISHED", "CANCELED")
+
+
+def test_the_collect_sink_runs_at_parallelism_1_and_keeps_order_per_channel(target):
+    env = make_env(target, 2)
+    stream = env.from_sequence(1, N).map(TagSubtask())
+    with stream.execute_and_collect("collect p2") as results:
+        got = list(results)
+    subtasks: dict = {}
+    for ev in results.job_client.execution_graph.all_vertices():
+        subtasks.setdefault(ev.job_vertex.job_vertex.name, []).append(ev.subtask_index)
+    assert {name: len(s) for name, s in subtasks.items()} == {
+        "Source: Sequence Source -> Map": 2, "Sink: Collect Sink": 1}
+    channels = _per_channel(got)
+    assert channels == {i: list(sequence_split(1, N, i, 2)) for i in range(2)}
+
+
+def test_limit_on_a_parallel_pipeline_is_a_prefix_of_every_channel(target):
+    env = make_env(target, 2)
+    got = env.from_sequence(1, N).map(TagSubtask()).execute_and_collect(limit=100)
+    assert len(got) == 100
+    for channel, values in _per_channel(got).items():
+        full = list(sequence_split(1, N, channel, 2))
+        assert values == full[:len(values)], f"channel {channel}"
+
+
+@pytest.mark.parametrize("limit", [0, -1, 1.5, True])
+def test_a_bad_limit_is_refused(limit):
+    env = make_env("local", 1)
+    with pytest.raises(ValueError, match=r"execute_and_collect: limit must be greater than 0"):
+        env.from_collection([1, 2]).execute_and_collect(limit=limit)
