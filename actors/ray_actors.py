@@ -198,24 +198,16 @@ class TaskExecutorActor:
     @ray.method(enable_task_events=False)
     def request_partition(self, consumer_id: str, channel_id: str, partition_id: str,
                           subpartition_index: int, initial_credit: int) -> None:
-        if consumer_id not in self.transport.peers:  # a call of a previous job (pooled executor)
-            return
         self.transport.request_partition(consumer_id, channel_id, partition_id, subpartition_index, initial_credit)
 
     @ray.method(enable_task_events=False)
     def receive_buffers(self, producer_id: str, seq: int, batch: list) -> None:
-        if producer_id not in self.transport.peers:
-            return
         self.transport.receive_buffers(producer_id, seq, batch)
 
     @ray.method(enable_task_events=False)
     def add_credit(self, consumer_id: str, credits: list) -> None:
-        if consumer_id not in self.transport.peers:
-            return
         self.transport.add_credit(consumer_id, credits)
 
     @ray.method(enable_task_events=False)
     def set_buffer_size(self, consumer_id: str, sizes: list) -> None:
-        if consumer_id not in self.transport.peers:
-            return
         self.transport.set_buffer_size(consumer_id, sizes)

@@ -358,7 +358,7 @@ class RaylinkOptions:
     COLLECT_MAX_BUFFERED_RECORDS = option("raylink.collect.max-buffered-records", "int", 16 * 1024,
                                           "Records an execute_and_collect sink subtask holds for its "
                                           "reader before it blocks (back pressure).", check=_at_least(1))
-    TASK_PLACEMENT = option("raylink.task-placement", "enum", "task",
+    TASK_PLACEMENT = option("raylink.task-placement", "enum", "slot",
                             "How subtasks map to TaskExecutor processes on Ray: task (each subtask its own "
                             "process, so pipeline stages use separate cores despite Python's GIL) or slot "
                             "(Flink's: a slot's subtasks share one process, taskmanager.numberOfTaskSlots "

@@ -10,6 +10,8 @@ The pipelines, each writing ``(k, v * 2.0)`` as Parquet (``mode="overwrite"``):
          .sink_to_spark(path, "k int, v double", mode="overwrite", format="parquet")
 
 * **raylink → table**: the same into a managed table (``table=``);
+* **same, session**: raylink → path on a session cluster (``raylink cluster start``: warm
+  TaskExecutors, no per-job process start), when one can be started;
 * **Spark Python UDF**: ``df.select("k", udf(lambda v: v * 2.0)("v"))`` written to a path;
 * **Spark native**: ``df.select("k", col("v") * 2.0)`` written to a path.
 
@@ -119,11 +121,14 @@ class PeakWatcher:
 
 
 # -- the pipelines ------------------------------------------------------------------------------------
-def raylink_pipeline(df, out: str, parallelism: int, table: bool) -> dict:
-    from raylink.api import StreamExecutionEnvironment
+def raylink_pipeline(df, out: str, parallelism: int, table: bool, session: bool = False) -> dict:
+    from raylink.api import Configuration, StreamExecutionEnvironment
 
     watcher = PeakWatcher()
-    env = StreamExecutionEnvironment.get_execution_environment()
+    conf = Configuration()
+    if not session:
+        conf.set_string("raylink.session.enabled", "false")  # per-job TaskExecutors, as by default
+    env = StreamExecutionEnvironment.get_execution_environment(conf)
     env.set_parallelism(parallelism)
     stream = env.from_spark(df).map(double_v)
     if table:
@@ -175,7 +180,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--partitions", type=int, default=0,
                         help="partitions of the cached DataFrame (default: 4 per million rows, at least 4)")
     parser.add_argument("--only", nargs="*", default=None,
-                        help="run only these pipelines (raylink-path raylink-table spark-udf spark-native)")
+                        help="run only these pipelines (raylink-path raylink-table raylink-session spark-udf "
+                             "spark-native)")
     args = parser.parse_args(argv)
 
     from pyspark.sql import functions as F
@@ -197,13 +203,24 @@ def main(argv: Optional[List[str]] = None) -> None:
     pipelines: Dict[str, Callable] = {
         "raylink -> path": lambda df, out: raylink_pipeline(df, out, args.parallelism, table=False),
         "raylink -> table": lambda df, out: raylink_pipeline(df, out, args.parallelism, table=True),
+        "  same, session": lambda df, out: raylink_pipeline(df, out, args.parallelism, table=False,
+                                                           session=True),
         "Spark Python UDF": spark_udf_pipeline,
         "Spark native": spark_native_pipeline,
     }
+    keys = {"raylink-path": "raylink -> path", "raylink-table": "raylink -> table",
+            "raylink-session": "  same, session", "spark-udf": "Spark Python UDF", "spark-native": "Spark native"}
     if args.only:
-        keys = {"raylink-path": "raylink -> path", "raylink-table": "raylink -> table",
-                "spark-udf": "Spark Python UDF", "spark-native": "Spark native"}
         pipelines = {keys[o]: pipelines[keys[o]] for o in args.only}
+    session = None
+    if "  same, session" in pipelines:
+        try:
+            from raylink.actors.session_cluster import start_session
+
+            session = start_session(executors=args.parallelism)
+        except Exception as exc:  # no session cluster here: skip the row
+            print(f"(no session cluster: {type(exc).__name__}: {exc})")
+            del pipelines["  same, session"]
     times: Dict[tuple, List[float]] = {}
     peaks: Dict[tuple, dict] = {}
     try:
@@ -217,12 +234,12 @@ def main(argv: Optional[List[str]] = None) -> None:
         for round_no in range(args.rounds):
             for rows, (df, expected_sum) in frames.items():
                 for name, run in pipelines.items():
-                    out = os.path.join(work, f"{name.split()[0]}-{name.split()[-1]}-{rows}")
+                    out = os.path.join(work, f"{name.strip().replace(' ', '_').replace(',', '')}-{rows}")
                     start = time.perf_counter()
                     peak = run(df, out)
                     elapsed = time.perf_counter() - start
                     if round_no == 0:
-                        check(spark, rows, None if name.endswith("table") else out, expected_sum, name)
+                        check(spark, rows, None if name.endswith("table") else out, expected_sum, name.strip())
                     times.setdefault((rows, name), []).append(elapsed)
                     best = peaks.setdefault((rows, name), {})
                     for key, value in peak.items():
@@ -244,6 +261,10 @@ def main(argv: Optional[List[str]] = None) -> None:
         print(f"\n(medians of {args.rounds} interleaved rounds; raylink at parallelism {args.parallelism}, "
               f"Spark: 1 executor x {args.executor_cores} core(s))")
     finally:
+        if session is not None:
+            from raylink.actors.session_cluster import stop_session
+
+            stop_session(session)
         shutil.rmtree(work, ignore_errors=True)
         try:
             spark.sql(f"DROP TABLE IF EXISTS {TABLE}")

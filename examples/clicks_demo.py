@@ -9,11 +9,13 @@ configured:
 2. builds the input table ``clicks_raw`` with Spark: one day of synthetic click
    events (``user, page, ts, ms`` as raw strings, as they come from a log), a few
    of them malformed (no user, empty page, unparsable time or duration);
-3. runs a raylink job on Ray: ``from_spark`` → parse (malformed rows to a side
+3. runs a raylink job on Ray: ``from_spark`` (Spark turns the table into Arrow
+   batches while the job deploys; the sources read them from Spark's executors) → parse (malformed rows to a side
    output) → ``key_by(page)`` → per-page aggregate (clicks, distinct users,
    average/max duration, first/last click, peak hour) emitted at the end of input;
 4. writes the aggregate to the Spark table ``clicks_per_page`` and the malformed
-   rows to ``clicks_malformed`` (``sink_to_spark(table=..., mode="overwrite")``),
+   rows to ``clicks_malformed`` (``sink_to_spark(table=..., mode="overwrite")``: Parquet
+   files the sinks write, moved into the tables at the end),
    reads them back with Spark and prints a short summary;
 5. stops Spark and Ray (only what it started).
 
@@ -169,7 +171,7 @@ def run(rows: int = 100_000, users: int = 5_000, parallelism: int = 2, warehouse
 
         env = StreamExecutionEnvironment.get_execution_environment(Configuration())
         env.set_parallelism(parallelism)
-        build_job(env, clicks, parallelism)  # from_spark: the table becomes Ray blocks here
+        build_job(env, clicks, parallelism)  # from_spark: Spark starts on the table's rows, in the background
         job_start = time.perf_counter()
         result = env.execute("clicks demo")
         job_end = time.perf_counter()
@@ -180,7 +182,7 @@ def run(rows: int = 100_000, users: int = 5_000, parallelism: int = 2, warehouse
         counted = per_page.agg({"clicks": "sum"}).collect()[0][0] or 0
         summary = {
             "rows_in": rows, "pages": pages, "clicks_aggregated": int(counted), "malformed": bad,
-            "spark_start_s": ready - started, "input_s": built - ready, "blocks_s": job_start - built,
+            "spark_start_s": ready - started, "input_s": built - ready, "job_build_s": job_start - built,
             "job_s": job_end - job_start,
             "job_runtime_ms": result.get_net_runtime(), "vertex_metrics": result.vertex_metrics(),
             "warehouse": warehouse,
@@ -191,8 +193,8 @@ def run(rows: int = 100_000, users: int = 5_000, parallelism: int = 2, warehouse
         p(f"  rows in {rows:,} = aggregated {int(counted):,} + malformed {bad}: "
           f"{'ok' if counted + bad == rows else 'MISMATCH'}")
         p(f"  time: Spark on Ray {ready - started:.1f} s, input table {built - ready:.1f} s, "
-          f"Spark -> Ray blocks {job_start - built:.1f} s, raylink job {job_end - job_start:.1f} s "
-          f"(runtime {result.get_net_runtime() / 1000:.1f} s, incl. the Spark writes)")
+          f"job built {job_start - built:.1f} s, raylink job {job_end - job_start:.1f} s "
+          f"(runtime {result.get_net_runtime() / 1000:.1f} s, incl. reading from Spark and the table commits)")
         p("  per vertex (records in / out, subtasks):")
         for name, m in result.vertex_metrics().items():
             p(f"    {name}: {m['numRecordsIn']:,} / {m['numRecordsOut']:,} x{m['subtasks']}")

@@ -13,6 +13,7 @@ import sys
 import time
 from typing import Any, Optional
 
+from raylink.api.options import ExecutionOptions, read_option
 from raylink.loadtest.report import require_plots
 from raylink.loadtest.runner import run_loadtest
 from raylink.loadtest.scenarios import SCENARIOS, resolve_scenario, scenario_names, spark_scenario
@@ -100,7 +101,7 @@ def _soak(args: argparse.Namespace, output: str, scenario: Any) -> int:
     from raylink.actors.cluster import ensure_ray
 
     conf = _parse_conf(args.conf)
-    if conf.get("execution.target", "ray") == "ray":
+    if read_option(conf, ExecutionOptions.TARGET) == "ray":
         ensure_ray()
     report = run_soak(scenario, args.rate[0], args.soak, output, parallelism=args.parallelism[0],
                       sample_interval=args.sample_interval or DEFAULT_SAMPLE_INTERVAL_S,
@@ -133,7 +134,7 @@ def command(args: argparse.Namespace) -> int:
     from raylink.actors.cluster import ensure_ray
 
     conf = _parse_conf(args.conf)
-    if conf.get("execution.target", "ray") == "ray":
+    if read_option(conf, ExecutionOptions.TARGET) == "ray":
         ensure_ray()
     run_loadtest(args.scenario, args.rate, args.parallelism, duration, args.records, output,
                  progress=args.progress or sys.stderr.isatty(), sample_interval=args.sample_interval or 0.5,

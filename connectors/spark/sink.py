@@ -270,6 +270,7 @@ class SparkSink:
         self.location: Optional[str] = None  # a path target, absolute
         self.staging: Optional[str] = None
         self.file_schema = self.arrow_schema
+        self._table_dir: Optional[str] = None  # driver side: the table's folder once committed into
         if self.writes:
             if path is not None:
                 self.location = path if ":" in path.split("/", 1)[0] else os.path.abspath(path)
@@ -294,6 +295,7 @@ class SparkSink:
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["commits"] = []
+        state["_table_dir"] = None
         return state
 
     def describe(self) -> str:
@@ -320,15 +322,20 @@ class SparkSink:
                 spark.catalog.refreshByPath(self.location)
                 return "files"
             if self._plain_parquet() and mode in ("append", "overwrite"):
-                location = self._table_location(spark)
+                table = quote_table_name(self.table)
+                location = self._table_dir if mode == "append" and self._table_dir is not None \
+                    and spark.catalog.tableExists(table) else self._table_location(spark)
                 if location is not None:
                     commit_files(location, self.staging, names, mode, self.file_schema)
-                    spark.catalog.refreshTable(quote_table_name(self.table))
+                    spark.catalog.refreshTable(table)
+                    self._table_dir = location  # a continuous sink's next appends go straight there
                     return "files"
             self._spark_write(spark, names, mode)
             return "spark"
         finally:
             delete_files(self.staging, names)
+            if not any(r.get("continuous") for r in requests):  # a bounded sink's one commit
+                self.cleanup()
 
     def _plain_parquet(self) -> bool:
         return (self.format or "parquet").lower() == "parquet" and not self.partition_by and not self.options
@@ -341,8 +348,9 @@ class SparkSink:
         if not spark.catalog.tableExists(table):
             spark.catalog.createTable(table, schema=schema, source="parquet")
         else:
-            current = spark.table(table).schema
-            if [(f.name, f.dataType) for f in current.fields] != [(f.name, f.dataType) for f in schema.fields]:
+            current = spark.table(table).schema  # a Parquet table's columns are all nullable: compare types only
+            if [(f.name, f.dataType.simpleString()) for f in current.fields] != \
+                    [(f.name, f.dataType.simpleString()) for f in schema.fields]:
                 return None
         info = _describe(spark, table)
         if (info.get("Provider") or "").lower() != "parquet" or info.get("partitioned") or not info.get("Location"):
