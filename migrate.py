@@ -57,7 +57,7 @@ def map_module(name: str) -> Optional[str]:
     """The raylink module for PyFlink module ``name``; ``None`` when no rule applies."""
     for prefix, replacement in IMPORT_RULES:
         if name == prefix or name.startswith(prefix + "."):
-            return replacement + name[len(prefix):]
+            return replacement + name[len(prefix) :]
     return None
 
 
@@ -199,8 +199,10 @@ def migrate_source(source: str, filename: str = "<string>") -> MigrationResult:
     found = list(_import_module_names(_significant(tokens)))
     expected = _ast_import_modules(tree)
     if sorted(name for name, _, _ in found) != sorted(expected):  # pragma: no cover - a tokenizer gap
-        raise MigrationError(f"{filename}: could not locate every import statement "
-                             f"(tokens {sorted(n for n, _, _ in found)} vs ast {sorted(expected)})")
+        raise MigrationError(
+            f"{filename}: could not locate every import statement "
+            f"(tokens {sorted(n for n, _, _ in found)} vs ast {sorted(expected)})"
+        )
     result = MigrationResult(source=source, text=source)
     edits = []
     for name, start, end in found:
@@ -211,11 +213,13 @@ def migrate_source(source: str, filename: str = "<string>") -> MigrationResult:
     for (srow, scol), (erow, ecol), new in sorted(edits, reverse=True):
         head = lines[srow - 1][:scol]
         tail = lines[erow - 1][ecol:]
-        lines[srow - 1:erow] = [head + new + tail]
+        lines[srow - 1 : erow] = [head + new + tail]
     result.text = "".join(lines)
     for line in _unaliased_pyflink_uses(tree):
-        result.warnings.append(f"{filename}:{line}: uses the name 'pyflink' (from 'import pyflink...'); "
-                               "rewrite that expression by hand or import the names it uses")
+        result.warnings.append(
+            f"{filename}:{line}: uses the name 'pyflink' (from 'import pyflink...'); "
+            "rewrite that expression by hand or import the names it uses"
+        )
     return result
 
 
@@ -270,29 +274,35 @@ def _copy_tree_except_python(root: str, output: str) -> None:
                 shutil.copy2(os.path.join(folder, f), dest)
 
 
-DESCRIPTION = ("Rewrite the pyflink imports of Python files for raylink "
-               "(pyflink.common/.datastream -> raylink.api, pyflink -> raylink).")
+DESCRIPTION = (
+    "Rewrite the pyflink imports of Python files for raylink "
+    "(pyflink.common/.datastream -> raylink.api, pyflink -> raylink)."
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of ``raylink migrate``."""
     p.add_argument("paths", nargs="+", metavar="FILE|DIR", help="Python files or directories (*.py, recursively)")
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--dry-run", action="store_true",
-                      help="write nothing; list each import that would change")
+    mode.add_argument("--dry-run", action="store_true", help="write nothing; list each import that would change")
     mode.add_argument("--diff", action="store_true", help="write nothing; print a unified diff")
     mode.add_argument("--stdout", action="store_true", help="write nothing; print the migrated sources")
-    mode.add_argument("-o", "--output", metavar="PATH",
-                      help="write the migrated copy here instead of in place (a file or directory for "
-                           "one FILE, a directory for a DIR: the tree is copied, its .py files migrated)")
+    mode.add_argument(
+        "-o",
+        "--output",
+        metavar="PATH",
+        help="write the migrated copy here instead of in place (a file or directory for "
+        "one FILE, a directory for a DIR: the tree is copied, its .py files migrated)",
+    )
     p.add_argument("--check", action="store_true", help="exit with 1 if any file would change")
     p.add_argument("-q", "--quiet", action="store_true", help="no per-file report on stderr")
 
 
 def register_cli(subparsers: Any) -> None:
     """Add ``migrate`` to the ``raylink`` CLI's sub-commands."""
-    parser = subparsers.add_parser("migrate", help="rewrite a PyFlink program's imports for raylink",
-                                   description=f"raylink migrate: {DESCRIPTION}")
+    parser = subparsers.add_parser(
+        "migrate", help="rewrite a PyFlink program's imports for raylink", description=f"raylink migrate: {DESCRIPTION}"
+    )
     add_arguments(parser)
     parser.set_defaults(func=command)
 
@@ -333,9 +343,14 @@ def command(args: argparse.Namespace) -> int:
                 for r in result.rewrites:
                     print(f"{path}:{r.line}: {r.old} -> {r.new}")
             elif args.diff:
-                sys.stdout.writelines(difflib.unified_diff(
-                    result.source.splitlines(keepends=True), result.text.splitlines(keepends=True),
-                    fromfile=path, tofile=path))
+                sys.stdout.writelines(
+                    difflib.unified_diff(
+                        result.source.splitlines(keepends=True),
+                        result.text.splitlines(keepends=True),
+                        fromfile=path,
+                        tofile=path,
+                    )
+                )
             elif args.stdout:
                 sys.stdout.write(result.text)
             elif not args.check:
@@ -343,20 +358,38 @@ def command(args: argparse.Namespace) -> int:
                 if result.changed or target != path:
                     _write(target, result.text, encoding)
                 if not args.quiet and result.changed:
-                    print(f"migrated {path}" + (f" -> {target}" if target != path else "")
-                          + f" ({len(result.rewrites)} import{'s' if len(result.rewrites) != 1 else ''})",
-                          file=sys.stderr)
+                    print(
+                        f"migrated {path}"
+                        + (f" -> {target}" if target != path else "")
+                        + f" ({len(result.rewrites)} import{'s' if len(result.rewrites) != 1 else ''})",
+                        file=sys.stderr,
+                    )
     if not args.quiet:
         verb = "would change" if (args.dry_run or args.diff or args.stdout or args.check) else "changed"
-        print(f"raylink migrate: {scanned} file{'s' if scanned != 1 else ''} scanned, "
-              f"{changed_files} {verb}", file=sys.stderr)
+        print(
+            f"raylink migrate: {scanned} file{'s' if scanned != 1 else ''} scanned, {changed_files} {verb}",
+            file=sys.stderr,
+        )
     if status == 0 and args.check and changed_files:
         return 1
     return status
 
 
-__all__ = ["DESCRIPTION", "IMPORT_RULES", "MigrationError", "MigrationResult", "Rewrite", "add_arguments",
-           "command", "main", "map_module", "migrate_file", "migrate_source", "python_files", "register_cli"]
+__all__ = [
+    "DESCRIPTION",
+    "IMPORT_RULES",
+    "MigrationError",
+    "MigrationResult",
+    "Rewrite",
+    "add_arguments",
+    "command",
+    "main",
+    "map_module",
+    "migrate_file",
+    "migrate_source",
+    "python_files",
+    "register_cli",
+]
 
 
 if __name__ == "__main__":

@@ -51,8 +51,9 @@ def task_executor_pids(client: Any) -> list[int]:
     """Process ids of the TaskExecutor actors of a running job (a Ray ``JobClient``), in deployment order."""
     handles = list(getattr(client, "handles", {}).values())
     if not handles:
-        raise ValueError("task_executor_pids: the job has no TaskExecutor actors "
-                         "(not running on Ray, not deployed yet, or ended)")
+        raise ValueError(
+            "task_executor_pids: the job has no TaskExecutor actors (not running on Ray, not deployed yet, or ended)"
+        )
     return [location["pid"] for location in ray.get([h.location.remote() for h in handles])]
 
 

@@ -57,8 +57,11 @@ def find_task_executors(job_id: str) -> dict[str, Any]:
     """``{executor id: actor handle}`` of the running job whose id is (or starts with) ``job_id``.
 
     Raises ``LookupError`` naming the running jobs when none, or several, match."""
-    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-             if a.get("namespace") == TASK_EXECUTOR_NAMESPACE and "/" in a.get("name", "")]
+    names = [
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a.get("namespace") == TASK_EXECUTOR_NAMESPACE and "/" in a.get("name", "")
+    ]
     jobs = sorted({n.split("/", 1)[0] for n in names})
     matching = [j for j in jobs if j.startswith(job_id)] if job_id else []
     if len(matching) != 1:
@@ -66,12 +69,16 @@ def find_task_executors(job_id: str) -> dict[str, Any]:
         why = "no running job" if not matching else f"{len(matching)} running jobs"
         raise LookupError(f"{why} with id {job_id!r} on this Ray cluster (running jobs: {known})")
     prefix = matching[0] + "/"
-    return {n[len(prefix):]: ray.get_actor(n, namespace=TASK_EXECUTOR_NAMESPACE)
-            for n in sorted(names) if n.startswith(prefix)}
+    return {
+        n[len(prefix) :]: ray.get_actor(n, namespace=TASK_EXECUTOR_NAMESPACE)
+        for n in sorted(names)
+        if n.startswith(prefix)
+    }
 
 
-def memory_reports(handles: dict, top: int = 20, tracemalloc: bool = False,
-                   timeout: Optional[float] = 60.0) -> list[dict]:
+def memory_reports(
+    handles: dict, top: int = 20, tracemalloc: bool = False, timeout: Optional[float] = 60.0
+) -> list[dict]:
     """Each executor's ``TaskExecutor.memory_report`` (those that answer within ``timeout``)."""
     refs = {h.memory_report.remote(top, tracemalloc): e for e, h in handles.items()}
     ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
@@ -90,8 +97,12 @@ class TaskExecutorActor:
     pooled executor (built with no settings) is ``bind``-ed to each job it serves and ``reset``
     when the job lets it go."""
 
-    def __init__(self, executor_id: str = "pooled", settings: Optional[dict] = None,
-                 max_batch_bytes: int = RaylinkOptions.MAX_BATCH_BYTES.default) -> None:
+    def __init__(
+        self,
+        executor_id: str = "pooled",
+        settings: Optional[dict] = None,
+        max_batch_bytes: int = RaylinkOptions.MAX_BATCH_BYTES.default,
+    ) -> None:
         self._bind(executor_id, settings or {}, max_batch_bytes, freeze=True)
 
     def _bind(self, executor_id: str, settings: dict, max_batch_bytes: int, freeze: bool = False) -> None:
@@ -99,7 +110,10 @@ class TaskExecutorActor:
         tune_gc(read_option(settings, RaylinkOptions.GC_THRESHOLD), freeze)
         network = NetworkSettings(settings)
         self.transport = RayTransport(
-            executor_id, self._partition, buffer_size=network.buffer_size, max_batch_bytes=max_batch_bytes,
+            executor_id,
+            self._partition,
+            buffer_size=network.buffer_size,
+            max_batch_bytes=max_batch_bytes,
             max_batch_delay_ms=float(read_option(settings, RaylinkOptions.MAX_BATCH_DELAY)),
         )
         self.te = TaskExecutor(executor_id, network, self.transport)
@@ -112,8 +126,10 @@ class TaskExecutorActor:
         """Serve a job as ``executor_id`` (a pooled executor, reset): a new TaskExecutor and
         transport with the job's settings and peers; returns :meth:`location`."""
         if self.te.tasks:
-            raise RuntimeError(f"TaskExecutor {self.te.executor_id} still hosts tasks "
-                               f"({len(self.te.tasks)}): reset it before binding it to another job")
+            raise RuntimeError(
+                f"TaskExecutor {self.te.executor_id} still hosts tasks "
+                f"({len(self.te.tasks)}): reset it before binding it to another job"
+            )
         self._bind(executor_id, settings, max_batch_bytes)
         self.transport.register_peers(peers)
         return self.location()
@@ -196,8 +212,9 @@ class TaskExecutorActor:
 
     # -- transport (other TaskExecutors): no task events, they would cost the GCS a report per call --
     @ray.method(enable_task_events=False)
-    def request_partition(self, consumer_id: str, channel_id: str, partition_id: str,
-                          subpartition_index: int, initial_credit: int) -> None:
+    def request_partition(
+        self, consumer_id: str, channel_id: str, partition_id: str, subpartition_index: int, initial_credit: int
+    ) -> None:
         self.transport.request_partition(consumer_id, channel_id, partition_id, subpartition_index, initial_credit)
 
     @ray.method(enable_task_events=False)

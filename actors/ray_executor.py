@@ -72,8 +72,7 @@ def init_ray(address: Optional[str] = None, **kwargs: Any) -> None:
 def ensure_ray() -> None:
     """Connect to the cluster named by RAY_ADDRESS, else start (or reuse) a local Ray."""
     if not ray.is_initialized():
-        init_ray(os.environ.get("RAY_ADDRESS"), ignore_reinit_error=True, log_to_driver=True,
-                 configure_logging=False)
+        init_ray(os.environ.get("RAY_ADDRESS"), ignore_reinit_error=True, log_to_driver=True, configure_logging=False)
 
 
 def _upload_local_packages(env: dict) -> dict:
@@ -160,8 +159,12 @@ class RayJobClient(JobMasterBase):
         if self._session is not None:
             leased = ray.get(self._session.lease.remote(self.job_id, count, _executor_runtime_env(batch, conf)))
             self.handles = {e: h for e, (h, _) in zip(self.executor_ids, leased)}
-            self.locations = dict(zip(self.executor_ids, ray.get(
-                [h.bind.remote(e, settings, batch, self.handles) for e, h in self.handles.items()])))
+            self.locations = dict(
+                zip(
+                    self.executor_ids,
+                    ray.get([h.bind.remote(e, settings, batch, self.handles) for e, h in self.handles.items()]),
+                )
+            )
             self._deploy_tasks(placement, settings, restore, registered=True)
             return
         bundles = self._bundles(mode, executor_of, count)
@@ -185,9 +188,7 @@ class RayJobClient(JobMasterBase):
                     placement_group=self._pg, placement_group_bundle_index=index
                 ),
             ).remote(executor_id, settings, batch)
-        self.locations = dict(
-            zip(self.executor_ids, ray.get([h.location.remote() for h in self.handles.values()]))
-        )
+        self.locations = dict(zip(self.executor_ids, ray.get([h.location.remote() for h in self.handles.values()])))
         self._deploy_tasks(placement, settings, restore, registered=False)
 
     def _deploy_tasks(self, placement: dict, settings: dict, restore: Any, registered: bool) -> None:
@@ -199,8 +200,9 @@ class RayJobClient(JobMasterBase):
         if not registered:
             ray.get([h.register_peers.remote(self.handles) for h in self.handles.values()])
         per_executor: dict[str, list] = {e: [] for e in self.executor_ids}
-        for tdd in create_deployment_descriptors(self.job_id, self.execution_graph, placement, settings,
-                                                 self.checkpoint_storage, restore):
+        for tdd in create_deployment_descriptors(
+            self.job_id, self.execution_graph, placement, settings, self.checkpoint_storage, restore
+        ):
             per_executor[placement[(tdd.job_vertex.id, tdd.subtask_index)]].append(tdd)
         with self._lock:
             self._set_all(ExecutionState.DEPLOYING)
@@ -219,14 +221,15 @@ class RayJobClient(JobMasterBase):
         bundles = [dict(self._bundle) for _ in range(count)]
         for key, executor in executor_of.items():
             share = sharing[slot_of[key]]
-            bundles[executor] = {resource: amount / share if resource == "CPU" else int(amount // share)
-                                 for resource, amount in self._bundle.items()}
+            bundles[executor] = {
+                resource: amount / share if resource == "CPU" else int(amount // share)
+                for resource, amount in self._bundle.items()
+            }
         return bundles
 
     def tasks_on(self, executor_id: str) -> list[str]:
         return sorted(
-            ev.name for ev in self.executions.values()
-            if ev.current_execution.assigned_location == executor_id
+            ev.name for ev in self.executions.values() if ev.current_execution.assigned_location == executor_id
         )
 
     def start(self) -> "RayJobClient":
@@ -238,8 +241,12 @@ class RayJobClient(JobMasterBase):
     def _start_tasks(self) -> None:
         handles = dict(self.handles)
         ray.get([h.start.remote() for h in handles.values()])
-        self._monitor = threading.Thread(target=self._monitor_loop, args=(self._generation, handles),
-                                         name=f"JobMaster {self.job_id[:6]}", daemon=True)
+        self._monitor = threading.Thread(
+            target=self._monitor_loop,
+            args=(self._generation, handles),
+            name=f"JobMaster {self.job_id[:6]}",
+            daemon=True,
+        )
         self._monitor.start()
 
     def _monitor_loop(self, generation: int, handles: dict) -> None:
@@ -264,8 +271,12 @@ class RayJobClient(JobMasterBase):
                 try:
                     events = cloudpickle.loads(data)
                 except Exception as exc:  # e.g. an accumulator of a class the driver cannot load
-                    self.fail(RuntimeError(f"the reports of TaskExecutor {executor_id} could not be read "
-                                           f"in the driver: {type(exc).__name__}: {exc}"))
+                    self.fail(
+                        RuntimeError(
+                            f"the reports of TaskExecutor {executor_id} could not be read "
+                            f"in the driver: {type(exc).__name__}: {exc}"
+                        )
+                    )
                     return
                 for event in events:
                     self.on_task_event(event)
@@ -291,8 +302,11 @@ class RayJobClient(JobMasterBase):
             try:
                 out.extend(cloudpickle.loads(ray.get(ref)))
             except Exception:  # the executor is gone (the job fails): its collect sinks ended
-                out.extend((a, "", [], True) for a in self._open_collectors
-                           if self.executions[a].current_execution.assigned_location == executor_id)
+                out.extend(
+                    (a, "", [], True)
+                    for a in self._open_collectors
+                    if self.executions[a].current_execution.assigned_location == executor_id
+                )
         return out
 
     def _cancel_all_tasks(self) -> None:
@@ -335,8 +349,10 @@ class RayJobClient(JobMasterBase):
         if self._session is not None:
             if self.handles:
                 try:
-                    ray.get(self._session.release.remote(self.job_id, list(self.handles.values())),
-                            timeout=PLACEMENT_TIMEOUT_S)
+                    ray.get(
+                        self._session.release.remote(self.job_id, list(self.handles.values())),
+                        timeout=PLACEMENT_TIMEOUT_S,
+                    )
                 except Exception:  # the session is gone (stopped): its executors died with it
                     pass
             return

@@ -142,8 +142,9 @@ class PartitionRequestQueue(_Connection):
                 response = reader.poll_next()
                 if response is None:
                     break
-                batch.append((reader.receiver_id, response.buffer, response.is_event, response.backlog,
-                              response.sequence_number))
+                batch.append(
+                    (reader.receiver_id, response.buffer, response.is_event, response.backlog, response.sequence_number)
+                )
                 size += len(response.buffer)
             if size >= limit:
                 self.num_buffers += len(batch)
@@ -240,9 +241,12 @@ class RayTransport:
             )
 
         channel = CreditBasedInputChannel(
-            floating_pool, exclusive_buffers, network_pool,
+            floating_pool,
+            exclusive_buffers,
+            network_pool,
             announce_credit=lambda n: announcer.announce(channel_id, n),
-            min_credit=2 * batch, announce_threshold=batch,
+            min_credit=2 * batch,
+            announce_threshold=batch,
             request=request,
             announce_buffer_size=lambda size: announcer.announce_buffer_size(channel_id, size),
         )
@@ -262,9 +266,7 @@ class RayTransport:
                 ready = pending.pop(inbound.next_seq)
                 inbound.next_seq += 1
                 for channel_id, buffer, is_event, backlog, sequence_number in ready:
-                    channels[channel_id].on_buffer(
-                        BufferResponse(buffer, is_event, backlog, sequence_number)
-                    )
+                    channels[channel_id].on_buffer(BufferResponse(buffer, is_event, backlog, sequence_number))
 
     # -- producer side -----------------------------------------------------------------------
     def request_partition(
@@ -318,12 +320,13 @@ class RayTransport:
             "remoteCalls": sum(q.num_calls for q in self._queues.values()),
             "remoteCreditCalls": sum(a.num_calls for a in self._announcers.values()),
             "remoteChannels": len(self._channels),
-            "maxBuffersInFlightPerChannel": max(
-                (c.max_buffers_in_flight for c in self._channels.values()), default=0
-            ),
+            "maxBuffersInFlightPerChannel": max((c.max_buffers_in_flight for c in self._channels.values()), default=0),
             "creditPerChannel": max(
-                (c.initial_credit + (c.floating_pool.max_buffers or 0 if c.floating_pool else 0)
-                 for c in self._channels.values()), default=0
+                (
+                    c.initial_credit + (c.floating_pool.max_buffers or 0 if c.floating_pool else 0)
+                    for c in self._channels.values()
+                ),
+                default=0,
             ),
         }
 

@@ -65,8 +65,9 @@ class SessionClusterActor:
 
     def _create(self, runtime_env: Optional[dict]) -> Any:
         self.counters["created"] += 1
-        return TaskExecutorActor.options(num_cpus=0, max_concurrency=32, runtime_env=runtime_env,
-                                         scheduling_strategy="SPREAD").remote()
+        return TaskExecutorActor.options(
+            num_cpus=0, max_concurrency=32, runtime_env=runtime_env, scheduling_strategy="SPREAD"
+        ).remote()
 
     async def prewarm(self, count: int, runtime_env: Optional[dict] = None) -> int:
         """Start executors until ``count`` idle ones (in ``runtime_env``) are ready; returns the idle count."""
@@ -179,15 +180,19 @@ def find_session() -> Optional[Any]:
         return None
 
 
-def start_session(executors: int = 0, pool_size: int = 16, info: Optional[dict] = None,
-                  runtime_env: Optional[dict] = None) -> Any:
+def start_session(
+    executors: int = 0, pool_size: int = 16, info: Optional[dict] = None, runtime_env: Optional[dict] = None
+) -> Any:
     """Start the session cluster (a detached named actor) with ``executors`` warm TaskExecutors;
     raises ``RuntimeError`` when one is already running."""
     if find_session() is not None:
-        raise RuntimeError(f"a session cluster is already running on this Ray cluster "
-                           f"(actor {SESSION_NAME!r} in namespace {SESSION_NAMESPACE!r})")
-    session = SessionClusterActor.options(name=SESSION_NAME, namespace=SESSION_NAMESPACE,
-                                          lifetime="detached").remote(max(pool_size, executors), info)
+        raise RuntimeError(
+            f"a session cluster is already running on this Ray cluster "
+            f"(actor {SESSION_NAME!r} in namespace {SESSION_NAMESPACE!r})"
+        )
+    session = SessionClusterActor.options(name=SESSION_NAME, namespace=SESSION_NAMESPACE, lifetime="detached").remote(
+        max(pool_size, executors), info
+    )
     ray.get(session.prewarm.remote(executors, runtime_env))
     return session
 
@@ -210,5 +215,12 @@ def session_status() -> Optional[dict]:
     return None if session is None else ray.get(session.status.remote())
 
 
-__all__ = ["SESSION_NAME", "SESSION_NAMESPACE", "SessionClusterActor", "find_session", "session_status",
-           "start_session", "stop_session"]
+__all__ = [
+    "SESSION_NAME",
+    "SESSION_NAMESPACE",
+    "SessionClusterActor",
+    "find_session",
+    "session_status",
+    "start_session",
+    "stop_session",
+]

@@ -52,8 +52,13 @@ class NoRetryStrategy(AsyncRetryStrategy, _Generic):
 class FixedDelayRetryStrategy(AsyncRetryStrategy, _Generic):
     """Up to ``max_attempts`` retries, ``backoff_time_millis`` apart."""
 
-    def __init__(self, max_attempts: int, backoff_time_millis: int, result_predicate: ResultPredicate,
-                 exception_predicate: ExceptionPredicate) -> None:
+    def __init__(
+        self,
+        max_attempts: int,
+        backoff_time_millis: int,
+        result_predicate: ResultPredicate,
+        exception_predicate: ExceptionPredicate,
+    ) -> None:
         _positive(max_attempts, "max_attempts")
         _positive(backoff_time_millis, "backoff_time_millis")
         self._max_attempts = max_attempts
@@ -75,8 +80,15 @@ class ExponentialBackoffDelayRetryStrategy(AsyncRetryStrategy, _Generic):
     """Up to ``max_attempts`` retries; the first after ``initial_delay`` ms, each next one
     ``multiplier`` times later than the one before, at most ``max_retry_delay`` ms."""
 
-    def __init__(self, max_attempts: int, initial_delay: int, max_retry_delay: int, multiplier: float,
-                 result_predicate: ResultPredicate, exception_predicate: ExceptionPredicate) -> None:
+    def __init__(
+        self,
+        max_attempts: int,
+        initial_delay: int,
+        max_retry_delay: int,
+        multiplier: float,
+        result_predicate: ResultPredicate,
+        exception_predicate: ExceptionPredicate,
+    ) -> None:
         _positive(max_attempts, "max_attempts")
         _positive(initial_delay, "initial_delay")
         _positive(max_retry_delay, "max_retry_delay")

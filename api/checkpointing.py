@@ -70,8 +70,9 @@ class CheckpointConfig:
     def set_min_pause_between_checkpoints(self, min_pause_between_checkpoints: int) -> "CheckpointConfig":
         if min_pause_between_checkpoints < 0:
             raise ValueError("Pause value must be zero or positive")
-        self._conf.set_string(CheckpointingOptions.MIN_PAUSE_BETWEEN_CHECKPOINTS.key,
-                              f"{int(min_pause_between_checkpoints)} ms")
+        self._conf.set_string(
+            CheckpointingOptions.MIN_PAUSE_BETWEEN_CHECKPOINTS.key, f"{int(min_pause_between_checkpoints)} ms"
+        )
         return self
 
     def get_max_concurrent_checkpoints(self) -> int:

@@ -32,8 +32,7 @@ class TimestampedValue:
         return self.timestamp is not None
 
     def __eq__(self, other: object) -> bool:
-        return (isinstance(other, TimestampedValue) and other.value == self.value
-                and other.timestamp == self.timestamp)
+        return isinstance(other, TimestampedValue) and other.value == self.value and other.timestamp == self.timestamp
 
     def __repr__(self) -> str:
         return f"TimestampedValue({self.value!r}, {self.timestamp!r})"
@@ -78,7 +77,7 @@ class CountEvictor(Evictor):
 
     def _evict(self, elements: List[TimestampedValue], size: int) -> None:
         if size > self.max_count:
-            del elements[:size - self.max_count]
+            del elements[: size - self.max_count]
 
     def evict_before(self, elements: List[TimestampedValue], size: int, window: Any, evictor_context: Any) -> None:
         if not self.do_evict_after:

@@ -35,9 +35,7 @@ class RuntimeExecutionMode(Enum):
         try:
             return RuntimeExecutionMode[name]
         except KeyError:
-            raise ValueError(
-                f"{value!r} is not a runtime execution mode (STREAMING, BATCH or AUTOMATIC)"
-            ) from None
+            raise ValueError(f"{value!r} is not a runtime execution mode (STREAMING, BATCH or AUTOMATIC)") from None
 
 
 __all__ = ["RuntimeExecutionMode"]

@@ -375,13 +375,15 @@ class KeyedBroadcastProcessFunction(BaseBroadcastProcessFunction):
             """Whether the firing timer is an event-time or a processing-time timer."""
 
     @abstractmethod
-    def process_element(self, value: Any,
-                        ctx: "KeyedBroadcastProcessFunction.ReadOnlyContext") -> Optional[Iterable[Any]]:
+    def process_element(
+        self, value: Any, ctx: "KeyedBroadcastProcessFunction.ReadOnlyContext"
+    ) -> Optional[Iterable[Any]]:
         """Called for each element of the keyed stream; yields the outputs."""
 
     @abstractmethod
-    def process_broadcast_element(self, value: Any,
-                                  ctx: "KeyedBroadcastProcessFunction.Context") -> Optional[Iterable[Any]]:
+    def process_broadcast_element(
+        self, value: Any, ctx: "KeyedBroadcastProcessFunction.Context"
+    ) -> Optional[Iterable[Any]]:
         """Called for each element of the broadcast stream (in every parallel instance)."""
 
     def on_timer(self, timestamp: int, ctx: "KeyedBroadcastProcessFunction.OnTimerContext") -> Optional[Iterable[Any]]:
@@ -647,20 +649,27 @@ class AsyncRetryStrategy(ABC, _Generic):
         return NO_RETRY_STRATEGY
 
     @staticmethod
-    def fixed_delay(max_attempts: int, backoff_time_millis: int, result_predicate: Optional[Any],
-                    exception_predicate: Optional[Any]) -> "AsyncRetryStrategy":
+    def fixed_delay(
+        max_attempts: int, backoff_time_millis: int, result_predicate: Optional[Any], exception_predicate: Optional[Any]
+    ) -> "AsyncRetryStrategy":
         from raylink.api.async_retry_strategies import FixedDelayRetryStrategy
 
         return FixedDelayRetryStrategy(max_attempts, backoff_time_millis, result_predicate, exception_predicate)
 
     @staticmethod
-    def exponential_backoff(max_attempts: int, initial_delay: int, max_retry_delay: int, multiplier: float,
-                            result_predicate: Optional[Any], exception_predicate: Optional[Any]
-                            ) -> "AsyncRetryStrategy":
+    def exponential_backoff(
+        max_attempts: int,
+        initial_delay: int,
+        max_retry_delay: int,
+        multiplier: float,
+        result_predicate: Optional[Any],
+        exception_predicate: Optional[Any],
+    ) -> "AsyncRetryStrategy":
         from raylink.api.async_retry_strategies import ExponentialBackoffDelayRetryStrategy
 
-        return ExponentialBackoffDelayRetryStrategy(max_attempts, initial_delay, max_retry_delay, multiplier,
-                                                    result_predicate, exception_predicate)
+        return ExponentialBackoffDelayRetryStrategy(
+            max_attempts, initial_delay, max_retry_delay, multiplier, result_predicate, exception_predicate
+        )
 
 
 __all__ = [

@@ -72,16 +72,15 @@ _S = JobStatus
 #: state -> the states Flink's schedulers move a job to from there
 _TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     _S.INITIALIZING: frozenset({_S.CREATED, _S.FAILED, _S.CANCELED, _S.SUSPENDED}),
-    _S.CREATED: frozenset({_S.RUNNING, _S.FAILING, _S.FAILED, _S.CANCELLING, _S.CANCELED, _S.SUSPENDED,
-                           _S.RECONCILING}),
+    _S.CREATED: frozenset(
+        {_S.RUNNING, _S.FAILING, _S.FAILED, _S.CANCELLING, _S.CANCELED, _S.SUSPENDED, _S.RECONCILING}
+    ),
     _S.RUNNING: frozenset({_S.FAILING, _S.CANCELLING, _S.FINISHED, _S.RESTARTING, _S.SUSPENDED}),
     _S.FAILING: frozenset({_S.FAILED, _S.RESTARTING, _S.CANCELLING, _S.SUSPENDED}),
     # a failure while cancelling fails the job (the ExecutionGraph's failGlobal)
     _S.CANCELLING: frozenset({_S.CANCELED, _S.FAILING, _S.SUSPENDED}),
-    _S.RESTARTING: frozenset({_S.RUNNING, _S.CREATED, _S.FAILING, _S.FAILED, _S.CANCELLING, _S.CANCELED,
-                              _S.SUSPENDED}),
-    _S.RECONCILING: frozenset({_S.RUNNING, _S.FAILING, _S.CANCELLING, _S.FINISHED, _S.RESTARTING,
-                               _S.SUSPENDED}),
+    _S.RESTARTING: frozenset({_S.RUNNING, _S.CREATED, _S.FAILING, _S.FAILED, _S.CANCELLING, _S.CANCELED, _S.SUSPENDED}),
+    _S.RECONCILING: frozenset({_S.RUNNING, _S.FAILING, _S.CANCELLING, _S.FINISHED, _S.RESTARTING, _S.SUSPENDED}),
     _S.SUSPENDED: frozenset(),
     _S.FAILED: frozenset(),
     _S.CANCELED: frozenset(),

@@ -36,18 +36,44 @@ class IllegalConfigurationError(RaylinkError, ValueError):
 
 # -- value parsers (each raises ValueError with a message that names the value) ------------------
 _MEMORY_UNITS = {
-    "": 1, "b": 1, "bytes": 1,
-    "k": 1 << 10, "kb": 1 << 10, "kibibytes": 1 << 10,
-    "m": 1 << 20, "mb": 1 << 20, "mebibytes": 1 << 20,
-    "g": 1 << 30, "gb": 1 << 30, "gibibytes": 1 << 30,
-    "t": 1 << 40, "tb": 1 << 40, "tebibytes": 1 << 40,
+    "": 1,
+    "b": 1,
+    "bytes": 1,
+    "k": 1 << 10,
+    "kb": 1 << 10,
+    "kibibytes": 1 << 10,
+    "m": 1 << 20,
+    "mb": 1 << 20,
+    "mebibytes": 1 << 20,
+    "g": 1 << 30,
+    "gb": 1 << 30,
+    "gibibytes": 1 << 30,
+    "t": 1 << 40,
+    "tb": 1 << 40,
+    "tebibytes": 1 << 40,
 }
 _DURATION_UNITS = {
-    "": 1, "ms": 1, "milli": 1, "millis": 1, "millisecond": 1, "milliseconds": 1,
-    "s": 1000, "sec": 1000, "secs": 1000, "second": 1000, "seconds": 1000,
-    "min": 60_000, "m": 60_000, "minute": 60_000, "minutes": 60_000,
-    "h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000,
-    "d": 86_400_000, "day": 86_400_000, "days": 86_400_000,
+    "": 1,
+    "ms": 1,
+    "milli": 1,
+    "millis": 1,
+    "millisecond": 1,
+    "milliseconds": 1,
+    "s": 1000,
+    "sec": 1000,
+    "secs": 1000,
+    "second": 1000,
+    "seconds": 1000,
+    "min": 60_000,
+    "m": 60_000,
+    "minute": 60_000,
+    "minutes": 60_000,
+    "h": 3_600_000,
+    "hour": 3_600_000,
+    "hours": 3_600_000,
+    "d": 86_400_000,
+    "day": 86_400_000,
+    "days": 86_400_000,
 }
 _AMOUNT = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
@@ -112,8 +138,13 @@ def parse_str(value: Any) -> str:
 
 
 _PARSERS: dict[str, Callable[[Any], Any]] = {
-    "int": parse_int, "float": parse_float, "bool": parse_bool, "str": parse_str,
-    "duration": parse_duration_ms, "memory": parse_memory, "enum": parse_str,
+    "int": parse_int,
+    "float": parse_float,
+    "bool": parse_bool,
+    "str": parse_str,
+    "duration": parse_duration_ms,
+    "memory": parse_memory,
+    "enum": parse_str,
 }
 
 
@@ -201,6 +232,7 @@ def _at_least(minimum: float, what: str = "") -> Callable[[Any], None]:
     def check(value: Any) -> None:
         if value < minimum:
             raise ValueError(f"{value} is below the minimum {minimum}{what}")
+
     return check
 
 
@@ -223,6 +255,7 @@ def _bytes_at_least(minimum: int) -> Callable[[int], None]:
     def check(value: int) -> None:
         if value < minimum:
             raise ValueError(f"{value} is below the minimum of {minimum} bytes")
+
     return check
 
 
@@ -266,222 +299,476 @@ def _inline_threshold(value: int) -> None:
 
 # -- the options, grouped as Flink groups them ------------------------------------------------------
 class CoreOptions:
-    DEFAULT_PARALLELISM = option("parallelism.default", "int", 1, "Default parallelism of operators.",
-                                 check=_at_least(1))
+    DEFAULT_PARALLELISM = option(
+        "parallelism.default", "int", 1, "Default parallelism of operators.", check=_at_least(1)
+    )
 
 
 class PipelineOptions:
     NAME = option("pipeline.name", "str", "raylink job", "Job name when execute() is given none.")
-    MAX_PARALLELISM = option("pipeline.max-parallelism", "int", -1,
-                             "Max parallelism (number of key groups); -1 derives it from the parallelism.",
-                             check=_max_parallelism)
+    MAX_PARALLELISM = option(
+        "pipeline.max-parallelism",
+        "int",
+        -1,
+        "Max parallelism (number of key groups); -1 derives it from the parallelism.",
+        check=_max_parallelism,
+    )
     OPERATOR_CHAINING = option("pipeline.operator-chaining", "bool", True, "Chain operators where Flink would.")
-    AUTO_WATERMARK_INTERVAL = option("pipeline.auto-watermark-interval", "duration", 200,
-                                     "How often periodic watermarks are emitted (0 disables them).",
-                                     check=_at_least(0))
+    AUTO_WATERMARK_INTERVAL = option(
+        "pipeline.auto-watermark-interval",
+        "duration",
+        200,
+        "How often periodic watermarks are emitted (0 disables them).",
+        check=_at_least(0),
+    )
 
 
 class ExecutionOptions:
-    BUFFER_TIMEOUT = option("execution.buffer-timeout", "duration", 100,
-                            "Longest a record waits in an output buffer (and a source step); "
-                            "0 flushes every record, -1 only full buffers.", check=_buffer_timeout)
-    TARGET = option("execution.target", "enum", "ray",
-                    "Where a job runs: ray (TaskExecutor actors) or local (threads in this process).",
-                    choices=("ray", "local"))
-    SHUFFLE_MODE = option("execution.shuffle-mode", "enum", "pipelined",
-                          "pipelined or batch (blocking) exchanges.", choices=("pipelined", "batch"))
-    RUNTIME_MODE = option("execution.runtime-mode", "enum", "streaming",
-                          "streaming, batch (blocking exchanges, keyed operators emit final results) or "
-                          "automatic (batch when every source is bounded).",
-                          choices=("streaming", "batch", "automatic"))
+    BUFFER_TIMEOUT = option(
+        "execution.buffer-timeout",
+        "duration",
+        100,
+        "Longest a record waits in an output buffer (and a source step); 0 flushes every record, -1 only full buffers.",
+        check=_buffer_timeout,
+    )
+    TARGET = option(
+        "execution.target",
+        "enum",
+        "ray",
+        "Where a job runs: ray (TaskExecutor actors) or local (threads in this process).",
+        choices=("ray", "local"),
+    )
+    SHUFFLE_MODE = option(
+        "execution.shuffle-mode",
+        "enum",
+        "pipelined",
+        "pipelined or batch (blocking) exchanges.",
+        choices=("pipelined", "batch"),
+    )
+    RUNTIME_MODE = option(
+        "execution.runtime-mode",
+        "enum",
+        "streaming",
+        "streaming, batch (blocking exchanges, keyed operators emit final results) or "
+        "automatic (batch when every source is bounded).",
+        choices=("streaming", "batch", "automatic"),
+    )
 
 
 class TaskManagerOptions:
-    NUM_TASK_SLOTS = option("taskmanager.numberOfTaskSlots", "int", 1, "Slots per TaskExecutor actor.",
-                            check=_at_least(1))
-    CPU_CORES = option("taskmanager.cpu.cores", "float", 0.01, "Ray CPUs reserved per TaskExecutor actor.",
-                       check=_positive_number)
-    TOTAL_PROCESS_MEMORY = option("taskmanager.memory.process.size", "memory", 0,
-                                  "Ray memory reserved per TaskExecutor actor (0: no reservation).",
-                                  check=_not_negative)
-    MEMORY_SEGMENT_SIZE = option("taskmanager.memory.segment-size", "memory", 32 * 1024,
-                                 "Network buffer size: a power of 2, at least 4kb.", check=_segment_size)
-    TASK_CANCELLATION_INTERVAL = option("task.cancellation.interval", "duration", 30_000,
-                                        "Time between two interrupts of a task being cancelled.",
-                                        check=_positive)
-    TASK_CANCELLATION_TIMEOUT = option("task.cancellation.timeout", "duration", 180_000,
-                                       "A cancelled task still running after this long is failed "
-                                       "(on Ray its TaskExecutor process is killed); 0 waits forever.",
-                                       check=_at_least(0))
+    NUM_TASK_SLOTS = option(
+        "taskmanager.numberOfTaskSlots", "int", 1, "Slots per TaskExecutor actor.", check=_at_least(1)
+    )
+    CPU_CORES = option(
+        "taskmanager.cpu.cores", "float", 0.01, "Ray CPUs reserved per TaskExecutor actor.", check=_positive_number
+    )
+    TOTAL_PROCESS_MEMORY = option(
+        "taskmanager.memory.process.size",
+        "memory",
+        0,
+        "Ray memory reserved per TaskExecutor actor (0: no reservation).",
+        check=_not_negative,
+    )
+    MEMORY_SEGMENT_SIZE = option(
+        "taskmanager.memory.segment-size",
+        "memory",
+        32 * 1024,
+        "Network buffer size: a power of 2, at least 4kb.",
+        check=_segment_size,
+    )
+    TASK_CANCELLATION_INTERVAL = option(
+        "task.cancellation.interval",
+        "duration",
+        30_000,
+        "Time between two interrupts of a task being cancelled.",
+        check=_positive,
+    )
+    TASK_CANCELLATION_TIMEOUT = option(
+        "task.cancellation.timeout",
+        "duration",
+        180_000,
+        "A cancelled task still running after this long is failed "
+        "(on Ray its TaskExecutor process is killed); 0 waits forever.",
+        check=_at_least(0),
+    )
 
 
 class NettyShuffleEnvironmentOptions:
-    NETWORK_NUM_BUFFERS = option("taskmanager.network.numberOfBuffers", "int", 2048,
-                                 "Network buffers per TaskExecutor.", check=_at_least(1))
-    NETWORK_BUFFERS_PER_CHANNEL = option("taskmanager.network.memory.buffers-per-channel", "int", 2,
-                                         "Exclusive buffers (initial credit) per remote channel.",
-                                         check=_at_least(0))
-    NETWORK_EXTRA_BUFFERS_PER_GATE = option("taskmanager.network.memory.floating-buffers-per-gate", "int", 8,
-                                            "Floating buffers per input gate.", check=_at_least(0))
-    BUFFER_DEBLOAT_ENABLED = option("taskmanager.network.memory.buffer-debloat.enabled", "bool", True,
-                                    "Size remote buffers by the consumer's throughput (on by default here).")
-    BUFFER_DEBLOAT_TARGET = option("taskmanager.network.memory.buffer-debloat.target", "duration", 1000,
-                                   "Time a gate's buffered data should take to process.", check=_positive)
-    BUFFER_DEBLOAT_PERIOD = option("taskmanager.network.memory.buffer-debloat.period", "duration", 200,
-                                   "How often buffer sizes are recomputed.", check=_positive)
-    BUFFER_DEBLOAT_SAMPLES = option("taskmanager.network.memory.buffer-debloat.samples", "int", 20,
-                                    "Throughput measurements averaged.", check=_at_least(1))
+    NETWORK_NUM_BUFFERS = option(
+        "taskmanager.network.numberOfBuffers", "int", 2048, "Network buffers per TaskExecutor.", check=_at_least(1)
+    )
+    NETWORK_BUFFERS_PER_CHANNEL = option(
+        "taskmanager.network.memory.buffers-per-channel",
+        "int",
+        2,
+        "Exclusive buffers (initial credit) per remote channel.",
+        check=_at_least(0),
+    )
+    NETWORK_EXTRA_BUFFERS_PER_GATE = option(
+        "taskmanager.network.memory.floating-buffers-per-gate",
+        "int",
+        8,
+        "Floating buffers per input gate.",
+        check=_at_least(0),
+    )
+    BUFFER_DEBLOAT_ENABLED = option(
+        "taskmanager.network.memory.buffer-debloat.enabled",
+        "bool",
+        True,
+        "Size remote buffers by the consumer's throughput (on by default here).",
+    )
+    BUFFER_DEBLOAT_TARGET = option(
+        "taskmanager.network.memory.buffer-debloat.target",
+        "duration",
+        1000,
+        "Time a gate's buffered data should take to process.",
+        check=_positive,
+    )
+    BUFFER_DEBLOAT_PERIOD = option(
+        "taskmanager.network.memory.buffer-debloat.period",
+        "duration",
+        200,
+        "How often buffer sizes are recomputed.",
+        check=_positive,
+    )
+    BUFFER_DEBLOAT_SAMPLES = option(
+        "taskmanager.network.memory.buffer-debloat.samples",
+        "int",
+        20,
+        "Throughput measurements averaged.",
+        check=_at_least(1),
+    )
     BUFFER_DEBLOAT_THRESHOLD_PERCENTAGES = option(
-        "taskmanager.network.memory.buffer-debloat.threshold-percentages", "int", 25,
-        "Smallest buffer size change announced (%).", check=_at_least(1))
+        "taskmanager.network.memory.buffer-debloat.threshold-percentages",
+        "int",
+        25,
+        "Smallest buffer size change announced (%).",
+        check=_at_least(1),
+    )
 
 
 class MetricOptions:
-    LATENCY_INTERVAL = option("metrics.latency.interval", "duration", 0,
-                              "Interval of latency markers from the sources (0: off).", check=_at_least(0))
-    PORT = option("metrics.port", "int", -1,
-                  "Port of the job's Prometheus /metrics endpoint on the driver, 127.0.0.1 "
-                  "(0: any free port; -1: off).", check=_port_or_off)
+    LATENCY_INTERVAL = option(
+        "metrics.latency.interval",
+        "duration",
+        0,
+        "Interval of latency markers from the sources (0: off).",
+        check=_at_least(0),
+    )
+    PORT = option(
+        "metrics.port",
+        "int",
+        -1,
+        "Port of the job's Prometheus /metrics endpoint on the driver, 127.0.0.1 (0: any free port; -1: off).",
+        check=_port_or_off,
+    )
 
 
 class RaylinkOptions:
-    MAX_BATCH_BYTES = option("raylink.network.max-batch-bytes", "memory", 1 << 20,
-                             "Bytes a remote call between TaskExecutors aims to carry.", check=_bytes_at_least(1))
-    MAX_BATCH_DELAY = option("raylink.network.max-batch-delay", "duration", 20,
-                             "Longest a full buffer waits for its batch.", check=_positive)
-    DEBLOAT_INITIAL_SIZE = option("raylink.network.buffer-debloat.initial-size", "memory", 4096,
-                                  "Size of remote buffers before the first throughput measurement.",
-                                  check=_bytes_at_least(MIN_BUFFER_SIZE))
-    GC_THRESHOLD = option("raylink.taskmanager.gc-threshold", "int", 50_000,
-                          "Allocations between two young-generation collections in a TaskExecutor "
-                          "(0: Python's default).", check=_at_least(0))
-    COLLECT_MAX_BUFFERED_RECORDS = option("raylink.collect.max-buffered-records", "int", 16 * 1024,
-                                          "Records an execute_and_collect sink subtask holds for its "
-                                          "reader before it blocks (back pressure).", check=_at_least(1))
-    TASK_PLACEMENT = option("raylink.task-placement", "enum", "slot",
-                            "How subtasks map to TaskExecutor processes on Ray: task (each subtask its own "
-                            "process, so pipeline stages use separate cores despite Python's GIL) or slot "
-                            "(Flink's: a slot's subtasks share one process, taskmanager.numberOfTaskSlots "
-                            "slots per process). Slot sharing groups stay in the JobGraph either way.",
-                            choices=("task", "slot"))
-    SESSION_ENABLED = option("raylink.session.enabled", "bool", True,
-                             "Run jobs on the session cluster (`raylink cluster start`) when one is running "
-                             "on the Ray cluster the driver connects to; false always starts per-job "
-                             "TaskExecutors.")
-    SESSION_POOL_SIZE = option("raylink.session.pool-size", "int", 16,
-                               "Most idle TaskExecutors a session cluster keeps warm for the next jobs "
-                               "(it grows past this on demand while jobs run).", check=_at_least(0))
-    PROGRESS = option("raylink.progress", "enum", "auto",
-                      "Progress display of `raylink run`: auto (tty on a terminal, else off), tty (redrawn "
-                      "in place), log (appended blocks) or off.", choices=("auto", "tty", "log", "off"))
-    PROGRESS_INTERVAL = option("raylink.progress.interval", "duration", 1000, "Progress refresh interval.",
-                               check=_positive)
+    MAX_BATCH_BYTES = option(
+        "raylink.network.max-batch-bytes",
+        "memory",
+        1 << 20,
+        "Bytes a remote call between TaskExecutors aims to carry.",
+        check=_bytes_at_least(1),
+    )
+    MAX_BATCH_DELAY = option(
+        "raylink.network.max-batch-delay", "duration", 20, "Longest a full buffer waits for its batch.", check=_positive
+    )
+    DEBLOAT_INITIAL_SIZE = option(
+        "raylink.network.buffer-debloat.initial-size",
+        "memory",
+        4096,
+        "Size of remote buffers before the first throughput measurement.",
+        check=_bytes_at_least(MIN_BUFFER_SIZE),
+    )
+    GC_THRESHOLD = option(
+        "raylink.taskmanager.gc-threshold",
+        "int",
+        50_000,
+        "Allocations between two young-generation collections in a TaskExecutor (0: Python's default).",
+        check=_at_least(0),
+    )
+    COLLECT_MAX_BUFFERED_RECORDS = option(
+        "raylink.collect.max-buffered-records",
+        "int",
+        16 * 1024,
+        "Records an execute_and_collect sink subtask holds for its reader before it blocks (back pressure).",
+        check=_at_least(1),
+    )
+    TASK_PLACEMENT = option(
+        "raylink.task-placement",
+        "enum",
+        "slot",
+        "How subtasks map to TaskExecutor processes on Ray: task (each subtask its own "
+        "process, so pipeline stages use separate cores despite Python's GIL) or slot "
+        "(Flink's: a slot's subtasks share one process, taskmanager.numberOfTaskSlots "
+        "slots per process). Slot sharing groups stay in the JobGraph either way.",
+        choices=("task", "slot"),
+    )
+    SESSION_ENABLED = option(
+        "raylink.session.enabled",
+        "bool",
+        True,
+        "Run jobs on the session cluster (`raylink cluster start`) when one is running "
+        "on the Ray cluster the driver connects to; false always starts per-job "
+        "TaskExecutors.",
+    )
+    SESSION_POOL_SIZE = option(
+        "raylink.session.pool-size",
+        "int",
+        16,
+        "Most idle TaskExecutors a session cluster keeps warm for the next jobs "
+        "(it grows past this on demand while jobs run).",
+        check=_at_least(0),
+    )
+    PROGRESS = option(
+        "raylink.progress",
+        "enum",
+        "auto",
+        "Progress display of `raylink run`: auto (tty on a terminal, else off), tty (redrawn "
+        "in place), log (appended blocks) or off.",
+        choices=("auto", "tty", "log", "off"),
+    )
+    PROGRESS_INTERVAL = option(
+        "raylink.progress.interval", "duration", 1000, "Progress refresh interval.", check=_positive
+    )
 
 
 class CheckpointingOptions:
-    CHECKPOINTS_DIRECTORY = option("execution.checkpointing.dir", "str", None,
-                                   "Where checkpoints are stored: a local path or any fsspec URL "
-                                   "(file://, memory://, s3://, hdfs://, ...); one folder per job.",
-                                   fallback_keys=("state.checkpoints.dir", "state.backend.fs.checkpointdir"))
-    MAX_RETAINED_CHECKPOINTS = option("execution.checkpointing.num-retained", "int", 1,
-                                      "Completed checkpoints kept; older ones are deleted.",
-                                      fallback_keys=("state.checkpoints.num-retained",), check=_at_least(1))
-    FS_SMALL_FILE_THRESHOLD = option("execution.checkpointing.data-inline-threshold", "memory", 20 * 1024,
-                                     "State smaller than this is stored inline in the _metadata file "
-                                     "(at most 1mb).",
-                                     fallback_keys=("state.storage.fs.memory-threshold",
-                                                    "state.backend.fs.memory-threshold"),
-                                     check=_inline_threshold)
-    CHECKPOINTING_INTERVAL = option("execution.checkpointing.interval", "duration", None,
-                                    "Interval of periodic checkpoints (unset: checkpointing is off).",
-                                    check=_at_least(10, " ms"))
-    CHECKPOINTING_MODE = option("execution.checkpointing.mode", "enum", "exactly_once",
-                                "exactly_once or at_least_once (barriers are aligned for both).",
-                                choices=("exactly_once", "at_least_once"))
-    CHECKPOINTING_TIMEOUT = option("execution.checkpointing.timeout", "duration", 600_000,
-                                   "A checkpoint not complete after this long is expired (declined).",
-                                   check=_positive)
-    MIN_PAUSE_BETWEEN_CHECKPOINTS = option("execution.checkpointing.min-pause", "duration", 0,
-                                           "Least time between the end of a checkpoint and the next trigger.",
-                                           check=_at_least(0))
-    MAX_CONCURRENT_CHECKPOINTS = option("execution.checkpointing.max-concurrent-checkpoints", "int", 1,
-                                        "Checkpoints in progress at once.", check=_at_least(1))
-    TOLERABLE_FAILURE_NUMBER = option("execution.checkpointing.tolerable-failed-checkpoints", "int", 0,
-                                      "Consecutive failed checkpoints tolerated before the job fails over.",
-                                      check=_at_least(0))
+    CHECKPOINTS_DIRECTORY = option(
+        "execution.checkpointing.dir",
+        "str",
+        None,
+        "Where checkpoints are stored: a local path or any fsspec URL "
+        "(file://, memory://, s3://, hdfs://, ...); one folder per job.",
+        fallback_keys=("state.checkpoints.dir", "state.backend.fs.checkpointdir"),
+    )
+    MAX_RETAINED_CHECKPOINTS = option(
+        "execution.checkpointing.num-retained",
+        "int",
+        1,
+        "Completed checkpoints kept; older ones are deleted.",
+        fallback_keys=("state.checkpoints.num-retained",),
+        check=_at_least(1),
+    )
+    FS_SMALL_FILE_THRESHOLD = option(
+        "execution.checkpointing.data-inline-threshold",
+        "memory",
+        20 * 1024,
+        "State smaller than this is stored inline in the _metadata file (at most 1mb).",
+        fallback_keys=("state.storage.fs.memory-threshold", "state.backend.fs.memory-threshold"),
+        check=_inline_threshold,
+    )
+    CHECKPOINTING_INTERVAL = option(
+        "execution.checkpointing.interval",
+        "duration",
+        None,
+        "Interval of periodic checkpoints (unset: checkpointing is off).",
+        check=_at_least(10, " ms"),
+    )
+    CHECKPOINTING_MODE = option(
+        "execution.checkpointing.mode",
+        "enum",
+        "exactly_once",
+        "exactly_once or at_least_once (barriers are aligned for both).",
+        choices=("exactly_once", "at_least_once"),
+    )
+    CHECKPOINTING_TIMEOUT = option(
+        "execution.checkpointing.timeout",
+        "duration",
+        600_000,
+        "A checkpoint not complete after this long is expired (declined).",
+        check=_positive,
+    )
+    MIN_PAUSE_BETWEEN_CHECKPOINTS = option(
+        "execution.checkpointing.min-pause",
+        "duration",
+        0,
+        "Least time between the end of a checkpoint and the next trigger.",
+        check=_at_least(0),
+    )
+    MAX_CONCURRENT_CHECKPOINTS = option(
+        "execution.checkpointing.max-concurrent-checkpoints",
+        "int",
+        1,
+        "Checkpoints in progress at once.",
+        check=_at_least(1),
+    )
+    TOLERABLE_FAILURE_NUMBER = option(
+        "execution.checkpointing.tolerable-failed-checkpoints",
+        "int",
+        0,
+        "Consecutive failed checkpoints tolerated before the job fails over.",
+        check=_at_least(0),
+    )
 
 
 class RestartStrategyOptions:
-    RESTART_STRATEGY = option("restart-strategy.type", "enum", None,
-                              "none, fixed-delay, exponential-delay or failure-rate (unset: "
-                              "exponential-delay with checkpointing on, none otherwise).",
-                              fallback_keys=("restart-strategy",),
-                              choices=("none", "off", "disable", "fixed-delay", "fixeddelay",
-                                       "exponential-delay", "exponentialdelay", "failure-rate", "failurerate"))
-    FIXED_DELAY_ATTEMPTS = option("restart-strategy.fixed-delay.attempts", "int", 1,
-                                  "Restarts before the job fails (fixed-delay).", check=_at_least(0))
-    FIXED_DELAY_DELAY = option("restart-strategy.fixed-delay.delay", "duration", 1000,
-                               "Wait before a restart (fixed-delay).", check=_at_least(0))
-    EXPONENTIAL_INITIAL_BACKOFF = option("restart-strategy.exponential-delay.initial-backoff", "duration", 1000,
-                                         "First wait before a restart (exponential-delay).", check=_at_least(0))
-    EXPONENTIAL_MAX_BACKOFF = option("restart-strategy.exponential-delay.max-backoff", "duration", 60_000,
-                                     "Longest wait before a restart (exponential-delay).", check=_at_least(0))
-    EXPONENTIAL_MULTIPLIER = option("restart-strategy.exponential-delay.backoff-multiplier", "float", 1.5,
-                                    "Factor between two waits (exponential-delay).", check=_at_least(1))
-    EXPONENTIAL_RESET_THRESHOLD = option("restart-strategy.exponential-delay.reset-backoff-threshold",
-                                         "duration", 3_600_000,
-                                         "A job running this long without failure starts again at the "
-                                         "initial backoff.", check=_positive)
-    EXPONENTIAL_JITTER = option("restart-strategy.exponential-delay.jitter-factor", "float", 0.1,
-                                "Random share added to or taken from each wait.", check=_at_least(0))
-    EXPONENTIAL_ATTEMPTS = option("restart-strategy.exponential-delay.attempts-before-reset-backoff", "int",
-                                  2_147_483_647, "Restarts before the job fails (exponential-delay).",
-                                  check=_at_least(0))
-    FAILURE_RATE_MAX_FAILURES = option("restart-strategy.failure-rate.max-failures-per-interval", "int", 1,
-                                       "Failures within one interval before the job fails (failure-rate).",
-                                       check=_at_least(1))
-    FAILURE_RATE_INTERVAL = option("restart-strategy.failure-rate.failure-rate-interval", "duration", 60_000,
-                                   "The interval failures are counted in (failure-rate).", check=_positive)
-    FAILURE_RATE_DELAY = option("restart-strategy.failure-rate.delay", "duration", 1000,
-                                "Wait before a restart (failure-rate).", check=_at_least(0))
+    RESTART_STRATEGY = option(
+        "restart-strategy.type",
+        "enum",
+        None,
+        "none, fixed-delay, exponential-delay or failure-rate (unset: "
+        "exponential-delay with checkpointing on, none otherwise).",
+        fallback_keys=("restart-strategy",),
+        choices=(
+            "none",
+            "off",
+            "disable",
+            "fixed-delay",
+            "fixeddelay",
+            "exponential-delay",
+            "exponentialdelay",
+            "failure-rate",
+            "failurerate",
+        ),
+    )
+    FIXED_DELAY_ATTEMPTS = option(
+        "restart-strategy.fixed-delay.attempts",
+        "int",
+        1,
+        "Restarts before the job fails (fixed-delay).",
+        check=_at_least(0),
+    )
+    FIXED_DELAY_DELAY = option(
+        "restart-strategy.fixed-delay.delay",
+        "duration",
+        1000,
+        "Wait before a restart (fixed-delay).",
+        check=_at_least(0),
+    )
+    EXPONENTIAL_INITIAL_BACKOFF = option(
+        "restart-strategy.exponential-delay.initial-backoff",
+        "duration",
+        1000,
+        "First wait before a restart (exponential-delay).",
+        check=_at_least(0),
+    )
+    EXPONENTIAL_MAX_BACKOFF = option(
+        "restart-strategy.exponential-delay.max-backoff",
+        "duration",
+        60_000,
+        "Longest wait before a restart (exponential-delay).",
+        check=_at_least(0),
+    )
+    EXPONENTIAL_MULTIPLIER = option(
+        "restart-strategy.exponential-delay.backoff-multiplier",
+        "float",
+        1.5,
+        "Factor between two waits (exponential-delay).",
+        check=_at_least(1),
+    )
+    EXPONENTIAL_RESET_THRESHOLD = option(
+        "restart-strategy.exponential-delay.reset-backoff-threshold",
+        "duration",
+        3_600_000,
+        "A job running this long without failure starts again at the initial backoff.",
+        check=_positive,
+    )
+    EXPONENTIAL_JITTER = option(
+        "restart-strategy.exponential-delay.jitter-factor",
+        "float",
+        0.1,
+        "Random share added to or taken from each wait.",
+        check=_at_least(0),
+    )
+    EXPONENTIAL_ATTEMPTS = option(
+        "restart-strategy.exponential-delay.attempts-before-reset-backoff",
+        "int",
+        2_147_483_647,
+        "Restarts before the job fails (exponential-delay).",
+        check=_at_least(0),
+    )
+    FAILURE_RATE_MAX_FAILURES = option(
+        "restart-strategy.failure-rate.max-failures-per-interval",
+        "int",
+        1,
+        "Failures within one interval before the job fails (failure-rate).",
+        check=_at_least(1),
+    )
+    FAILURE_RATE_INTERVAL = option(
+        "restart-strategy.failure-rate.failure-rate-interval",
+        "duration",
+        60_000,
+        "The interval failures are counted in (failure-rate).",
+        check=_positive,
+    )
+    FAILURE_RATE_DELAY = option(
+        "restart-strategy.failure-rate.delay",
+        "duration",
+        1000,
+        "Wait before a restart (failure-rate).",
+        check=_at_least(0),
+    )
 
 
 class PythonOptions:
     """The job's Python dependencies (``env.add_python_file`` and friends set them)."""
 
-    PYTHON_FILES = option("python.files", "str", None,
-                          "Python files, folders, zips or wheels put on the TaskExecutors' path "
-                          "(comma separated).")
-    PYTHON_ARCHIVES = option("python.archives", "str", None,
-                             "Archives extracted in the TaskExecutors' working folder "
-                             "(path#target_dir, comma separated).")
-    PYTHON_REQUIREMENTS = option("python.requirements", "str", None,
-                                 "A requirements.txt installed for the TaskExecutors "
-                                 "(requirements.txt#cache_dir: offline from the cache).")
-    PYTHON_EXECUTABLE = option("python.executable", "str", None,
-                               "The Python interpreter of the TaskExecutors on Ray (unset: the driver's).")
+    PYTHON_FILES = option(
+        "python.files",
+        "str",
+        None,
+        "Python files, folders, zips or wheels put on the TaskExecutors' path (comma separated).",
+    )
+    PYTHON_ARCHIVES = option(
+        "python.archives",
+        "str",
+        None,
+        "Archives extracted in the TaskExecutors' working folder (path#target_dir, comma separated).",
+    )
+    PYTHON_REQUIREMENTS = option(
+        "python.requirements",
+        "str",
+        None,
+        "A requirements.txt installed for the TaskExecutors (requirements.txt#cache_dir: offline from the cache).",
+    )
+    PYTHON_EXECUTABLE = option(
+        "python.executable", "str", None, "The Python interpreter of the TaskExecutors on Ray (unset: the driver's)."
+    )
 
 
 class SparkConnectorOptions:
     """The Spark bridge (``raylink.connectors.spark.get_spark``): the Spark-on-Ray session
     raylink starts through RayDP when the program started none."""
 
-    EXECUTORS = option("raylink.spark.executors", "int", 1, "Spark executors raylink starts on Ray.",
-                       check=_at_least(1))
-    EXECUTOR_CORES = option("raylink.spark.executor-cores", "int", 1, "Cores per Spark executor.",
-                            check=_at_least(1))
-    EXECUTOR_MEMORY = option("raylink.spark.executor-memory", "str", "1G",
-                             "Memory per Spark executor, in Spark's notation (512m, 2G).")
-    WAREHOUSE_DIR = option("raylink.spark.warehouse-dir", "str", None,
-                           "Spark SQL warehouse folder (unset: Spark's default, ./spark-warehouse).")
-    CONF = option("raylink.spark.conf.", "str", None,
-                  "Any Spark configuration key, passed to the Spark session raylink starts "
-                  "(raylink.spark.conf.spark.sql.shuffle.partitions=8).", prefix=True)
+    EXECUTORS = option(
+        "raylink.spark.executors", "int", 1, "Spark executors raylink starts on Ray.", check=_at_least(1)
+    )
+    EXECUTOR_CORES = option("raylink.spark.executor-cores", "int", 1, "Cores per Spark executor.", check=_at_least(1))
+    EXECUTOR_MEMORY = option(
+        "raylink.spark.executor-memory", "str", "1G", "Memory per Spark executor, in Spark's notation (512m, 2G)."
+    )
+    WAREHOUSE_DIR = option(
+        "raylink.spark.warehouse-dir",
+        "str",
+        None,
+        "Spark SQL warehouse folder (unset: Spark's default, ./spark-warehouse).",
+    )
+    CONF = option(
+        "raylink.spark.conf.",
+        "str",
+        None,
+        "Any Spark configuration key, passed to the Spark session raylink starts "
+        "(raylink.spark.conf.spark.sql.shuffle.partitions=8).",
+        prefix=True,
+    )
 
 
-OPTION_GROUPS = (CoreOptions, PipelineOptions, ExecutionOptions, TaskManagerOptions,
-                 NettyShuffleEnvironmentOptions, MetricOptions, CheckpointingOptions, RestartStrategyOptions,
-                 PythonOptions, RaylinkOptions, SparkConnectorOptions)
+OPTION_GROUPS = (
+    CoreOptions,
+    PipelineOptions,
+    ExecutionOptions,
+    TaskManagerOptions,
+    NettyShuffleEnvironmentOptions,
+    MetricOptions,
+    CheckpointingOptions,
+    RestartStrategyOptions,
+    PythonOptions,
+    RaylinkOptions,
+    SparkConnectorOptions,
+)
 
 
 def group_options(group: type) -> list[ConfigOption]:

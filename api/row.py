@@ -142,8 +142,9 @@ class Row:
     # -- a row used as a factory: Person = Row("name", "age"); Person("a", 5) ---------------
     def __call__(self, *args: Any) -> "Row":
         if len(args) > len(self._values):
-            raise ValueError("Can not create Row with fields %s, expected %d values but got %s"
-                             % (self, len(self._values), args))
+            raise ValueError(
+                "Can not create Row with fields %s, expected %d values but got %s" % (self, len(self._values), args)
+            )
         return _create_row(self._values, args, self._row_kind)
 
     # -- field access -------------------------------------------------------------------
@@ -210,8 +211,7 @@ class Row:
         if names != sorted(other_fields):
             return False
         mine, theirs = self._values, other._values
-        return ([mine[fields.index(n)] for n in names]
-                == [theirs[other_fields.index(n)] for n in names])
+        return [mine[fields.index(n)] for n in names] == [theirs[other_fields.index(n)] for n in names]
 
     def __hash__(self) -> int:
         return hash(tuple(self._values))

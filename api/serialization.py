@@ -87,20 +87,25 @@ class RowFieldExtractorSchema(SerializationSchema):
         try:
             value = element[self.field_index]
         except IndexError:
-            raise ValueError(f"RowFieldExtractorSchema: field index {self.field_index} is out of range "
-                             f"for a row of {len(element)} fields") from None
+            raise ValueError(
+                f"RowFieldExtractorSchema: field index {self.field_index} is out of range "
+                f"for a row of {len(element)} fields"
+            ) from None
         if value is None:
             return b""
         if not isinstance(value, (bytes, bytearray)):
-            raise ValueError(f"RowFieldExtractorSchema: field {self.field_index} must be bytes, "
-                             f"got {type(value).__name__}")
+            raise ValueError(
+                f"RowFieldExtractorSchema: field {self.field_index} must be bytes, got {type(value).__name__}"
+            )
         return bytes(value)
 
 
 BulkWriterFactory = unsupported_class(
-    "BulkWriterFactory", "Flink's bulk writers (Java)",
+    "BulkWriterFactory",
+    "Flink's bulk writers (Java)",
     f"{NO_JVM}; write row-encoded files with FileSink.for_row_format(path, Encoder...), or {FILES_OR_SPARK}",
-    __name__)
+    __name__,
+)
 
 __all__ = [
     "BulkWriterFactory",

@@ -192,8 +192,9 @@ class _Builder:
         )
         return self
 
-    def cleanup_in_rocksdb_compact_filter(self, query_time_after_num_entries: int,
-                                          periodic_compaction_time: Any = None) -> "_Builder":
+    def cleanup_in_rocksdb_compact_filter(
+        self, query_time_after_num_entries: int, periodic_compaction_time: Any = None
+    ) -> "_Builder":
         self._strategies[_Strategies.ROCKSDB_COMPACTION_FILTER] = _RocksdbCompactFilterCleanupStrategy(
             query_time_after_num_entries, periodic_compaction_time
         )
@@ -226,9 +227,14 @@ class StateTtlConfig:
     CleanupStrategies = _CleanupStrategies
     Builder = _Builder
 
-    def __init__(self, update_type: _UpdateType, state_visibility: _StateVisibility,
-                 ttl_time_characteristic: _TtlTimeCharacteristic, ttl: Any,
-                 cleanup_strategies: _CleanupStrategies) -> None:
+    def __init__(
+        self,
+        update_type: _UpdateType,
+        state_visibility: _StateVisibility,
+        ttl_time_characteristic: _TtlTimeCharacteristic,
+        ttl: Any,
+        cleanup_strategies: _CleanupStrategies,
+    ) -> None:
         millis = to_millis(ttl, "StateTtlConfig ttl")
         if millis <= 0:
             raise ValueError(f"TTL is expected to be positive, got {ttl!r}")
@@ -267,8 +273,10 @@ class StateTtlConfig:
         return self._cleanup_strategies
 
     def __repr__(self) -> str:
-        return (f"StateTtlConfig<update_type={self._update_type}, state_visibility={self._state_visibility}, "
-                f"ttl_time_characteristic={self._ttl_time_characteristic}, ttl={self._ttl!r}>")
+        return (
+            f"StateTtlConfig<update_type={self._update_type}, state_visibility={self._state_visibility}, "
+            f"ttl_time_characteristic={self._ttl_time_characteristic}, ttl={self._ttl!r}>"
+        )
 
 
 __all__ = ["StateTtlConfig"]

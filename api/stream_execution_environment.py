@@ -134,8 +134,9 @@ class StreamExecutionEnvironment:
         add_python_archive(self.configuration, archive_path, target_dir)
         return self
 
-    def set_python_requirements(self, requirements_file_path: str,
-                                requirements_cache_dir: Optional[str] = None) -> "StreamExecutionEnvironment":
+    def set_python_requirements(
+        self, requirements_file_path: str, requirements_cache_dir: Optional[str] = None
+    ) -> "StreamExecutionEnvironment":
         """Install a requirements file on the TaskExecutors (offline from
         ``requirements_cache_dir`` when given) (``python.requirements``)."""
         from raylink.runtime.python_dependencies import set_python_requirements
@@ -162,9 +163,13 @@ class StreamExecutionEnvironment:
 
     @staticmethod
     def _no_jvm(method: str, paths: tuple) -> None:
-        warnings.warn(f"{method}({', '.join(map(repr, paths))}) is ignored: raylink runs without a JVM, so Java "
-                      "jars and classpaths have no effect; Java connectors are not available (see "
-                      "raylink.api.connectors for the Python ones)", UserWarning, stacklevel=3)
+        warnings.warn(
+            f"{method}({', '.join(map(repr, paths))}) is ignored: raylink runs without a JVM, so Java "
+            "jars and classpaths have no effect; Java connectors are not available (see "
+            "raylink.api.connectors for the Python ones)",
+            UserWarning,
+            stacklevel=3,
+        )
 
     def get_config(self) -> "ExecutionConfig":
         """PyFlink's ``ExecutionConfig``: a view of this environment's ``Configuration``."""
@@ -196,11 +201,19 @@ class StreamExecutionEnvironment:
             self.transformations.append(t)
         return t
 
-    def _source(self, kind: str, name: str, function: Any = None, type_info: Any = None,
-                non_parallel: bool = False, **params: Any) -> DataStream:
+    def _source(
+        self,
+        kind: str,
+        name: str,
+        function: Any = None,
+        type_info: Any = None,
+        non_parallel: bool = False,
+        **params: Any,
+    ) -> DataStream:
         spec = OperatorSpec(kind=kind, function=function, params=params, chaining_strategy="HEAD")
-        t = self._add_transformation(T.SOURCE, name, [], operator=spec, output_type=type_info,
-                                     non_parallel=non_parallel)
+        t = self._add_transformation(
+            T.SOURCE, name, [], operator=spec, output_type=type_info, non_parallel=non_parallel
+        )
         if non_parallel:
             t.parallelism = 1
         return DataStream(self, t)
@@ -213,8 +226,14 @@ class StreamExecutionEnvironment:
             )
         from raylink.api.types import apply_declared_type  # elements arrive as the type's coder delivers them
 
-        return self._source("source_collection", "Collection Source", None, type_info,
-                            non_parallel=True, elements=apply_declared_type(type_info, list(collection)))
+        return self._source(
+            "source_collection",
+            "Collection Source",
+            None,
+            type_info,
+            non_parallel=True,
+            elements=apply_declared_type(type_info, list(collection)),
+        )
 
     def from_sequence(self, start: int, end: int) -> DataStream:
         """A parallel source of the integers ``start..end`` (inclusive)."""
@@ -226,16 +245,18 @@ class StreamExecutionEnvironment:
 
     def add_source(self, source_func: Any, source_name: str = "Custom Source", type_info: Any = None) -> DataStream:
         """A source from a ``SourceFunction``, an iterable, or a callable returning an iterable."""
-        if not (callable(getattr(source_func, "run", None)) or callable(source_func)
-                or hasattr(source_func, "__iter__")):
+        if not (
+            callable(getattr(source_func, "run", None)) or callable(source_func) or hasattr(source_func, "__iter__")
+        ):
             raise TypeError(
                 f"add_source: source_func must be a SourceFunction, an iterable or a callable, "
                 f"got {type(source_func).__name__}"
             )
         return self._source("source_function", source_name, source_func, type_info)
 
-    def from_source(self, source: Any, watermark_strategy: Any = None, source_name: str = "Custom Source",
-                    type_info: Any = None) -> DataStream:
+    def from_source(
+        self, source: Any, watermark_strategy: Any = None, source_name: str = "Custom Source", type_info: Any = None
+    ) -> DataStream:
         """A stream from ``source``; ``watermark_strategy`` runs inside the source operator, as
         in Flink's ``SourceOperator`` (``WatermarkStrategy.no_watermarks()`` or None: none)."""
         hook = getattr(source, "_raylink_source_spec", None)
@@ -246,14 +267,22 @@ class StreamExecutionEnvironment:
             stream = self.add_source(source, source_name, type_info)
         if watermark_strategy is not None:
             if not callable(getattr(watermark_strategy, "create_watermark_generator", None)):
-                raise TypeError(f"from_source '{source_name}': watermark_strategy must be a WatermarkStrategy, "
-                                f"got {type(watermark_strategy).__name__}")
+                raise TypeError(
+                    f"from_source '{source_name}': watermark_strategy must be a WatermarkStrategy, "
+                    f"got {type(watermark_strategy).__name__}"
+                )
             stream._transformation.operator.params["watermark_strategy"] = watermark_strategy
         return stream
 
-    def from_spark(self, df: Any, parallelism: Optional[int] = None, record_format: str = "tuple",
-                   timestamp_column: Optional[str] = None, watermark_delay_ms: Optional[int] = None,
-                   source_name: str = "Spark Source") -> DataStream:
+    def from_spark(
+        self,
+        df: Any,
+        parallelism: Optional[int] = None,
+        record_format: str = "tuple",
+        timestamp_column: Optional[str] = None,
+        watermark_delay_ms: Optional[int] = None,
+        source_name: str = "Spark Source",
+    ) -> DataStream:
         """A bounded source over a Spark DataFrame (of a Spark-on-Ray session).
 
         The DataFrame becomes Ray blocks through RayDP now; the source subtasks
@@ -272,18 +301,32 @@ class StreamExecutionEnvironment:
         stream._transformation.parallelism = max(1, min(function.num_blocks, parallelism or self._parallelism))
         return stream
 
-    def from_spark_table(self, path_or_table: str, poll_interval: float = 1.0, schema: Any = None,
-                         record_format: str = "tuple", timestamp_column: Optional[str] = None,
-                         watermark_delay_ms: Optional[int] = None, start_from: str = "earliest",
-                         source_name: str = "Spark Table Source") -> DataStream:
+    def from_spark_table(
+        self,
+        path_or_table: str,
+        poll_interval: float = 1.0,
+        schema: Any = None,
+        record_format: str = "tuple",
+        timestamp_column: Optional[str] = None,
+        watermark_delay_ms: Optional[int] = None,
+        start_from: str = "earliest",
+        source_name: str = "Spark Table Source",
+    ) -> DataStream:
         """An unbounded source that keeps reading the Parquet files of a directory or Spark
         table (a table name resolves to its location through Spark) as they appear,
         polling every ``poll_interval`` seconds. See :mod:`raylink.connectors.spark.table_source`."""
         from raylink.connectors.spark.table_source import SOURCE_KIND, prepare_table_source
 
-        function, type_info = prepare_table_source(path_or_table, schema, poll_interval, record_format,
-                                                   timestamp_column, watermark_delay_ms, start_from,
-                                                   self.configuration)
+        function, type_info = prepare_table_source(
+            path_or_table,
+            schema,
+            poll_interval,
+            record_format,
+            timestamp_column,
+            watermark_delay_ms,
+            start_from,
+            self.configuration,
+        )
         return self._source(SOURCE_KIND, source_name, function, type_info)
 
     # -- the graphs ---------------------------------------------------------------------

@@ -73,8 +73,11 @@ class Duration:
         return timedelta(microseconds=self.nanos / 1000)
 
     def __repr__(self) -> str:
-        return f"Duration.of_millis({self.to_millis()})" if self.nanos % _NANOS_PER_MILLI == 0 \
+        return (
+            f"Duration.of_millis({self.to_millis()})"
+            if self.nanos % _NANOS_PER_MILLI == 0
             else f"Duration.of_nanos({self.nanos})"
+        )
 
 
 Duration.ZERO = Duration(0)  # type: ignore[attr-defined]

@@ -24,14 +24,36 @@ from typing import Any, List, Optional
 
 from raylink.api.row import Row, RowKind
 
-__all__ = ["TypeInformation", "Types", "Row", "RowKind", "is_flat_type", "declared_flat_type",
-           "declared_type", "apply_declared_type"]
+__all__ = [
+    "TypeInformation",
+    "Types",
+    "Row",
+    "RowKind",
+    "is_flat_type",
+    "declared_flat_type",
+    "declared_type",
+    "apply_declared_type",
+]
 
 #: basic types whose records a flat declaration checks in one C pass
 _BASIC = frozenset(("STRING", "CHAR", "INT", "LONG", "FLOAT", "DOUBLE", "BOOLEAN", "BYTE", "SHORT", "BIG_INT"))
 #: declarations a record writer applies (every one but PICKLED_BYTE_ARRAY, which ships values as they are)
-_APPLIED = _BASIC | frozenset(("TUPLE", "ROW", "LIST", "MAP", "PRIMITIVE_ARRAY", "BASIC_ARRAY", "OBJECT_ARRAY",
-                               "BIG_DEC", "SQL_DATE", "SQL_TIME", "SQL_TIMESTAMP", "INSTANT"))
+_APPLIED = _BASIC | frozenset(
+    (
+        "TUPLE",
+        "ROW",
+        "LIST",
+        "MAP",
+        "PRIMITIVE_ARRAY",
+        "BASIC_ARRAY",
+        "OBJECT_ARRAY",
+        "BIG_DEC",
+        "SQL_DATE",
+        "SQL_TIME",
+        "SQL_TIMESTAMP",
+        "INSTANT",
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -214,8 +236,7 @@ class Types:
         types = _check_types("ROW_NAMED", field_types)
         names = tuple(field_names)
         if len(names) != len(types):
-            raise ValueError(f"Types.ROW_NAMED: {len(names)} field names {list(names)} "
-                             f"for {len(types)} field types")
+            raise ValueError(f"Types.ROW_NAMED: {len(names)} field names {list(names)} for {len(types)} field types")
         return TypeInformation("ROW", types, names)
 
     @staticmethod

@@ -17,20 +17,26 @@ from typing import Any, Callable, Dict
 from raylink.errors import RaylinkError
 
 #: raylink's alternatives, by feature
-SPARK_SQL = ("use Spark SQL instead: run the query in a Spark-on-Ray session "
-             "(raylink.connectors.spark.get_spark()) and stream its result with env.from_spark(df), "
-             "keep reading a table with env.from_spark_table(path_or_table), write with "
-             "DataStream.sink_to_spark(...)")
+SPARK_SQL = (
+    "use Spark SQL instead: run the query in a Spark-on-Ray session "
+    "(raylink.connectors.spark.get_spark()) and stream its result with env.from_spark(df), "
+    "keep reading a table with env.from_spark_table(path_or_table), write with "
+    "DataStream.sink_to_spark(...)"
+)
 NO_JVM = "raylink runs without a JVM, so Flink's Java connectors and formats are not available"
-FILES_OR_SPARK = ("read files with FileSource.for_record_stream_format(StreamFormat.text_line_format(), path), "
-                  "Parquet tables with env.from_spark_table(path), write with FileSink or sink_to_spark")
+FILES_OR_SPARK = (
+    "read files with FileSource.for_record_stream_format(StreamFormat.text_line_format(), path), "
+    "Parquet tables with env.from_spark_table(path), write with FileSink or sink_to_spark"
+)
 
 
 def own_source(client: str) -> str:
     """The alternative to a Java connector: a Python source or sink using ``client``."""
-    return (f"{NO_JVM}; write the source or sink in Python with {client}: a SourceFunction for "
-            "env.add_source(...), a SinkFunction for add_sink(...) or a raylink.api.connectors.base.Sink "
-            "(writer + committer) for sink_to(...)")
+    return (
+        f"{NO_JVM}; write the source or sink in Python with {client}: a SourceFunction for "
+        "env.add_source(...), a SinkFunction for add_sink(...) or a raylink.api.connectors.base.Sink "
+        "(writer + committer) for sink_to(...)"
+    )
 
 
 class UnsupportedFeatureError(RaylinkError, NotImplementedError):
@@ -59,10 +65,17 @@ def unsupported_class(name: str, feature: str, alternative: str, module: str) ->
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         raise UnsupportedFeatureError(name, feature, alternative)
 
-    return _UnsupportedMeta(name, (), {
-        "__init__": __init__, "__module__": module, "_feature": feature, "_alternative": alternative,
-        "__doc__": f"Not supported by raylink ({feature}): {alternative}.",
-    })
+    return _UnsupportedMeta(
+        name,
+        (),
+        {
+            "__init__": __init__,
+            "__module__": module,
+            "_feature": feature,
+            "_alternative": alternative,
+            "__doc__": f"Not supported by raylink ({feature}): {alternative}.",
+        },
+    )
 
 
 def unsupported_function(name: str, feature: str, alternative: str, module: str) -> Callable[..., Any]:

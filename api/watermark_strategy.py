@@ -137,8 +137,9 @@ class WatermarksWithIdleness(WatermarkGenerator):
     ``WatermarksWithIdleness``): checked at each periodic emit; the first check without
     activity starts the inactivity period, later ones compare against the timeout."""
 
-    def __init__(self, watermarks: WatermarkGenerator, idle_timeout_ms: int,
-                 clock: Optional[Callable[[], int]] = None) -> None:
+    def __init__(
+        self, watermarks: WatermarkGenerator, idle_timeout_ms: int, clock: Optional[Callable[[], int]] = None
+    ) -> None:
         if idle_timeout_ms <= 0:
             raise ValueError(f"idle timeout must be positive, got {idle_timeout_ms} ms")
         self.watermarks = watermarks
@@ -199,8 +200,11 @@ class _CallableTimestampAssigner(TimestampAssigner):
         try:
             import inspect
 
-            params = [p for p in inspect.signature(function).parameters.values()
-                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            params = [
+                p
+                for p in inspect.signature(function).parameters.values()
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            ]
             self.takes_record_timestamp = len(params) >= 2
         except (TypeError, ValueError):
             self.takes_record_timestamp = True
@@ -235,8 +239,9 @@ class WatermarkStrategy:
         bound = to_millis(max_out_of_orderness, "for_bounded_out_of_orderness: max_out_of_orderness")
         if bound < 0:
             raise ValueError(f"for_bounded_out_of_orderness: max_out_of_orderness cannot be negative, got {bound} ms")
-        return WatermarkStrategy(lambda: BoundedOutOfOrdernessWatermarks(bound),
-                                 f"for_bounded_out_of_orderness({bound} ms)")
+        return WatermarkStrategy(
+            lambda: BoundedOutOfOrdernessWatermarks(bound), f"for_bounded_out_of_orderness({bound} ms)"
+        )
 
     @staticmethod
     def no_watermarks() -> "WatermarkStrategy":
@@ -247,7 +252,9 @@ class WatermarkStrategy:
         """A strategy whose generator comes from ``generator_supplier`` (a ``WatermarkGenerator``
         class or a zero-argument callable returning one), e.g. for punctuated watermarks."""
         if not callable(generator_supplier):
-            raise TypeError(f"for_generator: expected a WatermarkGenerator class or factory, got {generator_supplier!r}")
+            raise TypeError(
+                f"for_generator: expected a WatermarkGenerator class or factory, got {generator_supplier!r}"
+            )
         return WatermarkStrategy(generator_supplier, f"for_generator({generator_supplier!r})")
 
     # -- refinements (configure this strategy and return it, as PyFlink does) ---------------
@@ -272,8 +279,9 @@ class WatermarkStrategy:
         self._idle_timeout_ms = timeout
         return self
 
-    def with_watermark_alignment(self, watermark_group: str, max_allowed_watermark_drift: Any,
-                                 update_interval: Any = None) -> "WatermarkStrategy":
+    def with_watermark_alignment(
+        self, watermark_group: str, max_allowed_watermark_drift: Any, update_interval: Any = None
+    ) -> "WatermarkStrategy":
         raise NotImplementedError(
             "WatermarkStrategy.with_watermark_alignment is not supported by raylink yet "
             "(watermarks of the inputs are combined by the minimum rule, without pausing sources)"
@@ -294,7 +302,8 @@ class WatermarkStrategy:
         """A new generator (one per subtask); ``clock`` (ms) drives idleness detection."""
         generator = self._generator_factory()
         if not callable(getattr(generator, "on_event", None)) or not callable(
-                getattr(generator, "on_periodic_emit", None)):
+            getattr(generator, "on_periodic_emit", None)
+        ):
             raise TypeError(
                 f"watermark strategy {self._description}: the generator factory returned {generator!r}, "
                 "which has no on_event / on_periodic_emit"

@@ -71,8 +71,9 @@ class TumblingEventTimeWindows(WindowAssigner):
 
     def __init__(self, size: int, offset: int = 0) -> None:
         if size <= 0 or abs(offset) >= size:
-            raise ValueError(f"{type(self).__name__} parameters must satisfy abs(offset) < size "
-                             f"(size {size} ms, offset {offset} ms)")
+            raise ValueError(
+                f"{type(self).__name__} parameters must satisfy abs(offset) < size (size {size} ms, offset {offset} ms)"
+            )
         self.size = size
         self.offset = offset
 
@@ -116,8 +117,10 @@ class SlidingEventTimeWindows(WindowAssigner):
 
     def __init__(self, size: int, slide: int, offset: int = 0) -> None:
         if size <= 0 or slide <= 0 or abs(offset) >= slide:
-            raise ValueError(f"{type(self).__name__} parameters must satisfy abs(offset) < slide and size > 0 "
-                             f"(size {size} ms, slide {slide} ms, offset {offset} ms)")
+            raise ValueError(
+                f"{type(self).__name__} parameters must satisfy abs(offset) < slide and size > 0 "
+                f"(size {size} ms, slide {slide} ms, offset {offset} ms)"
+            )
         self.size = size
         self.slide = slide
         self.offset = offset
@@ -322,8 +325,9 @@ class CountSlidingWindowAssigner(WindowAssigner):
 
     def __init__(self, window_size: int, window_slide: int) -> None:
         if window_size <= 0 or window_slide <= 0:
-            raise ValueError("CountSlidingWindowAssigner: size and slide must be positive, "
-                             f"got {window_size} and {window_slide}")
+            raise ValueError(
+                f"CountSlidingWindowAssigner: size and slide must be positive, got {window_size} and {window_slide}"
+            )
         self.window_size = window_size
         self.window_slide = window_slide
         self.count_descriptor = ValueStateDescriptor("slide-count-assigner")
@@ -339,7 +343,9 @@ class CountSlidingWindowAssigner(WindowAssigner):
         last_id = count // self.window_slide
         windows = []
         window_id = last_id
-        while window_id >= 0 and window_id * self.window_slide <= count < window_id * self.window_slide + self.window_size:
+        while (
+            window_id >= 0 and window_id * self.window_slide <= count < window_id * self.window_slide + self.window_size
+        ):
             windows.append(CountWindow(window_id))
             window_id -= 1
         return windows

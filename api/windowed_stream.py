@@ -87,8 +87,9 @@ def _function_name(function: Any) -> str:
 def _check_methods(function: Any, methods: tuple, what: str) -> None:
     missing = [m for m in methods if not callable(getattr(function, m, None))]
     if missing:
-        raise TypeError(f"{what}: expected an object with {', '.join(m + '()' for m in missing)}, "
-                        f"got {type(function).__name__}")
+        raise TypeError(
+            f"{what}: expected an object with {', '.join(m + '()' for m in missing)}, got {type(function).__name__}"
+        )
 
 
 class _WindowedStreamBase:
@@ -145,7 +146,7 @@ class _WindowedStreamBase:
 
     # -- window functions --------------------------------------------------------------------------
     def _window_function_kind(self, function: Any, what: str) -> str:
-        """"process" or "window" (all-window variants for ``window_all``)."""
+        """ "process" or "window" (all-window variants for ``window_all``)."""
         if callable(getattr(function, "process", None)) and not isinstance(function, type):
             return "process_all" if self._ALL else "process"
         if callable(getattr(function, "apply", None)) or callable(function):
@@ -159,19 +160,32 @@ class _WindowedStreamBase:
     def reduce(self, reduce_function: Any, window_function: Any = None, output_type: Any = None) -> "DataStream":
         """Reduce each pane incrementally; emit the result (or pass it to ``window_function``)."""
         if not (callable(getattr(reduce_function, "reduce", None)) or callable(reduce_function)):
-            raise TypeError(f"Window Reduce: reduce_function must be a ReduceFunction or a callable, "
-                            f"got {type(reduce_function).__name__}")
+            raise TypeError(
+                f"Window Reduce: reduce_function must be a ReduceFunction or a callable, "
+                f"got {type(reduce_function).__name__}"
+            )
         kind = "pass" if window_function is None else self._window_function_kind(window_function, "Window Reduce")
         if window_function is None and output_type is None:
             output_type = self.get_input_type()
         name = _function_name(reduce_function)
         if window_function is not None:
             name = f"{name}, {_function_name(window_function)}"
-        return self._build("reducing", name, output_type, reduce_function=reduce_function,
-                           window_function=window_function, function_kind=kind)
+        return self._build(
+            "reducing",
+            name,
+            output_type,
+            reduce_function=reduce_function,
+            window_function=window_function,
+            function_kind=kind,
+        )
 
-    def aggregate(self, aggregate_function: Any, window_function: Any = None, accumulator_type: Any = None,
-                  output_type: Any = None) -> "DataStream":
+    def aggregate(
+        self,
+        aggregate_function: Any,
+        window_function: Any = None,
+        accumulator_type: Any = None,
+        output_type: Any = None,
+    ) -> "DataStream":
         """Aggregate each pane incrementally with an ``AggregateFunction``."""
         _check_methods(aggregate_function, ("create_accumulator", "add", "get_result"), "Window Aggregate")
         if isinstance(self._window_assigner, MergingWindowAssigner):
@@ -180,16 +194,25 @@ class _WindowedStreamBase:
         name = _function_name(aggregate_function)
         if window_function is not None:
             name = f"{name}, {_function_name(window_function)}"
-        return self._build("aggregating", name, output_type, aggregate_function=aggregate_function,
-                           window_function=window_function, function_kind=kind)
+        return self._build(
+            "aggregating",
+            name,
+            output_type,
+            aggregate_function=aggregate_function,
+            window_function=window_function,
+            function_kind=kind,
+        )
 
     def apply(self, window_function: Any, output_type: Any = None) -> "DataStream":
         """Buffer each pane and evaluate it with a (All)WindowFunction: ``apply([key,] window, inputs)``."""
         if not (callable(getattr(window_function, "apply", None)) or callable(window_function)):
-            raise TypeError(f"Window Apply: expected a WindowFunction or a callable, got {type(window_function).__name__}")
+            raise TypeError(
+                f"Window Apply: expected a WindowFunction or a callable, got {type(window_function).__name__}"
+            )
         kind = "all_window" if self._ALL else "window"
-        return self._build("list", _function_name(window_function), output_type,
-                           window_function=window_function, function_kind=kind)
+        return self._build(
+            "list", _function_name(window_function), output_type, window_function=window_function, function_kind=kind
+        )
 
     def process(self, process_window_function: Any, output_type: Any = None) -> "DataStream":
         """Buffer each pane and evaluate it with a Process(All)WindowFunction."""
@@ -199,8 +222,13 @@ class _WindowedStreamBase:
                 f"got {type(process_window_function).__name__}"
             )
         kind = "process_all" if self._ALL else "process"
-        return self._build("list", _function_name(process_window_function), output_type,
-                           window_function=process_window_function, function_kind=kind)
+        return self._build(
+            "list",
+            _function_name(process_window_function),
+            output_type,
+            window_function=process_window_function,
+            function_kind=kind,
+        )
 
     def _build(self, contents: str, function_name: str, output_type: Any, **functions: Any) -> "DataStream":
         from raylink.api.datastream import DataStream
@@ -219,8 +247,11 @@ class _WindowedStreamBase:
         env = keyed.get_execution_environment()
         spec = OperatorSpec(kind=WINDOW_KIND, function=descriptor, key_selector=keyed.get_key_selector())
         t = env._add_transformation(
-            T.ONE_INPUT, descriptor.describe(function_name, self._ALL), [keyed.get_transformation()],
-            operator=spec, output_type=output_type,
+            T.ONE_INPUT,
+            descriptor.describe(function_name, self._ALL),
+            [keyed.get_transformation()],
+            operator=spec,
+            output_type=output_type,
         )
         if self._ALL:
             t.parallelism = 1
@@ -250,8 +281,11 @@ def _count_window(stream: Any, size: int, slide: int, all_windows: bool) -> Any:
         raise ValueError(f"{what}: size must be positive, got {size}")
     if slide < 0:
         raise ValueError(f"{what}: slide must not be negative, got {slide}")
-    windowed = (AllWindowedStream(stream, GlobalWindows.create()) if all_windows
-                else WindowedStream(stream, GlobalWindows.create()))
+    windowed = (
+        AllWindowedStream(stream, GlobalWindows.create())
+        if all_windows
+        else WindowedStream(stream, GlobalWindows.create())
+    )
     if slide == 0:  # Flink: tumbling count windows purge on every firing
         return windowed.trigger(PurgingTrigger.of(CountTrigger.of(size)))
     # Flink: the last `size` elements, every `slide` elements (the first firings hold fewer)
@@ -277,8 +311,9 @@ def assign_timestamps_and_watermarks(data_stream: "DataStream", watermark_strate
     source = data_stream.get_transformation()
     env = data_stream.get_execution_environment()
     spec = OperatorSpec(kind=TIMESTAMPS_KIND, function=watermark_strategy)
-    t = env._add_transformation(T.ONE_INPUT, "Timestamps/Watermarks", [source], operator=spec,
-                                output_type=source.output_type)
+    t = env._add_transformation(
+        T.ONE_INPUT, "Timestamps/Watermarks", [source], operator=spec, output_type=source.output_type
+    )
     t.parallelism = source.parallelism
     return DataStream(env, t)
 

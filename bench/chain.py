@@ -162,8 +162,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         (f"raylink chain, batch path ({batch}/emit)", batch_s),
         ("raylink chain, per-record path", record_s),
     ]
-    print(f"source -> map -> filter -> sink, {n:,} records, one task, best of {repeat}, "
-          f"Python {sys.version.split()[0]}")
+    print(
+        f"source -> map -> filter -> sink, {n:,} records, one task, best of {repeat}, Python {sys.version.split()[0]}"
+    )
     print(f"{'variant':<40} {'seconds':>8} {'records/s':>14} {'vs plain':>9}")
     for label, seconds in rows:
         print(f"{label:<40} {seconds:>8.3f} {n / seconds:>14,.0f} {plain_s / seconds:>8.2f}x")

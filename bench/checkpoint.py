@@ -33,8 +33,7 @@ def word_count(num_lines: int, checkpoint_dir: Optional[str]) -> float:
     if checkpoint_dir is not None:
         env.enable_checkpointing(1000)
         env.get_checkpoint_config().set_checkpoint_storage_dir(checkpoint_dir)
-    (env.from_sequence(0, num_lines - 1).map(make_line).flat_map(split)
-        .key_by(word_of).reduce(add).add_sink(discard))
+    (env.from_sequence(0, num_lines - 1).map(make_line).flat_map(split).key_by(word_of).reduce(add).add_sink(discard))
     result = env.execute("checkpointed word count" if checkpoint_dir else "word count")
     return result.net_runtime_ms / 1000
 
@@ -61,9 +60,12 @@ def state_checkpoint_and_recovery(keys: int, checkpoint_dir: str) -> dict:
     from raylink.actors.cluster import task_executor_pids
     from raylink.api import Configuration, StreamExecutionEnvironment
 
-    conf = (Configuration().set_string("restart-strategy.type", "fixed-delay")
-            .set_string("restart-strategy.fixed-delay.delay", "0 ms")
-            .set_integer("restart-strategy.fixed-delay.attempts", 3))
+    conf = (
+        Configuration()
+        .set_string("restart-strategy.type", "fixed-delay")
+        .set_string("restart-strategy.fixed-delay.delay", "0 ms")
+        .set_integer("restart-strategy.fixed-delay.attempts", 3)
+    )
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     env.enable_checkpointing(2000)
     env.get_checkpoint_config().set_checkpoint_storage_dir(checkpoint_dir)
@@ -90,8 +92,11 @@ def state_checkpoint_and_recovery(keys: int, checkpoint_dir: str) -> dict:
         client.wait(0.01)
     client.cancel()
     client.wait(30)
-    return {"checkpoint_s": stats["lastCheckpointDuration"] / 1000, "size": stats["lastCheckpointSize"],
-            "recovery_s": running}
+    return {
+        "checkpoint_s": stats["lastCheckpointDuration"] / 1000,
+        "size": stats["lastCheckpointSize"],
+        "recovery_s": running,
+    }
 
 
 def main(argv: Optional[list] = None) -> None:
@@ -114,15 +119,17 @@ def main(argv: Optional[list] = None) -> None:
         state = state_checkpoint_and_recovery(args.keys, os.path.join(tmp, "keys"))
     base, chk = statistics.median(plain), statistics.median(checkpointed)
     words = num_lines * WORDS_PER_LINE
-    print(f"word count, {words:,} words (untyped, reduce with a Python function, default placement); "
-          f"medians of {len(plain)} interleaved runs")
+    print(
+        f"word count, {words:,} words (untyped, reduce with a Python function, default placement); "
+        f"medians of {len(plain)} interleaved runs"
+    )
     print(f"{'variant':<52}{'seconds':>9}{'words/s':>14}{'vs baseline':>13}")
     print(f"{'no checkpoints (baseline)':<52}{base:>9.2f}{words / base:>14,.0f}{1.0:>12.2f}x")
     print(f"{'checkpoint every 1 s':<52}{chk:>9.2f}{words / chk:>14,.0f}{base / chk:>12.2f}x")
-    print(f"checkpoint of {args.keys:,} keys of keyed state: {state['checkpoint_s']:.2f} s, "
-          f"{state['size'] / 1e6:.1f} MB")
-    print(f"recovery (SIGKILL of a TaskExecutor -> all tasks RUNNING from the checkpoint): "
-          f"{state['recovery_s']:.2f} s")
+    print(
+        f"checkpoint of {args.keys:,} keys of keyed state: {state['checkpoint_s']:.2f} s, {state['size'] / 1e6:.1f} MB"
+    )
+    print(f"recovery (SIGKILL of a TaskExecutor -> all tasks RUNNING from the checkpoint): {state['recovery_s']:.2f} s")
     shutdown_ray()
 
 

@@ -60,26 +60,40 @@ def run(kills: int, records: int, folder: str) -> dict:
         StreamExecutionEnvironment,
     )
 
-    conf = (Configuration().set_string("restart-strategy.type", "fixed-delay")
-            .set_integer("restart-strategy.fixed-delay.attempts", kills + 5)
-            .set_string("restart-strategy.fixed-delay.delay", "100 ms"))
+    conf = (
+        Configuration()
+        .set_string("restart-strategy.type", "fixed-delay")
+        .set_integer("restart-strategy.fixed-delay.attempts", kills + 5)
+        .set_string("restart-strategy.fixed-delay.delay", "100 ms")
+    )
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     env.set_parallelism(2)
     env.enable_checkpointing(300)
     env.get_checkpoint_config().set_checkpoint_storage_dir(os.path.join(folder, "checkpoints"))
     out = os.path.join(folder, "out")
-    sink = (FileSink.for_row_format(out, Encoder.simple_string_encoder())
-            .with_rolling_policy(RollingPolicy.on_checkpoint_rolling_policy()).build())
-    (env.from_sequence(1, records).map(paced).map(lambda v: (v % KEYS, 1)).key_by(lambda kv: kv[0])
-        .reduce(add).map(lambda kv: f"{kv[0]},{kv[1]}").sink_to(sink))
+    sink = (
+        FileSink.for_row_format(out, Encoder.simple_string_encoder())
+        .with_rolling_policy(RollingPolicy.on_checkpoint_rolling_policy())
+        .build()
+    )
+    (
+        env.from_sequence(1, records)
+        .map(paced)
+        .map(lambda v: (v % KEYS, 1))
+        .key_by(lambda kv: kv[0])
+        .reduce(add)
+        .map(lambda kv: f"{kv[0]},{kv[1]}")
+        .sink_to(sink)
+    )
     client = env.execute_async("failover bench")
     recoveries = []
     done = 0
     while done < kills and not client.wait(0):
         completed = client.get_checkpoint_stats()["numberOfCompletedCheckpoints"]
-        while (not client.wait(0.02) and
-               (client.get_job_status() != "RUNNING"
-                or client.get_checkpoint_stats()["numberOfCompletedCheckpoints"] <= completed)):
+        while not client.wait(0.02) and (
+            client.get_job_status() != "RUNNING"
+            or client.get_checkpoint_stats()["numberOfCompletedCheckpoints"] <= completed
+        ):
             pass
         if client.wait(0):
             break
@@ -88,8 +102,9 @@ def run(kills: int, records: int, folder: str) -> dict:
         killed = time.monotonic()
         os.kill(pid, signal.SIGKILL)
         done += 1
-        while not client.wait(0.01) and not (client.get_checkpoint_stats()["numRestarts"] >= done
-                                             and client.get_job_status() == "RUNNING"):
+        while not client.wait(0.01) and not (
+            client.get_checkpoint_stats()["numRestarts"] >= done and client.get_job_status() == "RUNNING"
+        ):
             pass
         recoveries.append(time.monotonic() - killed)
     client.wait(600)
@@ -116,8 +131,10 @@ def main(argv: Optional[list] = None) -> None:
     records = max(args.records, 4_000 * args.kills)  # long enough for every kill
     with tempfile.TemporaryDirectory() as folder:
         report = run(args.kills, records, folder)
-    print(f"failover: {records:,} records, {report['kills']} SIGKILLs of TaskExecutor processes, "
-          f"{report['restarts']} restarts, job {report['status']}")
+    print(
+        f"failover: {records:,} records, {report['kills']} SIGKILLs of TaskExecutor processes, "
+        f"{report['restarts']} restarts, job {report['status']}"
+    )
     print(f"  lost {report['lost']}, duplicated {report['duplicated']} (committed output vs the reference)")
     print(f"  kill -> all tasks RUNNING again: median {report['recovery_median_s']:.2f} s")
     shutdown_ray()

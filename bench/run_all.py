@@ -86,9 +86,16 @@ def main(argv: Optional[list] = None) -> int:
         if error or not rows:
             failed = True
             error = error or "no table rows found in its output"
-        results.append({"bench": name, "argv": bench_argv, "seconds": round(seconds, 1),
-                        "title": text.strip().splitlines()[0] if text.strip() else "", "error": error,
-                        "rows": [{"variant": label, "ratio": ratio} for label, ratio in rows]})
+        results.append(
+            {
+                "bench": name,
+                "argv": bench_argv,
+                "seconds": round(seconds, 1),
+                "title": text.strip().splitlines()[0] if text.strip() else "",
+                "error": error,
+                "rows": [{"variant": label, "ratio": ratio} for label, ratio in rows],
+            }
+        )
 
     width = max([len("variant")] + [len(r["variant"]) for res in results for r in res["rows"]])
     print(f"{'bench':<10} {'variant'.ljust(width)} {'ratio':>7}")
@@ -97,8 +104,10 @@ def main(argv: Optional[list] = None) -> int:
             print(f"{res['bench']:<10} {'FAILED: ' + res['error']}")
         for row in res["rows"]:
             print(f"{res['bench']:<10} {row['variant'].ljust(width)} {row['ratio']:>6.2f}x")
-    print("ratio: each script's own last column against its in-run baseline (chain: plain Python loop = 1; "
-          "serde: bare msgpack = 1; wordcount: plain Python loop = 1)")
+    print(
+        "ratio: each script's own last column against its in-run baseline (chain: plain Python loop = 1; "
+        "serde: bare msgpack = 1; wordcount: plain Python loop = 1)"
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -39,8 +39,7 @@ def _timed(fn: Callable[[], object]) -> Tuple[float, object]:
 class Case:
     """One row: a serialize step and a deserialize step (or one combined step)."""
 
-    def __init__(self, name: str, ser: Callable[[], object], de: Optional[Callable[[object], int]],
-                 n: int) -> None:
+    def __init__(self, name: str, ser: Callable[[], object], de: Optional[Callable[[object], int]], n: int) -> None:
         self.name, self._ser, self._de, self.n = name, ser, de, n
         self.t_ser = self.t_de = float("inf")
 
@@ -107,8 +106,7 @@ def _deserialize(bufs: List[bytes]) -> int:
 def _keyed_exchange(batches: List[list], channels: int = 4) -> int:
     """RecordWriter (HASH on field 0) -> local InputGate -> per-channel deserializers."""
     part = ResultPartition(channels, "PIPELINED")
-    w = RecordWriter(part, create_partitioner("HASH", key_selector=_key0, max_parallelism=128),
-                     buffer_timeout_ms=-1)
+    w = RecordWriter(part, create_partitioner("HASH", key_selector=_key0, max_parallelism=128), buffer_timeout_ms=-1)
     gate = InputGate([LocalInputChannel(s) for s in part.subpartitions])
     gate.request_partitions()
     for b in batches:
@@ -136,30 +134,38 @@ def main(argv: Optional[List[str]] = None) -> int:
     n = args.records
     records = make_records(n)
     # the batches are the serializer's input, as the whole list is bare packb's input
-    batches = [records[i:i + args.batch] for i in range(0, n, args.batch)]
+    batches = [records[i : i + args.batch] for i in range(0, n, args.batch)]
     stamps = [[v[1] for v in b] for b in batches]
 
     cases = [
-        Case("bare msgpack packb(list) + unpackb(use_list=False)",
-             lambda: msgpack.packb(records), _bare_de(False), n),
-        Case("bare msgpack packb(list) + unpackb() [lists out]",
-             lambda: msgpack.packb(records), _bare_de(True), n),
-        Case(f"RecordSerializer.add_records(batch={args.batch}) + feed",
-             lambda: _serialize_batches(batches), _deserialize, n),
-        Case("RecordSerializer.add_timestamped_records(batch) + feed",
-             lambda: _serialize_timestamped_batches(batches, stamps), _deserialize, n),
-        Case("RecordSerializer.add_record (per record) + feed",
-             lambda: _serialize_per_record(records), _deserialize, n),
-        Case("keyed RecordWriter.emit_batch (HASH, 4 ch) + gate + feed",
-             lambda: _keyed_exchange(batches), None, n),
+        Case("bare msgpack packb(list) + unpackb(use_list=False)", lambda: msgpack.packb(records), _bare_de(False), n),
+        Case("bare msgpack packb(list) + unpackb() [lists out]", lambda: msgpack.packb(records), _bare_de(True), n),
+        Case(
+            f"RecordSerializer.add_records(batch={args.batch}) + feed",
+            lambda: _serialize_batches(batches),
+            _deserialize,
+            n,
+        ),
+        Case(
+            "RecordSerializer.add_timestamped_records(batch) + feed",
+            lambda: _serialize_timestamped_batches(batches, stamps),
+            _deserialize,
+            n,
+        ),
+        Case(
+            "RecordSerializer.add_record (per record) + feed", lambda: _serialize_per_record(records), _deserialize, n
+        ),
+        Case("keyed RecordWriter.emit_batch (HASH, 4 ch) + gate + feed", lambda: _keyed_exchange(batches), None, n),
     ]
     for _ in range(args.repeat):  # interleaved, so background load hits all rows alike
         for c in cases:
             c.run_once()
 
     base = cases[0].total
-    print(f"raylink serde: {n:,} (str, int) records, {DEFAULT_BUFFER_SIZE // 1024} KiB buffers, "
-          f"best of {args.repeat} (interleaved)")
+    print(
+        f"raylink serde: {n:,} (str, int) records, {DEFAULT_BUFFER_SIZE // 1024} KiB buffers, "
+        f"best of {args.repeat} (interleaved)"
+    )
     print(f"{'path':58s} {'ser M/s':>8s} {'deser M/s':>9s} {'total M/s':>9s} {'ratio':>6s}")
     for c in cases:
         if c._de is None:
@@ -167,8 +173,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         else:
             ser, de = f"{n / c.t_ser / 1e6:8.2f}", f"{n / c.t_de / 1e6:9.2f}"
         print(f"{c.name:58s} {ser} {de} {n / c.total / 1e6:9.2f} {base / c.total:6.2f}")
-    print("total = records / (ser time + deser time); ratio = total / total of the first row "
-          "(bare msgpack, same tuples out)")
+    print(
+        "total = records / (ser time + deser time); ratio = total / total of the first row "
+        "(bare msgpack, same tuples out)"
+    )
     return 0
 
 

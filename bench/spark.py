@@ -75,8 +75,12 @@ def _spark_jvm_pids() -> List[int]:
     pids = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
         cmdline = " ".join(proc.info.get("cmdline") or ())
-        if "java" in cmdline and ("RayDPExecutor" in cmdline or "pyspark-shell" in cmdline
-                                  or "raydp" in cmdline and "executor" in cmdline.lower()):
+        if "java" in cmdline and (
+            "RayDPExecutor" in cmdline
+            or "pyspark-shell" in cmdline
+            or "raydp" in cmdline
+            and "executor" in cmdline.lower()
+        ):
             pids.append(proc.info["pid"])
     return pids
 
@@ -115,9 +119,11 @@ class PeakWatcher:
         self._stop.set()
         if getattr(self, "_thread", None) is not None:
             self._thread.join(5)
-        return {"driver": _peak_mb(os.getpid()),
-                "executors": max(self.executors.values(), default=0.0),
-                "spark": max((_peak_mb(p) for p in self.jvms), default=0.0)}
+        return {
+            "driver": _peak_mb(os.getpid()),
+            "executors": max(self.executors.values(), default=0.0),
+            "spark": max((_peak_mb(p) for p in self.jvms), default=0.0),
+        }
 
 
 # -- the pipelines ------------------------------------------------------------------------------------
@@ -162,8 +168,7 @@ def check(spark, rows: int, out: Optional[str], expected_sum: float, what: str) 
     frame = spark.table(TABLE) if out is None else spark.read.parquet(out)
     got = frame.selectExpr("count(*) AS n", "sum(v) AS s").collect()[0]
     if got["n"] != rows or abs(got["s"] - expected_sum) > 1e-6 * abs(expected_sum):
-        raise AssertionError(f"{what}: wrote {got['n']} rows (sum {got['s']}), expected {rows} "
-                             f"(sum {expected_sum})")
+        raise AssertionError(f"{what}: wrote {got['n']} rows (sum {got['s']}), expected {rows} (sum {expected_sum})")
 
 
 # -- main ---------------------------------------------------------------------------------------------
@@ -177,11 +182,18 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--executor-cores", type=int, default=1)
-    parser.add_argument("--partitions", type=int, default=0,
-                        help="partitions of the cached DataFrame (default: 4 per million rows, at least 4)")
-    parser.add_argument("--only", nargs="*", default=None,
-                        help="run only these pipelines (raylink-path raylink-table raylink-session spark-udf "
-                             "spark-native)")
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=0,
+        help="partitions of the cached DataFrame (default: 4 per million rows, at least 4)",
+    )
+    parser.add_argument(
+        "--only",
+        nargs="*",
+        default=None,
+        help="run only these pipelines (raylink-path raylink-table raylink-session spark-udf spark-native)",
+    )
     args = parser.parse_args(argv)
 
     from pyspark.sql import functions as F
@@ -191,8 +203,9 @@ def main(argv: Optional[List[str]] = None) -> None:
 
     started = time.perf_counter()
     # a private local Ray unless RAY_ADDRESS names one (never another program's running Ray)
-    init_ray(os.environ.get("RAY_ADDRESS") or "local", include_dashboard=False, configure_logging=False,
-             log_to_driver=False)
+    init_ray(
+        os.environ.get("RAY_ADDRESS") or "local", include_dashboard=False, configure_logging=False, log_to_driver=False
+    )
     ray_s = time.perf_counter() - started
     started = time.perf_counter()
     spark = get_spark(num_executors=1, executor_cores=args.executor_cores)
@@ -203,13 +216,17 @@ def main(argv: Optional[List[str]] = None) -> None:
     pipelines: Dict[str, Callable] = {
         "raylink -> path": lambda df, out: raylink_pipeline(df, out, args.parallelism, table=False),
         "raylink -> table": lambda df, out: raylink_pipeline(df, out, args.parallelism, table=True),
-        "  same, session": lambda df, out: raylink_pipeline(df, out, args.parallelism, table=False,
-                                                           session=True),
+        "  same, session": lambda df, out: raylink_pipeline(df, out, args.parallelism, table=False, session=True),
         "Spark Python UDF": spark_udf_pipeline,
         "Spark native": spark_native_pipeline,
     }
-    keys = {"raylink-path": "raylink -> path", "raylink-table": "raylink -> table",
-            "raylink-session": "  same, session", "spark-udf": "Spark Python UDF", "spark-native": "Spark native"}
+    keys = {
+        "raylink-path": "raylink -> path",
+        "raylink-table": "raylink -> table",
+        "raylink-session": "  same, session",
+        "spark-udf": "Spark Python UDF",
+        "spark-native": "Spark native",
+    }
     if args.only:
         pipelines = {keys[o]: pipelines[keys[o]] for o in args.only}
     session = None
@@ -227,8 +244,11 @@ def main(argv: Optional[List[str]] = None) -> None:
         frames = {}
         for rows in args.rows:
             partitions = args.partitions or max(4, 4 * rows // 1_000_000)
-            df = spark.range(0, rows, 1, partitions).select(
-                (F.col("id") % 1000).cast("int").alias("k"), (F.col("id") * 0.5).alias("v")).cache()
+            df = (
+                spark.range(0, rows, 1, partitions)
+                .select((F.col("id") % 1000).cast("int").alias("k"), (F.col("id") * 0.5).alias("v"))
+                .cache()
+            )
             df.count()
             frames[rows] = (df, float(sum(range(rows))) * 0.5 * 2.0)
         for round_no in range(args.rounds):
@@ -246,8 +266,10 @@ def main(argv: Optional[List[str]] = None) -> None:
                         best[key] = max(best.get(key, 0.0), value)
                     print(f"  round {round_no + 1}: {rows:>11,} rows  {name:18s} {elapsed:7.2f} s", flush=True)
         print()
-        print(f"{'rows':>11}  {'pipeline':18s} {'median s':>9} {'rows/s':>10} {'vs UDF':>7} "
-              f"{'vs native':>9}  {'peak RSS MB: driver':>19} {'TaskExec':>8} {'Spark JVM':>9}")
+        print(
+            f"{'rows':>11}  {'pipeline':18s} {'median s':>9} {'rows/s':>10} {'vs UDF':>7} "
+            f"{'vs native':>9}  {'peak RSS MB: driver':>19} {'TaskExec':>8} {'Spark JVM':>9}"
+        )
         for rows in args.rows:
             medians = {name: statistics.median(times[(rows, name)]) for name in pipelines}
             for name, median in medians.items():
@@ -255,11 +277,15 @@ def main(argv: Optional[List[str]] = None) -> None:
                 vs_udf = f"{udf_s / median:6.2f}x" if udf_s else "-"
                 vs_native = f"{native_s / median:8.2f}x" if native_s else "-"
                 peak = peaks[(rows, name)]
-                print(f"{rows:>11,}  {name:18s} {median:9.2f} {rows / median:10,.0f} {vs_udf:>7} {vs_native:>9}  "
-                      f"{_fmt_mb(peak['driver']):>19} {_fmt_mb(peak['executors']):>8} "
-                      f"{_fmt_mb(peak['spark']):>9}")
-        print(f"\n(medians of {args.rounds} interleaved rounds; raylink at parallelism {args.parallelism}, "
-              f"Spark: 1 executor x {args.executor_cores} core(s))")
+                print(
+                    f"{rows:>11,}  {name:18s} {median:9.2f} {rows / median:10,.0f} {vs_udf:>7} {vs_native:>9}  "
+                    f"{_fmt_mb(peak['driver']):>19} {_fmt_mb(peak['executors']):>8} "
+                    f"{_fmt_mb(peak['spark']):>9}"
+                )
+        print(
+            f"\n(medians of {args.rounds} interleaved rounds; raylink at parallelism {args.parallelism}, "
+            f"Spark: 1 executor x {args.executor_cores} core(s))"
+        )
     finally:
         if session is not None:
             from raylink.actors.session_cluster import stop_session

@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-JOB = '''
+JOB = """
 import sys
 from raylink.api import Configuration, StreamExecutionEnvironment
 
@@ -44,7 +44,7 @@ with env.from_collection([1, 2, 3]).map(lambda x: x * 2).execute_and_collect() a
     out = sorted(results)
 assert out == [2, 4, 6], out
 print(out)
-'''
+"""
 PYTHON = sys.executable
 PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent.parent)
 
@@ -65,9 +65,21 @@ def _start_ray(temp_dir: str) -> tuple[subprocess.Popen, str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     ray_cli = os.path.join(os.path.dirname(PYTHON), "ray")
-    proc = subprocess.Popen([ray_cli, "start", "--head", "--block", f"--port={port}", f"--temp-dir={temp_dir}",
-                             "--include-dashboard=false", f"--system-config={json.dumps(RAY_SYSTEM_CONFIG)}"],
-                            stdout=open(temp_dir + ".log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            ray_cli,
+            "start",
+            "--head",
+            "--block",
+            f"--port={port}",
+            f"--temp-dir={temp_dir}",
+            "--include-dashboard=false",
+            f"--system-config={json.dumps(RAY_SYSTEM_CONFIG)}",
+        ],
+        stdout=open(temp_dir + ".log", "w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         try:
@@ -92,7 +104,9 @@ def main() -> None:
     base["PYTHONPATH"] = PACKAGE_PARENT + os.pathsep + base.get("PYTHONPATH", "")
     base.pop("RAY_ADDRESS", None)
     ray_proc, address = _start_ray(os.path.join("/tmp", f"rlb{os.getpid()}"))
-    on_ray = dict(base, RAY_ADDRESS=address, RAY_AUTH_MODE="token")  # Ray enables its token auth only for a cluster it finds itself
+    on_ray = dict(
+        base, RAY_ADDRESS=address, RAY_AUTH_MODE="token"
+    )  # Ray enables its token auth only for a cluster it finds itself
     modes = {
         "session cluster (RAY_ADDRESS)": ([PYTHON, job], on_ray),
         "per-job, running Ray (RAY_ADDRESS)": ([PYTHON, job, "raylink.session.enabled=false"], on_ray),
@@ -104,8 +118,13 @@ def main() -> None:
     cli = [PYTHON, "-m", "raylink", "cluster"]
     try:
         for _attempt in range(3):  # a Ray head just started may refuse drivers for a few seconds
-            started = subprocess.run(cli + ["start", "--address", address, "--executors", "2"], env=on_ray,
-                                     capture_output=True, text=True, timeout=180)
+            started = subprocess.run(
+                cli + ["start", "--address", address, "--executors", "2"],
+                env=on_ray,
+                capture_output=True,
+                text=True,
+                timeout=180,
+            )
             if started.returncode != 3:
                 break
         if started.returncode != 0:
@@ -119,8 +138,10 @@ def main() -> None:
         subprocess.run(cli + ["stop", "--address", address], env=on_ray, capture_output=True, timeout=120)
         os.killpg(ray_proc.pid, signal.SIGTERM)
         ray_proc.wait(60)
-    print(f"\nTrivial job (3 elements, 1 map, collected): wall clock of `python job.py`, "
-          f"median of {args.runs} (min-max)\n")
+    print(
+        f"\nTrivial job (3 elements, 1 map, collected): wall clock of `python job.py`, "
+        f"median of {args.runs} (min-max)\n"
+    )
     print("| mode | median s | min s | max s |\n|---|---|---|---|")
     for mode, values in times.items():
         print(f"| {mode} | {statistics.median(values):.2f} | {min(values):.2f} | {max(values):.2f} |")

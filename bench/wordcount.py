@@ -79,8 +79,9 @@ def ordinary_job(num_lines: int, parallelism: int, collect: bool = False) -> flo
     return min(wall, result.net_runtime_ms / 1000)
 
 
-def raylink_job(num_lines: int, parallelism: int, buffer_timeout: int = 100,
-                typed: bool = True) -> tuple[float, object]:
+def raylink_job(
+    num_lines: int, parallelism: int, buffer_timeout: int = 100, typed: bool = True
+) -> tuple[float, object]:
     """Run the job on Ray; ``typed``: declare ``flat_map``'s output type as PyFlink programs do."""
     from raylink.api import Configuration, StreamExecutionEnvironment, Types
 
@@ -112,8 +113,9 @@ def main(argv: Optional[list] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--words", type=int, default=2_000_000)
     parser.add_argument("--parallelism", type=int, default=1)
-    parser.add_argument("--repeat", type=int, default=3,
-                        help="alternate loop and job this many times; medians are reported")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="alternate loop and job this many times; medians are reported"
+    )
     args = parser.parse_args(argv)
     num_lines = args.words // WORDS_PER_LINE
     words = num_lines * WORDS_PER_LINE
@@ -153,9 +155,11 @@ def main(argv: Optional[list] = None) -> None:
     ]
     for label, secs in rows:
         print(f"{label:<64}{secs:>9.2f}{words / secs:>14,.0f}{loop_s / secs:>8.2f}x")
-    print(f"collect vs discarding sink (p=2): {_median(ordinary['p2']) / _median(ordinary['p2 collect']):.2f}x; "
-          f"tuned job: {len(executors)} TaskExecutors, {sent} remote buffers in {calls} calls "
-          f"(+{credit_calls} credit calls)")
+    print(
+        f"collect vs discarding sink (p=2): {_median(ordinary['p2']) / _median(ordinary['p2 collect']):.2f}x; "
+        f"tuned job: {len(executors)} TaskExecutors, {sent} remote buffers in {calls} calls "
+        f"(+{credit_calls} credit calls)"
+    )
     print("end-to-end latency from latency markers (every 50 ms, source -> sink):")
     for timeout in (0, 100):
         if timeout == 100:
@@ -165,12 +169,16 @@ def main(argv: Optional[list] = None) -> None:
         lat = [m["latencyMs"] for m in res.task_metrics if m.get("latencyMs")]
         if lat:
             worst = max(lat, key=lambda l: l["p99"])
-            print(f"  buffer timeout {timeout:>3} ms: p50 {worst['p50']:7.1f} ms  p99 {worst['p99']:7.1f} ms"
-                  f"  ({sum(l['count'] for l in lat)} markers)")
+            print(
+                f"  buffer timeout {timeout:>3} ms: p50 {worst['p50']:7.1f} ms  p99 {worst['p99']:7.1f} ms"
+                f"  ({sum(l['count'] for l in lat)} markers)"
+            )
     for m in result.task_metrics:
-        print(f"  {m['task']:<60} in {m['numRecordsIn']:>9,} out {m['numRecordsOut']:>9,} "
-              f"busy {m['busyTimeMsPerSecond']:>6.0f} idle {m['idleTimeMsPerSecond']:>6.0f} "
-              f"backpressured {m['backPressuredTimeMsPerSecond']:>6.0f} ms/s")
+        print(
+            f"  {m['task']:<60} in {m['numRecordsIn']:>9,} out {m['numRecordsOut']:>9,} "
+            f"busy {m['busyTimeMsPerSecond']:>6.0f} idle {m['idleTimeMsPerSecond']:>6.0f} "
+            f"backpressured {m['backPressuredTimeMsPerSecond']:>6.0f} ms/s"
+        )
     shutdown_ray()
 
 

@@ -38,17 +38,26 @@ RAY_START_TIMEOUT_S = 60.0
 
 def add_parser(sub: Any, fmt: type, handler: Any) -> None:
     """The ``cluster`` sub-command and its ``start`` / ``stop`` / ``status`` actions."""
-    cluster = sub.add_parser("cluster", help="start, stop or show a session cluster (warm TaskExecutors jobs reuse)",
-                             description="A session cluster (Flink's session mode) on Ray: a detached actor "
-                                         "keeping a pool of warm TaskExecutors that every job run on that Ray "
-                                         "reuses.", epilog=EXAMPLES + "\n" + EXIT_CODES_HELP, formatter_class=fmt)
+    cluster = sub.add_parser(
+        "cluster",
+        help="start, stop or show a session cluster (warm TaskExecutors jobs reuse)",
+        description="A session cluster (Flink's session mode) on Ray: a detached actor "
+        "keeping a pool of warm TaskExecutors that every job run on that Ray "
+        "reuses.",
+        epilog=EXAMPLES + "\n" + EXIT_CODES_HELP,
+        formatter_class=fmt,
+    )
     action = cluster.add_subparsers(dest="cluster_command", required=True)
     address_help = "Ray cluster address (HEAD:6379); default: $RAY_ADDRESS, else the local Ray"
     start = action.add_parser("start", help="start the session cluster (and a local Ray without --address)")
     start.add_argument("--address", help=address_help + " (started if none)")
     start.add_argument("--executors", type=int, default=2, help="warm TaskExecutors to start now (2)")
-    start.add_argument("--pool-size", type=int, default=None,
-                       help="most idle TaskExecutors kept warm (default: raylink.session.pool-size)")
+    start.add_argument(
+        "--pool-size",
+        type=int,
+        default=None,
+        help="most idle TaskExecutors kept warm (default: raylink.session.pool-size)",
+    )
     start.set_defaults(func=handler("cluster", "cmd_start"))
     stop = action.add_parser("stop", help="stop the session cluster and every TaskExecutor it keeps")
     stop.add_argument("--address", help=address_help)
@@ -77,8 +86,11 @@ def _connect(address: Optional[str], start_local: bool = False) -> Optional[int]
         return None
     except ConnectionError:
         if not start_local:
-            raise CliError(EXIT_JOB_FAILED, "raylink cluster: no session cluster (no Ray running on this machine; "
-                                            "give --address or set RAY_ADDRESS)") from None
+            raise CliError(
+                EXIT_JOB_FAILED,
+                "raylink cluster: no session cluster (no Ray running on this machine; "
+                "give --address or set RAY_ADDRESS)",
+            ) from None
     pid, address = _start_local_ray()
     ray.shutdown()
     connect_ray(address)
@@ -95,22 +107,36 @@ def _start_local_ray() -> tuple[int, str]:
         port = s.getsockname()[1]
     ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
     log = open(os.path.join(tempfile.gettempdir(), f"raylink-cluster-ray-{port}.log"), "w")
-    proc = subprocess.Popen([ray_cli, "start", "--head", "--block", f"--port={port}", "--include-dashboard=false",
-                             f"--system-config={json.dumps(RAY_SYSTEM_CONFIG)}"],
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            ray_cli,
+            "start",
+            "--head",
+            "--block",
+            f"--port={port}",
+            "--include-dashboard=false",
+            f"--system-config={json.dumps(RAY_SYSTEM_CONFIG)}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + RAY_START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise CliError(EXIT_JOB_FAILED, f"raylink cluster start: `ray start` exited with {proc.returncode}; "
-                                            f"see {log.name}")
+            raise CliError(
+                EXIT_JOB_FAILED, f"raylink cluster start: `ray start` exited with {proc.returncode}; see {log.name}"
+            )
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
                 return proc.pid, f"127.0.0.1:{port}"
         except OSError:
             time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGTERM)
-    raise CliError(EXIT_JOB_FAILED, f"raylink cluster start: the local Ray did not start within "
-                                    f"{RAY_START_TIMEOUT_S:.0f} s; see {log.name}")
+    raise CliError(
+        EXIT_JOB_FAILED,
+        f"raylink cluster start: the local Ray did not start within {RAY_START_TIMEOUT_S:.0f} s; see {log.name}",
+    )
 
 
 def cmd_start(args: Any) -> int:
@@ -129,12 +155,13 @@ def cmd_start(args: Any) -> int:
     if ray_pid is not None:
         info.update(rayPid=ray_pid, rayHost=socket.gethostname())
     try:
-        start_session(args.executors, pool_size, info,
-                      _executor_runtime_env(RaylinkOptions.MAX_BATCH_BYTES.default))
+        start_session(args.executors, pool_size, info, _executor_runtime_env(RaylinkOptions.MAX_BATCH_BYTES.default))
     except RuntimeError as exc:
         raise CliError(EXIT_JOB_FAILED, f"raylink cluster start: {exc}") from None
-    print(f"raylink cluster: session cluster started on {info['address']} with {args.executors} warm "
-          f"TaskExecutor(s) (pool size {pool_size})" + (" and a local Ray" if ray_pid else ""))
+    print(
+        f"raylink cluster: session cluster started on {info['address']} with {args.executors} warm "
+        f"TaskExecutor(s) (pool size {pool_size})" + (" and a local Ray" if ray_pid else "")
+    )
     if ray_pid is None:
         print(f"run jobs with RAY_ADDRESS={info['address']}")
     ray.shutdown()
@@ -176,10 +203,12 @@ def cmd_status(args: Any) -> int:
         print(json.dumps(status, indent=1, sort_keys=True))
         return EXIT_OK
     leased = ", ".join(f"{job[:8]}: {n}" for job, n in status["leased"].items()) or "none"
-    print(f"session cluster on {status.get('address', '?')}, up {status['uptimeS']:.0f} s\n"
-          f"  TaskExecutors idle {status['idle']} (pool size {status['poolSize']}), leased by job: {leased}\n"
-          f"  jobs {status['jobs']}, executors created {status['created']}, reused {status['reused']}, "
-          f"discarded {status['discarded']}, lost {status['lost']}")
+    print(
+        f"session cluster on {status.get('address', '?')}, up {status['uptimeS']:.0f} s\n"
+        f"  TaskExecutors idle {status['idle']} (pool size {status['poolSize']}), leased by job: {leased}\n"
+        f"  jobs {status['jobs']}, executors created {status['created']}, reused {status['reused']}, "
+        f"discarded {status['discarded']}, lost {status['lost']}"
+    )
     return EXIT_OK
 
 

@@ -15,11 +15,11 @@ from urllib.parse import urlparse
 from raylink.errors import RaylinkError
 
 EXIT_OK = 0
-EXIT_JOB_FAILED = 1      # the job (or its script) failed
-EXIT_USAGE = 2           # bad arguments, missing file, bad configuration
-EXIT_UNREACHABLE = 3     # the Ray cluster / dashboard cannot be reached
-EXIT_STOPPED = 4         # the job was cancelled / stopped
-EXIT_NO_SUCH_JOB = 5     # status / logs / cancel of an unknown job
+EXIT_JOB_FAILED = 1  # the job (or its script) failed
+EXIT_USAGE = 2  # bad arguments, missing file, bad configuration
+EXIT_UNREACHABLE = 3  # the Ray cluster / dashboard cannot be reached
+EXIT_STOPPED = 4  # the job was cancelled / stopped
+EXIT_NO_SUCH_JOB = 5  # status / logs / cancel of an unknown job
 
 EXIT_CODES_HELP = """exit codes:
   0  success            1  the job failed (cause printed)
@@ -65,11 +65,17 @@ def dashboard_address(address: Optional[str]) -> str:
     """The dashboard (Job Submission API) address: ``--address``, $RAY_API_SERVER_ADDRESS, an
     http $RAY_ADDRESS, else ``http://127.0.0.1:8265``."""
     env_ray = os.environ.get("RAY_ADDRESS", "")
-    addr = (address or os.environ.get("RAY_API_SERVER_ADDRESS")
-            or (env_ray if env_ray.startswith(("http://", "https://")) else "") or DEFAULT_DASHBOARD)
+    addr = (
+        address
+        or os.environ.get("RAY_API_SERVER_ADDRESS")
+        or (env_ray if env_ray.startswith(("http://", "https://")) else "")
+        or DEFAULT_DASHBOARD
+    )
     if addr.startswith("ray://"):
-        raise CliError(EXIT_USAGE, f"raylink: {addr} is a Ray Client address; jobs go through the dashboard: "
-                                   f"--address http://HEAD:8265")
+        raise CliError(
+            EXIT_USAGE,
+            f"raylink: {addr} is a Ray Client address; jobs go through the dashboard: --address http://HEAD:8265",
+        )
     if "://" not in addr:
         addr = "http://" + addr
     return addr.rstrip("/")
@@ -88,8 +94,11 @@ def check_ray_address(address: str) -> None:
     if address in ("auto", "local"):
         return
     if address.startswith(("http://", "https://")):
-        raise CliError(EXIT_USAGE, f"raylink run: {address} is a dashboard address; give the Ray address "
-                                   f"(HEAD:6379 or ray://HEAD:10001), or use `raylink submit --address {address}`")
+        raise CliError(
+            EXIT_USAGE,
+            f"raylink run: {address} is a dashboard address; give the Ray address "
+            f"(HEAD:6379 or ray://HEAD:10001), or use `raylink submit --address {address}`",
+        )
     parsed = urlparse(address if "://" in address else "ray://" + address)
     if not parsed.hostname or parsed.port is None:
         raise CliError(EXIT_USAGE, f"raylink run: bad Ray address {address!r} (expected HOST:PORT or ray://HOST:PORT)")

@@ -94,7 +94,8 @@ def build_conf(conf_file: Optional[str], pairs: list[str]) -> tuple[dict[str, An
     conf = {key: normalize(key, value) for key, value in raw.items()}
     warnings = [
         f"raylink: warning: {unknown_key_message(key)} (passed to the job unchanged)"
-        for key in conf if find_option(key) is None
+        for key in conf
+        if find_option(key) is None
     ]
     return conf, warnings
 

@@ -14,8 +14,10 @@ from raylink.api import options as registry
 from raylink.api.options import ConfigOption, find_option, unknown_key_message
 from raylink.cli.common import EXIT_OK, EXIT_USAGE, CliError, reject_extra
 
-UNITS_NOTE = ("Durations: `100`, `100 ms`, `2 s`, `1 min` (read as milliseconds); memory sizes: "
-              "`1024`, `64kb`, `512m`, `2g` (binary units as in Flink, read as bytes).")
+UNITS_NOTE = (
+    "Durations: `100`, `100 ms`, `2 s`, `1 min` (read as milliseconds); memory sizes: "
+    "`1024`, `64kb`, `512m`, `2g` (binary units as in Flink, read as bytes)."
+)
 COLUMNS = ("KEY", "TYPE", "DEFAULT", "DESCRIPTION")
 
 
@@ -43,8 +45,7 @@ def plain_table() -> str:
     """Every option, one line each, in the registry's group order."""
     rows = [COLUMNS, *_rows()]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths)) + "  " + row[3]
-             for row in rows]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths)) + "  " + row[3] for row in rows]
     return "\n".join(lines) + "\n\n" + UNITS_NOTE.replace("`", "")
 
 

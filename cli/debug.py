@@ -37,16 +37,23 @@ def _connect(address: Any) -> bool:
         return False
     address = address or os.environ.get("RAY_ADDRESS") or "auto"
     if address == "local":
-        raise CliError(EXIT_USAGE, "raylink debug memory: RAY_ADDRESS=local starts a new Ray; give the address of "
-                                   "the cluster the job runs on (--address HEAD:6379, or auto)")
+        raise CliError(
+            EXIT_USAGE,
+            "raylink debug memory: RAY_ADDRESS=local starts a new Ray; give the address of "
+            "the cluster the job runs on (--address HEAD:6379, or auto)",
+        )
     try:
         ray.init(address=address, log_to_driver=False, configure_logging=False)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         cause = exc.__cause__
-        hint = (" (the cluster uses token authentication: set RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH)"
-                if cause is not None and type(cause).__name__ == "AuthenticationError" else "")
-        raise CliError(EXIT_UNREACHABLE, f"raylink debug memory: cannot reach a Ray cluster at {address}: "
-                                         f"{exc}{hint}") from None
+        hint = (
+            " (the cluster uses token authentication: set RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH)"
+            if cause is not None and type(cause).__name__ == "AuthenticationError"
+            else ""
+        )
+        raise CliError(
+            EXIT_UNREACHABLE, f"raylink debug memory: cannot reach a Ray cluster at {address}: {exc}{hint}"
+        ) from None
     return True
 
 
@@ -63,14 +70,23 @@ def format_report(report: dict, top: int) -> list[str]:
     py = report.get("python") or {}
     net = report.get("networkBuffers") or {}
     trimmed = report.get("trimmedRssBytes")
-    lines = [f"== TaskExecutor {ex} ({report.get('tasks', 0)} tasks): RSS {_mib(report.get('rssBytes'))} "
-             f"(peak {_mib(report.get('peakRssBytes'))}), heap in use {_mib(heap.get('inUseBytes'))}, "
-             f"free in heap {_mib(heap.get('freeBytes'))}, Python blocks {py.get('allocatedBlocks', 0):,}, "
-             f"gc objects {py.get('gcObjects', 0):,}",
-             f"   network buffers in use {net.get('inUse', 0)}/{net.get('total', 0)}"]
+    lines = [
+        f"== TaskExecutor {ex} ({report.get('tasks', 0)} tasks): RSS {_mib(report.get('rssBytes'))} "
+        f"(peak {_mib(report.get('peakRssBytes'))}), heap in use {_mib(heap.get('inUseBytes'))}, "
+        f"free in heap {_mib(heap.get('freeBytes'))}, Python blocks {py.get('allocatedBlocks', 0):,}, "
+        f"gc objects {py.get('gcObjects', 0):,}",
+        f"   network buffers in use {net.get('inUse', 0)}/{net.get('total', 0)}",
+    ]
     if "trimmedRssBytes" in report:
-        lines.insert(1, "   malloc_trim: " + ("not glibc, nothing done" if trimmed is None else
-                                             f"RSS {trimmed / MIB:+,.1f} MiB (what drops was fragmentation)"))
+        lines.insert(
+            1,
+            "   malloc_trim: "
+            + (
+                "not glibc, nothing done"
+                if trimmed is None
+                else f"RSS {trimmed / MIB:+,.1f} MiB (what drops was fragmentation)"
+            ),
+        )
     for task, ch in (report.get("queuedBuffers") or {}).items():
         lines.append(f"   queued buffers {task}: in {ch['in']} out {ch['out']}")
     for op, n in (report.get("stateEntries") or {}).items():
@@ -84,12 +100,15 @@ def format_report(report: dict, top: int) -> list[str]:
     if traced is None:
         lines.append("   tracemalloc: off (run without --no-tracemalloc to see allocation sites)")
     elif traced.get("started"):
-        lines.append("   tracemalloc: started now in this TaskExecutor; allocation sites show from the next "
-                     "call on (allocation is slower while tracing)")
+        lines.append(
+            "   tracemalloc: started now in this TaskExecutor; allocation sites show from the next "
+            "call on (allocation is slower while tracing)"
+        )
     else:
         lines.append(f"   tracemalloc: {_mib(traced.get('tracedBytes'))} traced; top allocation sites:")
-        lines += [f"     {s['bytes'] / MIB:>9,.2f} MiB {s['count']:>10,} blocks  {s['site']}"
-                  for s in traced["top"][:top]]
+        lines += [
+            f"     {s['bytes'] / MIB:>9,.2f} MiB {s['count']:>10,} blocks  {s['site']}" for s in traced["top"][:top]
+        ]
         if traced.get("growth"):
             lines.append("   grew most since tracing started:")
             for g in traced["growth"][:top]:
@@ -141,8 +160,10 @@ def cmd_debug_memory(args: Any) -> int:
     started = [r["executor"] for r in reports if (r.get("tracemalloc") or {}).get("started")]
     print(f"raylink debug memory: job {args.job_id}: {len(reports)} TaskExecutor(s)")
     if started:
-        err(f"raylink debug memory: started tracemalloc in {', '.join(started)}; call again to see the "
-            "allocation sites (and what grew since now)")
+        err(
+            f"raylink debug memory: started tracemalloc in {', '.join(started)}; call again to see the "
+            "allocation sites (and what grew since now)"
+        )
     for report in reports:
         print("\n".join(format_report(report, args.top)))
     missing = sorted(set(handles) - {r.get("executor") for r in reports})

@@ -52,16 +52,44 @@ WORKING_DIR_EXCLUDES = [".git", ".venv", "venv", "__pycache__", "*.pyc", ".pytes
 #: never uploaded, whatever the ignore files say: credentials that often sit next to a job
 #: (``.git`` is always left out above: its config and history can hold tokens too)
 SECRET_EXCLUDES = [
-    ".env*", ".netrc", ".pgpass", ".pypirc", ".npmrc", ".git-credentials", ".htpasswd",
-    ".ssh/", ".aws/", ".azure/", ".gnupg/", ".kube/", ".docker/", ".ray/", "**/.config/gcloud/",
-    "*.pem", "*.key", "*.p12", "*.pfx", "*.jks", "*.keystore",
-    "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*",
-    "credentials", "credentials.json", "*credentials*.json", "service-account*.json", "*.tfstate",
+    ".env*",
+    ".netrc",
+    ".pgpass",
+    ".pypirc",
+    ".npmrc",
+    ".git-credentials",
+    ".htpasswd",
+    ".ssh/",
+    ".aws/",
+    ".azure/",
+    ".gnupg/",
+    ".kube/",
+    ".docker/",
+    ".ray/",
+    "**/.config/gcloud/",
+    "*.pem",
+    "*.key",
+    "*.p12",
+    "*.pfx",
+    "*.jks",
+    "*.keystore",
+    "id_rsa*",
+    "id_dsa*",
+    "id_ecdsa*",
+    "id_ed25519*",
+    "credentials",
+    "credentials.json",
+    "*credentials*.json",
+    "service-account*.json",
+    "*.tfstate",
 ]
 IGNORE_GITIGNORE_ENV = "RAY_RUNTIME_ENV_IGNORE_GITIGNORE"  # Ray's switch: "1" uploads .gitignore'd files
 SHIP_MODES = ("py_modules", "pip", "installed")
-QUIET_LOGGERS = ("ray.dashboard.modules.job.sdk", "ray.dashboard.modules.dashboard_sdk",
-                 "ray._private.runtime_env.packaging")
+QUIET_LOGGERS = (
+    "ray.dashboard.modules.job.sdk",
+    "ray.dashboard.modules.dashboard_sdk",
+    "ray._private.runtime_env.packaging",
+)
 
 
 # -- connecting ------------------------------------------------------------------------------------
@@ -76,9 +104,12 @@ def connect(address_arg: Optional[str]) -> tuple[Any, str]:
     try:
         return JobSubmissionClient(address, headers=auth_headers(address)), address
     except AuthenticationError:
-        raise CliError(EXIT_UNREACHABLE, f"raylink: the Ray dashboard at {address} refused the request: it needs "
-                                         f"the cluster's token (set RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH, or "
-                                         f"RAY_AUTH_MODE=token to use ~/.ray/auth_token)") from None
+        raise CliError(
+            EXIT_UNREACHABLE,
+            f"raylink: the Ray dashboard at {address} refused the request: it needs "
+            f"the cluster's token (set RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH, or "
+            f"RAY_AUTH_MODE=token to use ~/.ray/auth_token)",
+        ) from None
     except ConnectionError as exc:
         raise CliError(EXIT_UNREACHABLE, f"raylink: cannot reach the Ray dashboard at {address}: {exc}") from None
     except RuntimeError as exc:  # e.g. not a Ray dashboard, or too old
@@ -114,10 +145,13 @@ def stage_raylink(dest_root: str) -> str:
         path = os.path.join(src, name)
         if os.path.isfile(path) and name.endswith(".py"):
             shutil.copy2(path, os.path.join(dst, name))
-        elif (os.path.isdir(path) and not name.startswith(".") and name != "tests"
-              and os.path.isfile(os.path.join(path, "__init__.py"))):
-            shutil.copytree(path, os.path.join(dst, name),
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        elif (
+            os.path.isdir(path)
+            and not name.startswith(".")
+            and name != "tests"
+            and os.path.isfile(os.path.join(path, "__init__.py"))
+        ):
+            shutil.copytree(path, os.path.join(dst, name), ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     return dst
 
 
@@ -136,8 +170,10 @@ class UploadPlan:
 
     def summary(self) -> str:
         n = len(self.files)
-        text = (f"raylink: uploading {self.root} as the working_dir: {n} file{'s' if n != 1 else ''}, "
-                f"{size_text(self.total_bytes)} (.gitignore and .rayignore apply)")
+        text = (
+            f"raylink: uploading {self.root} as the working_dir: {n} file{'s' if n != 1 else ''}, "
+            f"{size_text(self.total_bytes)} (.gitignore and .rayignore apply)"
+        )
         if self.secrets_left_out:
             shown = ", ".join(self.secrets_left_out[:5])
             more = f" and {len(self.secrets_left_out) - 5} more" if len(self.secrets_left_out) > 5 else ""
@@ -174,8 +210,7 @@ def _walk_like_ray(root: str, excludes: list[str]) -> list[tuple[str, int]]:
     include_gitignore = os.environ.get(IGNORE_GITIGNORE_ENV, "0") != "1"
     quiet = logging.getLogger("raylink.submit.walk")
     quiet.setLevel(logging.WARNING)
-    _dir_travel(base, [_get_excludes(base, list(excludes))], handler, include_gitignore=include_gitignore,
-                logger=quiet)
+    _dir_travel(base, [_get_excludes(base, list(excludes))], handler, include_gitignore=include_gitignore, logger=quiet)
     return sorted(found)
 
 
@@ -188,8 +223,9 @@ def plan_upload(job_dir: str) -> UploadPlan:
     return UploadPlan(os.path.abspath(job_dir), files, [p for p, _ in without_deny_list if p not in kept])
 
 
-def build_runtime_env(job_dir: str, conf: dict, ship: str, pip_specs: list[str], env_vars: dict,
-                      staging_dir: Optional[str]) -> dict:
+def build_runtime_env(
+    job_dir: str, conf: dict, ship: str, pip_specs: list[str], env_vars: dict, staging_dir: Optional[str]
+) -> dict:
     import json
 
     import raylink
@@ -236,10 +272,10 @@ def failure_cause(info: Any, logs: str) -> str:
     lines = [line.rstrip() for line in (logs or "").splitlines() if line.strip()]
     for line in reversed(lines):
         if line.startswith("raylink: job '") and (" FAILED: " in line or " CANCELED: " in line):
-            return line[len("raylink: "):]
+            return line[len("raylink: ") :]
     for line in reversed(lines):
         if line.startswith("raylink: ") and " failed: " in line:
-            return line[len("raylink: "):]
+            return line[len("raylink: ") :]
     for line in reversed(lines):
         if re.match(r"^[\w.]*(Error|Exception|Interrupt)\b", line):
             return line
@@ -297,17 +333,19 @@ def follow(client: Any, job_id: str, timeout_s: float = 30.0) -> Any:
     try:
         asyncio.run(_tail(client, job_id, printed))
     except KeyboardInterrupt:
-        raise CliError(130, f"raylink: stopped following job {job_id}; it keeps running "
-                            f"(raylink cancel {job_id} stops it)") from None
+        raise CliError(
+            130, f"raylink: stopped following job {job_id}; it keeps running (raylink cancel {job_id} stops it)"
+        ) from None
     except Exception as exc:  # the stream broke: fall back to polling
         err(f"raylink: log stream of job {job_id} interrupted ({type(exc).__name__}); polling its status")
         timeout_s = max(timeout_s, 24 * 3600.0)
     try:
         info = wait_terminal(client, job_id, timeout_s)
     except KeyboardInterrupt:
-        raise CliError(130, f"raylink: stopped following job {job_id}; it keeps running "
-                            f"(raylink cancel {job_id} stops it)") from None
-    rest = client.get_job_logs(job_id)[printed[0]:]
+        raise CliError(
+            130, f"raylink: stopped following job {job_id}; it keeps running (raylink cancel {job_id} stops it)"
+        ) from None
+    rest = client.get_job_logs(job_id)[printed[0] :]
     if rest:
         sys.stdout.write(rest)
         sys.stdout.flush()
@@ -327,9 +365,12 @@ def cmd_submit(args: Any) -> int:
     job_dir = os.path.dirname(os.path.abspath(args.job))
     upload = plan_upload(job_dir)
     if os.path.basename(args.job) not in {path for path, _ in upload.files}:
-        raise CliError(EXIT_USAGE, f"raylink submit: {args.job} itself is left out of the upload (a .gitignore, "
-                                   f".rayignore or the secrets deny list matches it); rename it or change the "
-                                   f"ignore file")
+        raise CliError(
+            EXIT_USAGE,
+            f"raylink submit: {args.job} itself is left out of the upload (a .gitignore, "
+            f".rayignore or the secrets deny list matches it); rename it or change the "
+            f"ignore file",
+        )
     err(upload.summary())
     client, address = connect(args.address)
     job_id = args.job_id or submission_id_for(args.job)
@@ -370,8 +411,10 @@ def cmd_list(args: Any) -> int:
     width = max(len("JOB ID"), *(len(j.submission_id) for j in jobs))
     print(f"{'JOB ID'.ljust(width)}  {'STATUS':<9}  {'START':<19}  {'END':<19}  ENTRYPOINT")
     for j in jobs:
-        print(f"{j.submission_id.ljust(width)}  {_status(j):<9}  {_time(j.start_time):<19}  "
-              f"{_time(j.end_time):<19}  {j.entrypoint}")
+        print(
+            f"{j.submission_id.ljust(width)}  {_status(j):<9}  {_time(j.start_time):<19}  "
+            f"{_time(j.end_time):<19}  {j.entrypoint}"
+        )
     return EXIT_OK
 
 
@@ -381,9 +424,9 @@ def latest_progress(logs: str) -> list[str]:
     title = LOG_PREFIX + "job '"
     for line in (logs or "").splitlines():
         if line.startswith(title):
-            block = [line[len(LOG_PREFIX):]]
+            block = [line[len(LOG_PREFIX) :]]
         elif line.startswith(LOG_PREFIX) and block:
-            block.append(line[len(LOG_PREFIX):])
+            block.append(line[len(LOG_PREFIX) :])
     return block
 
 

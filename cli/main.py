@@ -42,19 +42,23 @@ CONFIG_EXAMPLES = """examples:
   raylink config --markdown                   # the README's table
 """
 
-ADDRESS_HELP = ("Ray dashboard address, http://HEAD:8265 (default: $RAY_API_SERVER_ADDRESS, "
-                "an http $RAY_ADDRESS, else http://127.0.0.1:8265)")
+ADDRESS_HELP = (
+    "Ray dashboard address, http://HEAD:8265 (default: $RAY_API_SERVER_ADDRESS, "
+    "an http $RAY_ADDRESS, else http://127.0.0.1:8265)"
+)
 
 
 def _handler(module: str, name: str) -> Callable[[Any], int]:
     """``raylink.cli.<module>.<name>``, imported when the sub-command runs; a CliError becomes
     its message on stderr and its exit code."""
+
     def run(args: Any) -> int:
         try:
             return getattr(importlib.import_module(f"raylink.cli.{module}"), name)(args)
         except CliError as exc:
             err(exc.message)
             return exc.code
+
     return run
 
 
@@ -62,10 +66,17 @@ def _conf_options(p: argparse.ArgumentParser) -> None:
     from raylink.cli.conf import keys_help
 
     p.add_argument("--conf-file", metavar="YAML", help="job configuration file (flat or nested YAML, Flink key names)")
-    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                   help="a configuration value (repeatable; wins over --conf-file)")
-    p.epilog = ((p.epilog or "") + "\nconfiguration keys (Flink's names where Flink has one; `raylink config` "
-                "shows types and defaults):\n" + keys_help() + "\n\n" + EXIT_CODES_HELP)
+    p.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a configuration value (repeatable; wins over --conf-file)",
+    )
+    p.epilog = (
+        (p.epilog or "") + "\nconfiguration keys (Flink's names where Flink has one; `raylink config` "
+        "shows types and defaults):\n" + keys_help() + "\n\n" + EXIT_CODES_HELP
+    )
 
 
 def _add_plan(sub: Any) -> None:
@@ -77,8 +88,11 @@ def _add_plan(sub: Any) -> None:
 
 
 def _add_demo(sub: Any) -> None:
-    demo = sub.add_parser("demo", help="the clicks demo: Spark table -> raylink job on Ray -> Spark tables "
-                                       "(starts local Ray and Spark-on-Ray itself)")
+    demo = sub.add_parser(
+        "demo",
+        help="the clicks demo: Spark table -> raylink job on Ray -> Spark tables "
+        "(starts local Ray and Spark-on-Ray itself)",
+    )
     demo.add_argument("--rows", type=int, default=100_000, help="click events in the day (default 100000)")
     demo.add_argument("--users", type=int, default=5_000, help="distinct users (default 5000)")
     demo.add_argument("--parallelism", type=int, default=2, help="job parallelism (default 2)")
@@ -87,70 +101,117 @@ def _add_demo(sub: Any) -> None:
 
 
 def _add_run(sub: Any, fmt: type) -> None:
-    run = sub.add_parser("run", help="run a job: a local Ray, --address HEAD:6379, or in-process",
-                         description="Run a raylink program with per-vertex progress; its job runs on Ray "
-                                     "(local, or --address) or in this process (execution.target=local).",
-                         epilog=RUN_EXAMPLES, formatter_class=fmt)
-    run.add_argument("--address", help="Ray cluster address (HEAD:6379, ray://HEAD:10001 or auto); "
-                                       "default: $RAY_ADDRESS, else a local Ray")
+    run = sub.add_parser(
+        "run",
+        help="run a job: a local Ray, --address HEAD:6379, or in-process",
+        description="Run a raylink program with per-vertex progress; its job runs on Ray "
+        "(local, or --address) or in this process (execution.target=local).",
+        epilog=RUN_EXAMPLES,
+        formatter_class=fmt,
+    )
+    run.add_argument(
+        "--address",
+        help="Ray cluster address (HEAD:6379, ray://HEAD:10001 or auto); default: $RAY_ADDRESS, else a local Ray",
+    )
     _conf_options(run)
-    run.add_argument("--progress", choices=("auto", "tty", "log", "off"),
-                     help="progress display on stderr (default: raylink.progress, auto = tty if a terminal)")
-    run.add_argument("--result-file", metavar="JSON",
-                     help="write the finished job's result (runtime, vertices, executors and their nodes) as JSON")
+    run.add_argument(
+        "--progress",
+        choices=("auto", "tty", "log", "off"),
+        help="progress display on stderr (default: raylink.progress, auto = tty if a terminal)",
+    )
+    run.add_argument(
+        "--result-file",
+        metavar="JSON",
+        help="write the finished job's result (runtime, vertices, executors and their nodes) as JSON",
+    )
     run.add_argument("job", help="the program's Python file")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the program")
     run.set_defaults(func=_handler("run", "cmd_run"))
 
 
 def _add_jobs(sub: Any, fmt: type) -> None:
-    submit = sub.add_parser("submit", help="submit a job to a Ray cluster (Ray Job Submission API)",
-                            description="Submit a raylink program to a Ray cluster through its dashboard.",
-                            epilog=SUBMIT_EXAMPLES, formatter_class=fmt)
+    submit = sub.add_parser(
+        "submit",
+        help="submit a job to a Ray cluster (Ray Job Submission API)",
+        description="Submit a raylink program to a Ray cluster through its dashboard.",
+        epilog=SUBMIT_EXAMPLES,
+        formatter_class=fmt,
+    )
     submit.add_argument("--address", help=ADDRESS_HELP)
     _conf_options(submit)
     submit.add_argument("--job-id", help="submission id (default: raylink-<file>-<random>)")
     submit.add_argument("--no-wait", action="store_true", help="print the job id and return at once")
-    submit.add_argument("--progress", choices=("log", "off"), default="log",
-                        help="progress blocks in the job's log (default: log)")
-    submit.add_argument("--ship-raylink", choices=("py_modules", "pip", "installed"), default="py_modules",
-                        help="how raylink reaches the cluster: this raylink package as py_modules (default), "
-                             "a pip requirement, or already installed in the cluster's image")
-    submit.add_argument("--pip", action="append", default=[], metavar="SPEC",
-                        help="pip requirement for --ship-raylink pip (default: raylink==<this version>)")
-    submit.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                        help="environment variable for the job and its actors (repeatable)")
+    submit.add_argument(
+        "--progress", choices=("log", "off"), default="log", help="progress blocks in the job's log (default: log)"
+    )
+    submit.add_argument(
+        "--ship-raylink",
+        choices=("py_modules", "pip", "installed"),
+        default="py_modules",
+        help="how raylink reaches the cluster: this raylink package as py_modules (default), "
+        "a pip requirement, or already installed in the cluster's image",
+    )
+    submit.add_argument(
+        "--pip",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="pip requirement for --ship-raylink pip (default: raylink==<this version>)",
+    )
+    submit.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="environment variable for the job and its actors (repeatable)",
+    )
     submit.add_argument("--python", default="python", help="Python executable on the cluster (default: python)")
     submit.add_argument("job", help="the program's Python file; its folder becomes the working_dir")
     submit.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the program")
     submit.set_defaults(func=_handler("jobs", "cmd_submit"))
 
-    listing = sub.add_parser("list", help="list the submitted jobs of a Ray cluster",
-                             description="List the jobs submitted to a Ray cluster.",
-                             epilog=EXIT_CODES_HELP, formatter_class=fmt)
+    listing = sub.add_parser(
+        "list",
+        help="list the submitted jobs of a Ray cluster",
+        description="List the jobs submitted to a Ray cluster.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=fmt,
+    )
     listing.add_argument("--address", help=ADDRESS_HELP)
     listing.set_defaults(func=_handler("jobs", "cmd_list"))
 
-    status = sub.add_parser("status", help="status, cause of failure and latest progress of a job",
-                            description="Show a submitted job's status, exit code, failure cause and the "
-                                        "latest per-vertex progress it logged.",
-                            epilog=EXIT_CODES_HELP, formatter_class=fmt)
+    status = sub.add_parser(
+        "status",
+        help="status, cause of failure and latest progress of a job",
+        description="Show a submitted job's status, exit code, failure cause and the "
+        "latest per-vertex progress it logged.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=fmt,
+    )
     status.add_argument("--address", help=ADDRESS_HELP)
     status.add_argument("job_id", metavar="JOB", help="submission id")
     status.set_defaults(func=_handler("jobs", "cmd_status"))
 
-    logs = sub.add_parser("logs", help="print (or --follow) a job's logs",
-                          description="Print a submitted job's logs (driver output, TaskExecutor output, "
-                                      "progress).", epilog=EXIT_CODES_HELP, formatter_class=fmt)
+    logs = sub.add_parser(
+        "logs",
+        help="print (or --follow) a job's logs",
+        description="Print a submitted job's logs (driver output, TaskExecutor output, progress).",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=fmt,
+    )
     logs.add_argument("--address", help=ADDRESS_HELP)
     logs.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
     logs.add_argument("job_id", metavar="JOB", help="submission id")
     logs.set_defaults(func=_handler("jobs", "cmd_logs"))
 
-    cancel = sub.add_parser("cancel", help="stop a running job",
-                            description="Stop a submitted job: its driver gets SIGTERM, cancels the job's "
-                                        "tasks and releases its TaskExecutors.",
-                            epilog=EXIT_CODES_HELP, formatter_class=fmt)
+    cancel = sub.add_parser(
+        "cancel",
+        help="stop a running job",
+        description="Stop a submitted job: its driver gets SIGTERM, cancels the job's "
+        "tasks and releases its TaskExecutors.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=fmt,
+    )
     cancel.add_argument("--address", help=ADDRESS_HELP)
     cancel.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the job to stop (30)")
     cancel.add_argument("job_id", metavar="JOB", help="submission id")
@@ -158,30 +219,48 @@ def _add_jobs(sub: Any, fmt: type) -> None:
 
 
 def _add_config(sub: Any, fmt: type) -> None:
-    config = sub.add_parser("config", help="list the configuration options with types, defaults, descriptions",
-                            description="Show raylink's configuration options (the options registry, "
-                                        "raylink.api.options): every option, or one.",
-                            epilog=CONFIG_EXAMPLES + "\n" + EXIT_CODES_HELP, formatter_class=fmt)
+    config = sub.add_parser(
+        "config",
+        help="list the configuration options with types, defaults, descriptions",
+        description="Show raylink's configuration options (the options registry, "
+        "raylink.api.options): every option, or one.",
+        epilog=CONFIG_EXAMPLES + "\n" + EXIT_CODES_HELP,
+        formatter_class=fmt,
+    )
     config.add_argument("key", nargs="?", help="show only this option")
     config.add_argument("--markdown", action="store_true", help="print the table as Markdown (the README's)")
     config.set_defaults(func=_handler("config", "cmd_config"))
 
 
 def _add_debug(sub: Any, fmt: type) -> None:
-    debug = sub.add_parser("debug", help="inspect a running job (debug memory JOB_ID)",
-                           description="Admin calls on a running job's TaskExecutors.", formatter_class=fmt)
+    debug = sub.add_parser(
+        "debug",
+        help="inspect a running job (debug memory JOB_ID)",
+        description="Admin calls on a running job's TaskExecutors.",
+        formatter_class=fmt,
+    )
     what = debug.add_subparsers(dest="debug_command", required=True)
-    memory = what.add_parser("memory", help="top allocation sites and object counts of a job's TaskExecutors",
-                             description="Ask every TaskExecutor of a running job what its memory holds: RSS, "
-                                         "heap, Python objects by type, buffers, state and (tracemalloc, started "
-                                         "by the first call) the top allocation sites.",
-                             epilog=EXIT_CODES_HELP, formatter_class=fmt)
+    memory = what.add_parser(
+        "memory",
+        help="top allocation sites and object counts of a job's TaskExecutors",
+        description="Ask every TaskExecutor of a running job what its memory holds: RSS, "
+        "heap, Python objects by type, buffers, state and (tracemalloc, started "
+        "by the first call) the top allocation sites.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=fmt,
+    )
     memory.add_argument("--address", help="Ray cluster address (HEAD:6379 or auto; default: $RAY_ADDRESS, else auto)")
     memory.add_argument("--top", type=int, default=10, help="object types / allocation sites to show (10)")
-    memory.add_argument("--no-tracemalloc", action="store_true",
-                        help="only count objects (do not start tracemalloc in the TaskExecutors)")
-    memory.add_argument("--trim", action="store_true",
-                        help="first hand free heap pages back to the OS (malloc_trim) and show the RSS released")
+    memory.add_argument(
+        "--no-tracemalloc",
+        action="store_true",
+        help="only count objects (do not start tracemalloc in the TaskExecutors)",
+    )
+    memory.add_argument(
+        "--trim",
+        action="store_true",
+        help="first hand free heap pages back to the OS (malloc_trim) and show the RSS released",
+    )
     memory.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the executors (60)")
     memory.add_argument("--json", action="store_true", help="print the reports as JSON")
     memory.add_argument("job_id", metavar="JOB_ID", help="the raylink job id (as raylink run prints it) or a prefix")
@@ -191,9 +270,12 @@ def _add_debug(sub: Any, fmt: type) -> None:
 def build_parser() -> argparse.ArgumentParser:
     """The ``raylink`` parser with every sub-command."""
     fmt = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(prog="raylink", description="Flink's streaming runtime on Ray.",
-                                     formatter_class=fmt,
-                                     epilog=EXIT_CODES_HELP + "\n\n`raylink COMMAND --help` describes a command.")
+    parser = argparse.ArgumentParser(
+        prog="raylink",
+        description="Flink's streaming runtime on Ray.",
+        formatter_class=fmt,
+        epilog=EXIT_CODES_HELP + "\n\n`raylink COMMAND --help` describes a command.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     _add_plan(sub)
     _add_demo(sub)

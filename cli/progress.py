@@ -44,13 +44,29 @@ def vertex_rows(metrics: list[dict], order: Optional[list[tuple[str, str, int]]]
     """
     rows: dict[str, dict] = {}
     for vertex_id, name, parallelism in order or []:
-        rows[vertex_id] = {"vertex": name, "parallelism": parallelism, "subtasks": 0, "numRecordsIn": 0,
-                           "numRecordsOut": 0, "backPressureRatio": 0.0, "states": {}}
+        rows[vertex_id] = {
+            "vertex": name,
+            "parallelism": parallelism,
+            "subtasks": 0,
+            "numRecordsIn": 0,
+            "numRecordsOut": 0,
+            "backPressureRatio": 0.0,
+            "states": {},
+        }
     for m in metrics:
         key = m.get("vertex") or m.get("vertex_name", "?")
-        row = rows.setdefault(key, {"vertex": m.get("vertex_name", key), "parallelism": 0, "subtasks": 0,
-                                    "numRecordsIn": 0, "numRecordsOut": 0, "backPressureRatio": 0.0,
-                                    "states": {}})
+        row = rows.setdefault(
+            key,
+            {
+                "vertex": m.get("vertex_name", key),
+                "parallelism": 0,
+                "subtasks": 0,
+                "numRecordsIn": 0,
+                "numRecordsOut": 0,
+                "backPressureRatio": 0.0,
+                "states": {},
+            },
+        )
         row["subtasks"] += 1
         row["numRecordsIn"] += int(m.get("numRecordsIn", 0))
         row["numRecordsOut"] += int(m.get("numRecordsOut", 0))
@@ -85,11 +101,14 @@ def checkpoint_summary(client: Any) -> str:
     if getattr(client, "coordinator", None) is None:
         return ""
     stats = client.get_checkpoint_stats()
-    text = (f"; checkpoints {stats['numberOfCompletedCheckpoints']} completed, "
-            f"{stats['numberOfFailedCheckpoints']} failed")
+    text = (
+        f"; checkpoints {stats['numberOfCompletedCheckpoints']} completed, {stats['numberOfFailedCheckpoints']} failed"
+    )
     if stats["lastCheckpointId"] is not None:
-        text += (f", last #{stats['lastCheckpointId']} {stats['lastCheckpointDuration']} ms "
-                 f"{(stats['lastCheckpointSize'] or 0) / 1e6:.1f} MB")
+        text += (
+            f", last #{stats['lastCheckpointId']} {stats['lastCheckpointDuration']} ms "
+            f"{(stats['lastCheckpointSize'] or 0) / 1e6:.1f} MB"
+        )
     return text + f"; restarts {stats['numRestarts']}"
 
 
@@ -153,9 +172,13 @@ def result_document(result: Any, rows: list[dict]) -> dict:
         "status": "FINISHED",
         "net_runtime_ms": result.net_runtime_ms,
         "executors": [
-            {"executor": e, "node_id": where.get("node_id"), "pid": where.get("pid"),
-             "remoteBuffersSent": stats.get(e, {}).get("remoteBuffersSent", 0),
-             "remoteChannels": stats.get(e, {}).get("remoteChannels", 0)}
+            {
+                "executor": e,
+                "node_id": where.get("node_id"),
+                "pid": where.get("pid"),
+                "remoteBuffersSent": stats.get(e, {}).get("remoteBuffersSent", 0),
+                "remoteChannels": stats.get(e, {}).get("remoteChannels", 0),
+            }
             for e, where in (getattr(result, "locations", None) or {}).items()
         ],
         "vertices": [{k: v for k, v in r.items() if k != "states"} for r in rows],
@@ -188,8 +211,7 @@ def install_signal_handlers() -> dict:
 class ProgressExecutor:
     """Wraps an executor module; ``execute`` shows progress and a summary, cancels on a signal."""
 
-    def __init__(self, module: Any, env: Any, mode: str, interval_s: float, stream: TextIO,
-                 results: list) -> None:
+    def __init__(self, module: Any, env: Any, mode: str, interval_s: float, stream: TextIO, results: list) -> None:
         self.module = module
         self.env = env
         self.mode = mode
@@ -217,8 +239,12 @@ class ProgressExecutor:
         def show(final: bool = False) -> list[dict]:
             rows = vertex_rows(client.get_metrics(), order)
             if self.mode != "off":
-                printer.show(rows, f"job '{client.job_name}' {client.get_job_status()} "
-                                   f"{time.monotonic() - started:.1f} s{checkpoint_summary(client)}", final=final)
+                printer.show(
+                    rows,
+                    f"job '{client.job_name}' {client.get_job_status()} "
+                    f"{time.monotonic() - started:.1f} s{checkpoint_summary(client)}",
+                    final=final,
+                )
             return rows
 
         try:
@@ -240,8 +266,7 @@ class ProgressExecutor:
         entry["result"] = result
         entry["rows"] = rows
         self.stream.write(
-            f"raylink: job '{result.job_name}' FINISHED in {result.net_runtime_ms} ms "
-            f"(job id {result.job_id})\n"
+            f"raylink: job '{result.job_name}' FINISHED in {result.net_runtime_ms} ms (job id {result.job_id})\n"
         )
         for line in summary_lines(result, client):
             self.stream.write(line + "\n")

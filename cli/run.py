@@ -65,8 +65,10 @@ def connect_ray(address: str) -> None:
         ensure_ray()
     except Exception as exc:  # AuthenticationError, ConnectionError, version mismatch, ...
         first_line = str(exc).splitlines()[0] if str(exc) else ""
-        raise CliError(EXIT_UNREACHABLE, f"raylink: cannot connect to the Ray cluster at {address}: "
-                                         f"{type(exc).__name__}: {first_line}") from None
+        raise CliError(
+            EXIT_UNREACHABLE,
+            f"raylink: cannot connect to the Ray cluster at {address}: {type(exc).__name__}: {first_line}",
+        ) from None
 
 
 def prepare_conf(args: Any) -> dict:
@@ -162,8 +164,9 @@ def cmd_run(args: Any) -> int:
     interval_s = read_option(conf, RaylinkOptions.PROGRESS_INTERVAL) / 1000.0
 
     entries: list = []
-    wrapper = executor_context(lambda env, executor: ProgressExecutor(
-        executor, env, mode, interval_s, sys.stderr, entries))
+    wrapper = executor_context(
+        lambda env, executor: ProgressExecutor(executor, env, mode, interval_s, sys.stderr, entries)
+    )
     with wrapper, _program_context(job, args.args):
         code = _run_program(job, entries)
     if code is not None:

@@ -115,11 +115,11 @@ class _InProgressPart:
     """An open in-progress part file (Flink's ``OutputStreamBasedPartFileWriter``); also the
     ``part_file`` a ``RollingPolicy`` sees and the stream a custom ``Encoder`` writes to."""
 
-    __slots__ = ("bucket_id", "path", "target_path", "creation_time", "last_update_time", "size",
-                 "_file", "_raw_write")
+    __slots__ = ("bucket_id", "path", "target_path", "creation_time", "last_update_time", "size", "_file", "_raw_write")
 
-    def __init__(self, bucket_id: str, path: str, target_path: str, file: Any, creation_time: int,
-                 now: int, size: int) -> None:
+    def __init__(
+        self, bucket_id: str, path: str, target_path: str, file: Any, creation_time: int, now: int, size: int
+    ) -> None:
         self.bucket_id = bucket_id
         self.path = path
         self.target_path = target_path
@@ -183,8 +183,9 @@ class FileWriter(StatefulSinkWriter, CommittingSinkWriter):
     time-based rolling does not happen (size and checkpoint rolling do).
     """
 
-    def __init__(self, sink: FileSink, context: WriterInitContext,
-                 recovered_state: Sequence[FileWriterState] = ()) -> None:
+    def __init__(
+        self, sink: FileSink, context: WriterInitContext, recovered_state: Sequence[FileWriterState] = ()
+    ) -> None:
         self._sink = sink
         self._fs, self._root = _filesystem(sink.base_path, sink.storage_options)
         self._local = isinstance(self._fs, LocalFileSystem)
@@ -197,8 +198,11 @@ class FileWriter(StatefulSinkWriter, CommittingSinkWriter):
         self._policy = sink.rolling_policy
         self._encoder = sink.encoder
         encoder_type = type(sink.encoder)
-        self._to_bytes = (sink.encoder.to_bytes if isinstance(sink.encoder, SimpleStringEncoder)
-                          and encoder_type.encode is SimpleStringEncoder.encode else None)
+        self._to_bytes = (
+            sink.encoder.to_bytes
+            if isinstance(sink.encoder, SimpleStringEncoder) and encoder_type.encode is SimpleStringEncoder.encode
+            else None
+        )
         self._time_service = context.processing_time_service
         self._clock = (self._time_service or SystemClock).get_current_processing_time
         self._buckets: dict[str, _Bucket] = {}
@@ -266,9 +270,11 @@ class FileWriter(StatefulSinkWriter, CommittingSinkWriter):
                 try:
                     recoverable = bucket.in_progress.persist()
                 except OSError as exc:
-                    raise FileSinkError(f"FileSink subtask {self._subtask}: flushing in-progress part file "
-                                        f"{self._display(bucket.in_progress.path)!r} for checkpoint "
-                                        f"{checkpoint_id} failed: {exc}") from exc
+                    raise FileSinkError(
+                        f"FileSink subtask {self._subtask}: flushing in-progress part file "
+                        f"{self._display(bucket.in_progress.path)!r} for checkpoint "
+                        f"{checkpoint_id} failed: {exc}"
+                    ) from exc
             buckets.append(FileWriterBucketState(bucket.bucket_id, bucket.bucket_path, recoverable))
         return [FileWriterState(self._subtask, self._part_counter, tuple(buckets))]
 
@@ -308,8 +314,10 @@ class FileWriter(StatefulSinkWriter, CommittingSinkWriter):
             raise TypeError(f"FileSink: bucket assigner {self._assigner!r} returned {bucket_id!r}, not a str")
         parts = bucket_id.split("/") if bucket_id else []
         if bucket_id.startswith("/") or any(p in ("", ".", "..") for p in parts):
-            raise ValueError(f"FileSink: bucket assigner {self._assigner!r} returned bucket id {bucket_id!r}; "
-                             f"it must be a relative folder path ('' for the base path) without '.' or '..'")
+            raise ValueError(
+                f"FileSink: bucket assigner {self._assigner!r} returned bucket id {bucket_id!r}; "
+                f"it must be a relative folder path ('' for the base path) without '.' or '..'"
+            )
         bucket = _Bucket(bucket_id, posixpath.join(self._root, bucket_id) if bucket_id else self._root)
         self._buckets[bucket_id] = bucket
         return bucket
@@ -327,13 +335,18 @@ class FileWriter(StatefulSinkWriter, CommittingSinkWriter):
                 target = posixpath.join(bucket.bucket_path, name)
                 if not fs.exists(target):
                     break
-                log.warning("FileSink subtask %d: %s exists already, skipping that part number",
-                            self._subtask, self._display(target))
+                log.warning(
+                    "FileSink subtask %d: %s exists already, skipping that part number",
+                    self._subtask,
+                    self._display(target),
+                )
             path = posixpath.join(bucket.bucket_path, f".{name}.inprogress.{uuid.uuid4()}")
             file = open(path, "wb") if self._local else fs.open(path, "wb")
         except OSError as exc:
-            raise FileSinkError(f"FileSink subtask {self._subtask}: cannot create a part file in "
-                                f"{self._display(bucket.bucket_path)!r}: {exc}") from exc
+            raise FileSinkError(
+                f"FileSink subtask {self._subtask}: cannot create a part file in "
+                f"{self._display(bucket.bucket_path)!r}: {exc}"
+            ) from exc
         bucket.in_progress = _InProgressPart(bucket.bucket_id, path, target, file, now, now, 0)
         return bucket.in_progress
 
@@ -358,19 +371,23 @@ class FileWriter(StatefulSinkWriter, CommittingSinkWriter):
         """Truncates the in-progress file back to its length at the checkpoint, reopens it."""
         shown = self._display(recoverable.path)
         if not self.supports_resume:
-            raise FileSinkError(f"FileSink subtask {self._subtask}: cannot resume in-progress part file {shown!r} "
-                                f"on {type(self._fs).__name__} (no truncate/append)")
+            raise FileSinkError(
+                f"FileSink subtask {self._subtask}: cannot resume in-progress part file {shown!r} "
+                f"on {type(self._fs).__name__} (no truncate/append)"
+            )
         fs = self._fs
         try:
             size = fs.info(recoverable.path)["size"]
         except FileNotFoundError:
             raise FileSinkError(
                 f"FileSink subtask {self._subtask}: in-progress part file {shown!r} of the checkpoint "
-                f"({recoverable.length} bytes then) is missing; cannot restore its records") from None
+                f"({recoverable.length} bytes then) is missing; cannot restore its records"
+            ) from None
         if size < recoverable.length:
             raise FileSinkError(
                 f"FileSink subtask {self._subtask}: in-progress part file {shown!r} holds {size} bytes, "
-                f"fewer than the {recoverable.length} the checkpoint recorded; cannot restore its records")
+                f"fewer than the {recoverable.length} the checkpoint recorded; cannot restore its records"
+            )
         try:
             if size > recoverable.length:
                 if self._local:
@@ -380,10 +397,18 @@ class FileWriter(StatefulSinkWriter, CommittingSinkWriter):
                         file.truncate(recoverable.length)
             file = open(recoverable.path, "ab") if self._local else fs.open(recoverable.path, "ab")
         except OSError as exc:
-            raise FileSinkError(f"FileSink subtask {self._subtask}: cannot resume in-progress part file "
-                                f"{shown!r}: {exc}") from exc
-        return _InProgressPart(bucket_id, recoverable.path, recoverable.target_path, file,
-                               recoverable.creation_time, self._clock(), recoverable.length)
+            raise FileSinkError(
+                f"FileSink subtask {self._subtask}: cannot resume in-progress part file {shown!r}: {exc}"
+            ) from exc
+        return _InProgressPart(
+            bucket_id,
+            recoverable.path,
+            recoverable.target_path,
+            file,
+            recoverable.creation_time,
+            self._clock(),
+            recoverable.length,
+        )
 
 
 # -- the committer ----------------------------------------------------------------------------------
@@ -418,24 +443,28 @@ class FileCommitter(Committer):
                 return  # committed before (a commit repeated after a failure)
             raise FileSinkError(
                 f"FileSink: cannot commit part file {self._display(target)!r}: neither it nor its pending "
-                f"file {self._display(source)!r} exists")
+                f"file {self._display(source)!r} exists"
+            )
         if source_size != committable.size:
             raise FileSinkError(
                 f"FileSink: pending part file {self._display(source)!r} holds {source_size} bytes, "
-                f"{committable.size} were written; not committing it as {self._display(target)!r}")
+                f"{committable.size} were written; not committing it as {self._display(target)!r}"
+            )
         if target_size is not None:
             if target_size != committable.size:
                 raise FileSinkError(
                     f"FileSink: cannot commit {self._display(source)!r}: {self._display(target)!r} exists "
-                    f"with other content ({target_size} bytes, expected {committable.size})")
+                    f"with other content ({target_size} bytes, expected {committable.size})"
+                )
             # an interrupted non-atomic rename (copy done, delete not): finish it
             self._fs.rm_file(source)
             return
         try:
             self._fs.mv(source, target)
         except OSError as exc:
-            raise FileSinkError(f"FileSink: committing {self._display(source)!r} as "
-                                f"{self._display(target)!r} failed: {exc}") from exc
+            raise FileSinkError(
+                f"FileSink: committing {self._display(source)!r} as {self._display(target)!r} failed: {exc}"
+            ) from exc
 
 
 __all__ = [

@@ -35,7 +35,10 @@ from raylink.operators.sources import SourceOperator
 IDLE_WAIT_S = 0.1
 
 _DECOMPRESSORS = {
-    ".gz": gzip.GzipFile, ".gzip": gzip.GzipFile, ".bz2": bz2.BZ2File, ".xz": lzma.LZMAFile,
+    ".gz": gzip.GzipFile,
+    ".gzip": gzip.GzipFile,
+    ".bz2": bz2.BZ2File,
+    ".xz": lzma.LZMAFile,
 }
 
 
@@ -101,7 +104,7 @@ class FileSourceOperator(SourceOperator):
                 continue
             if fs.isdir(root):
                 base = root.rstrip("/")
-                paths = [p for p in fs.find(root) if not _hidden(p[len(base):])]
+                paths = [p for p in fs.find(root) if not _hidden(p[len(base) :])]
             else:
                 paths = [root]
             for path in paths:
@@ -200,8 +203,12 @@ class FileSourceOperator(SourceOperator):
 
     # -- checkpoints ---------------------------------------------------------------------------------
     def snapshot_operator_state(self, _checkpoint_id: int) -> dict:
-        return {"seen": sorted(self._seen), "queue": list(self._queue),
-                "emitted": self._emitted if self._lines is not None else 0, "listed": self._listed}
+        return {
+            "seen": sorted(self._seen),
+            "queue": list(self._queue),
+            "emitted": self._emitted if self._lines is not None else 0,
+            "listed": self._listed,
+        }
 
     def restore_operator_state(self, state: dict) -> None:
         """Go on after the checkpoint: unread files are queued again, and the file being read

@@ -39,8 +39,10 @@ from raylink.api.state import ValueStateDescriptor
 
 END_OF_INPUT = (1 << 63) - 1  # the final watermark of a bounded source: fires per-key results
 MALFORMED = OutputTag("malformed")
-PER_PAGE_SCHEMA = ("page string, clicks bigint, users bigint, avg_ms double, max_ms bigint, "
-                   "first_click timestamp, last_click timestamp, peak_hour int")
+PER_PAGE_SCHEMA = (
+    "page string, clicks bigint, users bigint, avg_ms double, max_ms bigint, "
+    "first_click timestamp, last_click timestamp, peak_hour int"
+)
 MALFORMED_SCHEMA = "reason string, user string, page string, ts string, ms string"
 TABLES = ("clicks_raw", "clicks_per_page", "clicks_malformed")
 
@@ -126,20 +128,22 @@ class PageStats(KeyedProcessFunction):
     def on_timer(self, timestamp, ctx):
         clicks, total_ms, max_ms, first, last, hours = self.stats.value()
         peak = max(range(24), key=hours.__getitem__)
-        yield (ctx.get_current_key(), clicks, len(self.users.value()), total_ms / clicks, max_ms,
-               first, last, peak)
+        yield (ctx.get_current_key(), clicks, len(self.users.value()), total_ms / clicks, max_ms, first, last, peak)
 
 
 def build_job(env: StreamExecutionEnvironment, clicks_df, parallelism: int):
     """The raylink job over the input DataFrame; returns nothing (sinks are registered)."""
     parsed = env.from_spark(clicks_df, parallelism=parallelism).process(ParseClick()).name("Parse")
-    (parsed.key_by(lambda click: click[0])
+    (
+        parsed.key_by(lambda click: click[0])
         .process(PageStats())
-        .sink_to_spark(table="clicks_per_page", schema=PER_PAGE_SCHEMA, mode="overwrite",
-                       name="Per-page Table"))
-    (parsed.get_side_output(MALFORMED)
-        .sink_to_spark(table="clicks_malformed", schema=MALFORMED_SCHEMA, mode="overwrite",
-                       name="Malformed Table"))
+        .sink_to_spark(table="clicks_per_page", schema=PER_PAGE_SCHEMA, mode="overwrite", name="Per-page Table")
+    )
+    (
+        parsed.get_side_output(MALFORMED).sink_to_spark(
+            table="clicks_malformed", schema=MALFORMED_SCHEMA, mode="overwrite", name="Malformed Table"
+        )
+    )
 
 
 def _drop_old_tables(spark, warehouse: str) -> None:
@@ -151,8 +155,9 @@ def _drop_old_tables(spark, warehouse: str) -> None:
             shutil.rmtree(folder)
 
 
-def run(rows: int = 100_000, users: int = 5_000, parallelism: int = 2, warehouse: str = "warehouse",
-        out=sys.stdout) -> dict:
+def run(
+    rows: int = 100_000, users: int = 5_000, parallelism: int = 2, warehouse: str = "warehouse", out=sys.stdout
+) -> dict:
     """Run the demo end to end; returns the numbers it printed."""
     from raylink.connectors.spark import get_spark, stop
 
@@ -164,8 +169,9 @@ def run(rows: int = 100_000, users: int = 5_000, parallelism: int = 2, warehouse
         ready = time.perf_counter()
         warehouse = spark.conf.get("spark.sql.warehouse.dir").replace("file:", "")
         _drop_old_tables(spark, warehouse)
-        spark.sql(INPUT_SQL.format(rows=rows, users=users, partitions=max(2, parallelism))) \
-            .write.mode("overwrite").saveAsTable("clicks_raw")
+        spark.sql(INPUT_SQL.format(rows=rows, users=users, partitions=max(2, parallelism))).write.mode(
+            "overwrite"
+        ).saveAsTable("clicks_raw")
         clicks = spark.table("clicks_raw")
         built = time.perf_counter()
 
@@ -181,27 +187,41 @@ def run(rows: int = 100_000, users: int = 5_000, parallelism: int = 2, warehouse
         pages, bad = per_page.count(), malformed.count()
         counted = per_page.agg({"clicks": "sum"}).collect()[0][0] or 0
         summary = {
-            "rows_in": rows, "pages": pages, "clicks_aggregated": int(counted), "malformed": bad,
-            "spark_start_s": ready - started, "input_s": built - ready, "job_build_s": job_start - built,
+            "rows_in": rows,
+            "pages": pages,
+            "clicks_aggregated": int(counted),
+            "malformed": bad,
+            "spark_start_s": ready - started,
+            "input_s": built - ready,
+            "job_build_s": job_start - built,
             "job_s": job_end - job_start,
-            "job_runtime_ms": result.get_net_runtime(), "vertex_metrics": result.vertex_metrics(),
+            "job_runtime_ms": result.get_net_runtime(),
+            "vertex_metrics": result.vertex_metrics(),
             "warehouse": warehouse,
         }
         p = lambda *a: print(*a, file=out)  # noqa: E731
-        p(f"raylink demo: {rows:,} click events (Spark table clicks_raw) -> {pages} pages in "
-          f"clicks_per_page ({int(counted):,} clicks), {bad} malformed rows in clicks_malformed")
-        p(f"  rows in {rows:,} = aggregated {int(counted):,} + malformed {bad}: "
-          f"{'ok' if counted + bad == rows else 'MISMATCH'}")
-        p(f"  time: Spark on Ray {ready - started:.1f} s, input table {built - ready:.1f} s, "
-          f"job built {job_start - built:.1f} s, raylink job {job_end - job_start:.1f} s "
-          f"(runtime {result.get_net_runtime() / 1000:.1f} s, incl. reading from Spark and the table commits)")
+        p(
+            f"raylink demo: {rows:,} click events (Spark table clicks_raw) -> {pages} pages in "
+            f"clicks_per_page ({int(counted):,} clicks), {bad} malformed rows in clicks_malformed"
+        )
+        p(
+            f"  rows in {rows:,} = aggregated {int(counted):,} + malformed {bad}: "
+            f"{'ok' if counted + bad == rows else 'MISMATCH'}"
+        )
+        p(
+            f"  time: Spark on Ray {ready - started:.1f} s, input table {built - ready:.1f} s, "
+            f"job built {job_start - built:.1f} s, raylink job {job_end - job_start:.1f} s "
+            f"(runtime {result.get_net_runtime() / 1000:.1f} s, incl. reading from Spark and the table commits)"
+        )
         p("  per vertex (records in / out, subtasks):")
         for name, m in result.vertex_metrics().items():
             p(f"    {name}: {m['numRecordsIn']:,} / {m['numRecordsOut']:,} x{m['subtasks']}")
         p("  top pages (read back with Spark):")
         for row in per_page.orderBy(per_page.clicks.desc()).limit(5).collect():
-            p(f"    {row.page:<10} {row.clicks:>7,} clicks {row.users:>5,} users "
-              f"avg {row.avg_ms:6.1f} ms  peak hour {row.peak_hour:02d}:00")
+            p(
+                f"    {row.page:<10} {row.clicks:>7,} clicks {row.users:>5,} users "
+                f"avg {row.avg_ms:6.1f} ms  peak hour {row.peak_hour:02d}:00"
+            )
         reasons = malformed.groupBy("reason").count().orderBy("reason").collect()
         p("  malformed: " + ", ".join(f"{r['reason']} {r['count']}" for r in reasons))
         p(f"  tables under {warehouse}")

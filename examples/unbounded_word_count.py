@@ -52,12 +52,14 @@ def main():
 
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(2)
-    (env.add_source(EndlessLines(options.rate), "Endless Lines")
+    (
+        env.add_source(EndlessLines(options.rate), "Endless Lines")
         .flat_map(split)
         .key_by(lambda kv: kv[0])
         .sum(1)
         .filter(lambda kv: kv[1] % every == 0)
-        .print())
+        .print()
+    )
     env.execute("unbounded word count")
 
 

@@ -41,5 +41,8 @@ def _chain_head(node: StreamNode, graph: StreamGraph) -> StreamNode:
 
 def _runs_legacy_source(node: StreamNode) -> bool:
     function = node.operator.function
-    return (node.operator.kind == "source_function" and not isinstance(function, type)
-            and callable(getattr(function, "run", None)))
+    return (
+        node.operator.kind == "source_function"
+        and not isinstance(function, type)
+        and callable(getattr(function, "run", None))
+    )

@@ -26,9 +26,7 @@ def pointwise_sources(consumer_index: int, num_sources: int, num_targets: int) -
         return list(range(start, end))
     # fewer producers than consumers: partition j feeds [ceil(j*T/S), ceil((j+1)*T/S))
     for j in range(num_sources):
-        if math.ceil(j * num_targets / num_sources) <= consumer_index < math.ceil(
-            (j + 1) * num_targets / num_sources
-        ):
+        if math.ceil(j * num_targets / num_sources) <= consumer_index < math.ceil((j + 1) * num_targets / num_sources):
             return [j]
     raise AssertionError("unreachable")  # pragma: no cover
 

@@ -125,9 +125,7 @@ class JobGraph:
     def get_vertices_sorted_topologically_from_sources(self) -> list[JobVertex]:
         """Kahn's algorithm; ties broken by the head operator's StreamNode id."""
         pending = {v.id: len(v.inputs) for v in self.vertices.values()}
-        ready = deque(
-            sorted((v for v in self.vertices.values() if not v.inputs), key=lambda v: v.head_node_id)
-        )
+        ready = deque(sorted((v for v in self.vertices.values() if not v.inputs), key=lambda v: v.head_node_id))
         ordered: list[JobVertex] = []
         while ready:
             vertex = ready.popleft()

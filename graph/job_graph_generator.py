@@ -113,8 +113,7 @@ class StreamingJobGraphGenerator:
             return cloudpickle.dumps(spec)
         except Exception as exc:  # user functions that cannot be shipped to a task
             raise GraphError(
-                f"Could not serialize the function of operator '{spec.name}': "
-                f"{type(exc).__name__}: {exc}"
+                f"Could not serialize the function of operator '{spec.name}': {type(exc).__name__}: {exc}"
             ) from exc
 
     def _create_job_vertex(self, start_id: int) -> JobVertex:
@@ -131,9 +130,7 @@ class StreamingJobGraphGenerator:
             )
         if node.is_source:
             invokable = "SourceStreamTask"
-        elif len({e.type_number for e in node.in_edges}) > 1 or any(
-            e.type_number == 2 for e in node.in_edges
-        ):
+        elif len({e.type_number for e in node.in_edges}) > 1 or any(e.type_number == 2 for e in node.in_edges):
             invokable = "TwoInputStreamTask"
         else:
             invokable = "OneInputStreamTask"

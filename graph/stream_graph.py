@@ -35,9 +35,7 @@ class StreamEdge:
 
     def __post_init__(self) -> None:
         tag = self.output_tag.tag_id if self.output_tag else ""
-        self.edge_id = (
-            f"{self.source_id}_{self.target_id}_{self.type_number}_{tag}_{self.partitioner.ship_strategy}"
-        )
+        self.edge_id = f"{self.source_id}_{self.target_id}_{self.type_number}_{tag}_{self.partitioner.ship_strategy}"
 
     def __repr__(self) -> str:
         return f"StreamEdge({self.source_id} -> {self.target_id}, {self.partitioner})"
@@ -127,9 +125,7 @@ class StreamGraph:
     ) -> None:
         if upstream_id in self.virtual_side_output_nodes:
             original, tag = self.virtual_side_output_nodes[upstream_id]
-            self._add_edge_internal(
-                original, downstream_id, type_number, partitioner, output_tag or tag, shuffle_mode
-            )
+            self._add_edge_internal(original, downstream_id, type_number, partitioner, output_tag or tag, shuffle_mode)
             return
         if upstream_id in self.virtual_partition_nodes:
             original, virtual_partitioner, virtual_mode = self.virtual_partition_nodes[upstream_id]

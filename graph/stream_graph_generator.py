@@ -47,9 +47,7 @@ def source_boundedness(source: Transformation) -> Optional[bool]:
 
 def validate_parallelism(parallelism: int, what: str) -> None:
     if not isinstance(parallelism, int) or isinstance(parallelism, bool) or parallelism < 1:
-        raise GraphError(
-            f"The parallelism of an operator must be at least 1 (operator {what}, got {parallelism!r})."
-        )
+        raise GraphError(f"The parallelism of an operator must be at least 1 (operator {what}, got {parallelism!r}).")
 
 
 def validate_max_parallelism(max_parallelism: int, what: str) -> None:
@@ -192,9 +190,7 @@ class StreamGraphGenerator:
         if max_parallelism <= 0 and self.default_max_parallelism > 0:
             max_parallelism = self.default_max_parallelism
         if t.non_parallel and t.parallelism != 1:
-            raise GraphError(
-                f"The parallelism of non parallel operator must be 1 (operator {t.describe()})."
-            )
+            raise GraphError(f"The parallelism of non parallel operator must be 1 (operator {t.describe()}).")
         if max_parallelism > 0:
             validate_max_parallelism(max_parallelism, t.describe())
             if t.parallelism > max_parallelism:

@@ -45,36 +45,73 @@ def _parse_parallelisms(text: str) -> list:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("scenario", help=f"one of {', '.join(scenario_names())}, or a job file "
-                        "defining build(env, source)")
-    parser.add_argument("--rate", type=_parse_rates, default=[None],
-                        help="target records/s in total at the source, or 'max' (flat out); comma-separated "
-                        "for a sweep, e.g. 50000,100000,max (default max)")
+    parser.add_argument(
+        "scenario", help=f"one of {', '.join(scenario_names())}, or a job file defining build(env, source)"
+    )
+    parser.add_argument(
+        "--rate",
+        type=_parse_rates,
+        default=[None],
+        help="target records/s in total at the source, or 'max' (flat out); comma-separated "
+        "for a sweep, e.g. 50000,100000,max (default max)",
+    )
     parser.add_argument("--duration", type=float, default=None, help="seconds per run (default 10 unless --records)")
     parser.add_argument("--records", type=int, default=None, help="records per run (stop at whichever comes first)")
-    parser.add_argument("--parallelism", type=_parse_parallelisms, default=[1],
-                        help="parallelism, or several comma-separated (default 1)")
+    parser.add_argument(
+        "--parallelism",
+        type=_parse_parallelisms,
+        default=[1],
+        help="parallelism, or several comma-separated (default 1)",
+    )
     parser.add_argument("--output", default=None, help="report folder (default loadtest-<scenario>-<time>)")
     parser.add_argument("--progress", action="store_true", help="show the progress bar even when not a TTY")
-    parser.add_argument("--sample-interval", type=float, default=None,
-                        help=f"metrics sampling period in s (default 0.5; {DEFAULT_SAMPLE_INTERVAL_S:g} with --soak)")
+    parser.add_argument(
+        "--sample-interval",
+        type=float,
+        default=None,
+        help=f"metrics sampling period in s (default 0.5; {DEFAULT_SAMPLE_INTERVAL_S:g} with --soak)",
+    )
     parser.add_argument("--buffer-timeout", type=int, default=None, help="execution.buffer-timeout in ms")
-    parser.add_argument("--no-plots", action="store_true",
-                        help="skip the PNG plots (they need raylink[plots], i.e. matplotlib)")
+    parser.add_argument(
+        "--no-plots", action="store_true", help="skip the PNG plots (they need raylink[plots], i.e. matplotlib)"
+    )
     parser.add_argument("--list", action="store_true", help="list the built-in scenarios and exit")
-    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                        help="a job configuration value, e.g. execution.target=local (repeatable)")
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a job configuration value, e.g. execution.target=local (repeatable)",
+    )
     soak = parser.add_argument_group("soak (one long run at --rate, watching TaskExecutor memory and latency)")
-    soak.add_argument("--soak", type=_parse_duration, default=None, metavar="DURATION",
-                      help="run once for DURATION (60s, 30m, 8h) and report the memory slope per TaskExecutor, "
-                      "the latency drift and a verdict (exit code 1 when it fails)")
-    soak.add_argument("--tracemalloc", action="store_true",
-                      help="trace allocations in the TaskExecutors (slower) and report the sites that grow")
+    soak.add_argument(
+        "--soak",
+        type=_parse_duration,
+        default=None,
+        metavar="DURATION",
+        help="run once for DURATION (60s, 30m, 8h) and report the memory slope per TaskExecutor, "
+        "the latency drift and a verdict (exit code 1 when it fails)",
+    )
+    soak.add_argument(
+        "--tracemalloc",
+        action="store_true",
+        help="trace allocations in the TaskExecutors (slower) and report the sites that grow",
+    )
     soak.add_argument("--top", type=int, default=20, help="object types / allocation sites per report (20)")
-    soak.add_argument("--max-slope", type=float, default=DEFAULT_MAX_SLOPE_MIB_PER_H, metavar="MIB_PER_H",
-                      help=f"memory slope that fails the verdict (default {DEFAULT_MAX_SLOPE_MIB_PER_H:g} MiB/h)")
-    soak.add_argument("--max-drift", type=float, default=100 * DEFAULT_MAX_DRIFT, metavar="PERCENT",
-                      help=f"p99 latency drift that fails the verdict (default {100 * DEFAULT_MAX_DRIFT:.0f} %%)")
+    soak.add_argument(
+        "--max-slope",
+        type=float,
+        default=DEFAULT_MAX_SLOPE_MIB_PER_H,
+        metavar="MIB_PER_H",
+        help=f"memory slope that fails the verdict (default {DEFAULT_MAX_SLOPE_MIB_PER_H:g} MiB/h)",
+    )
+    soak.add_argument(
+        "--max-drift",
+        type=float,
+        default=100 * DEFAULT_MAX_DRIFT,
+        metavar="PERCENT",
+        help=f"p99 latency drift that fails the verdict (default {100 * DEFAULT_MAX_DRIFT:.0f} %%)",
+    )
 
 
 def _parse_duration(text: str) -> float:
@@ -103,11 +140,22 @@ def _soak(args: argparse.Namespace, output: str, scenario: Any) -> int:
     conf = _parse_conf(args.conf)
     if read_option(conf, ExecutionOptions.TARGET) == "ray":
         ensure_ray()
-    report = run_soak(scenario, args.rate[0], args.soak, output, parallelism=args.parallelism[0],
-                      sample_interval=args.sample_interval or DEFAULT_SAMPLE_INTERVAL_S,
-                      tracemalloc=args.tracemalloc, top=args.top, buffer_timeout=args.buffer_timeout, conf=conf,
-                      plots=not args.no_plots, progress=args.progress or sys.stderr.isatty(),
-                      max_slope=args.max_slope, max_drift=args.max_drift / 100.0)
+    report = run_soak(
+        scenario,
+        args.rate[0],
+        args.soak,
+        output,
+        parallelism=args.parallelism[0],
+        sample_interval=args.sample_interval or DEFAULT_SAMPLE_INTERVAL_S,
+        tracemalloc=args.tracemalloc,
+        top=args.top,
+        buffer_timeout=args.buffer_timeout,
+        conf=conf,
+        plots=not args.no_plots,
+        progress=args.progress or sys.stderr.isatty(),
+        max_slope=args.max_slope,
+        max_drift=args.max_drift / 100.0,
+    )
     return 0 if report["verdict"] != "FAIL" else 1
 
 
@@ -136,16 +184,27 @@ def command(args: argparse.Namespace) -> int:
     conf = _parse_conf(args.conf)
     if read_option(conf, ExecutionOptions.TARGET) == "ray":
         ensure_ray()
-    run_loadtest(args.scenario, args.rate, args.parallelism, duration, args.records, output,
-                 progress=args.progress or sys.stderr.isatty(), sample_interval=args.sample_interval or 0.5,
-                 buffer_timeout=args.buffer_timeout, plots=plots, conf=conf)
+    run_loadtest(
+        args.scenario,
+        args.rate,
+        args.parallelism,
+        duration,
+        args.records,
+        output,
+        progress=args.progress or sys.stderr.isatty(),
+        sample_interval=args.sample_interval or 0.5,
+        buffer_timeout=args.buffer_timeout,
+        plots=plots,
+        conf=conf,
+    )
     return 0
 
 
 def register_cli(subparsers: Any) -> None:
     """Add ``loadtest`` to the ``raylink`` CLI's sub-commands."""
-    parser = subparsers.add_parser("loadtest", help="run a load-test scenario and write a report",
-                                   description=f"raylink loadtest: {DESCRIPTION}")
+    parser = subparsers.add_parser(
+        "loadtest", help="run a load-test scenario and write a report", description=f"raylink loadtest: {DESCRIPTION}"
+    )
     add_arguments(parser)
     parser.set_defaults(func=command)
 

@@ -31,10 +31,10 @@ from raylink.api.functions import SinkFunction, SourceFunction
 
 SOURCE_NAME = "LoadSource"
 SINK_NAME = "LatencySink"
-ACC_SOURCE = "loadtest.source"          # [(subtask, emitted, elapsed_s)]
+ACC_SOURCE = "loadtest.source"  # [(subtask, emitted, elapsed_s)]
 ACC_SOURCE_BUCKETS = "loadtest.source_buckets"  # [(quarter-second since epoch, records)]
 ACC_SINK_BUCKETS = "loadtest.sink_buckets"
-ACC_LATENCY = "loadtest.latency_ms"     # reservoir samples, per sink subtask
+ACC_LATENCY = "loadtest.latency_ms"  # reservoir samples, per sink subtask
 ACC_SINK_COUNT = "loadtest.sink_count"
 ACC_LATENCY_WINDOWS = "loadtest.latency_windows"  # [(window since epoch, latency bucket, samples)]
 BUCKETS_PER_S = 4
@@ -81,9 +81,16 @@ class RateLimitedSource(SourceFunction):
     """Emits ``(time.time_ns(), payload(i))`` at ``rate`` records/s in total (None = flat out),
     for ``duration_s`` seconds and/or ``records`` records in total, split over the subtasks."""
 
-    def __init__(self, rate: Optional[float], duration_s: Optional[float] = None,
-                 records: Optional[int] = None, payload: Optional[Callable[[int], Any]] = None,
-                 burst_s: float = 0.005, max_burst: int = 1000, buckets_per_s: float = BUCKETS_PER_S) -> None:
+    def __init__(
+        self,
+        rate: Optional[float],
+        duration_s: Optional[float] = None,
+        records: Optional[int] = None,
+        payload: Optional[Callable[[int], Any]] = None,
+        burst_s: float = 0.005,
+        max_burst: int = 1000,
+        buckets_per_s: float = BUCKETS_PER_S,
+    ) -> None:
         if duration_s is None and records is None:
             raise ValueError("a load-test source needs a duration or a record count")
         if rate is not None and rate <= 0:
@@ -177,9 +184,14 @@ class LatencySink(SinkFunction):
     (of a batch, ~BATCH_SAMPLES records spread over it are measured).
     ``delay_s`` > 0 makes it a slow sink (sleeps that long per record, in 2 ms naps)."""
 
-    def __init__(self, max_samples: int = 20000, delay_s: float = 0.0,
-                 stamp_of: Optional[Callable[[Any], int]] = None, buckets_per_s: float = BUCKETS_PER_S,
-                 window_s: int = 60) -> None:
+    def __init__(
+        self,
+        max_samples: int = 20000,
+        delay_s: float = 0.0,
+        stamp_of: Optional[Callable[[Any], int]] = None,
+        buckets_per_s: float = BUCKETS_PER_S,
+        window_s: int = 60,
+    ) -> None:
         self.max_samples = max_samples
         self.window_s = window_s
         self.delay_s = delay_s
@@ -210,7 +222,7 @@ class LatencySink(SinkFunction):
         self._buckets[now // self._bucket_ns] += n
         stamp_of = self.stamp_of
         window = now // self._window_ns
-        for value in values[::max(1, n // BATCH_SAMPLES)]:
+        for value in values[:: max(1, n // BATCH_SAMPLES)]:
             self._sample((now - (value[0] if stamp_of is None else stamp_of(value))) / 1e6, window)
         if self.delay_s:
             self._owed += self.delay_s * n
@@ -245,7 +257,8 @@ class LatencySink(SinkFunction):
         self._acc[ACC_SINK_COUNT] = self.count
         self._acc.setdefault(ACC_SINK_BUCKETS, []).extend(sorted(self._buckets.items()))
         self._acc.setdefault(ACC_LATENCY_WINDOWS, []).extend(
-            (window, bucket, n) for (window, bucket), n in sorted(self._windows.items()))
+            (window, bucket, n) for (window, bucket), n in sorted(self._windows.items())
+        )
 
 
 # -- the scenarios' functions ------------------------------------------------------------------------

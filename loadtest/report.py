@@ -32,27 +32,38 @@ def _rate(r: Optional[float]) -> str:
 
 
 def write_markdown(report: dict, path: str) -> None:
-    lines = [f"# raylink loadtest: {report['scenario']}", "", report.get("description", ""), "",
-             f"{report['host']['cpus']} CPUs, Python {report['host']['python']}, {report['createdAt']}", "",
-             "| P | target rec/s | achieved rec/s | held | records | at sink | p50 ms | p95 ms | p99 ms "
-             "| bottleneck | max back pressure | peak RSS / TE (MiB) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# raylink loadtest: {report['scenario']}",
+        "",
+        report.get("description", ""),
+        "",
+        f"{report['host']['cpus']} CPUs, Python {report['host']['python']}, {report['createdAt']}",
+        "",
+        "| P | target rec/s | achieved rec/s | held | records | at sink | p50 ms | p95 ms | p99 ms "
+        "| bottleneck | max back pressure | peak RSS / TE (MiB) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in report["runs"]:
         lat = r["latencyMs"]
         bp = ", ".join(f"{n}: {v['maxBackPressureStatus']}" for n, v in r["vertices"].items())
         held = "-" if r["rateHeld"] is None else ("yes" if r["rateHeld"] else "**no**")
         mem = ", ".join(_mib(m["peakRssBytes"]) for m in r["memory"].values()) or "-"
-        f = (lambda k: f"{lat[k]:.1f}" if k in lat else "-")
+        f = lambda k: f"{lat[k]:.1f}" if k in lat else "-"
         at_sink = "-" if r["recordsAtSink"] is None else f"{r['recordsAtSink']:,}"
-        lines.append(f"| {r['parallelism']} | {_rate(r['targetRate'])} | {r['achievedRate']:,.0f} | {held} | "
-                     f"{r['recordsEmitted']:,} | {at_sink} | "
-                     f"{f('p50')} | {f('p95')} | {f('p99')} | {r['bottleneck'] or '-'} | {bp} | {mem} |")
+        lines.append(
+            f"| {r['parallelism']} | {_rate(r['targetRate'])} | {r['achievedRate']:,.0f} | {held} | "
+            f"{r['recordsEmitted']:,} | {at_sink} | "
+            f"{f('p50')} | {f('p95')} | {f('p99')} | {r['bottleneck'] or '-'} | {bp} | {mem} |"
+        )
     lines += ["", "## Summary", ""] + [f"- {s}" for s in report["summary"]]
     lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in report["plots"]]
-    lines += ["", "Back pressure: Flink's levels over the sampled per-second ratios (OK <= 10 %, LOW <= 50 %, "
-              "HIGH above), the worst seen during the run. Bottleneck: the busiest vertex that is not itself "
-              "back pressured (`runtime.metrics.bottleneck`), the most frequent verdict over the samples. "
-              "Latency: sink time minus the source's emit stamp (reservoir sample per sink subtask)."]
+    lines += [
+        "",
+        "Back pressure: Flink's levels over the sampled per-second ratios (OK <= 10 %, LOW <= 50 %, "
+        "HIGH above), the worst seen during the run. Bottleneck: the busiest vertex that is not itself "
+        "back pressured (`runtime.metrics.bottleneck`), the most frequent verdict over the samples. "
+        "Latency: sink time minus the source's emit stamp (reservoir sample per sink subtask).",
+    ]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -111,8 +122,12 @@ def write_plots(report: dict, out_dir: str) -> list[str]:
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for target in sorted({r["targetRate"] or 0 for r in runs}):
         rs = sorted((r for r in runs if (r["targetRate"] or 0) == target), key=lambda r: r["parallelism"])
-        ax.plot([r["parallelism"] for r in rs], [r["achievedRate"] for r in rs], marker="o",
-                label=f"target {_rate(target or None)}")
+        ax.plot(
+            [r["parallelism"] for r in rs],
+            [r["achievedRate"] for r in rs],
+            marker="o",
+            label=f"target {_rate(target or None)}",
+        )
     ax.set_xlabel("parallelism")
     ax.set_ylabel("achieved records/s")
     ax.set_title(f"{report['scenario']}: scaling vs. parallelism")
@@ -127,8 +142,12 @@ def write_plots(report: dict, out_dir: str) -> list[str]:
         for ex, m in r["memory"].items():
             series = m["rssSeries"]
             if series:
-                ax.plot([t for t, _ in series], [v / 2**20 for _, v in series], marker=".",
-                        label=f"P={r['parallelism']} rate={_rate(r['targetRate'])} {ex[-4:]}")
+                ax.plot(
+                    [t for t, _ in series],
+                    [v / 2**20 for _, v in series],
+                    marker=".",
+                    label=f"P={r['parallelism']} rate={_rate(r['targetRate'])} {ex[-4:]}",
+                )
     ax.set_xlabel("time since start (s)")
     ax.set_ylabel("TaskExecutor RSS (MiB)")
     ax.set_title(f"{report['scenario']}: TaskExecutor memory")
@@ -145,21 +164,31 @@ def summarize(runs: list[dict]) -> list[str]:
     for r in runs:
         head = f"P={r['parallelism']}, rate {_rate(r['targetRate'])}:"
         lat = r["latencyMs"]
-        latency = (f"latency p50/p95/p99 {lat['p50']:.1f}/{lat['p95']:.1f}/{lat['p99']:.1f} ms"
-                   if lat else "no latency measured")
+        latency = (
+            f"latency p50/p95/p99 {lat['p50']:.1f}/{lat['p95']:.1f}/{lat['p99']:.1f} ms"
+            if lat
+            else "no latency measured"
+        )
         if r["targetRate"] is None:
             held = f"saturated at {r['achievedRate']:,.0f} records/s"
         elif r["rateHeld"]:
             held = f"rate held ({r['achievedRate']:,.0f} records/s)"
         else:
-            held = (f"rate NOT held: {r['achievedRate']:,.0f} of {r['targetRate']:,.0f} records/s "
-                    f"({100 * r['achievedRate'] / r['targetRate']:.0f} %)")
+            held = (
+                f"rate NOT held: {r['achievedRate']:,.0f} of {r['targetRate']:,.0f} records/s "
+                f"({100 * r['achievedRate'] / r['targetRate']:.0f} %)"
+            )
         high = [n for n, v in r["vertices"].items() if v["maxBackPressureStatus"] == "HIGH"]
         bp = f"HIGH back pressure on {', '.join(high)}" if high else "no HIGH back pressure"
-        growth = [m["rssGrowthSecondHalfBytes"] for m in r["memory"].values()
-                  if m["rssGrowthSecondHalfBytes"] is not None]
-        mem = (f"peak RSS/TaskExecutor {max(m['peakRssBytes'] for m in r['memory'].values()) / 2**20:.0f} MiB, "
-               f"RSS growth over the 2nd half {max(growth) / 2**20:+.1f} MiB" if growth else "")
+        growth = [
+            m["rssGrowthSecondHalfBytes"] for m in r["memory"].values() if m["rssGrowthSecondHalfBytes"] is not None
+        ]
+        mem = (
+            f"peak RSS/TaskExecutor {max(m['peakRssBytes'] for m in r['memory'].values()) / 2**20:.0f} MiB, "
+            f"RSS growth over the 2nd half {max(growth) / 2**20:+.1f} MiB"
+            if growth
+            else ""
+        )
         neck = r["bottleneck"] or ("none (rate held)" if r["rateHeld"] else "none found")
         out.append(f"{head} {held}; {latency}; bottleneck: {neck}; {bp}" + (f"; {mem}" if mem else ""))
     maxed = [r for r in runs if r["targetRate"] is None]

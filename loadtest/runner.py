@@ -105,10 +105,18 @@ def _verdict(verdicts: Counter, rate: Optional[float], achieved: float) -> Optio
     return verdicts.most_common(1)[0][0] if verdicts else None
 
 
-def build_job(scenario: Scenario, rate: Optional[float], parallelism: int, duration_s: Optional[float],
-              records: Optional[int], buffer_timeout: Optional[int] = None, latency_samples: int = 20000,
-              conf: Optional[dict] = None, buckets_per_s: float = BUCKETS_PER_S,
-              latency_window_s: int = 60) -> Any:
+def build_job(
+    scenario: Scenario,
+    rate: Optional[float],
+    parallelism: int,
+    duration_s: Optional[float],
+    records: Optional[int],
+    buffer_timeout: Optional[int] = None,
+    latency_samples: int = 20000,
+    conf: Optional[dict] = None,
+    buckets_per_s: float = BUCKETS_PER_S,
+    latency_window_s: int = 60,
+) -> Any:
     """The scenario's job (load source, its operators, latency sink) in a new environment
     (``conf``: configuration keys over ``RAYLINK_CONF``)."""
     from raylink.api import Configuration, StreamExecutionEnvironment
@@ -125,12 +133,14 @@ def build_job(scenario: Scenario, rate: Optional[float], parallelism: int, durat
             raise SystemExit(f"scenario {scenario.name!r} runs flat out only: use --rate max")
         source = scenario.make_source(env, records)
     else:
-        source = env.add_source(RateLimitedSource(rate, duration_s, records, scenario.payload,
-                                                  buckets_per_s=buckets_per_s), SOURCE_NAME)
+        source = env.add_source(
+            RateLimitedSource(rate, duration_s, records, scenario.payload, buckets_per_s=buckets_per_s), SOURCE_NAME
+        )
     out = scenario.build(env, source)
     if out is not None:
-        out.add_sink(LatencySink(latency_samples, scenario.sink_delay_s, buckets_per_s=buckets_per_s,
-                                 window_s=latency_window_s)).name(SINK_NAME)
+        out.add_sink(
+            LatencySink(latency_samples, scenario.sink_delay_s, buckets_per_s=buckets_per_s, window_s=latency_window_s)
+        ).name(SINK_NAME)
     return env
 
 
@@ -163,10 +173,19 @@ def achieved_rate(result: Any) -> "tuple[int, float, float, Optional[int]]":
     return emitted, src_elapsed, achieved, sink_count
 
 
-def run_one(scenario: Scenario, rate: Optional[float], parallelism: int, duration_s: Optional[float],
-            records: Optional[int], sample_interval: float = 0.5, progress: bool = False,
-            buffer_timeout: Optional[int] = None, latency_samples: int = 20000,
-            job_timeout: Optional[float] = None, conf: Optional[dict] = None) -> dict:
+def run_one(
+    scenario: Scenario,
+    rate: Optional[float],
+    parallelism: int,
+    duration_s: Optional[float],
+    records: Optional[int],
+    sample_interval: float = 0.5,
+    progress: bool = False,
+    buffer_timeout: Optional[int] = None,
+    latency_samples: int = 20000,
+    job_timeout: Optional[float] = None,
+    conf: Optional[dict] = None,
+) -> dict:
     """Run ``scenario`` once; a dict with the achieved rate, latency, back pressure and memory."""
     from raylink.runtime.metrics import bottleneck
 
@@ -215,12 +234,27 @@ def run_one(scenario: Scenario, rate: Optional[float], parallelism: int, duratio
                     series.append((round(t, 3), m["rssBytes"]))
                 peak[ex] = max(peak.get(ex, 0), m.get("peakRssBytes", 0))
         src_out = sum(a["numRecordsOut"] for n, a in vertices.items() if SOURCE_NAME in n)
-        samples.append({"t": round(t, 3), "vertices": {
-            n: {k: a.get(k) for k in ("numRecordsIn", "numRecordsOut", "busyTimeMsPerSecond",
-                                     "backPressuredTimeMsPerSecond", "backPressureStatus", "outPoolUsage",
-                                     "inPoolUsage")} for n, a in vertices.items()}})
-        bar.update(t, src_out, " ".join(f"{n.split(' -> ')[0]}={a['backPressureStatus']}"
-                                        for n, a in vertices.items()))
+        samples.append(
+            {
+                "t": round(t, 3),
+                "vertices": {
+                    n: {
+                        k: a.get(k)
+                        for k in (
+                            "numRecordsIn",
+                            "numRecordsOut",
+                            "busyTimeMsPerSecond",
+                            "backPressuredTimeMsPerSecond",
+                            "backPressureStatus",
+                            "outPoolUsage",
+                            "inPoolUsage",
+                        )
+                    }
+                    for n, a in vertices.items()
+                },
+            }
+        )
+        bar.update(t, src_out, " ".join(f"{n.split(' -> ')[0]}={a['backPressureStatus']}" for n, a in vertices.items()))
     bar.done()
     result = client.get_job_execution_result(timeout=60)
     wall = time.perf_counter() - t0
@@ -244,7 +278,7 @@ def run_one(scenario: Scenario, rate: Optional[float], parallelism: int, duratio
     for ex in sorted(set(peak) | set(rss)):
         series = rss.get(ex, [])
         vals = [v for _t, v in series]
-        half = vals[len(vals) // 2:] if vals else []
+        half = vals[len(vals) // 2 :] if vals else []
         memory[ex] = {
             "peakRssBytes": peak.get(ex, 0),
             "rssStartBytes": vals[0] if vals else None,
@@ -269,12 +303,17 @@ def run_one(scenario: Scenario, rate: Optional[float], parallelism: int, duratio
         "latencyMs": latency,
         "wallClockS": round(wall, 3),
         "netRuntimeMs": result.net_runtime_ms,
-        "vertices": {n: {"maxBackPressureStatus": max_status.get(n, "OK"),
-                         "maxBackPressuredMsPerSecond": round(max_bp.get(n, 0.0), 1),
-                         "maxBusyMsPerSecond": round(max_busy.get(n, 0.0), 1),
-                         "numRecordsIn": final_vertices[n]["numRecordsIn"],
-                         "numRecordsOut": final_vertices[n]["numRecordsOut"],
-                         "subtasks": final_vertices[n]["subtasks"]} for n in names},
+        "vertices": {
+            n: {
+                "maxBackPressureStatus": max_status.get(n, "OK"),
+                "maxBackPressuredMsPerSecond": round(max_bp.get(n, 0.0), 1),
+                "maxBusyMsPerSecond": round(max_busy.get(n, 0.0), 1),
+                "numRecordsIn": final_vertices[n]["numRecordsIn"],
+                "numRecordsOut": final_vertices[n]["numRecordsOut"],
+                "subtasks": final_vertices[n]["subtasks"],
+            }
+            for n in names
+        },
         "bottleneck": _verdict(verdicts, rate, achieved),
         "bottleneckVotes": dict(verdicts),
         "memory": memory,
@@ -283,11 +322,20 @@ def run_one(scenario: Scenario, rate: Optional[float], parallelism: int, duratio
     }
 
 
-
-def run_loadtest(scenario_name: str, rates: list, parallelisms: list, duration_s: Optional[float],
-                 records: Optional[int], output: str, progress: bool = False, sample_interval: float = 0.5,
-                 buffer_timeout: Optional[int] = None, plots: bool = True, out: Any = None,
-                 conf: Optional[dict] = None) -> dict:
+def run_loadtest(
+    scenario_name: str,
+    rates: list,
+    parallelisms: list,
+    duration_s: Optional[float],
+    records: Optional[int],
+    output: str,
+    progress: bool = False,
+    sample_interval: float = 0.5,
+    buffer_timeout: Optional[int] = None,
+    plots: bool = True,
+    out: Any = None,
+    conf: Optional[dict] = None,
+) -> dict:
     scenario = resolve_scenario(scenario_name)
     if not scenario.available:
         raise SystemExit(f"scenario {scenario.name!r} is unavailable: {scenario.unavailable_reason}")
@@ -298,8 +346,7 @@ def run_loadtest(scenario_name: str, rates: list, parallelisms: list, duration_s
     runs = []
     for p in parallelisms:
         for rate in rates:
-            r = run_one(scenario, rate, p, duration_s, records, sample_interval, progress, buffer_timeout,
-                        conf=conf)
+            r = run_one(scenario, rate, p, duration_s, records, sample_interval, progress, buffer_timeout, conf=conf)
             runs.append(r)
             print(summarize([r])[0], file=out, flush=True)
     report = {
@@ -307,8 +354,13 @@ def run_loadtest(scenario_name: str, rates: list, parallelisms: list, duration_s
         "description": scenario.description,
         "createdAt": time.strftime("%Y-%m-%d %H:%M:%S"),
         "host": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
-        "settings": {"rates": rates, "parallelisms": parallelisms, "durationS": duration_s,
-                     "records": records, "bufferTimeoutMs": buffer_timeout},
+        "settings": {
+            "rates": rates,
+            "parallelisms": parallelisms,
+            "durationS": duration_s,
+            "records": records,
+            "bufferTimeoutMs": buffer_timeout,
+        },
         "runs": runs,
         "summary": summarize(runs),
         "plots": [],
@@ -324,5 +376,13 @@ def run_loadtest(scenario_name: str, rates: list, parallelisms: list, duration_s
     return report
 
 
-__all__ = ["RATE_TOLERANCE", "Progress", "achieved_rate", "build_job", "percentiles", "run_loadtest", "run_one",
-           "throughput_series"]
+__all__ = [
+    "RATE_TOLERANCE",
+    "Progress",
+    "achieved_rate",
+    "build_job",
+    "percentiles",
+    "run_loadtest",
+    "run_one",
+    "throughput_series",
+]

@@ -46,7 +46,7 @@ from raylink.loadtest.functions import (
 class Scenario:
     name: str
     description: str
-    build: Callable[[Any, Any], Any]          # (env, source stream) -> stream to measure (or None)
+    build: Callable[[Any, Any], Any]  # (env, source stream) -> stream to measure (or None)
     payload: Callable[[int], Any] = default_payload
     sink_delay_s: float = 0.0
     available: bool = True
@@ -60,8 +60,14 @@ def _build_chain(env: Any, source: Any) -> Any:
 
 
 def _build_wordcount(env: Any, source: Any) -> Any:
-    return (source.flat_map(split_stamped).name("Split")
-            .key_by(word_of).reduce(add_keep_latest_stamp).name("Count").slot_sharing_group("keyed"))
+    return (
+        source.flat_map(split_stamped)
+        .name("Split")
+        .key_by(word_of)
+        .reduce(add_keep_latest_stamp)
+        .name("Count")
+        .slot_sharing_group("keyed")
+    )
 
 
 def _build_wide(env: Any, source: Any) -> Any:
@@ -85,28 +91,45 @@ def _spark_source(env: Any, records: Optional[int]) -> Any:
 def _spark_available() -> "tuple[bool, str]":
     missing = missing_modules("spark")
     if missing:
-        return False, (f"needs raylink[spark]: pip install 'raylink[spark]' "
-                       f"({', '.join(missing)} not installed)")
+        return False, (f"needs raylink[spark]: pip install 'raylink[spark]' ({', '.join(missing)} not installed)")
     return True, ""
 
 
 SCENARIOS: dict[str, Scenario] = {
     "chain": Scenario("chain", "source -> map -> filter -> sink, all chained in one task", _build_chain),
-    "wordcount": Scenario("wordcount", f"lines of {WORDS_PER_LINE} words -> flat_map -> key_by word -> "
-                          "rolling count -> sink (keyed exchange between two TaskExecutors)",
-                          _build_wordcount, payload=wordcount_line),
-    "wide": Scenario("wide", f"records with a {WIDE_BYTES} B payload, rebalanced to another TaskExecutor",
-                     _build_wide, payload=wide_payload),
-    "slowsink": Scenario("slowsink", "source -> map, rebalanced to a sink that sleeps 100 us per record "
-                         "(~10k records/s per subtask): back pressure", _build_slowsink, sink_delay_s=100e-6),
+    "wordcount": Scenario(
+        "wordcount",
+        f"lines of {WORDS_PER_LINE} words -> flat_map -> key_by word -> "
+        "rolling count -> sink (keyed exchange between two TaskExecutors)",
+        _build_wordcount,
+        payload=wordcount_line,
+    ),
+    "wide": Scenario(
+        "wide",
+        f"records with a {WIDE_BYTES} B payload, rebalanced to another TaskExecutor",
+        _build_wide,
+        payload=wide_payload,
+    ),
+    "slowsink": Scenario(
+        "slowsink",
+        "source -> map, rebalanced to a sink that sleeps 100 us per record (~10k records/s per subtask): back pressure",
+        _build_slowsink,
+        sink_delay_s=100e-6,
+    ),
 }
 
 
 def spark_scenario() -> Scenario:
     ok, why = _spark_available()
-    return Scenario("spark", "spark.range(--records) via env.from_spark (RayDP), stamped on ingestion, -> map "
-                    "-> filter -> sink; flat out only (a bounded DataFrame has no rate); starts Spark on Ray",
-                    _build_chain, available=ok, unavailable_reason=why, make_source=_spark_source)
+    return Scenario(
+        "spark",
+        "spark.range(--records) via env.from_spark (RayDP), stamped on ingestion, -> map "
+        "-> filter -> sink; flat out only (a bounded DataFrame has no rate); starts Spark on Ray",
+        _build_chain,
+        available=ok,
+        unavailable_reason=why,
+        make_source=_spark_source,
+    )
 
 
 def scenario_names() -> list[str]:
@@ -120,10 +143,13 @@ def load_job_file(path: str) -> Scenario:
     namespace = runpy.run_path(path, run_name="raylink_loadtest_job")
     build = namespace.get("build")
     if not callable(build):
-        raise SystemExit(f"{path}: a load-test job file must define build(env, source) "
-                         "(source: DataStream of (emit_time_ns, payload); return the stream to measure)")
-    return Scenario(os.path.basename(path), f"user job {path}", build,
-                    payload=namespace.get("payload") or default_payload)
+        raise SystemExit(
+            f"{path}: a load-test job file must define build(env, source) "
+            "(source: DataStream of (emit_time_ns, payload); return the stream to measure)"
+        )
+    return Scenario(
+        os.path.basename(path), f"user job {path}", build, payload=namespace.get("payload") or default_payload
+    )
 
 
 def resolve_scenario(name: str) -> Scenario:
@@ -133,8 +159,10 @@ def resolve_scenario(name: str) -> Scenario:
         return spark_scenario()
     if os.path.isfile(name):
         return load_job_file(name)
-    raise SystemExit(f"unknown scenario {name!r}: one of {', '.join(scenario_names())} "
-                     "or the path of a job file defining build(env, source)")
+    raise SystemExit(
+        f"unknown scenario {name!r}: one of {', '.join(scenario_names())} "
+        "or the path of a job file defining build(env, source)"
+    )
 
 
 __all__ = ["SCENARIOS", "Scenario", "load_job_file", "resolve_scenario", "scenario_names", "spark_scenario"]

@@ -94,11 +94,23 @@ def _sample_row(t: float, report: dict) -> dict:
     }
 
 
-def run_soak(scenario: Union[str, Scenario], rate: Optional[float], duration_s: float, output: str,
-             parallelism: int = 1, sample_interval: float = DEFAULT_SAMPLE_INTERVAL_S, tracemalloc: bool = False,
-             top: int = 20, buffer_timeout: Optional[int] = None, conf: Optional[dict] = None, plots: bool = True,
-             progress: bool = False, max_slope: float = DEFAULT_MAX_SLOPE_MIB_PER_H,
-             max_drift: float = DEFAULT_MAX_DRIFT, out: Any = None) -> dict:
+def run_soak(
+    scenario: Union[str, Scenario],
+    rate: Optional[float],
+    duration_s: float,
+    output: str,
+    parallelism: int = 1,
+    sample_interval: float = DEFAULT_SAMPLE_INTERVAL_S,
+    tracemalloc: bool = False,
+    top: int = 20,
+    buffer_timeout: Optional[int] = None,
+    conf: Optional[dict] = None,
+    plots: bool = True,
+    progress: bool = False,
+    max_slope: float = DEFAULT_MAX_SLOPE_MIB_PER_H,
+    max_drift: float = DEFAULT_MAX_DRIFT,
+    out: Any = None,
+) -> dict:
     """Run ``scenario`` for ``duration_s`` at ``rate`` (None: flat out), sampling every
     executor's memory; write the soak report into ``output`` and return it."""
     if isinstance(scenario, str):
@@ -109,21 +121,35 @@ def run_soak(scenario: Union[str, Scenario], rate: Optional[float], duration_s: 
     os.makedirs(output, exist_ok=True)
     window_s = 60 if duration_s >= 300 else 10
     buckets_per_s = 1.0 if duration_s <= 600 else 0.1
-    env = build_job(scenario, rate, parallelism, duration_s, None, buffer_timeout, latency_samples=2000,
-                    conf=conf, buckets_per_s=buckets_per_s, latency_window_s=window_s)
+    env = build_job(
+        scenario,
+        rate,
+        parallelism,
+        duration_s,
+        None,
+        buffer_timeout,
+        latency_samples=2000,
+        conf=conf,
+        buckets_per_s=buckets_per_s,
+        latency_window_s=window_s,
+    )
     label = f"soak {scenario.name} P={parallelism} rate={'max' if rate is None else f'{rate:,.0f}'}"
     bar = Progress(progress, label, duration_s, None)
     client = env.execute_async(f"loadtest {label}")
     started = time.perf_counter()
-    print(f"{label}: job {client.get_job_id()} for {duration_s:,.0f} s (raylink debug memory "
-          f"{client.get_job_id()[:8]} shows what its TaskExecutors hold)", file=out, flush=True)
+    print(
+        f"{label}: job {client.get_job_id()} for {duration_s:,.0f} s (raylink debug memory "
+        f"{client.get_job_id()[:8]} shows what its TaskExecutors hold)",
+        file=out,
+        flush=True,
+    )
     reporter = _memory_reporter(client, tracemalloc)
     full_every = min(FULL_REPORT_INTERVAL_S, max(sample_interval, duration_s / 6))
     last_full = -float("inf")
     samples: list[dict] = []
-    first: dict = {}   # executor -> its first report
+    first: dict = {}  # executor -> its first report
     middle: dict = {}  # executor -> its first report of the second half
-    last: dict = {}    # executor -> its latest report
+    last: dict = {}  # executor -> its latest report
     back_pressure: dict[str, dict[str, int]] = {}  # vertex -> {status: samples}
     # no samples in the last second: the source ends then and the tasks build their results
     cutoff = duration_s - END_MARGIN_S
@@ -135,8 +161,7 @@ def run_soak(scenario: Union[str, Scenario], rate: Optional[float], duration_s: 
         if t > cutoff:
             continue
         # full reports: the first, every full_every, the first of the second half, the last
-        full = (t - last_full >= full_every or (t >= duration_s / 2 and not middle)
-                or t + sample_interval > cutoff)
+        full = t - last_full >= full_every or (t >= duration_s / 2 and not middle) or t + sample_interval > cutoff
         try:
             reports = reporter(top if full else 0)
             metrics = client.get_metrics()
@@ -160,8 +185,9 @@ def run_soak(scenario: Union[str, Scenario], rate: Optional[float], duration_s: 
         for name, agg in vertices.items():
             counts = back_pressure.setdefault(name, {})
             counts[agg["backPressureStatus"]] = counts.get(agg["backPressureStatus"], 0) + 1
-        rss = " ".join(f"{r['executor'][-4:]}={r.get('rssBytes', 0) / 2**20:.0f}MiB" for r in reports
-                       if "error" not in r)
+        rss = " ".join(
+            f"{r['executor'][-4:]}={r.get('rssBytes', 0) / 2**20:.0f}MiB" for r in reports if "error" not in r
+        )
         bar.update(t, sum(a["numRecordsOut"] for n, a in vertices.items() if SOURCE_NAME in n), rss)
     bar.done()
     result = client.get_job_execution_result(timeout=120)
@@ -188,12 +214,22 @@ def run_soak(scenario: Union[str, Scenario], rate: Optional[float], duration_s: 
         "scenario": scenario.name,
         "description": scenario.description,
         "createdAt": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "host": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
-                 "loadAverage": list(os.getloadavg()) if hasattr(os, "getloadavg") else None},
-        "settings": {"rate": rate, "parallelism": parallelism, "durationS": duration_s,
-                     "sampleIntervalS": sample_interval, "tracemalloc": tracemalloc,
-                     "bufferTimeoutMs": buffer_timeout, "conf": conf or {},
-                     "maxSlopeMiBPerHour": max_slope, "maxLatencyDrift": max_drift},
+        "host": {
+            "cpus": os.cpu_count(),
+            "python": sys.version.split()[0],
+            "loadAverage": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        },
+        "settings": {
+            "rate": rate,
+            "parallelism": parallelism,
+            "durationS": duration_s,
+            "sampleIntervalS": sample_interval,
+            "tracemalloc": tracemalloc,
+            "bufferTimeoutMs": buffer_timeout,
+            "conf": conf or {},
+            "maxSlopeMiBPerHour": max_slope,
+            "maxLatencyDrift": max_drift,
+        },
         "run": run,
         **analyze(samples, windows, first, middle, last, run, max_slope=max_slope, max_drift=max_drift),
         "samples": samples,
@@ -210,8 +246,11 @@ def run_soak(scenario: Union[str, Scenario], rate: Optional[float], duration_s: 
     print(report["verdictLine"], file=out, flush=True)
     if report.get("plotsNote"):
         print(report["plotsNote"], file=out)
-    print(f"report: {os.path.join(output, 'report.md')} (+ {', '.join(report['files'][:1] + report['files'][2:])}"
-          f"{', ' + ', '.join(report['plots']) if report['plots'] else ''})", file=out)
+    print(
+        f"report: {os.path.join(output, 'report.md')} (+ {', '.join(report['files'][:1] + report['files'][2:])}"
+        f"{', ' + ', '.join(report['plots']) if report['plots'] else ''})",
+        file=out,
+    )
     return report
 
 

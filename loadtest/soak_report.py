@@ -41,9 +41,23 @@ DEFAULT_MAX_SLOPE_MIB_PER_H = 5.0
 DEFAULT_MAX_DRIFT = 0.20
 #: RSS growth (MiB, fitted over the second half) below which a slope is noise
 NOISE_FLOOR_MIB = 2.0
-SAMPLE_FIELDS = ("t", "executor", "rssBytes", "rssAnonBytes", "rssFileBytes", "threads", "heapInUseBytes",
-                 "heapFreeBytes", "allocatedBlocks", "gcObjects", "tracedBytes", "networkBuffersInUse", "queuedIn",
-                 "queuedOut", "stateEntries")
+SAMPLE_FIELDS = (
+    "t",
+    "executor",
+    "rssBytes",
+    "rssAnonBytes",
+    "rssFileBytes",
+    "threads",
+    "heapInUseBytes",
+    "heapFreeBytes",
+    "allocatedBlocks",
+    "gcObjects",
+    "tracedBytes",
+    "networkBuffersInUse",
+    "queuedIn",
+    "queuedOut",
+    "stateEntries",
+)
 MIB = 2**20
 HOUR = 3600.0
 
@@ -95,8 +109,9 @@ def _type_growth(middle: Optional[dict], last: Optional[dict], top: int = 10) ->
     return {k: n for k, n in growth.most_common(top) if n > 0}
 
 
-def _diagnosis(rss: Optional[float], in_use: Optional[float], free: Optional[float], blocks: Optional[float],
-               max_slope: float) -> str:
+def _diagnosis(
+    rss: Optional[float], in_use: Optional[float], free: Optional[float], blocks: Optional[float], max_slope: float
+) -> str:
     """What grows, from the slopes (MiB/h; Python blocks per hour) of one executor."""
     if rss is None:
         return "too few samples"
@@ -107,15 +122,24 @@ def _diagnosis(rss: Optional[float], in_use: Optional[float], free: Optional[flo
     if free is not None and free >= 0.4 * rss:
         return "free memory kept in the heap grows: allocator fragmentation"
     if blocks is not None and blocks > 0:
-        return ("Python objects grow (pymalloc arenas, outside malloc's heap): see typeGrowthSecondHalf / "
-                "tracemallocGrowth")
+        return (
+            "Python objects grow (pymalloc arenas, outside malloc's heap): see typeGrowthSecondHalf / tracemallocGrowth"
+        )
     if in_use is not None:
         return "memory outside malloc's heap grows (thread stacks, Ray's or Arrow's buffers, mmap)"
     return "RSS grows"
 
 
-def analyze(samples: list, windows: list, first: dict, middle: dict, last: dict, run: dict,
-            max_slope: float = DEFAULT_MAX_SLOPE_MIB_PER_H, max_drift: float = DEFAULT_MAX_DRIFT) -> dict:
+def analyze(
+    samples: list,
+    windows: list,
+    first: dict,
+    middle: dict,
+    last: dict,
+    run: dict,
+    max_slope: float = DEFAULT_MAX_SLOPE_MIB_PER_H,
+    max_drift: float = DEFAULT_MAX_DRIFT,
+) -> dict:
     """``{"memory": per executor, "latency": drift, "verdict", "verdictLine"}``."""
     memory = {}
     for ex, rows in sorted(_by_executor(samples).items()):
@@ -167,14 +191,18 @@ def analyze(samples: list, windows: list, first: dict, middle: dict, last: dict,
     if len(complete) >= 2:
         a, b = complete[0], complete[-1]
         drift = b["p99"] / a["p99"] - 1 if a["p99"] else None
-        latency.update(firstP99Ms=a["p99"], lastP99Ms=b["p99"], firstP50Ms=a["p50"], lastP50Ms=b["p50"],
-                       p99Drift=None if drift is None else round(drift, 3))
+        latency.update(
+            firstP99Ms=a["p99"],
+            lastP99Ms=b["p99"],
+            firstP50Ms=a["p50"],
+            lastP50Ms=b["p50"],
+            p99Drift=None if drift is None else round(drift, 3),
+        )
         latency["status"] = "stable" if drift is not None and drift <= max_drift else "drifts"
     else:
         latency["p99Drift"] = None
         latency["status"] = "too short to tell"
-    return {"memory": memory, "latency": latency,
-            **_verdict(memory, latency, run, max_slope, max_drift)}
+    return {"memory": memory, "latency": latency, **_verdict(memory, latency, run, max_slope, max_drift)}
 
 
 def _verdict(memory: dict, latency: dict, run: dict, max_slope: float, max_drift: float) -> dict:
@@ -187,21 +215,28 @@ def _verdict(memory: dict, latency: dict, run: dict, max_slope: float, max_drift
     if not memory:
         unsure.append("no memory samples")
     if latency["status"] == "drifts":
-        failures.append(f"p99 latency {latency['firstP99Ms']:.1f} -> {latency['lastP99Ms']:.1f} ms "
-                        f"({100 * latency['p99Drift']:+.0f} % > {100 * max_drift:.0f} %)")
+        failures.append(
+            f"p99 latency {latency['firstP99Ms']:.1f} -> {latency['lastP99Ms']:.1f} ms "
+            f"({100 * latency['p99Drift']:+.0f} % > {100 * max_drift:.0f} %)"
+        )
     elif latency["status"] != "stable":
         unsure.append(f"latency drift {latency['status']} (needs 2 complete windows)")
-    slopes = ", ".join(f"{ex} {m['slopeMiBPerHour']:+.1f}" if m["slopeMiBPerHour"] is not None else f"{ex} -"
-                       for ex, m in memory.items())
-    drift = ("-" if latency.get("p99Drift") is None else
-             f"{latency['firstP99Ms']:.1f} -> {latency['lastP99Ms']:.1f} ms ({100 * latency['p99Drift']:+.0f} %)")
-    held = ("flat out" if run.get("targetRate") is None else
-            "rate held" if run.get("rateHeld") else "rate NOT held")
+    slopes = ", ".join(
+        f"{ex} {m['slopeMiBPerHour']:+.1f}" if m["slopeMiBPerHour"] is not None else f"{ex} -"
+        for ex, m in memory.items()
+    )
+    drift = (
+        "-"
+        if latency.get("p99Drift") is None
+        else f"{latency['firstP99Ms']:.1f} -> {latency['lastP99Ms']:.1f} ms ({100 * latency['p99Drift']:+.0f} %)"
+    )
+    held = "flat out" if run.get("targetRate") is None else "rate held" if run.get("rateHeld") else "rate NOT held"
     verdict = "FAIL" if failures else ("INCONCLUSIVE" if unsure else "PASS")
-    why = "; ".join(failures or unsure) or (f"memory flat (<= {max_slope:g} MiB/h), "
-                                           f"p99 within {100 * max_drift:.0f} %")
-    line = (f"verdict: {verdict}: {why} | RSS slope MiB/h: {slopes} | p99 first -> last window: {drift} | "
-            f"{held} ({run.get('achievedRate', 0):,.0f} records/s)")
+    why = "; ".join(failures or unsure) or (f"memory flat (<= {max_slope:g} MiB/h), p99 within {100 * max_drift:.0f} %")
+    line = (
+        f"verdict: {verdict}: {why} | RSS slope MiB/h: {slopes} | p99 first -> last window: {drift} | "
+        f"{held} ({run.get('achievedRate', 0):,.0f} records/s)"
+    )
     return {"verdict": verdict, "verdictLine": line}
 
 
@@ -226,58 +261,87 @@ def write_soak_markdown(report: dict, path: str) -> None:
     run, s = report["run"], report["settings"]
     rate = "max" if s["rate"] is None else f"{s['rate']:,.0f}"
     load = report["host"].get("loadAverage")
-    lines = [f"# raylink loadtest --soak: {report['scenario']}", "", report.get("description", ""), "",
-             f"{report['host']['cpus']} CPUs, Python {report['host']['python']}, {report['createdAt']}"
-             + (f", load average at the end {load[0]:.1f}" if load else ""), "",
-             f"**{report['verdictLine']}**", "",
-             f"Rate {rate} records/s for {s['durationS']:,.0f} s at parallelism {s['parallelism']}: achieved "
-             f"{run['achievedRate']:,.0f} records/s, {run['recordsEmitted']:,} records; memory sampled every "
-             f"{s['sampleIntervalS']:g} s" + (" (tracemalloc on)" if s["tracemalloc"] else "") + ".", "",
-             "## Memory per TaskExecutor (slopes: least squares over the second half, per hour)", "",
-             "| executor | status | RSS start / end / max MiB | RSS MiB/h | heap in use MiB/h | heap free MiB/h "
-             "| Python blocks/h | gc objects/h | net buffers max | queued max | state entries |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# raylink loadtest --soak: {report['scenario']}",
+        "",
+        report.get("description", ""),
+        "",
+        f"{report['host']['cpus']} CPUs, Python {report['host']['python']}, {report['createdAt']}"
+        + (f", load average at the end {load[0]:.1f}" if load else ""),
+        "",
+        f"**{report['verdictLine']}**",
+        "",
+        f"Rate {rate} records/s for {s['durationS']:,.0f} s at parallelism {s['parallelism']}: achieved "
+        f"{run['achievedRate']:,.0f} records/s, {run['recordsEmitted']:,} records; memory sampled every "
+        f"{s['sampleIntervalS']:g} s" + (" (tracemalloc on)" if s["tracemalloc"] else "") + ".",
+        "",
+        "## Memory per TaskExecutor (slopes: least squares over the second half, per hour)",
+        "",
+        "| executor | status | RSS start / end / max MiB | RSS MiB/h | heap in use MiB/h | heap free MiB/h "
+        "| Python blocks/h | gc objects/h | net buffers max | queued max | state entries |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for ex, m in report["memory"].items():
         blocks = m["allocatedBlocksSlopePerHour"]
         objs = m["gcObjectsSlopePerHour"]
-        lines.append(f"| {ex} | {m['status']} | {m['rssStartMiB']} / {m['rssEndMiB']} / {m['rssMaxMiB']} | "
-                     f"{_mib(m['slopeMiBPerHour'])} | {_mib(m['heapInUseSlopeMiBPerHour'])} | "
-                     f"{_mib(m['heapFreeSlopeMiBPerHour'])} | {'-' if blocks is None else f'{blocks:+,.0f}'} | "
-                     f"{'-' if objs is None else f'{objs:+,.0f}'} | {m['networkBuffersInUseMax']} | "
-                     f"{m['queuedBuffersMax']} | {m['stateEntries'][0]:,} -> {m['stateEntries'][1]:,} |")
+        lines.append(
+            f"| {ex} | {m['status']} | {m['rssStartMiB']} / {m['rssEndMiB']} / {m['rssMaxMiB']} | "
+            f"{_mib(m['slopeMiBPerHour'])} | {_mib(m['heapInUseSlopeMiBPerHour'])} | "
+            f"{_mib(m['heapFreeSlopeMiBPerHour'])} | {'-' if blocks is None else f'{blocks:+,.0f}'} | "
+            f"{'-' if objs is None else f'{objs:+,.0f}'} | {m['networkBuffersInUseMax']} | "
+            f"{m['queuedBuffersMax']} | {m['stateEntries'][0]:,} -> {m['stateEntries'][1]:,} |"
+        )
     for ex, m in report["memory"].items():
         lines += ["", f"### {ex}: {m['diagnosis']}", ""]
         if m["typeGrowthSecondHalf"]:
-            lines.append("gc-tracked objects that grew over the second half: " + ", ".join(
-                f"`{k}` +{v:,}" for k, v in m["typeGrowthSecondHalf"].items()))
-        lines.append("most numerous gc-tracked objects at the end: " + ", ".join(
-            f"`{k}` {v:,}" for k, v in list(m["topTypes"].items())[:10]))
+            lines.append(
+                "gc-tracked objects that grew over the second half: "
+                + ", ".join(f"`{k}` +{v:,}" for k, v in m["typeGrowthSecondHalf"].items())
+            )
+        lines.append(
+            "most numerous gc-tracked objects at the end: "
+            + ", ".join(f"`{k}` {v:,}" for k, v in list(m["topTypes"].items())[:10])
+        )
         if m["tracemallocGrowth"]:
             lines += ["", "allocation sites that grew most since tracing started:", ""]
-            lines += [f"- `{g['site']}` {g['growthBytes'] / 2**10:+,.0f} KiB ({g['growthCount']:+,} blocks)"
-                      for g in m["tracemallocGrowth"][:10]]
+            lines += [
+                f"- `{g['site']}` {g['growthBytes'] / 2**10:+,.0f} KiB ({g['growthCount']:+,} blocks)"
+                for g in m["tracemallocGrowth"][:10]
+            ]
     lat = report["latency"]
-    lines += ["", f"## Latency per {lat['windowS']} s window (sink histogram, 5 % buckets)", "",
-              "| from s | samples | p50 ms | p95 ms | p99 ms | max ms |", "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        f"## Latency per {lat['windowS']} s window (sink histogram, 5 % buckets)",
+        "",
+        "| from s | samples | p50 ms | p95 ms | p99 ms | max ms |",
+        "|---|---|---|---|---|---|",
+    ]
     windows = report["latencyWindows"]
     step = max(1, len(windows) // 60)  # at most ~60 rows (an 8 h soak has 480 minutes)
     for i, w in enumerate(windows):
         if i % step and i != len(windows) - 1:
             continue
         mark = "" if w["complete"] else " (partial)"
-        lines.append(f"| {w['startS']}{mark} | {w['count']:,} | {w.get('p50', '-')} | {w.get('p95', '-')} | "
-                     f"{w.get('p99', '-')} | {w.get('max', '-')} |")
-    bp = ", ".join(f"{v}: " + "/".join(f"{k} {n}" for k, n in sorted(c.items())) for v, c in
-                   run["backPressure"].items())
+        lines.append(
+            f"| {w['startS']}{mark} | {w['count']:,} | {w.get('p50', '-')} | {w.get('p95', '-')} | "
+            f"{w.get('p99', '-')} | {w.get('max', '-')} |"
+        )
+    bp = ", ".join(
+        f"{v}: " + "/".join(f"{k} {n}" for k, n in sorted(c.items())) for v, c in run["backPressure"].items()
+    )
     lines += ["", "## Back pressure (samples per status)", "", bp or "-"]
     if report["plots"] or report.get("plotsNote"):
         lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in report["plots"]]
         if report.get("plotsNote"):
             lines.append(report["plotsNote"])
-    lines += ["", "Files: " + ", ".join(report["files"] + report["plots"]) + ".",
-              "", "Memory status: flat when the RSS slope is at most the threshold; grows when above it and the "
-              f"fitted growth over the second half exceeds {NOISE_FLOOR_MIB:g} MiB; otherwise too short to tell. "
-              "Figures taken on a busy machine are noisy: compare soaks of the same length on the same host."]
+    lines += [
+        "",
+        "Files: " + ", ".join(report["files"] + report["plots"]) + ".",
+        "",
+        "Memory status: flat when the RSS slope is at most the threshold; grows when above it and the "
+        f"fitted growth over the second half exceeds {NOISE_FLOOR_MIB:g} MiB; otherwise too short to tell. "
+        "Figures taken on a busy machine are noisy: compare soaks of the same length on the same host.",
+    ]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -287,8 +351,10 @@ def write_soak_plots(report: dict, out_dir: str) -> "tuple[list[str], str]":
     try:
         import matplotlib
     except ImportError:
-        return [], ("plots skipped: matplotlib is not installed (pip install 'raylink[plots]'); "
-                    "the figures are in soak_samples.csv and soak_latency.csv")
+        return [], (
+            "plots skipped: matplotlib is not installed (pip install 'raylink[plots]'); "
+            "the figures are in soak_samples.csv and soak_latency.csv"
+        )
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -330,5 +396,14 @@ def write_soak_plots(report: dict, out_dir: str) -> "tuple[list[str], str]":
     return written, ""
 
 
-__all__ = ["DEFAULT_MAX_DRIFT", "DEFAULT_MAX_SLOPE_MIB_PER_H", "NOISE_FLOOR_MIB", "analyze", "latency_windows",
-           "slope_per_hour", "write_soak_csv", "write_soak_markdown", "write_soak_plots"]
+__all__ = [
+    "DEFAULT_MAX_DRIFT",
+    "DEFAULT_MAX_SLOPE_MIB_PER_H",
+    "NOISE_FLOOR_MIB",
+    "analyze",
+    "latency_windows",
+    "slope_per_hour",
+    "write_soak_csv",
+    "write_soak_markdown",
+    "write_soak_plots",
+]

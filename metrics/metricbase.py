@@ -189,8 +189,12 @@ Scope = Tuple[str, Dict[str, str]]
 class MetricGroup:
     """A named container of metrics and subgroups (PyFlink's ``MetricGroup``)."""
 
-    def __init__(self, name: str = "", parent: Optional["MetricGroup"] = None,
-                 group_type: MetricGroupType = MetricGroupType.generic) -> None:
+    def __init__(
+        self,
+        name: str = "",
+        parent: Optional["MetricGroup"] = None,
+        group_type: MetricGroupType = MetricGroupType.generic,
+    ) -> None:
         self.name = name
         self._parent = parent
         self._group_type = group_type
@@ -218,7 +222,8 @@ class MetricGroup:
             if type(existing) is not kind:
                 raise ValueError(
                     f"metric {self._scoped(name)!r} is already a {type(existing).__name__}; "
-                    f"it cannot also be a {kind.__name__} (give the {kind.__name__.lower()} another name)")
+                    f"it cannot also be a {kind.__name__} (give the {kind.__name__.lower()} another name)"
+                )
             return existing
         metric = self._metrics[name] = create()
         return metric
@@ -275,8 +280,9 @@ class MetricGroup:
     def groups(self) -> Dict[str, "MetricGroup"]:
         return {name: group for (name, _type), group in self._groups.items()}
 
-    def report(self, values: Optional[Dict[str, Any]] = None,
-               scopes: Optional[Dict[str, Scope]] = None) -> Dict[str, Any]:
+    def report(
+        self, values: Optional[Dict[str, Any]] = None, scopes: Optional[Dict[str, Scope]] = None
+    ) -> Dict[str, Any]:
         """Read every metric of this group and its subgroups into ``values``
         (``{"group.sub.metric": value}``; a counter's count, a gauge's value, a meter's
         ``{"count", "rate"}``, a distribution's ``{"count", "sum", "min", "max", "mean"}``).
@@ -286,8 +292,14 @@ class MetricGroup:
         self._report((), (), {}, out, scopes)
         return out
 
-    def _report(self, path: tuple, logical: tuple, variables: Dict[str, str], out: Dict[str, Any],
-                scopes: Optional[Dict[str, Scope]]) -> None:
+    def _report(
+        self,
+        path: tuple,
+        logical: tuple,
+        variables: Dict[str, str],
+        out: Dict[str, Any],
+        scopes: Optional[Dict[str, Scope]],
+    ) -> None:
         for name, metric in list(self._metrics.items()):
             try:
                 value = metric.value()

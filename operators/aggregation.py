@@ -47,8 +47,6 @@ AGGREGATIONS = ("sum", "min", "max", "min_by", "max_by")
 BASIC_VALUE_TYPES = frozenset((int, float, bool, complex, str, bytes, decimal.Decimal))
 
 
-
-
 class InvalidFieldReferenceError(RaylinkError, ValueError):
     """An aggregation's field does not exist on a record (Flink's
     ``InvalidFieldReferenceException``)."""
@@ -78,7 +76,7 @@ def set_field(record: Any, field: Union[int, str], new: Any) -> Any:
         return out
     if isinstance(field, int):
         if t is tuple:
-            return record[:field] + (new,) + record[field + 1:]
+            return record[:field] + (new,) + record[field + 1 :]
         if t is list:
             out = record.copy()
             out[field] = new
@@ -121,8 +119,11 @@ def _has_field(record: Any, field: Field) -> Optional[str]:
         return None if field in names else f"the Row's fields are {list(names)}"
     if isinstance(field, int):
         if type(record) in BASIC_VALUE_TYPES:
-            return None if field == 0 else (
-                f"the record is a basic value ({type(record).__qualname__}), whose only position is 0")
+            return (
+                None
+                if field == 0
+                else (f"the record is a basic value ({type(record).__qualname__}), whose only position is 0")
+            )
         if isinstance(record, Mapping):
             return None if field in record else "the record is a mapping without that key"
         try:
@@ -145,8 +146,7 @@ def field_check(agg: str, field: Field, operator_name: str = "") -> Callable[[An
     def check(record: Any) -> None:
         why = _has_field(record, field)
         if why is not None:
-            raise InvalidFieldReferenceError(
-                f"{agg} {operator_name!r}: {what}{bound}: {why} ({record_repr(record)})")
+            raise InvalidFieldReferenceError(f"{agg} {operator_name!r}: {what}{bound}: {why} ({record_repr(record)})")
 
     return check
 
@@ -175,8 +175,10 @@ def check_declared_field(agg: str, field: Field, type_info: Any, operator_name: 
     elif name in ("LIST", "MAP", "PRIMITIVE_ARRAY", "BASIC_ARRAY", "OBJECT_ARRAY"):
         return  # checked on the records
     elif isinstance(field, str) or field != 0:
-        why = (f"{'does not exist' if isinstance(field, str) else 'is out of bounds'}: the stream's type "
-               f"{declared} is a basic type, whose only position is 0")
+        why = (
+            f"{'does not exist' if isinstance(field, str) else 'is out of bounds'}: the stream's type "
+            f"{declared} is a basic type, whose only position is 0"
+        )
     if why is not None:
         raise InvalidFieldReferenceError(f"{agg} {operator_name!r}: {what} {why}")
 
@@ -238,6 +240,7 @@ def _positional_aggregator(agg: str, i: int) -> Reducer:
     basic = BASIC_VALUE_TYPES
 
     if i == 0:
+
         def get(record: Any) -> Any:
             return record if type(record) in basic else record[0]
 
@@ -250,6 +253,7 @@ def _positional_aggregator(agg: str, i: int) -> Reducer:
             return set_field(record, 0, new)
 
         if agg == "sum":
+
             def sum_reduce0(acc: Any, value: Any) -> Any:
                 t = type(acc)
                 if t is tuple:
@@ -274,6 +278,7 @@ def _positional_aggregator(agg: str, i: int) -> Reducer:
 
     if agg == "sum":
         if i == 1:
+
             def sum_reduce(acc: Any, value: Any) -> Any:
                 if type(acc) is tuple:
                     if len(acc) == 2:  # the common (key, count) pair: one small tuple, no slicing
@@ -281,6 +286,7 @@ def _positional_aggregator(agg: str, i: int) -> Reducer:
                     return acc[:1] + (acc[1] + value[1],) + acc[2:]
                 return set_field(acc, 1, acc[1] + value[1])
         else:
+
             def sum_reduce(acc: Any, value: Any) -> Any:
                 if type(acc) is tuple:
                     return acc[:i] + (acc[i] + value[i],) + acc[j:]
@@ -296,5 +302,13 @@ def _positional_aggregator(agg: str, i: int) -> Reducer:
     return lambda acc, value: acc if acc[i] >= value[i] else value
 
 
-__all__ = ["AGGREGATIONS", "BASIC_VALUE_TYPES", "InvalidFieldReferenceError", "make_aggregator", "field_check",
-           "check_declared_field", "field_getter", "set_field"]
+__all__ = [
+    "AGGREGATIONS",
+    "BASIC_VALUE_TYPES",
+    "InvalidFieldReferenceError",
+    "make_aggregator",
+    "field_check",
+    "check_declared_field",
+    "field_getter",
+    "set_field",
+]

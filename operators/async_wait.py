@@ -58,8 +58,10 @@ class AsyncFunctionError(RaylinkError, RuntimeError):
     the function, the input and the error, which stays the ``__cause__`` (also across processes)."""
 
     def __init__(self, operator_name: str, function: str, value: Any, cause: BaseException) -> None:
-        super().__init__(f"async wait operator {operator_name!r}: {function} failed for input {value!r}: "
-                         f"{type(cause).__name__}: {cause}")
+        super().__init__(
+            f"async wait operator {operator_name!r}: {function} failed for input {value!r}: "
+            f"{type(cause).__name__}: {cause}"
+        )
         self.operator_name = operator_name
         self.function = function
         self.value = value
@@ -213,15 +215,21 @@ class _InFlightState:
 class AsyncWaitOperator(AbstractUdfStreamOperator):
     """Runs ``function.async_invoke`` for every record, ``capacity`` at most at once."""
 
-    def __init__(self, function: Any, timeout_ms: int = 0, capacity: int = 100,
-                 retry_strategy: Any = None, output_mode: str = UNORDERED,
-                 name: str = "", operator_id: str = "") -> None:
+    def __init__(
+        self,
+        function: Any,
+        timeout_ms: int = 0,
+        capacity: int = 100,
+        retry_strategy: Any = None,
+        output_mode: str = UNORDERED,
+        name: str = "",
+        operator_id: str = "",
+    ) -> None:
         super().__init__(function, name, operator_id)
         if capacity <= 0:
             raise ValueError(f"async wait operator: capacity must be positive, got {capacity}")
         if output_mode not in (ORDERED, UNORDERED):
-            raise ValueError(f"async wait operator: output mode must be {ORDERED} or {UNORDERED}, "
-                             f"got {output_mode!r}")
+            raise ValueError(f"async wait operator: output mode must be {ORDERED} or {UNORDERED}, got {output_mode!r}")
         self.timeout_ms = int(timeout_ms)
         self.capacity = int(capacity)
         self.retry_strategy = retry_strategy
@@ -243,14 +251,17 @@ class AsyncWaitOperator(AbstractUdfStreamOperator):
     def open(self) -> None:
         executor = getattr(self.runtime_context, "mailbox_executor", None)
         if executor is None:
-            raise RuntimeError(f"async wait operator {self.name!r} needs its task's mailbox "
-                               "(runtime_context.mailbox_executor) to run")
+            raise RuntimeError(
+                f"async wait operator {self.name!r} needs its task's mailbox (runtime_context.mailbox_executor) to run"
+            )
         self._executor = executor
         function = self.function
         self._invoke = self._resolve(function, "async_invoke")
         if not asyncio.iscoroutinefunction(self._invoke):
-            raise TypeError(f"async wait operator {self.name!r}: async_invoke of {type(function).__name__} "
-                            "must be declared with 'async def'")
+            raise TypeError(
+                f"async wait operator {self.name!r}: async_invoke of {type(function).__name__} "
+                "must be declared with 'async def'"
+            )
         self._timeout_function = getattr(function, "timeout", None)
         strategy = self.retry_strategy
         self._result_predicate: Optional[Callable[[Any], bool]] = None
@@ -372,7 +383,8 @@ class AsyncWaitOperator(AbstractUdfStreamOperator):
         expiry = None
         if self.timeout_ms > 0:
             expiry = asyncio.get_running_loop().call_later(
-                self.timeout_ms / 1000.0, self._expire, record, asyncio.current_task())
+                self.timeout_ms / 1000.0, self._expire, record, asyncio.current_task()
+            )
         try:
             if self._retrying:
                 record.result = await self._attempts(record.value)
@@ -404,8 +416,12 @@ class AsyncWaitOperator(AbstractUdfStreamOperator):
                 if exception_predicate is None or not exception_predicate(exc) or not strategy.can_retry(attempt):
                     raise
             else:
-                if (result is None or result_predicate is None or not result_predicate(result)
-                        or not strategy.can_retry(attempt)):
+                if (
+                    result is None
+                    or result_predicate is None
+                    or not result_predicate(result)
+                    or not strategy.can_retry(attempt)
+                ):
                     return result
             await asyncio.sleep(strategy.get_backoff_time_millis(attempt) / 1000.0)
             attempt += 1
@@ -431,8 +447,9 @@ class AsyncWaitOperator(AbstractUdfStreamOperator):
             if record.timed_out:
                 record.result, method = self._on_timeout(record), "timeout"
             elif record.error is not None:
-                raise AsyncFunctionError(self.name, f"{type(self.function).__name__}.async_invoke", record.value,
-                                         record.error)
+                raise AsyncFunctionError(
+                    self.name, f"{type(self.function).__name__}.async_invoke", record.value, record.error
+                )
             record.result = self._results(record.result, record.value, method)
             record.error = None
             queue.complete(record)
@@ -445,7 +462,8 @@ class AsyncWaitOperator(AbstractUdfStreamOperator):
             raise TimeoutError(
                 f"async wait operator {self.name!r}: {type(self.function).__name__}.async_invoke did not complete "
                 f"within {self.timeout_ms} ms for input {record.value!r} (override timeout(value) of the "
-                "AsyncFunction to emit results instead)")
+                "AsyncFunction to emit results instead)"
+            )
         try:
             return function(record.value)
         except Exception as exc:
@@ -456,14 +474,18 @@ class AsyncWaitOperator(AbstractUdfStreamOperator):
             return result
         if result is None or isinstance(result, (str, bytes, dict)):
             what = "None" if result is None else f"a {type(result).__name__}"
-            raise TypeError(f"async wait operator {self.name!r}: {type(self.function).__name__}.{method} returned "
-                            f"{what} for input {value!r}; it must return a list of results")
+            raise TypeError(
+                f"async wait operator {self.name!r}: {type(self.function).__name__}.{method} returned "
+                f"{what} for input {value!r}; it must return a list of results"
+            )
         try:
             return list(result)
         except TypeError:
-            raise TypeError(f"async wait operator {self.name!r}: {type(self.function).__name__}.{method} "
-                            f"returned a {type(result).__name__} for input {value!r}; it must return a list "
-                            "of results") from None
+            raise TypeError(
+                f"async wait operator {self.name!r}: {type(self.function).__name__}.{method} "
+                f"returned a {type(result).__name__} for input {value!r}; it must return a list "
+                "of results"
+            ) from None
 
     def _emit_completed(self) -> None:
         elements = self._queue.pop_completed()
@@ -508,5 +530,12 @@ class AsyncWaitOperator(AbstractUdfStreamOperator):
             self._executor.execute(self._start_waiting)  # once the whole chain is restored
 
 
-__all__ = ["AsyncFunctionError", "AsyncWaitOperator", "OrderedQueue", "UnorderedQueue", "ORDERED", "UNORDERED",
-           "STATE_NAME"]
+__all__ = [
+    "AsyncFunctionError",
+    "AsyncWaitOperator",
+    "OrderedQueue",
+    "UnorderedQueue",
+    "ORDERED",
+    "UNORDERED",
+    "STATE_NAME",
+]

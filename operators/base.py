@@ -58,8 +58,7 @@ class StreamOperator:
         self._collect_batch = output.collect_batch
         self._collect_side = output.collect_side
         # records with one timestamp each: the output's batch method when it has one
-        self._collect_timestamped = (getattr(output, "collect_timestamped_batch", None)
-                                     or self._collect_each_timestamped)
+        self._collect_timestamped = getattr(output, "collect_timestamped_batch", None) or self._collect_each_timestamped
         self._emit_watermark_status = getattr(output, "emit_watermark_status", None)
         group = getattr(runtime_context, "metrics_group", None)
         if group is not None:  # Flink's per-operator watermark gauges
@@ -197,8 +196,7 @@ def resolve_function(function: Any, method: str, operator_name: str) -> Callable
     if callable(function):
         return function
     raise TypeError(
-        f"operator {operator_name!r}: expected a callable or an object with a {method}() method, "
-        f"got {function!r}"
+        f"operator {operator_name!r}: expected a callable or an object with a {method}() method, got {function!r}"
     )
 
 
@@ -266,9 +264,7 @@ class TwoInputUdfStreamOperator(TwoInputStreamOperator, AbstractUdfStreamOperato
 
 
 def side_output_error(operator_name: str, tag: Any) -> Exception:
-    return ValueError(
-        f"operator {operator_name!r} emitted to side output {tag!r}, which has no string tag_id"
-    )
+    return ValueError(f"operator {operator_name!r} emitted to side output {tag!r}, which has no string tag_id")
 
 
 class EmittingMixin:

@@ -65,8 +65,12 @@ class BatchExecutionInternalTimeService(InternalTimerService):
             return False
         if not self._warned:
             self._warned = True
-            _LOG.warning("Timer service is quiesced at the end of a key (BATCH execution): the %s timer for "
-                         "timestamp %s (and any later one) is ignored.", domain, timestamp)
+            _LOG.warning(
+                "Timer service is quiesced at the end of a key (BATCH execution): the %s timer for "
+                "timestamp %s (and any later one) is ignored.",
+                domain,
+                timestamp,
+            )
         return True
 
     def register_event_time_timer(self, key: Any, timestamp: int, namespace: Any = None) -> None:
@@ -103,8 +107,14 @@ class BatchGroupedReduceOperator(AbstractUdfStreamOperator):
     """Reduce (or built-in aggregation) over an input sorted by key: one final value per key,
     emitted when the key's records end, with timestamp ``MAX_WATERMARK``."""
 
-    def __init__(self, function: Any, key_selector: Any, first_of_key_check: Optional[Callable[[Any], None]] = None,
-                 name: str = "", operator_id: str = "") -> None:
+    def __init__(
+        self,
+        function: Any,
+        key_selector: Any,
+        first_of_key_check: Optional[Callable[[Any], None]] = None,
+        name: str = "",
+        operator_id: str = "",
+    ) -> None:
         super().__init__(function, name, operator_id)
         self.key_selector = key_selector
         self._check = first_of_key_check
@@ -154,8 +164,9 @@ def _batch_reduce(spec: Any) -> BatchGroupedReduceOperator:
     if spec.kind == "aggregate":
         params = spec.params or {}
         agg, field = params["agg"], params.get("field")
-        return BatchGroupedReduceOperator(make_aggregator(agg, field), spec.key_selector,
-                                          field_check(agg, field, spec.name))
+        return BatchGroupedReduceOperator(
+            make_aggregator(agg, field), spec.key_selector, field_check(agg, field, spec.name)
+        )
     return BatchGroupedReduceOperator(spec.function, spec.key_selector)
 
 

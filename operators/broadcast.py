@@ -110,8 +110,14 @@ class KeyedOnTimerContextImpl(KeyedReadOnlyContextImpl, KeyedBroadcastProcessFun
 class CoBroadcastWithNonKeyedOperator(EmittingMixin, TwoInputUdfStreamOperator):
     """A ``BroadcastProcessFunction`` over a non-keyed stream (input 1) and a broadcast one (input 2)."""
 
-    def __init__(self, function: Any, broadcast_state_descriptors: Iterable[Any], name: str = "",
-                 operator_id: str = "", broadcast_first: bool = False) -> None:
+    def __init__(
+        self,
+        function: Any,
+        broadcast_state_descriptors: Iterable[Any],
+        name: str = "",
+        operator_id: str = "",
+        broadcast_first: bool = False,
+    ) -> None:
         super().__init__(function, name, operator_id)
         self.broadcast_state_descriptors = list(broadcast_state_descriptors)
         if not self.broadcast_state_descriptors:
@@ -191,8 +197,14 @@ class CoBroadcastWithNonKeyedOperator(EmittingMixin, TwoInputUdfStreamOperator):
 class CoBroadcastWithKeyedOperator(KeyedTimersMixin, CoBroadcastWithNonKeyedOperator):
     """A ``KeyedBroadcastProcessFunction`` over a keyed stream (input 1) and a broadcast one (input 2)."""
 
-    def __init__(self, function: Any, key_selector: Any, broadcast_state_descriptors: Iterable[Any],
-                 name: str = "", operator_id: str = "") -> None:
+    def __init__(
+        self,
+        function: Any,
+        key_selector: Any,
+        broadcast_state_descriptors: Iterable[Any],
+        name: str = "",
+        operator_id: str = "",
+    ) -> None:
         super().__init__(function, broadcast_state_descriptors, name, operator_id)
         self.key_selector = key_selector
 

@@ -26,8 +26,9 @@ DEFAULT_MAX_BUFFERED_RECORDS = 16_384
 class CollectBuffer:
     """Records of one collect sink subtask waiting for the client."""
 
-    def __init__(self, condition: Optional[threading.Condition] = None,
-                 max_records: int = DEFAULT_MAX_BUFFERED_RECORDS) -> None:
+    def __init__(
+        self, condition: Optional[threading.Condition] = None, max_records: int = DEFAULT_MAX_BUFFERED_RECORDS
+    ) -> None:
         if max_records < 1:
             raise ValueError(f"raylink.collect.max-buffered-records must be >= 1, got {max_records}")
         self._cond = condition if condition is not None else threading.Condition()

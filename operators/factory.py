@@ -105,9 +105,7 @@ _BUILDERS: Dict[str, Callable[[Any], StreamOperator]] = {
     "process": lambda s: ProcessOperator(s.function),
     "keyed_process": lambda s: KeyedProcessOperator(s.function, s.key_selector),
     "reduce": _reduce,
-    "aggregate": lambda s: StreamGroupedAggregateOperator(
-        _required(s, "agg"), _params(s).get("field"), s.key_selector
-    ),
+    "aggregate": lambda s: StreamGroupedAggregateOperator(_required(s, "agg"), _params(s).get("field"), s.key_selector),
     "co_map": _two_input(CoStreamMap, KeyedCoStreamMap),
     "co_flat_map": _two_input(CoStreamFlatMap, KeyedCoStreamFlatMap),
     "co_process": lambda s: CoProcessOperator(s.function),
@@ -115,7 +113,8 @@ _BUILDERS: Dict[str, Callable[[Any], StreamOperator]] = {
         s.function, _required(s, "key_selector1"), _required(s, "key_selector2")
     ),
     "co_broadcast_process": lambda s: CoBroadcastWithNonKeyedOperator(
-        s.function, _required(s, "broadcast_state_descriptors"),
+        s.function,
+        _required(s, "broadcast_state_descriptors"),
         broadcast_first=getattr(s, "execution_mode", "STREAMING") == "BATCH",
     ),
     "keyed_co_broadcast_process": lambda s: CoBroadcastWithKeyedOperator(
@@ -123,8 +122,11 @@ _BUILDERS: Dict[str, Callable[[Any], StreamOperator]] = {
     ),
     "timestamps": lambda s: TimestampsAndWatermarksOperator(s.function),
     "async_wait": lambda s: AsyncWaitOperator(
-        s.function, _params(s).get("timeout_ms", 0), _params(s).get("capacity", 100),
-        _params(s).get("retry_strategy"), _params(s).get("output_mode", "UNORDERED"),
+        s.function,
+        _params(s).get("timeout_ms", 0),
+        _params(s).get("capacity", 100),
+        _params(s).get("retry_strategy"),
+        _params(s).get("output_mode", "UNORDERED"),
     ),
     "window": lambda s: create_window_operator(s.function, s.key_selector),
     "sink": lambda s: StreamSink(s.function),
@@ -164,8 +166,10 @@ def create_operator(spec: Any) -> StreamOperator:
     strategy = spec.params.get("watermark_strategy") if spec.params else None
     if strategy is not None:  # env.from_source(source, strategy, ...)
         if not hasattr(operator, "watermark_strategy"):
-            raise TypeError(f"source {name!r}: a {type(operator).__name__} cannot run a watermark strategy "
-                            "(from_source takes one only for sources built on SourceOperator)")
+            raise TypeError(
+                f"source {name!r}: a {type(operator).__name__} cannot run a watermark strategy "
+                "(from_source takes one only for sources built on SourceOperator)"
+            )
         operator.watermark_strategy = strategy
     if getattr(spec, "execution_mode", "STREAMING") == "BATCH":  # the batch reduce, sorted keyed inputs
         operator = for_batch_execution(spec, operator)

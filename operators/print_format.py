@@ -73,8 +73,8 @@ def _scientific(digits: str, exponent: int, negative: bool, plain: bool) -> str:
     sign = "-" if negative else ""
     if plain:  # 10^-3 <= |x| < 10^7: plain decimal with at least one digit after the point
         if exponent >= 0:
-            whole = digits[:exponent + 1].ljust(exponent + 1, "0")
-            fraction = digits[exponent + 1:] or "0"
+            whole = digits[: exponent + 1].ljust(exponent + 1, "0")
+            fraction = digits[exponent + 1 :] or "0"
         else:
             whole, fraction = "0", "0" * (-exponent - 1) + digits
         return f"{sign}{whole}.{fraction}"

@@ -172,7 +172,7 @@ class StreamGroupedAggregateOperator(StreamGroupedReduceOperator):
                     self._sum_of_pairs = False
                     if out:
                         self._collect_batch(out)
-                    super().process_batch(values[len(out):])
+                    super().process_batch(values[len(out) :])
                     return
                 new_key(key, value)
             else:  # the accumulator's fields, field 1 replaced by the running sum

@@ -36,9 +36,7 @@ class RecordContext:
         return f"RecordContext(timestamp={self.timestamp!r})"
 
 
-_NO_KEYED_STATE = (
-    "Keyed state can only be used on a 'keyed stream', i.e., after a 'keyBy()' operation."
-)
+_NO_KEYED_STATE = "Keyed state can only be used on a 'keyed stream', i.e., after a 'keyBy()' operation."
 
 
 class StreamingRuntimeContext(RuntimeContext):

@@ -51,8 +51,9 @@ class SinkWriterOperator(StreamOperator):
 
     def _init_context(self) -> WriterInitContext:
         rc = self.runtime_context
-        return WriterInitContext(rc.subtask_index, rc.parallelism, rc.attempt_number,
-                                 _TimeService(rc.processing_time_service))
+        return WriterInitContext(
+            rc.subtask_index, rc.parallelism, rc.attempt_number, _TimeService(rc.processing_time_service)
+        )
 
     def open(self) -> None:
         self.writer = self.sink.create_writer(self._init_context())
@@ -105,8 +106,10 @@ class SinkWriterOperator(StreamOperator):
         self.writer.flush(False)
         self._prepare(checkpoint_id)
         snapshot = getattr(self.writer, "snapshot_state", None)
-        return {"writer": list(snapshot(checkpoint_id)) if snapshot is not None else [],
-                "committables": self.collector.snapshot()}
+        return {
+            "writer": list(snapshot(checkpoint_id)) if snapshot is not None else [],
+            "committables": self.collector.snapshot(),
+        }
 
     def restore_operator_state(self, state: dict) -> None:
         if self.writer is not None:

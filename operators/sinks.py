@@ -102,8 +102,14 @@ class PrintSinkOperator(_SinkBase):
     record as PyFlink prints it for ``input_type``, the stream's declared type (by
     default the ``input_type`` param of the operator's spec; None: ``str(record)``)."""
 
-    def __init__(self, prefix: Optional[str] = None, to_stderr: bool = False, name: str = "", operator_id: str = "",
-                 input_type: Any = None) -> None:
+    def __init__(
+        self,
+        prefix: Optional[str] = None,
+        to_stderr: bool = False,
+        name: str = "",
+        operator_id: str = "",
+        input_type: Any = None,
+    ) -> None:
         super().__init__(None, name, operator_id)
         self.prefix = prefix
         self.to_stderr = to_stderr

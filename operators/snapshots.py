@@ -105,8 +105,10 @@ class OperatorStateStore(OperatorStateStoreInterface):
         return state
 
     def snapshot(self) -> Dict[str, tuple]:
-        return {name: (mode, list(state.items()) if mode == BROADCAST else list(state.values))
-                for name, (mode, state) in self._states.items()}
+        return {
+            name: (mode, list(state.items()) if mode == BROADCAST else list(state.values))
+            for name, (mode, state) in self._states.items()
+        }
 
     def restore(self, per_subtask: List[Optional[Dict[str, tuple]]], subtask_index: int, parallelism: int) -> None:
         names = {name for snapshot in per_subtask if snapshot for name in snapshot}
@@ -138,8 +140,11 @@ def _functions(operator: Any) -> List[Any]:
 
 
 def _checkpointed(function: Any) -> bool:
-    return callable(getattr(function, "snapshot_state", None)) and callable(
-        getattr(function, "initialize_state", None)) and not isinstance(function, type)
+    return (
+        callable(getattr(function, "snapshot_state", None))
+        and callable(getattr(function, "initialize_state", None))
+        and not isinstance(function, type)
+    )
 
 
 def initialize_operator(operator: Any, per_subtask: Optional[List[Optional[dict]]]) -> None:

@@ -56,8 +56,9 @@ class SourceOperator(AbstractUdfStreamOperator):
 
     def setup(self, output: Any, runtime_context: Any) -> None:
         strategy = self.watermark_strategy
-        if strategy is None or (strategy._generator_factory is NoWatermarksGenerator
-                                and strategy.get_timestamp_assigner() is None):
+        if strategy is None or (
+            strategy._generator_factory is NoWatermarksGenerator and strategy.get_timestamp_assigner() is None
+        ):
             super().setup(output, runtime_context)  # no_watermarks(): records pass as they are
             return
         watermarks = self._watermarks = TimestampsAndWatermarksOperator(strategy, self.name)
@@ -108,7 +109,7 @@ class CollectionSourceOperator(SourceOperator):
         if self.finished or self.cancelled:
             return False
         start = self._position
-        batch = self.elements[start:start + max_records]
+        batch = self.elements[start : start + max_records]
         self._position = start + len(batch)
         if batch:
             self.record_context.timestamp = None
@@ -436,7 +437,8 @@ class SourceFunctionOperator(SourceOperator):
         if hasattr(function, "__iter__") and iter(function) is function:
             raise ValueError(
                 f"source {self.name!r} cannot be restored from a checkpoint: it reads a one-shot "
-                "iterator; give the source a list or a callable returning a new iterator instead")
+                "iterator; give the source a list or a callable returning a new iterator instead"
+            )
         self._iterator = iter(function) if hasattr(function, "__iter__") else iter(function())
         for _ in islice(self._iterator, consumed):
             pass

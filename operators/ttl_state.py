@@ -65,8 +65,13 @@ def _live_map(ttl: int) -> Callable[[Any, int], Any]:
     return live
 
 
-_LIVE = {"value": _live_single, "reducing": _live_single, "aggregating": _live_single,
-         "list": _live_list, "map": _live_map}
+_LIVE = {
+    "value": _live_single,
+    "reducing": _live_single,
+    "aggregating": _live_single,
+    "list": _live_list,
+    "map": _live_map,
+}
 
 
 class IncrementalCleanup:
@@ -75,8 +80,9 @@ class IncrementalCleanup:
 
     __slots__ = ("_values", "_live", "_now", "_size", "_pending")
 
-    def __init__(self, values: Dict[Any, Any], live: Callable[[Any, int], Any], now: Callable[[], int],
-                 size: int) -> None:
+    def __init__(
+        self, values: Dict[Any, Any], live: Callable[[Any, int], Any], now: Callable[[], int], size: int
+    ) -> None:
         self._values = values
         self._live = live
         self._now = now
@@ -323,8 +329,14 @@ class TtlMapState(_TtlState, MapState):
 class TtlReducingState(_TtlState, ReducingState):
     __slots__ = ("_reduce",)
 
-    def __init__(self, backend: Any, table: Any, config: StateTtlConfig, cleanup: Optional[IncrementalCleanup],
-                 reduce_function: Any) -> None:
+    def __init__(
+        self,
+        backend: Any,
+        table: Any,
+        config: StateTtlConfig,
+        cleanup: Optional[IncrementalCleanup],
+        reduce_function: Any,
+    ) -> None:
         super().__init__(backend, table, config, cleanup)
         self._reduce: Callable[[Any, Any], Any] = getattr(reduce_function, "reduce", None) or reduce_function
 
@@ -339,8 +351,14 @@ class TtlReducingState(_TtlState, ReducingState):
 class TtlAggregatingState(_TtlState, AggregatingState):
     __slots__ = ("_function",)
 
-    def __init__(self, backend: Any, table: Any, config: StateTtlConfig, cleanup: Optional[IncrementalCleanup],
-                 aggregate_function: Any) -> None:
+    def __init__(
+        self,
+        backend: Any,
+        table: Any,
+        config: StateTtlConfig,
+        cleanup: Optional[IncrementalCleanup],
+        aggregate_function: Any,
+    ) -> None:
         super().__init__(backend, table, config, cleanup)
         self._function = aggregate_function
 
@@ -380,8 +398,9 @@ def create_ttl_state(backend: Any, descriptor: Any, config: StateTtlConfig) -> A
     incremental = strategies.get_incremental_cleanup_strategy()
     cleanup = None
     if incremental is not None and incremental.get_cleanup_size() > 0:
-        cleanup = IncrementalCleanup(table.values, live, lambda: backend.ttl_time_provider(),
-                                     incremental.get_cleanup_size())
+        cleanup = IncrementalCleanup(
+            table.values, live, lambda: backend.ttl_time_provider(), incremental.get_cleanup_size()
+        )
         if incremental.run_cleanup_for_every_record():
             backend.add_per_record_cleanup(cleanup.run)
     if kind == "reducing":

@@ -75,9 +75,16 @@ class CheckpointStats:
 
 
 class CheckpointCoordinator:
-    def __init__(self, storage: Any, settings: Any, trigger: Callable[[int, int], None],
-                 notify_complete: Callable[[int], None], notify_aborted: Callable[[int], None],
-                 fail_job: Callable[[BaseException], None], stats: Optional[CheckpointStats] = None) -> None:
+    def __init__(
+        self,
+        storage: Any,
+        settings: Any,
+        trigger: Callable[[int, int], None],
+        notify_complete: Callable[[int], None],
+        notify_aborted: Callable[[int], None],
+        fail_job: Callable[[BaseException], None],
+        stats: Optional[CheckpointStats] = None,
+    ) -> None:
         self.storage = storage
         self.interval_ms = read_option(settings, CheckpointingOptions.CHECKPOINTING_INTERVAL) or 0
         self.timeout_ms = read_option(settings, CheckpointingOptions.CHECKPOINTING_TIMEOUT)
@@ -114,8 +121,7 @@ class CheckpointCoordinator:
             # created and started under the lock: a task failing at once calls stop() from its own
             # thread, which must never find a thread that is set but not started yet
             if self.interval_ms > 0 and self._thread is None:
-                self._thread = threading.Thread(target=self._periodic, name="CheckpointCoordinator",
-                                                daemon=True)
+                self._thread = threading.Thread(target=self._periodic, name="CheckpointCoordinator", daemon=True)
                 self._thread.start()
 
     def stop(self, reason: str = "the job is stopping") -> None:
@@ -191,8 +197,9 @@ class CheckpointCoordinator:
             checkpoint_id = self._next_id
             self._next_id += 1
             timestamp = int(time.time() * 1000)
-            self._pending[checkpoint_id] = PendingCheckpoint(checkpoint_id, timestamp, now,
-                                                             self._tasks - self._finished)
+            self._pending[checkpoint_id] = PendingCheckpoint(
+                checkpoint_id, timestamp, now, self._tasks - self._finished
+            )
             self.stats.num_in_progress = len(self._pending)
         try:
             self._trigger(checkpoint_id, timestamp)
@@ -203,15 +210,21 @@ class CheckpointCoordinator:
     def _expire_locked(self, now: float) -> None:
         for checkpoint in list(self._pending.values()):
             if (now - checkpoint.started) * 1000 >= self.timeout_ms:
-                threading.Thread(target=self.receive_decline, daemon=True, args=(
-                    None, checkpoint.checkpoint_id,
-                    f"Checkpoint expired before completing (execution.checkpointing.timeout "
-                    f"{self.timeout_ms} ms)")).start()
+                threading.Thread(
+                    target=self.receive_decline,
+                    daemon=True,
+                    args=(
+                        None,
+                        checkpoint.checkpoint_id,
+                        f"Checkpoint expired before completing (execution.checkpointing.timeout {self.timeout_ms} ms)",
+                    ),
+                ).start()
                 del self._pending[checkpoint.checkpoint_id]
 
     # -- acknowledgements ----------------------------------------------------------------------------
-    def receive_ack(self, attempt_id: str, checkpoint_id: int, handles: dict, task_stats: Optional[dict] = None
-                    ) -> None:
+    def receive_ack(
+        self, attempt_id: str, checkpoint_id: int, handles: dict, task_stats: Optional[dict] = None
+    ) -> None:
         with self._lock:
             checkpoint = self._pending.get(checkpoint_id)
             if checkpoint is None or attempt_id not in checkpoint.not_yet_acknowledged:
@@ -231,20 +244,25 @@ class CheckpointCoordinator:
         """Copy the last state of tasks that finished before ``checkpoint`` into it (their
         older checkpoint folders are deleted by retention)."""
         with self._lock:
-            carried = [self._last_handles[a] for a in self._finished
-                       if a in self._last_handles and a not in checkpoint.task_stats]
+            carried = [
+                self._last_handles[a]
+                for a in self._finished
+                if a in self._last_handles and a not in checkpoint.task_stats
+            ]
         for _old_id, handles in carried:
             for operator_id, by_subtask in handles.items():
                 for subtask, handle in by_subtask.items():
                     data = self.storage.read_state(handle)
                     checkpoint.handles.setdefault(operator_id, {})[subtask] = self.storage.write_state(
-                        checkpoint.checkpoint_id, operator_id, subtask, data)
+                        checkpoint.checkpoint_id, operator_id, subtask, data
+                    )
 
     def _complete(self, checkpoint: PendingCheckpoint) -> None:
         try:
             self._carry_finished_state(checkpoint)
-            completed = self.storage.finalize(checkpoint.checkpoint_id, checkpoint.handles,
-                                              trigger_timestamp=checkpoint.trigger_timestamp)
+            completed = self.storage.finalize(
+                checkpoint.checkpoint_id, checkpoint.handles, trigger_timestamp=checkpoint.trigger_timestamp
+            )
         except Exception as exc:
             self._failed(checkpoint.checkpoint_id, f"could not finalise: {type(exc).__name__}: {exc}")
             return
@@ -290,10 +308,13 @@ class CheckpointCoordinator:
             self._last_end = time.monotonic()
             too_many = self._consecutive_failures > self.tolerable_failures
         if too_many:
-            self._fail_job(CheckpointException(
-                f"Exceeded checkpoint tolerable failure threshold "
-                f"(execution.checkpointing.tolerable-failed-checkpoints = {self.tolerable_failures}); "
-                f"last failure of checkpoint {checkpoint_id}: {reason}"))
+            self._fail_job(
+                CheckpointException(
+                    f"Exceeded checkpoint tolerable failure threshold "
+                    f"(execution.checkpointing.tolerable-failed-checkpoints = {self.tolerable_failures}); "
+                    f"last failure of checkpoint {checkpoint_id}: {reason}"
+                )
+            )
 
 
 __all__ = ["CheckpointCoordinator", "CheckpointException", "CheckpointStats", "PendingCheckpoint"]

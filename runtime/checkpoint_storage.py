@@ -173,8 +173,15 @@ class CheckpointStorage:
     ``storage_options`` are passed to the fsspec filesystem (credentials, endpoints).
     """
 
-    def __init__(self, checkpoints_dir: str, job_id: str, *, num_retained: int = 1,
-                 inline_threshold: int = 0, storage_options: Optional[Mapping[str, Any]] = None) -> None:
+    def __init__(
+        self,
+        checkpoints_dir: str,
+        job_id: str,
+        *,
+        num_retained: int = 1,
+        inline_threshold: int = 0,
+        storage_options: Optional[Mapping[str, Any]] = None,
+    ) -> None:
         if not checkpoints_dir or not str(checkpoints_dir).strip():
             raise CheckpointStorageError(f"no checkpoint directory: set {_dir_key_text()}")
         if not job_id or "/" in job_id:
@@ -198,22 +205,30 @@ class CheckpointStorage:
         self._scanned = False
 
     @classmethod
-    def from_configuration(cls, config: Any, job_id: str,
-                           default_directory: Optional[str] = None) -> "CheckpointStorage":
+    def from_configuration(
+        cls, config: Any, job_id: str, default_directory: Optional[str] = None
+    ) -> "CheckpointStorage":
         """The storage the ``execution.checkpointing.*`` keys of ``config`` (a
         ``Configuration``) describe; ``default_directory`` when no directory is set."""
         directory = _option_value(config, CheckpointingOptions.CHECKPOINTS_DIRECTORY) or default_directory
         if not directory:
             raise CheckpointStorageError(f"no checkpoint directory: set {_dir_key_text()}")
-        return cls(directory, job_id,
-                   num_retained=_option_value(config, CheckpointingOptions.MAX_RETAINED_CHECKPOINTS),
-                   inline_threshold=_option_value(config, CheckpointingOptions.FS_SMALL_FILE_THRESHOLD))
+        return cls(
+            directory,
+            job_id,
+            num_retained=_option_value(config, CheckpointingOptions.MAX_RETAINED_CHECKPOINTS),
+            inline_threshold=_option_value(config, CheckpointingOptions.FS_SMALL_FILE_THRESHOLD),
+        )
 
     # -- pickling: ship the configuration, rebuild the filesystem and the lock ------------------
     def __getstate__(self) -> dict[str, Any]:
-        return {"checkpoints_dir": self.checkpoints_dir, "job_id": self.job_id,
-                "num_retained": self.num_retained, "inline_threshold": self.inline_threshold,
-                "storage_options": self.storage_options}
+        return {
+            "checkpoints_dir": self.checkpoints_dir,
+            "job_id": self.job_id,
+            "num_retained": self.num_retained,
+            "inline_threshold": self.inline_threshold,
+            "storage_options": self.storage_options,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -233,8 +248,9 @@ class CheckpointStorage:
                 fs, root = fsspec.core.url_to_fs(self.checkpoints_dir, **self.storage_options)
             except (ImportError, ValueError) as exc:
                 raise CheckpointStorageError(
-                    f"checkpoint directory {self.checkpoints_dir!r} ({_dir_key_text()}) cannot be "
-                    f"opened: {exc}", self.checkpoints_dir) from exc
+                    f"checkpoint directory {self.checkpoints_dir!r} ({_dir_key_text()}) cannot be opened: {exc}",
+                    self.checkpoints_dir,
+                ) from exc
             self._fs_and_root = (fs, root.rstrip("/") or "/")
         return self._fs_and_root
 
@@ -266,7 +282,9 @@ class CheckpointStorage:
     def _not_writable(self, path: str, exc: BaseException) -> CheckpointStorageError:
         return CheckpointStorageError(
             f"checkpoint storage {self._display(path)!r} is not writable ({_dir_key_text()}): "
-            f"{type(exc).__name__}: {exc}", self._display(path))
+            f"{type(exc).__name__}: {exc}",
+            self._display(path),
+        )
 
     # -- setup ------------------------------------------------------------------------------------
     def initialize_base_locations(self) -> None:
@@ -312,18 +330,25 @@ class CheckpointStorage:
             data = self._fs.cat_file(handle.path)
         except FileNotFoundError as exc:
             raise CheckpointStorageError(
-                f"state file {self._display(handle.path)!r} of a checkpoint is missing",
-                self._display(handle.path)) from exc
+                f"state file {self._display(handle.path)!r} of a checkpoint is missing", self._display(handle.path)
+            ) from exc
         if len(data) != handle.size:
             raise CheckpointStorageError(
                 f"state file {self._display(handle.path)!r} holds {len(data)} bytes, the checkpoint "
-                f"recorded {handle.size}", self._display(handle.path))
+                f"recorded {handle.size}",
+                self._display(handle.path),
+            )
         return data
 
     # -- the coordinator side ----------------------------------------------------------------------
-    def finalize(self, checkpoint_id: int, handles_by_operator: Mapping[str, Mapping[int, StateHandle]],
-                 properties: Optional[Mapping[str, Any]] = None, *,
-                 trigger_timestamp: Optional[int] = None) -> CompletedCheckpoint:
+    def finalize(
+        self,
+        checkpoint_id: int,
+        handles_by_operator: Mapping[str, Mapping[int, StateHandle]],
+        properties: Optional[Mapping[str, Any]] = None,
+        *,
+        trigger_timestamp: Optional[int] = None,
+    ) -> CompletedCheckpoint:
         """Writes ``chk-<n>/_metadata`` naming every handle, then applies retention.
 
         ``properties`` (msgpack-serialisable values) are stored as given;
@@ -337,11 +362,20 @@ class CheckpointStorage:
         encoded_ops = []
         for operator_id, subtasks in handles_by_operator.items():
             operators[str(operator_id)] = dict(subtasks)
-            encoded_ops.append([str(operator_id),
-                                [self._encode_handle(int(i), h, chk_path, operator_id)
-                                 for i, h in sorted(subtasks.items())]])
-        body = {"job_id": self.job_id, "checkpoint_id": checkpoint_id, "trigger_timestamp": trigger,
-                "completion_timestamp": completion, "properties": props, "operators": encoded_ops}
+            encoded_ops.append(
+                [
+                    str(operator_id),
+                    [self._encode_handle(int(i), h, chk_path, operator_id) for i, h in sorted(subtasks.items())],
+                ]
+            )
+        body = {
+            "job_id": self.job_id,
+            "checkpoint_id": checkpoint_id,
+            "trigger_timestamp": trigger,
+            "completion_timestamp": completion,
+            "properties": props,
+            "operators": encoded_ops,
+        }
         try:
             payload = msgpack.packb(body, use_bin_type=True)
         except (TypeError, ValueError) as exc:
@@ -356,15 +390,22 @@ class CheckpointStorage:
                 if fs.exists(meta_path):
                     raise CheckpointStorageError(
                         f"checkpoint {checkpoint_id} of job {self.job_id} is already complete: "
-                        f"{self._display(meta_path)!r} exists", self._display(meta_path))
+                        f"{self._display(meta_path)!r} exists",
+                        self._display(meta_path),
+                    )
                 self._write_atomically(meta_path, raw)
             except OSError as exc:
                 raise self._not_writable(chk_path, exc) from exc
             completed = CompletedCheckpoint(
-                job_id=self.job_id, checkpoint_id=checkpoint_id, trigger_timestamp=trigger,
-                completion_timestamp=completion, operator_states=operators, properties=props,
+                job_id=self.job_id,
+                checkpoint_id=checkpoint_id,
+                trigger_timestamp=trigger,
+                completion_timestamp=completion,
+                operator_states=operators,
+                properties=props,
                 external_pointer=self.checkpoint_directory(checkpoint_id),
-                metadata_path=self._display(meta_path))
+                metadata_path=self._display(meta_path),
+            )
             self._completed_ids.add(checkpoint_id)
             self._loaded[checkpoint_id] = completed
             self._subsume(checkpoint_id)
@@ -375,8 +416,7 @@ class CheckpointStorage:
         A completed checkpoint is never deleted this way (a late abort is logged)."""
         with self._lock:
             if checkpoint_id in self._completed_ids:
-                log.warning("not deleting checkpoint %d of job %s on abort: it completed",
-                            checkpoint_id, self.job_id)
+                log.warning("not deleting checkpoint %d of job %s on abort: it completed", checkpoint_id, self.job_id)
                 return
             self._delete_dir(checkpoint_id)
 
@@ -395,7 +435,9 @@ class CheckpointStorage:
             except OSError as exc:  # unreachable storage: no fallback, that could skip state
                 raise CheckpointStorageError(
                     f"cannot read checkpoint storage {self.job_directory!r} ({_dir_key_text()}): "
-                    f"{type(exc).__name__}: {exc}", self.job_directory) from exc
+                    f"{type(exc).__name__}: {exc}",
+                    self.job_directory,
+                ) from exc
 
     def _latest_completed(self) -> Optional[CompletedCheckpoint]:
         self._ensure_scanned()
@@ -408,12 +450,14 @@ class CheckpointStorage:
                 lost = not exc.metadata_missing or checkpoint_id in self._completed_ids
                 if lost:
                     problems.append(exc)
-                log.warning("checkpoint %d of job %s is not usable, trying an older one: %s",
-                            checkpoint_id, self.job_id, exc)
+                log.warning(
+                    "checkpoint %d of job %s is not usable, trying an older one: %s", checkpoint_id, self.job_id, exc
+                )
                 continue
             if problems:
-                log.warning("restoring job %s from checkpoint %d (newer ones were not usable)",
-                            self.job_id, checkpoint_id)
+                log.warning(
+                    "restoring job %s from checkpoint %d (newer ones were not usable)", self.job_id, checkpoint_id
+                )
             self._completed_ids.add(checkpoint_id)
             return completed
         if problems:
@@ -421,7 +465,8 @@ class CheckpointStorage:
             raise CheckpointStorageError(
                 f"no usable completed checkpoint for job {self.job_id} in "
                 f"{self.job_directory!r}: {'; '.join(str(p) for p in problems)} (files: {files})",
-                problems[0].path)
+                problems[0].path,
+            )
         return None
 
     def completed_checkpoint_ids(self) -> list[int]:
@@ -507,7 +552,7 @@ class CheckpointStorage:
         """Retention: drop completed checkpoints beyond ``num_retained`` and unfinished
         folders older than ``newest_id``."""
         retained = sorted(self._completed_ids)
-        for checkpoint_id in retained[:-self.num_retained]:
+        for checkpoint_id in retained[: -self.num_retained]:
             self._completed_ids.discard(checkpoint_id)
             self._loaded.pop(checkpoint_id, None)
             self._delete_dir(checkpoint_id)
@@ -548,7 +593,7 @@ class CheckpointStorage:
             raise corrupt("not a raylink checkpoint metadata file")
         if not 1 <= version <= METADATA_VERSION:
             raise corrupt(f"format version {version}, this raylink reads versions 1..{METADATA_VERSION}")
-        payload = raw[_HEADER.size:]
+        payload = raw[_HEADER.size :]
         if zlib.crc32(payload) != crc:
             raise corrupt("checksum mismatch (truncated or overwritten)")
         try:
@@ -569,12 +614,16 @@ class CheckpointStorage:
                         raise corrupt(f"unknown state handle kind {kind!r}")
                 operators[operator_id] = subtasks
             return CompletedCheckpoint(
-                job_id=body["job_id"], checkpoint_id=checkpoint_id,
+                job_id=body["job_id"],
+                checkpoint_id=checkpoint_id,
                 trigger_timestamp=body["trigger_timestamp"],
-                completion_timestamp=body["completion_timestamp"], operator_states=operators,
+                completion_timestamp=body["completion_timestamp"],
+                operator_states=operators,
                 properties=dict(body["properties"]),
-                external_pointer=self.checkpoint_directory(checkpoint_id), metadata_path=shown,
-                metadata_version=version)
+                external_pointer=self.checkpoint_directory(checkpoint_id),
+                metadata_path=shown,
+                metadata_version=version,
+            )
         except _UnusableCheckpoint:
             raise
         except (ValueError, TypeError, KeyError, msgpack.UnpackException) as exc:
@@ -592,8 +641,7 @@ class CheckpointStorage:
                 if folder not in sizes:
                     try:
                         listing = fs.ls(folder, detail=True)
-                        sizes[folder] = {posixpath.basename(e["name"].rstrip("/")): e.get("size")
-                                         for e in listing}
+                        sizes[folder] = {posixpath.basename(e["name"].rstrip("/")): e.get("size") for e in listing}
                     except FileNotFoundError:
                         sizes[folder] = {}
                 actual = sizes[folder].get(posixpath.basename(handle.path))
@@ -601,11 +649,15 @@ class CheckpointStorage:
                 if actual is None:
                     raise _UnusableCheckpoint(
                         f"state file {file_shown!r} of operator {operator_id!r} subtask {subtask}, "
-                        f"named in {shown!r}, is missing", file_shown)
+                        f"named in {shown!r}, is missing",
+                        file_shown,
+                    )
                 if actual != handle.size:
                     raise _UnusableCheckpoint(
                         f"state file {file_shown!r} of operator {operator_id!r} subtask {subtask} holds "
-                        f"{actual} bytes, {shown!r} recorded {handle.size}", file_shown)
+                        f"{actual} bytes, {shown!r} recorded {handle.size}",
+                        file_shown,
+                    )
 
 
 __all__ = [

@@ -140,9 +140,9 @@ def create_deployment_descriptor(
         input_gates=gates,
         job_parameters=dict(job_parameters or {}),
         checkpoint_storage=checkpoint_storage,
-        restore_handles={} if restore is None else {
-            config.operator_id: dict(restore.operator_states.get(config.operator_id, {})) for config in jv.chain
-        },
+        restore_handles={}
+        if restore is None
+        else {config.operator_id: dict(restore.operator_states.get(config.operator_id, {})) for config in jv.chain},
     )
 
 
@@ -186,8 +186,9 @@ def assign_slots(graph: ExecutionGraph, slots_per_executor: int) -> tuple[dict[t
     return placement, -(-total // slots_per_executor)
 
 
-def assign_task_executors(graph: ExecutionGraph, placement_mode: str,
-                          slots_per_executor: int) -> tuple[dict[tuple[str, int], int], int]:
+def assign_task_executors(
+    graph: ExecutionGraph, placement_mode: str, slots_per_executor: int
+) -> tuple[dict[tuple[str, int], int], int]:
     """``{(job vertex id, subtask): executor index}`` and the number of TaskExecutors.
 
     ``"slot"``: Flink's placement (:func:`assign_slots`): a slot's subtasks share a process.
@@ -204,4 +205,3 @@ def assign_task_executors(graph: ExecutionGraph, placement_mode: str,
         for ev in ejv.vertices:
             placement[(ejv.id, ev.subtask_index)] = len(placement)
     return placement, len(placement)
-

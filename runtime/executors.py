@@ -36,8 +36,9 @@ class PipelineExecutor(abc.ABC):
         """Run the job to its end; return its ``JobExecutionResult``."""
         return self.execute_async(env, job_name).get_job_execution_result()
 
-    def execute_and_collect(self, env: Any, job_name: Optional[str], collect_id: str,
-                            limit: Optional[int] = None) -> Any:
+    def execute_and_collect(
+        self, env: Any, job_name: Optional[str], collect_id: str, limit: Optional[int] = None
+    ) -> Any:
         """Start the job; its collect sink's records stream back through the iterator."""
         return self.execute_async(env, job_name).collect(limit)
 
@@ -85,8 +86,14 @@ def get_executor(target: str, env: Any = None) -> PipelineExecutor:
             executor = _executors.get(target)
     if executor is None:
         known = available_targets()
-        hint = "" if known else (" (no executor is registered: install raylink, e.g. "
-                                 "`pip install -e .`, so its entry points are declared)")
+        hint = (
+            ""
+            if known
+            else (
+                " (no executor is registered: install raylink, e.g. "
+                "`pip install -e .`, so its entry points are declared)"
+            )
+        )
         raise ValueError(f"execution.target {target!r} is not supported; use one of {known}{hint}")
     with _lock:
         wrappers = list(_wrappers)

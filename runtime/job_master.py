@@ -91,7 +91,8 @@ class JobMasterBase:
         # execute_and_collect: the collect ids of every subtask with a collect sink whose
         # reader has not seen it close, and those closed whose last records are not read yet
         self._collect_ids: dict[str, list[str]] = {
-            attempt_id: ids for attempt_id, ev in self.executions.items()
+            attempt_id: ids
+            for attempt_id, ev in self.executions.items()
             if (ids := collect_ids(ev.job_vertex.job_vertex))
         }
         self._open_collectors: set[str] = set(self._collect_ids)
@@ -109,12 +110,17 @@ class JobMasterBase:
         self.coordinator: Optional[CheckpointCoordinator] = None
         if conf.get(CheckpointingOptions.CHECKPOINTING_INTERVAL) and job_graph.job_type != "BATCH":  # BATCH: none
             self.checkpoint_storage = CheckpointStorage.from_configuration(
-                conf, self.job_id, default_directory=DEFAULT_CHECKPOINTS_DIR)
+                conf, self.job_id, default_directory=DEFAULT_CHECKPOINTS_DIR
+            )
             self.checkpoint_storage.initialize_base_locations()  # not writable: fail now, naming it
             self.coordinator = CheckpointCoordinator(
-                self.checkpoint_storage, conf, self._trigger_checkpoint,
-                lambda cid: self._notify_checkpoint(cid, True), lambda cid: self._notify_checkpoint(cid, False),
-                self._checkpointing_failed)
+                self.checkpoint_storage,
+                conf,
+                self._trigger_checkpoint,
+                lambda cid: self._notify_checkpoint(cid, True),
+                lambda cid: self._notify_checkpoint(cid, False),
+                self._checkpointing_failed,
+            )
 
     # -- to be provided by an executor ---------------------------------------------------------------
     def _cancel_all_tasks(self) -> None:
@@ -239,8 +245,9 @@ class JobMasterBase:
                 if strategy.can_restart():
                     self._restarting = True
                     self._transition(JobStatus.RESTARTING)
-                    threading.Thread(target=self._restart, args=(error,), name=f"failover {self.job_id[:6]}",
-                                     daemon=True).start()
+                    threading.Thread(
+                        target=self._restart, args=(error,), name=f"failover {self.job_id[:6]}", daemon=True
+                    ).start()
                     return
             if self._failure is None:
                 self._failure = error
@@ -273,11 +280,13 @@ class JobMasterBase:
                     cancelled = False
                     for ev in self.execution_graph.all_vertices():
                         ev.new_attempt()
-                    self.executions = {ev.current_execution.attempt_id: ev
-                                       for ev in self.execution_graph.all_vertices()}
+                    self.executions = {
+                        ev.current_execution.attempt_id: ev for ev in self.execution_graph.all_vertices()
+                    }
                     self._reports = {}
-                    self._collect_ids = {a: ids for a, ev in self.executions.items()
-                                         if (ids := collect_ids(ev.job_vertex.job_vertex))}
+                    self._collect_ids = {
+                        a: ids for a, ev in self.executions.items() if (ids := collect_ids(ev.job_vertex.job_vertex))
+                    }
                     self._open_collectors = set(self._collect_ids)
                     self._closed_collectors = []
                     self.num_restarts += 1
@@ -387,8 +396,9 @@ class JobMasterBase:
         if not self._done.wait(timeout):
             raise TimeoutError(f"job '{self.job_name}' did not finish within {timeout} s")
         if self._status is not JobStatus.FINISHED:
-            raise JobExecutionException(self.job_name, self._status, self._failure,
-                                        self.num_restarts) from self._failure
+            raise JobExecutionException(
+                self.job_name, self._status, self._failure, self.num_restarts
+            ) from self._failure
         ordered = [self._reports[a] for a in self.executions if a in self._reports]
         return JobExecutionResult(
             job_id=self.job_id,
@@ -407,8 +417,9 @@ class JobMasterBase:
         stats = self.coordinator.stats.to_dict()
         stats["numRestarts"] = self.num_restarts
         names = {a: ev.name for a, ev in self.executions.items()}
-        stats["lastCheckpointSubtasks"] = {names.get(a, a): dict(s) for a, s in
-                                           self.coordinator.stats.per_subtask.items()}
+        stats["lastCheckpointSubtasks"] = {
+            names.get(a, a): dict(s) for a, s in self.coordinator.stats.per_subtask.items()
+        }
         return stats
 
     def get_vertex_metrics(self) -> dict:

@@ -65,8 +65,10 @@ class JobExecutionResult:
         """The Spark DataFrame a result-mode ``sink_to_spark`` sink produced (see connectors.spark)."""
         reader = _RESULT_READERS.get("spark")
         if reader is None:  # registered by raylink.connectors.spark, which sink_to_spark imports
-            raise ValueError("get_spark_dataframe: the job has 0 Spark result sinks "
-                             "(raylink.connectors.spark is not loaded in this process)")
+            raise ValueError(
+                "get_spark_dataframe: the job has 0 Spark result sinks "
+                "(raylink.connectors.spark is not loaded in this process)"
+            )
         return reader(self, sink)
 
     def vertex_metrics(self) -> dict:

@@ -27,8 +27,7 @@ class LocalJobClient(JobMasterBase):
         self._deploy(None)
 
     def _deploy(self, restore: Any) -> None:
-        self.task_executor = TaskExecutor(LOCAL, NetworkSettings(self.configuration),
-                                          on_task_event=self.on_task_event)
+        self.task_executor = TaskExecutor(LOCAL, NetworkSettings(self.configuration), on_task_event=self.on_task_event)
         placement = {(ev.job_vertex.id, ev.subtask_index): LOCAL for ev in self.executions.values()}
         with self._lock:
             self._set_all(ExecutionState.SCHEDULED)
@@ -36,8 +35,12 @@ class LocalJobClient(JobMasterBase):
                 ev.current_execution.assigned_location = LOCAL
             self._set_all(ExecutionState.DEPLOYING)
         for tdd in create_deployment_descriptors(
-            self.job_id, self.execution_graph, placement, self.configuration.to_dict(),
-            self.checkpoint_storage, restore,
+            self.job_id,
+            self.execution_graph,
+            placement,
+            self.configuration.to_dict(),
+            self.checkpoint_storage,
+            restore,
         ):
             self.task_executor.deploy(tdd)
         self.tasks = list(self.task_executor.tasks.values())

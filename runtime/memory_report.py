@@ -60,14 +60,32 @@ def _glibc() -> Any:
 
 
 class _MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in (
-        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
 
 
 #: /proc/self/status lines -> report keys: the resident set and its parts (anonymous memory,
 #: mapped files, shared memory), the OS threads
-_STATUS_FIELDS = {"VmRSS": "rssBytes", "RssAnon": "rssAnonBytes", "RssFile": "rssFileBytes",
-                  "RssShmem": "rssShmemBytes", "Threads": "threads"}
+_STATUS_FIELDS = {
+    "VmRSS": "rssBytes",
+    "RssAnon": "rssAnonBytes",
+    "RssFile": "rssFileBytes",
+    "RssShmem": "rssShmemBytes",
+    "Threads": "threads",
+}
 
 
 def rss_bytes() -> dict:
@@ -94,8 +112,12 @@ def malloc_stats() -> Optional[dict]:
         return None
     lib.mallinfo2.restype = _MallInfo2
     info = lib.mallinfo2()
-    return {"heapBytes": info.arena + info.hblkhd, "inUseBytes": info.uordblks + info.hblkhd,
-            "freeBytes": info.fordblks, "mmappedBytes": info.hblkhd}
+    return {
+        "heapBytes": info.arena + info.hblkhd,
+        "inUseBytes": info.uordblks + info.hblkhd,
+        "freeBytes": info.fordblks,
+        "mmappedBytes": info.hblkhd,
+    }
 
 
 def trim_heap() -> Optional[int]:
@@ -171,11 +193,24 @@ def tracemalloc_report(top: int, start: bool) -> Optional[dict]:
         if stat.size_diff <= 0:
             break
         frames = [f"{f.filename}:{f.lineno}" for f in stat.traceback]  # oldest call first
-        growth.append({"site": frames[-1], "bytes": stat.size, "growthBytes": stat.size_diff,
-                       "count": stat.count, "growthCount": stat.count_diff, "stack": frames})
+        growth.append(
+            {
+                "site": frames[-1],
+                "bytes": stat.size,
+                "growthBytes": stat.size_diff,
+                "count": stat.count,
+                "growthCount": stat.count_diff,
+                "stack": frames,
+            }
+        )
     traced, peak = tracemalloc.get_traced_memory()
-    return {"started": False, "tracedBytes": traced, "tracedPeakBytes": peak,
-            "top": [_site(s) for s in snapshot.statistics("lineno")[:top]], "growth": growth}
+    return {
+        "started": False,
+        "tracedBytes": traced,
+        "tracedPeakBytes": peak,
+        "top": [_site(s) for s in snapshot.statistics("lineno")[:top]],
+        "growth": growth,
+    }
 
 
 def process_memory_report(top: int = 20, trace: bool = False) -> dict:
@@ -194,5 +229,12 @@ def process_memory_report(top: int = 20, trace: bool = False) -> dict:
     return out
 
 
-__all__ = ["TRACEMALLOC_FRAMES", "malloc_stats", "object_counts", "process_memory_report", "rss_bytes",
-           "trim_heap", "tracemalloc_report"]
+__all__ = [
+    "TRACEMALLOC_FRAMES",
+    "malloc_stats",
+    "object_counts",
+    "process_memory_report",
+    "rss_bytes",
+    "trim_heap",
+    "tracemalloc_report",
+]

@@ -32,11 +32,19 @@ from typing import Any, Callable, Optional
 from raylink.errors import RaylinkError
 
 SUMMED = (
-    "numRecordsIn", "numRecordsOut", "numBytesIn", "numBytesOut", "numBuffersIn", "numBuffersOut",
+    "numRecordsIn",
+    "numRecordsOut",
+    "numBytesIn",
+    "numBytesOut",
+    "numBuffersIn",
+    "numBuffersOut",
 )
 MAXED = (
-    "busyTimeMsPerSecond", "idleTimeMsPerSecond", "backPressuredTimeMsPerSecond",
-    "outPoolUsage", "inPoolUsage",
+    "busyTimeMsPerSecond",
+    "idleTimeMsPerSecond",
+    "backPressuredTimeMsPerSecond",
+    "outPoolUsage",
+    "inPoolUsage",
 )
 
 
@@ -78,9 +86,7 @@ def bottleneck(task_metrics: list[dict]) -> Optional[str]:
     """The busiest vertex that is not itself back pressured (where back pressure starts)."""
     vertices = aggregate_by_vertex(task_metrics)
     candidates = [
-        (agg["busyTimeMsPerSecond"], name)
-        for name, agg in vertices.items()
-        if agg["backPressureStatus"] == "OK"
+        (agg["busyTimeMsPerSecond"], name) for name, agg in vertices.items() if agg["backPressureStatus"] == "OK"
     ]
     return max(candidates)[1] if candidates else None
 
@@ -99,8 +105,7 @@ def to_prometheus(task_metrics: list[dict], job_name: str = "") -> str:
         lines.append(f"# TYPE {metric} {kind}")
         for m in task_metrics:
             labels = (
-                f'job="{_label(job_name)}",vertex="{_label(m.get("vertex_name", ""))}",'
-                f'subtask="{m.get("subtask", 0)}"'
+                f'job="{_label(job_name)}",vertex="{_label(m.get("vertex_name", ""))}",subtask="{m.get("subtask", 0)}"'
             )
             lines.append(f"{metric}{{{labels}}} {float(m.get(key, 0) or 0)}")
     lines.extend(_operator_prometheus(task_metrics, job_name))
@@ -147,8 +152,9 @@ def _samples(name: str, value: Any) -> list:
             parts = {f"_{part}": value.get(part) for part in ("count", "sum", "min", "max")}
         else:
             return []
-        return [(name + suffix, float(number)) for suffix, number in parts.items()
-                if isinstance(number, (bool, int, float))]
+        return [
+            (name + suffix, float(number)) for suffix, number in parts.items() if isinstance(number, (bool, int, float))
+        ]
     return []
 
 
@@ -159,9 +165,11 @@ def _operator_prometheus(task_metrics: list[dict], job_name: str) -> list[str]:
         all_scopes = m.get("operatorMetricScopes") or {}
         for operator, metrics in operators.items():
             scopes = all_scopes.get(operator, {})
-            labels = (f'job_name="{_label(job_name)}",task_name="{_label(m.get("vertex_name", ""))}",'
-                      f'operator_name="{_label(operator)}",subtask_index="{m.get("subtask", 0)}",'
-                      f'tm_id="{_label(m.get("executor", ""))}"')
+            labels = (
+                f'job_name="{_label(job_name)}",task_name="{_label(m.get("vertex_name", ""))}",'
+                f'operator_name="{_label(operator)}",subtask_index="{m.get("subtask", 0)}",'
+                f'tm_id="{_label(m.get("executor", ""))}"'
+            )
             for dotted, value in metrics.items():
                 logical, variables = scopes.get(dotted, (dotted, None))
                 metric = OPERATOR_PREFIX + _INVALID_NAME.sub("_", logical.replace(".", "_"))
@@ -185,8 +193,10 @@ class MetricsPortError(RaylinkError, OSError):
             why = "is already in use"
         else:
             why = f"cannot be used: {cause.strerror or cause}"
-        super().__init__(cause.errno, f"metrics.port {port} {why} on {host} "
-                                      f"(choose another port, 0 for any free one, or -1 to turn it off)")
+        super().__init__(
+            cause.errno,
+            f"metrics.port {port} {why} on {host} (choose another port, 0 for any free one, or -1 to turn it off)",
+        )
         self.port = port
         self.host = host
 
@@ -197,8 +207,9 @@ class MetricsPortError(RaylinkError, OSError):
 class MetricsHttpServer:
     """Serves ``/metrics`` (Prometheus text) and ``/vertices`` (JSON) for a running job."""
 
-    def __init__(self, supplier: Callable[[], list[dict]], job_name: str, port: int = 0,
-                 host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, supplier: Callable[[], list[dict]], job_name: str, port: int = 0, host: str = "127.0.0.1"
+    ) -> None:
         import json
 
         class Handler(BaseHTTPRequestHandler):

@@ -28,9 +28,7 @@ class OperatorError(RaylinkError, RuntimeError):
     """A user function or operator failed; ``operator_name`` names the failing operator."""
 
     def __init__(self, operator_name: str, task_name: str, cause: BaseException) -> None:
-        super().__init__(
-            f"Operator '{operator_name}' in task '{task_name}' failed: {type(cause).__name__}: {cause}"
-        )
+        super().__init__(f"Operator '{operator_name}' in task '{task_name}' failed: {type(cause).__name__}: {cause}")
         self.operator_name = operator_name
         self.task_name = task_name
         self.cause = cause
@@ -47,8 +45,15 @@ def _noop(*_args: Any) -> None:
 class ChainingOutput:
     """Hands records straight to the next chained operator."""
 
-    __slots__ = ("collect", "collect_batch", "collect_timestamped_batch", "emit_watermark", "emit_latency_marker",
-                 "emit_watermark_status", "operator")
+    __slots__ = (
+        "collect",
+        "collect_batch",
+        "collect_timestamped_batch",
+        "emit_watermark",
+        "emit_latency_marker",
+        "emit_watermark_status",
+        "operator",
+    )
 
     def __init__(self, operator: Any, latency_handler: Optional[Callable[[Any], None]] = None) -> None:
         self.operator = operator
@@ -171,15 +176,11 @@ class OperatorChain:
             self.operators.append(operator)
             self.names.append(config.operator_name)
         # operators without outputs (sinks) end latency markers: their latency is recorded here
-        self._sinks = {
-            id(by_node[c.node_id]) for c in configs if not c.chained_outputs and not c.non_chained_outputs
-        }
+        self._sinks = {id(by_node[c.node_id]) for c in configs if not c.chained_outputs and not c.non_chained_outputs}
         for config in configs:
             main: list = []
             side: dict[str, list] = {}
-            edges = [(e, False) for e in config.non_chained_outputs] + [
-                (e, True) for e in config.chained_outputs
-            ]
+            edges = [(e, False) for e in config.non_chained_outputs] + [(e, True) for e in config.chained_outputs]
             for edge, chained in edges:
                 if chained:
                     target = by_node[edge.target_id]

@@ -117,15 +117,18 @@ def add_python_archive(conf: Any, archive_path: str, target_dir: Optional[str] =
     named ``target_dir`` (default: the archive's file name), as Flink's ``python.archives``."""
     path = _existing(archive_path, "add_python_archive")
     if not zipfile.is_zipfile(path):
-        raise ValueError(f"add_python_archive: {archive_path} is not a zip file (Flink takes zip-format "
-                         "archives only: zip, jar, whl, egg)")
+        raise ValueError(
+            f"add_python_archive: {archive_path} is not a zip file (Flink takes zip-format "
+            "archives only: zip, jar, whl, egg)"
+        )
     if target_dir is not None and (not target_dir or os.path.isabs(target_dir) or ".." in target_dir.split("/")):
         raise ValueError(f"add_python_archive: target_dir {target_dir!r} must be a relative folder name")
     _append(conf, PYTHON_ARCHIVES, path + (PARAM_DELIMITER + target_dir if target_dir else ""))
 
 
-def set_python_requirements(conf: Any, requirements_file_path: str,
-                            requirements_cache_dir: Optional[str] = None) -> None:
+def set_python_requirements(
+    conf: Any, requirements_file_path: str, requirements_cache_dir: Optional[str] = None
+) -> None:
     """Record a requirements file (and a folder of package files to install from offline)."""
     path = _existing(requirements_file_path, "set_python_requirements")
     value = path
@@ -142,8 +145,9 @@ def _extracted(zip_path: str) -> str:
     """A folder holding the zip's content, extracted once per process and zip version."""
     st = os.stat(zip_path)
     digest = hashlib.sha1(f"{zip_path}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
-    target = os.path.join(tempfile.gettempdir(), "raylink-python-deps", digest,
-                          os.path.splitext(os.path.basename(zip_path))[0])
+    target = os.path.join(
+        tempfile.gettempdir(), "raylink-python-deps", digest, os.path.splitext(os.path.basename(zip_path))[0]
+    )
     with _lock:
         if not os.path.isdir(target):
             partial = target + ".partial"
@@ -179,8 +183,7 @@ def _path_entries(path: str) -> List[str]:
 def _archives_folder(archives: List[Tuple[str, str]]) -> str:
     """One folder with every archive extracted into its target dir (Ray's ``working_dir``)."""
     key = "|".join(f"{p}:{os.path.getmtime(p)}#{t}" for p, t in archives)
-    root = os.path.join(tempfile.gettempdir(), "raylink-python-archives",
-                        hashlib.sha1(key.encode()).hexdigest()[:16])
+    root = os.path.join(tempfile.gettempdir(), "raylink-python-archives", hashlib.sha1(key.encode()).hexdigest()[:16])
     with _lock:
         if not os.path.isdir(root):
             partial = root + ".partial"
@@ -233,14 +236,19 @@ def apply_locally(conf: Any) -> None:
             if entry not in sys.path:
                 sys.path.insert(0, entry)
     for what, present, advice in (
-        ("add_python_archive", info.archives,
-         "the local target runs functions in this process and its working directory; extract the "
-         "archives there yourself, or run on Ray (execution.target: ray)"),
-        ("set_python_requirements", info.requirements,
-         "the local target runs functions in this interpreter; install the requirements into it "
-         "(pip install -r FILE)"),
-        ("set_python_executable", info.executable,
-         "the local target runs functions in this interpreter"),
+        (
+            "add_python_archive",
+            info.archives,
+            "the local target runs functions in this process and its working directory; extract the "
+            "archives there yourself, or run on Ray (execution.target: ray)",
+        ),
+        (
+            "set_python_requirements",
+            info.requirements,
+            "the local target runs functions in this interpreter; install the requirements into it "
+            "(pip install -r FILE)",
+        ),
+        ("set_python_executable", info.executable, "the local target runs functions in this interpreter"),
     ):
         key = (what, repr(present))
         if present and key not in _applied_locally:

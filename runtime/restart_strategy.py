@@ -81,8 +81,10 @@ class FailureRateRestartStrategy(RestartStrategy):
         return self.delay_ms
 
     def describe(self) -> str:
-        return (f"failure-rate ({self.max_failures_per_interval} failures per {self.interval_ms} ms, "
-                f"delay {self.delay_ms} ms)")
+        return (
+            f"failure-rate ({self.max_failures_per_interval} failures per {self.interval_ms} ms, "
+            f"delay {self.delay_ms} ms)"
+        )
 
 
 @dataclass
@@ -116,12 +118,19 @@ class ExponentialDelayRestartStrategy(RestartStrategy):
         return max(0, self.current_backoff_ms + (random.randint(-spread, spread) if spread else 0))
 
     def describe(self) -> str:
-        return (f"exponential-delay (initial {self.initial_backoff_ms} ms, max {self.max_backoff_ms} ms, "
-                f"x{self.multiplier})")
+        return (
+            f"exponential-delay (initial {self.initial_backoff_ms} ms, max {self.max_backoff_ms} ms, "
+            f"x{self.multiplier})"
+        )
 
 
-_ALIASES = {"off": "none", "disable": "none", "fixeddelay": "fixed-delay",
-            "exponentialdelay": "exponential-delay", "failurerate": "failure-rate"}
+_ALIASES = {
+    "off": "none",
+    "disable": "none",
+    "fixeddelay": "fixed-delay",
+    "exponentialdelay": "exponential-delay",
+    "failurerate": "failure-rate",
+}
 
 
 def create_restart_strategy(settings: Any) -> RestartStrategy:
@@ -135,17 +144,24 @@ def create_restart_strategy(settings: Any) -> RestartStrategy:
     if kind == "none":
         return NoRestartStrategy()
     if kind == "fixed-delay":
-        return FixedDelayRestartStrategy(read_option(settings, o.FIXED_DELAY_ATTEMPTS),
-                                         read_option(settings, o.FIXED_DELAY_DELAY))
+        return FixedDelayRestartStrategy(
+            read_option(settings, o.FIXED_DELAY_ATTEMPTS), read_option(settings, o.FIXED_DELAY_DELAY)
+        )
     if kind == "exponential-delay":
         return ExponentialDelayRestartStrategy(
-            read_option(settings, o.EXPONENTIAL_INITIAL_BACKOFF), read_option(settings, o.EXPONENTIAL_MAX_BACKOFF),
-            read_option(settings, o.EXPONENTIAL_MULTIPLIER), read_option(settings, o.EXPONENTIAL_RESET_THRESHOLD),
-            read_option(settings, o.EXPONENTIAL_JITTER), read_option(settings, o.EXPONENTIAL_ATTEMPTS))
+            read_option(settings, o.EXPONENTIAL_INITIAL_BACKOFF),
+            read_option(settings, o.EXPONENTIAL_MAX_BACKOFF),
+            read_option(settings, o.EXPONENTIAL_MULTIPLIER),
+            read_option(settings, o.EXPONENTIAL_RESET_THRESHOLD),
+            read_option(settings, o.EXPONENTIAL_JITTER),
+            read_option(settings, o.EXPONENTIAL_ATTEMPTS),
+        )
     if kind == "failure-rate":
-        return FailureRateRestartStrategy(read_option(settings, o.FAILURE_RATE_MAX_FAILURES),
-                                          read_option(settings, o.FAILURE_RATE_INTERVAL),
-                                          read_option(settings, o.FAILURE_RATE_DELAY))
+        return FailureRateRestartStrategy(
+            read_option(settings, o.FAILURE_RATE_MAX_FAILURES),
+            read_option(settings, o.FAILURE_RATE_INTERVAL),
+            read_option(settings, o.FAILURE_RATE_DELAY),
+        )
     raise ValueError(f"restart-strategy.type: unknown strategy {kind!r}")
 
 

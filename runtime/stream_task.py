@@ -46,8 +46,12 @@ SOURCE_BATCH_SIZE = 1024  # records per source step at most
 SOURCE_BATCH_BUFFERS = 2  # ... and about this many output buffers' worth
 FIRST_DEBLOAT_MS = 20  # the first buffer debloating measurement, after this long
 
-CREATED, DEPLOYING, INITIALIZING, RUNNING = (ExecutionState.CREATED, ExecutionState.DEPLOYING,
-                                           ExecutionState.INITIALIZING, ExecutionState.RUNNING)
+CREATED, DEPLOYING, INITIALIZING, RUNNING = (
+    ExecutionState.CREATED,
+    ExecutionState.DEPLOYING,
+    ExecutionState.INITIALIZING,
+    ExecutionState.RUNNING,
+)
 FINISHED, CANCELED, FAILED = ExecutionState.FINISHED, ExecutionState.CANCELED, ExecutionState.FAILED
 
 
@@ -166,7 +170,10 @@ class StreamTask:
         self.mailbox_processor.mailbox.put(self._raise_cancel)
         params = self.job_parameters
         TaskCanceler(
-            self.name, self.done, self._interruptible.interrupt, self._cancellation_timed_out,
+            self.name,
+            self.done,
+            self._interruptible.interrupt,
+            self._cancellation_timed_out,
             read_option(params, TaskManagerOptions.TASK_CANCELLATION_INTERVAL),
             read_option(params, TaskManagerOptions.TASK_CANCELLATION_TIMEOUT),
         ).start()
@@ -243,14 +250,15 @@ class StreamTask:
             for writer in self.writers:
                 schedule = mp.mailbox.put
                 if self._legacy_lock is not None:  # the source thread may hold a partial batch
+
                     def schedule(action, _put=mp.mailbox.put, _flush=head.flush_pending):
                         _put(_flush)
                         _put(action)
+
                 flusher = writer.start_output_flusher(schedule)
                 if flusher is not None:
                     self._flushers.append(flusher)
-            if (self._legacy_lock is not None and not self._flushers and self._step_bound_ns
-                    and self._source_batch > 1):
+            if self._legacy_lock is not None and not self._flushers and self._step_bound_ns and self._source_batch > 1:
                 self._schedule_legacy_flush(self._step_bound_ns // 1_000_000)
             interval = read_option(self.job_parameters, MetricOptions.LATENCY_INTERVAL)
             if interval > 0 and jv.invokable == "SourceStreamTask":
@@ -342,8 +350,12 @@ class StreamTask:
     def _schedule_debloating(self) -> None:
         """Flink's ``StreamTask.debloat``: every period, each gate with a debloater measures
         what the task consumed from it while not idle and resizes its remote buffers."""
-        gates = [g for inp in self.inputs for g in getattr(inp.gate, "gates", [inp.gate])
-                 if getattr(g, "debloater", None) is not None]
+        gates = [
+            g
+            for inp in self.inputs
+            for g in getattr(inp.gate, "gates", [inp.gate])
+            if getattr(g, "debloater", None) is not None
+        ]
         if not gates:
             return
         service = self._time_service
@@ -535,21 +547,26 @@ class StreamTask:
     def _create_barrier_handler(self) -> Any:
         """Aligned barriers over every channel of every input (Flink's SingleCheckpointBarrierHandler)."""
         return CheckpointBarrierHandler.for_inputs(
-            self.inputs, self._perform_checkpoint, lambda checkpoint_id, reason: self._decline(checkpoint_id, reason),
-            task_name=self.name)
+            self.inputs,
+            self._perform_checkpoint,
+            lambda checkpoint_id, reason: self._decline(checkpoint_id, reason),
+            task_name=self.name,
+        )
 
     def trigger_checkpoint(self, checkpoint_id: int, timestamp: int) -> None:
         """Any thread, source tasks: take checkpoint ``checkpoint_id`` between two records."""
         self.mailbox_processor.mailbox.put(
-            lambda: self._perform_checkpoint(CheckpointBarrier(checkpoint_id, timestamp)))
+            lambda: self._perform_checkpoint(CheckpointBarrier(checkpoint_id, timestamp))
+        )
 
     def _perform_checkpoint(self, barrier: CheckpointBarrier) -> None:
         """Task thread: snapshot every operator (copies only), send the barrier on before any
         later record, and hand the snapshot to the TaskExecutor to write and acknowledge."""
         if self._ended or self.chain is None:  # its outputs are finished: nothing to send on
             if self.checkpoint_sink is not None:
-                self.checkpoint_sink(self, barrier.checkpoint_id, None,
-                                     {"declined": f"task {self.name} has already finished"})
+                self.checkpoint_sink(
+                    self, barrier.checkpoint_id, None, {"declined": f"task {self.name} has already finished"}
+                )
             return
         started = time.perf_counter()
         if self._final_checkpoint == -1:

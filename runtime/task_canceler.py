@@ -120,8 +120,15 @@ class TaskCanceler(threading.Thread):
     and every ``interval_ms``; after ``timeout_ms`` (0: never) calls ``on_timeout``
     unless ``done`` was set first."""
 
-    def __init__(self, name: str, done: threading.Event, interrupt: Callable[[], int],
-                 on_timeout: Callable[[], None], interval_ms: int, timeout_ms: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        done: threading.Event,
+        interrupt: Callable[[], int],
+        on_timeout: Callable[[], None],
+        interval_ms: int,
+        timeout_ms: int,
+    ) -> None:
         super().__init__(name=f"Canceler for {name}", daemon=True)
         self._done = done
         self._interrupt = interrupt

@@ -104,9 +104,14 @@ class NetworkSettings:
 class TaskExecutor:
     """The tasks of one process (Flink's TaskExecutor / TaskManager)."""
 
-    def __init__(self, executor_id: str, settings: Optional[NetworkSettings] = None,
-                 transport: Any = None, num_slots: int = 1,
-                 on_task_event: Optional[Callable[[TaskEvent], None]] = None) -> None:
+    def __init__(
+        self,
+        executor_id: str,
+        settings: Optional[NetworkSettings] = None,
+        transport: Any = None,
+        num_slots: int = 1,
+        on_task_event: Optional[Callable[[TaskEvent], None]] = None,
+    ) -> None:
         self.executor_id = executor_id
         self.settings = settings or NetworkSettings()
         self.num_slots = num_slots
@@ -173,8 +178,9 @@ class TaskExecutor:
                         "but this TaskExecutor has no network transport"
                     )
                 if floating_pool is None:
-                    floating = max(settings.floating_per_gate,
-                                   self.transport.min_floating_buffers(settings.buffers_per_channel))
+                    floating = max(
+                        settings.floating_per_gate, self.transport.min_floating_buffers(settings.buffers_per_channel)
+                    )
                     floating_pool = create_floating_pool(self.network_pool, floating)
                 remote.append(
                     self.transport.create_input_channel(
@@ -190,7 +196,8 @@ class TaskExecutor:
             gate = InputGate(channels)
             if remote and debloat:  # Flink's buffer debloating, for the remote channels of the gate
                 gate.debloater = BufferDebloater(
-                    debloat, len(remote) * settings.buffers_per_channel + (floating_pool.max_buffers or 0))
+                    debloat, len(remote) * settings.buffers_per_channel + (floating_pool.max_buffers or 0)
+                )
                 gate.debloated_channels = remote
             gates_by_input.setdefault(max(gdd.type_number, 1), []).append(gate)
         inputs = []
@@ -237,8 +244,7 @@ class TaskExecutor:
                 ]
         return restore
 
-    def _checkpoint_sink(self, task: StreamTask, checkpoint_id: int, snapshots: Optional[dict],
-                         stats: dict) -> None:
+    def _checkpoint_sink(self, task: StreamTask, checkpoint_id: int, snapshots: Optional[dict], stats: dict) -> None:
         """Task thread: write ``snapshots`` off the task thread (Flink's asynchronous phase), then
         acknowledge to the JobMaster; ``snapshots`` None declines."""
         if stats.get("final_checkpoint_requested"):
@@ -255,17 +261,21 @@ class TaskExecutor:
         handles: dict = {}
         size = 0
         for operator_id, snapshot in snapshots.items():
-            name = next((c.operator_name for c in task.job_vertex.chain if c.operator_id == operator_id),
-                        operator_id)
+            name = next((c.operator_name for c in task.job_vertex.chain if c.operator_id == operator_id), operator_id)
             try:
                 data = cloudpickle.dumps(snapshot)
             except Exception as exc:
-                self._decline(task, checkpoint_id, f"the state of operator '{name}' in task {task.name} "
-                                                   f"cannot be serialised: {type(exc).__name__}: {exc}")
+                self._decline(
+                    task,
+                    checkpoint_id,
+                    f"the state of operator '{name}' in task {task.name} "
+                    f"cannot be serialised: {type(exc).__name__}: {exc}",
+                )
                 return
             try:
-                handles[operator_id] = {task.subtask_index: storage.write_state(
-                    checkpoint_id, operator_id, task.subtask_index, data)}
+                handles[operator_id] = {
+                    task.subtask_index: storage.write_state(checkpoint_id, operator_id, task.subtask_index, data)
+                }
             except Exception as exc:
                 self._decline(task, checkpoint_id, f"task {task.name} could not write its state: {exc}")
                 return
@@ -333,8 +343,11 @@ class TaskExecutor:
             remaining = buffer.close()
             if finished:
                 accumulators[collect_id] = remaining
-        self._report(TaskStateEvent(task.attempt_id, task.name, state, portable_error(error), accumulators,
-                                    self._task_metrics(task)))
+        self._report(
+            TaskStateEvent(
+                task.attempt_id, task.name, state, portable_error(error), accumulators, self._task_metrics(task)
+            )
+        )
 
     def next_events(self, timeout: float = 1.0) -> list[TaskEvent]:
         """Long poll: task state changes since the last call."""
@@ -391,8 +404,12 @@ class TaskExecutor:
         return [self._task_metrics(t) for t in self.tasks.values()]
 
     def stats(self) -> dict:
-        out = {"executor": self.executor_id, "tasks": len(self.tasks),
-               "networkPoolUsage": self.network_pool.usage(), **process_memory()}
+        out = {
+            "executor": self.executor_id,
+            "tasks": len(self.tasks),
+            "networkPoolUsage": self.network_pool.usage(),
+            **process_memory(),
+        }
         if self.transport is not None:
             out.update(self.transport.stats())
         return out
@@ -404,11 +421,13 @@ class TaskExecutor:
         per operator (the figures a soak test follows over hours)."""
         from raylink.runtime.memory_report import process_memory_report
 
-        out = {"executor": self.executor_id, "tasks": len(self.tasks),
-               **process_memory_report(top, tracemalloc)}
+        out = {"executor": self.executor_id, "tasks": len(self.tasks), **process_memory_report(top, tracemalloc)}
         pool = self.network_pool
-        out["networkBuffers"] = {"total": pool.total_buffers, "free": pool.free_buffers,
-                                 "inUse": pool.total_buffers - pool.free_buffers}
+        out["networkBuffers"] = {
+            "total": pool.total_buffers,
+            "free": pool.free_buffers,
+            "inUse": pool.total_buffers - pool.free_buffers,
+        }
         channels: dict = {}
         state: dict = {}
         for task in list(self.tasks.values()):
@@ -475,9 +494,13 @@ class TaskExecutor:
             self._events.clear()
             self._events_cond.notify_all()
         del tasks
-        leaked = [t for t in threading.enumerate()
-                  if t not in self._baseline_threads and not isinstance(t, threading._DummyThread)
-                  and t is not threading.current_thread()]
+        leaked = [
+            t
+            for t in threading.enumerate()
+            if t not in self._baseline_threads
+            and not isinstance(t, threading._DummyThread)
+            and t is not threading.current_thread()
+        ]
         for thread in leaked:
             thread.join(max(0.0, deadline - time.monotonic()))
         self._checkpoint_writer = ThreadPoolExecutor(1, thread_name_prefix=f"checkpoint writer {self.executor_id}")
@@ -491,6 +514,5 @@ class TaskExecutor:
             "threads": sorted(t.name for t in leaked if t.is_alive()),
             "buffersInUse": pool.total_buffers - pool.free_buffers,
         }
-        report["clean"] = not (report["tasks"] or report["liveTasks"] or report["threads"]
-                               or report["buffersInUse"])
+        report["clean"] = not (report["tasks"] or report["liveTasks"] or report["threads"] or report["buffersInUse"])
         return report

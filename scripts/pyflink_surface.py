@@ -34,7 +34,7 @@ START = "<!-- pyflink-surface:start -->"
 END = "<!-- pyflink-surface:end -->"
 
 #: runs under PyFlink's interpreter: prints the surface as JSON
-_DUMPER = r'''
+_DUMPER = r"""
 import enum, inspect, json, pkgutil, sys, warnings
 warnings.simplefilter("ignore")
 import pyflink, pyflink.common, pyflink.datastream
@@ -94,7 +94,7 @@ for pkg in (pyflink.common, pyflink.datastream):
         if classes or functions:
             out["modules"][name] = {"classes": classes, "functions": functions}
 print(json.dumps(out))
-'''
+"""
 
 
 def dump_pyflink(python: str) -> dict:
@@ -159,13 +159,22 @@ def build_rows(surface: dict) -> "list[dict]":
                 n, t, missing = _status(obj, raylink_obj)
                 status = "supported" if not missing else "partial"
                 detail = ", ".join(f"`{m}`" for m in missing)
-            rows.append({"module": module, "name": name, "status": status, "supported": n, "total": t,
-                         "detail": detail})
+            rows.append(
+                {"module": module, "name": name, "status": status, "supported": n, "total": t, "detail": detail}
+            )
         for function in content["functions"]:
             found = getattr(raylink_module, function, None) if raylink_module is not None else None
-            status = ("missing" if found is None else "not supported" if _is_stand_in(found) else "supported")
-            rows.append({"module": module, "name": function + "()", "status": status, "supported": None,
-                         "total": None, "detail": "" if found is not None else f"no `{target}.{function}`"})
+            status = "missing" if found is None else "not supported" if _is_stand_in(found) else "supported"
+            rows.append(
+                {
+                    "module": module,
+                    "name": function + "()",
+                    "status": status,
+                    "supported": None,
+                    "total": None,
+                    "detail": "" if found is not None else f"no `{target}.{function}`",
+                }
+            )
     return rows
 
 
@@ -186,15 +195,19 @@ def to_markdown(surface: dict, rows: "list[dict]") -> str:
         "looked up where `raylink migrate` sends its import. "
         + ", ".join(f"{counts.get(s, 0)} {s}" for s in ("supported", "partial", "not supported", "missing"))
         + ". *Methods* counts the class's public methods (enum members, nested classes' methods) "
-          "raylink has (PyFlink's JVM bridge — `get_java_*`, internal-type conversions — left out); "
-          "*Missing* names the others. *Not supported*: importable stand-ins that raise "
-          "`UnsupportedFeatureError` naming raylink's alternative (Java connectors and formats).",
+        "raylink has (PyFlink's JVM bridge — `get_java_*`, internal-type conversions — left out); "
+        "*Missing* names the others. *Not supported*: importable stand-ins that raise "
+        "`UnsupportedFeatureError` naming raylink's alternative (Java connectors and formats).",
         "",
     ]
     gaps = missing_exports(surface)
     if gaps:
-        lines += ["Names `pyflink.common` / `pyflink.datastream` export that `raylink.api` does not: "
-                  + ", ".join(f"`{g}`" for g in gaps) + ".", ""]
+        lines += [
+            "Names `pyflink.common` / `pyflink.datastream` export that `raylink.api` does not: "
+            + ", ".join(f"`{g}`" for g in gaps)
+            + ".",
+            "",
+        ]
     lines += ["| PyFlink module | Class | Status | Methods | Missing |", "|---|---|---|---|---|"]
     stand_ins: dict = {}  # a module of stand-ins is one row
     for row in rows:
@@ -205,8 +218,10 @@ def to_markdown(surface: dict, rows: "list[dict]") -> str:
         if row["status"] == "not supported":
             names = stand_ins.pop(row["module"], None)
             if names:
-                lines.append(f"| `{module}` | {', '.join(f'`{n}`' for n in names)} | not supported | | "
-                             "importable; using one raises naming the alternative |")
+                lines.append(
+                    f"| `{module}` | {', '.join(f'`{n}`' for n in names)} | not supported | | "
+                    "importable; using one raises naming the alternative |"
+                )
             continue
         methods = "" if row["total"] is None else f"{row['supported']}/{row['total']}"
         lines.append(f"| `{module}` | `{row['name']}` | {row['status']} | {methods} | {row['detail']} |")

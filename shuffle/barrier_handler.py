@@ -68,12 +68,9 @@ class CheckpointFailureReason(enum.StrEnum):
 
 
 _MESSAGES = {
-    CheckpointFailureReason.CHECKPOINT_DECLINED_SUBSUMED:
-        "a barrier (or cancel marker) of a newer checkpoint arrived before this one was aligned",
-    CheckpointFailureReason.CHECKPOINT_DECLINED_ON_CANCELLATION_BARRIER:
-        "an upstream task cancelled the checkpoint (CancelCheckpointMarker)",
-    CheckpointFailureReason.CHECKPOINT_DECLINED_INPUT_END_OF_STREAM:
-        "an input channel ended before the checkpoint was aligned",
+    CheckpointFailureReason.CHECKPOINT_DECLINED_SUBSUMED: "a barrier (or cancel marker) of a newer checkpoint arrived before this one was aligned",
+    CheckpointFailureReason.CHECKPOINT_DECLINED_ON_CANCELLATION_BARRIER: "an upstream task cancelled the checkpoint (CancelCheckpointMarker)",
+    CheckpointFailureReason.CHECKPOINT_DECLINED_INPUT_END_OF_STREAM: "an input channel ended before the checkpoint was aligned",
 }
 
 
@@ -185,8 +182,7 @@ class CheckpointBarrierHandler:
             self._start(barrier)
         self._mark_aligned(flat, input_index, channel, barrier, True)
 
-    def process_cancellation_marker(self, marker: CancelCheckpointMarker, input_index: int,
-                                    channel: int) -> None:
+    def process_cancellation_marker(self, marker: CancelCheckpointMarker, input_index: int, channel: int) -> None:
         """An upstream task cancelled checkpoint ``marker.checkpoint_id``."""
         self._flat(input_index, channel)  # validates
         cid = marker.checkpoint_id
@@ -255,11 +251,12 @@ class CheckpointBarrierHandler:
     def _flat(self, input_index: int, channel: int) -> int:
         counts = self.num_channels_per_input
         if not 0 <= input_index < len(counts):
-            raise IndexError(f"{self.task_name or 'task'}: no input {input_index} "
-                             f"(the task has {len(counts)})")
+            raise IndexError(f"{self.task_name or 'task'}: no input {input_index} (the task has {len(counts)})")
         if not 0 <= channel < counts[input_index]:
-            raise IndexError(f"{self.task_name or 'task'}: input {input_index} has no channel {channel} "
-                             f"(it has {counts[input_index]})")
+            raise IndexError(
+                f"{self.task_name or 'task'}: input {input_index} has no channel {channel} "
+                f"(it has {counts[input_index]})"
+            )
         return self._offsets[input_index] + channel
 
     def _unflat(self, flat: int) -> Tuple[int, int]:
@@ -277,8 +274,7 @@ class CheckpointBarrierHandler:
         self._aligned.clear()
         self._target = self._num_open
 
-    def _mark_aligned(self, flat: int, input_index: int, channel: int, barrier: CheckpointBarrier,
-                      block: bool) -> None:
+    def _mark_aligned(self, flat: int, input_index: int, channel: int, barrier: CheckpointBarrier, block: bool) -> None:
         aligned = self._aligned
         if flat in aligned:
             return  # a second barrier of the same checkpoint on one channel
@@ -322,6 +318,8 @@ class CheckpointBarrierHandler:
             self._resume()
 
     def __repr__(self) -> str:
-        return (f"CheckpointBarrierHandler({self.task_name!r}, checkpoint={self._current_id}, "
-                f"pending={self.is_checkpoint_pending}, aligned={len(self._aligned)}/{self._target}, "
-                f"open={self._num_open}/{self.num_channels})")
+        return (
+            f"CheckpointBarrierHandler({self.task_name!r}, checkpoint={self._current_id}, "
+            f"pending={self.is_checkpoint_pending}, aligned={len(self._aligned)}/{self._target}, "
+            f"open={self._num_open}/{self.num_channels})"
+        )

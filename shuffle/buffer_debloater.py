@@ -33,8 +33,16 @@ class DebloatSettings:
     """Flink's ``taskmanager.network.memory.buffer-debloat.*`` options (plus the start size);
     the TaskExecutor's ``NetworkSettings`` reads them from the configuration."""
 
-    def __init__(self, enabled: bool = True, target_ms: int = 1000, period_ms: int = 200, samples: int = 20,
-                 threshold_percentages: int = 25, max_size: int = 32 * 1024, initial_size: int = 4096) -> None:
+    def __init__(
+        self,
+        enabled: bool = True,
+        target_ms: int = 1000,
+        period_ms: int = 200,
+        samples: int = 20,
+        threshold_percentages: int = 25,
+        max_size: int = 32 * 1024,
+        initial_size: int = 4096,
+    ) -> None:
         for name, value in (("target", target_ms), ("period", period_ms), ("samples", samples)):
             if value <= 0:
                 raise ValueError(f"buffer debloat {name} must be > 0, got {value}")
@@ -75,8 +83,9 @@ class BufferDebloater:
         s = self.settings
         size = int(self.throughput * s.target_ms / 1000.0 / self.num_buffers)
         size = max(MIN_BUFFER_SIZE, min(s.max_size, size))
-        if size == self.buffer_size or (abs(size - self.buffer_size) < s.threshold * self.buffer_size
-                                        and size != s.max_size):
+        if size == self.buffer_size or (
+            abs(size - self.buffer_size) < s.threshold * self.buffer_size and size != s.max_size
+        ):
             return None
         self.buffer_size = size
         return size

@@ -162,8 +162,9 @@ class LocalBufferPool:
     ``min_buffers``) buffers; with neither it is unbounded (never back pressures).
     """
 
-    def __init__(self, network_pool: Optional[NetworkBufferPool], min_buffers: int,
-                 max_buffers: Optional[int] = None) -> None:
+    def __init__(
+        self, network_pool: Optional[NetworkBufferPool], min_buffers: int, max_buffers: Optional[int] = None
+    ) -> None:
         if min_buffers < 0 or (max_buffers is not None and (max_buffers < 1 or max_buffers < min_buffers)):
             raise ValueError(f"invalid pool size min={min_buffers} max={max_buffers}")
         self.network_pool = network_pool
@@ -333,8 +334,7 @@ class LocalBufferPool:
             if self.max_buffers is not None:
                 return used / self.max_buffers
             if self.network_pool is not None:
-                return used / max(self.min_buffers, 1) if self.min_buffers else (
-                    used / self.network_pool.total_buffers)
+                return used / max(self.min_buffers, 1) if self.min_buffers else (used / self.network_pool.total_buffers)
             return 0.0
 
     def destroy(self) -> None:

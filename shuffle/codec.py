@@ -188,8 +188,13 @@ class SerializationError(RaylinkError, TypeError):
     that the message names the operator that emitted the value.
     """
 
-    def __init__(self, value_type: "type | str", cause: Optional[BaseException] = None,
-                 operator_name: Optional[str] = None, reason: Optional[str] = None) -> None:
+    def __init__(
+        self,
+        value_type: "type | str",
+        cause: Optional[BaseException] = None,
+        operator_name: Optional[str] = None,
+        reason: Optional[str] = None,
+    ) -> None:
         self.value_type = value_type
         self.cause = cause
         self.operator_name = operator_name
@@ -298,7 +303,8 @@ class _ByValueUnpickler(pickle.Unpickler):
         except KeyError:
             raise DeserializationError(
                 f"a record refers to a class by value (id {pid}) that did not reach this process "
-                "(a stream decoded from its middle?)") from None
+                "(a stream decoded from its middle?)"
+            ) from None
 
 
 def _dumps_by_value(obj: Any) -> bytes:
@@ -431,15 +437,23 @@ def pack_flat_batch_into(values: List[Any], buf: bytearray) -> bool:
     except (OverflowError, TypeError):
         del buf[start:]
         return False
-    del buf[start:start + array_header_size(len(values))]
+    del buf[start : start + array_header_size(len(values))]
     return True
 
 
 # -- declared types ---------------------------------------------------------------------
 #: basic type name -> the Python type its values have
 BASIC_PYTHON_TYPES: Dict[str, type] = {
-    "STRING": str, "CHAR": str, "INT": int, "LONG": int, "SHORT": int, "BYTE": int, "BIG_INT": int,
-    "BOOLEAN": bool, "FLOAT": float, "DOUBLE": float,
+    "STRING": str,
+    "CHAR": str,
+    "INT": int,
+    "LONG": int,
+    "SHORT": int,
+    "BYTE": int,
+    "BIG_INT": int,
+    "BOOLEAN": bool,
+    "FLOAT": float,
+    "DOUBLE": float,
 }
 
 
@@ -497,8 +511,11 @@ class DeclaredFlatType:
         # after the C type (and range) check, FLOAT columns are rounded to 32 bits
         self._float_columns = tuple(j for j, n in enumerate(self.names) if n == "FLOAT")
         # one record of exactly the declared types and ranges passes as it is (no FLOAT: always rounded)
-        self._fast = None if self._float_columns else tuple(
-            (BASIC_PYTHON_TYPES[n],) + INT_RANGES.get(n, (None, None)) for n in self.names)
+        self._fast = (
+            None
+            if self._float_columns
+            else tuple((BASIC_PYTHON_TYPES[n],) + INT_RANGES.get(n, (None, None)) for n in self.names)
+        )
         self._convert = record_converter(declaration)  # record by record, with the reason of a mismatch
 
     @classmethod
@@ -541,7 +558,7 @@ class DeclaredFlatType:
         the codec's packer: str/int subclasses msgspec refuses)."""
         out = self.conform_batch(values)
         if not pack_flat_batch_into(out, buf):
-            buf += memoryview(pack(out))[array_header_size(len(out)):]
+            buf += memoryview(pack(out))[array_header_size(len(out)) :]
 
     def conform(self, value: Any) -> Any:
         """One record, of the declared type (see the class doc)."""
@@ -572,8 +589,22 @@ class DeclaredType:
 
     __slots__ = ("text", "convert")
     is_flat = False
-    NAMES = frozenset(("TUPLE", "ROW", "LIST", "MAP", "PRIMITIVE_ARRAY", "BASIC_ARRAY", "OBJECT_ARRAY",
-                       "BIG_DEC", "SQL_DATE", "SQL_TIME", "SQL_TIMESTAMP", "INSTANT"))
+    NAMES = frozenset(
+        (
+            "TUPLE",
+            "ROW",
+            "LIST",
+            "MAP",
+            "PRIMITIVE_ARRAY",
+            "BASIC_ARRAY",
+            "OBJECT_ARRAY",
+            "BIG_DEC",
+            "SQL_DATE",
+            "SQL_TIME",
+            "SQL_TIMESTAMP",
+            "INSTANT",
+        )
+    )
 
     def __init__(self, declaration: Any) -> None:
         self.text = declaration_text(declaration)
@@ -589,7 +620,7 @@ class DeclaredType:
     def pack_batch_into(self, values: List[Any], buf: bytearray, pack: Callable[[Any], bytes]) -> None:
         """Conform ``values`` and append them to ``buf``, packed by ``pack`` (the codec's packer)."""
         out = self.conform_batch(values)
-        buf += memoryview(pack(out))[array_header_size(len(out)):]
+        buf += memoryview(pack(out))[array_header_size(len(out)) :]
 
     def __repr__(self) -> str:
         return f"DeclaredType({self.text})"
@@ -735,9 +766,7 @@ def _unpackb(data: bytes) -> Any:
 
 def make_unpacker(hook: Callable[[int, bytes], Any] = ext_hook) -> msgpack.Unpacker:
     """A streaming unpacker (tuples for arrays, unlimited buffer) with ``hook``."""
-    return msgpack.Unpacker(
-        use_list=False, raw=False, strict_map_key=False, ext_hook=hook, max_buffer_size=0
-    )
+    return msgpack.Unpacker(use_list=False, raw=False, strict_map_key=False, ext_hook=hook, max_buffer_size=0)
 
 
 def decode(data: bytes) -> Any:

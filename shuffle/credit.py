@@ -85,9 +85,12 @@ class CreditBasedSequenceNumberingViewReader:
     False), or the writer flushed / added an event (``flushed`` True: ship now).
     """
 
-    def __init__(self, subpartition: Any, receiver_id: Any = None,
-                 on_available: Optional[Callable[["CreditBasedSequenceNumberingViewReader", bool], None]] = None
-                 ) -> None:
+    def __init__(
+        self,
+        subpartition: Any,
+        receiver_id: Any = None,
+        on_available: Optional[Callable[["CreditBasedSequenceNumberingViewReader", bool], None]] = None,
+    ) -> None:
         self.subpartition = subpartition
         self.receiver_id = receiver_id
         self.on_available = on_available
@@ -182,8 +185,9 @@ class CreditBasedSequenceNumberingViewReader:
         return BufferResponse(r.buffer, r.is_event, r.backlog, seq)
 
 
-def create_floating_pool(network_pool: Optional[NetworkBufferPool] = None,
-                         floating_buffers: int = DEFAULT_FLOATING_BUFFERS) -> Optional[LocalBufferPool]:
+def create_floating_pool(
+    network_pool: Optional[NetworkBufferPool] = None, floating_buffers: int = DEFAULT_FLOATING_BUFFERS
+) -> Optional[LocalBufferPool]:
     """The per-gate pool of floating buffers (None for 0 floating buffers)."""
     if floating_buffers <= 0:
         return None
@@ -202,13 +206,17 @@ class CreditBasedInputChannel(InputChannel):
     ``min_credit`` / ``announce_threshold``: see the module doc (batching).
     """
 
-    def __init__(self, floating_pool: Optional[LocalBufferPool] = None,
-                 exclusive_buffers: int = DEFAULT_EXCLUSIVE_BUFFERS,
-                 network_pool: Optional[NetworkBufferPool] = None,
-                 announce_credit: Optional[Callable[[int], None]] = None,
-                 min_credit: int = 0, announce_threshold: int = 1,
-                 request: Optional[Callable[[int], None]] = None,
-                 announce_buffer_size: Optional[Callable[[int], None]] = None) -> None:
+    def __init__(
+        self,
+        floating_pool: Optional[LocalBufferPool] = None,
+        exclusive_buffers: int = DEFAULT_EXCLUSIVE_BUFFERS,
+        network_pool: Optional[NetworkBufferPool] = None,
+        announce_credit: Optional[Callable[[int], None]] = None,
+        min_credit: int = 0,
+        announce_threshold: int = 1,
+        request: Optional[Callable[[int], None]] = None,
+        announce_buffer_size: Optional[Callable[[int], None]] = None,
+    ) -> None:
         super().__init__()
         if exclusive_buffers < 1 and floating_pool is None:
             raise ValueError("a credit-based channel needs exclusive or floating buffers")
@@ -261,7 +269,8 @@ class CreditBasedInputChannel(InputChannel):
             if response.sequence_number != self._expected_sequence:
                 raise CreditProtocolError(
                     f"channel {self.channel_index}: expected buffer #{self._expected_sequence}, "
-                    f"got #{response.sequence_number}")
+                    f"got #{response.sequence_number}"
+                )
             self._expected_sequence += 1
             if response.is_event:
                 kind = 0

@@ -59,8 +59,17 @@ from typing import Any, Callable, List, Optional, Tuple
 from raylink.errors import RaylinkError
 from raylink.shuffle.reprs import record_repr
 
-__all__ = ["RecordTypeError", "value_converter", "record_converter", "declaration_text", "qualified_name",
-           "INT_RANGES", "FLOAT32_MAX", "BASIC_TYPE_NAMES", "round_float32"]
+__all__ = [
+    "RecordTypeError",
+    "value_converter",
+    "record_converter",
+    "declaration_text",
+    "qualified_name",
+    "INT_RANGES",
+    "FLOAT32_MAX",
+    "BASIC_TYPE_NAMES",
+    "round_float32",
+]
 
 #: signed ranges of the fixed-width integer types, as the coders write them
 INT_RANGES = {
@@ -73,8 +82,9 @@ INT_RANGES = {
 #: the largest finite float32
 FLOAT32_MAX = struct.unpack("<f", b"\xff\xff\x7f\x7f")[0]
 #: basic types a flat declaration may hold (``raylink.shuffle.codec.DeclaredFlatType``)
-BASIC_TYPE_NAMES = frozenset(("STRING", "CHAR", "INT", "LONG", "SHORT", "BYTE", "BIG_INT", "BOOLEAN",
-                              "FLOAT", "DOUBLE"))
+BASIC_TYPE_NAMES = frozenset(
+    ("STRING", "CHAR", "INT", "LONG", "SHORT", "BYTE", "BIG_INT", "BOOLEAN", "FLOAT", "DOUBLE")
+)
 _ARRAYS = frozenset(("BASIC_ARRAY", "OBJECT_ARRAY", "LIST"))
 _F32 = struct.Struct("<f")
 
@@ -97,8 +107,9 @@ class RecordTypeError(RaylinkError, TypeError):
     itself), ``value_type`` (the offending value's
     type name) and ``path`` (where the value sits, e.g. ``element 2 of field 1``)."""
 
-    def __init__(self, message: str, declared: str = "", field: Optional[int] = None,
-                 value_type: str = "", path: str = "") -> None:
+    def __init__(
+        self, message: str, declared: str = "", field: Optional[int] = None, value_type: str = "", path: str = ""
+    ) -> None:
         super().__init__(message)
         self.declared = declared
         self.field = field
@@ -256,13 +267,22 @@ def _identity(x: Any) -> Any:
 
 
 _BASIC_CONVERTERS = {
-    "BYTE": _int_converter("BYTE"), "SHORT": _int_converter("SHORT"), "INT": _int_converter("INT"),
-    "LONG": _int_converter("LONG"), "BIG_INT": _int_converter("BIG_INT"),
-    "FLOAT": _convert_float, "DOUBLE": _convert_double,
-    "STRING": _str_converter("STRING"), "CHAR": _str_converter("CHAR"),
-    "BOOLEAN": _convert_bool, "BIG_DEC": _convert_big_dec,
-    "SQL_DATE": _convert_date, "SQL_TIME": _convert_time, "SQL_TIMESTAMP": _convert_timestamp,
-    "INSTANT": _convert_instant, "PICKLED_BYTE_ARRAY": _identity,
+    "BYTE": _int_converter("BYTE"),
+    "SHORT": _int_converter("SHORT"),
+    "INT": _int_converter("INT"),
+    "LONG": _int_converter("LONG"),
+    "BIG_INT": _int_converter("BIG_INT"),
+    "FLOAT": _convert_float,
+    "DOUBLE": _convert_double,
+    "STRING": _str_converter("STRING"),
+    "CHAR": _str_converter("CHAR"),
+    "BOOLEAN": _convert_bool,
+    "BIG_DEC": _convert_big_dec,
+    "SQL_DATE": _convert_date,
+    "SQL_TIME": _convert_time,
+    "SQL_TIMESTAMP": _convert_timestamp,
+    "INSTANT": _convert_instant,
+    "PICKLED_BYTE_ARRAY": _identity,
 }
 
 
@@ -449,8 +469,9 @@ def mismatch_error(m: _Mismatch, text: str, record: Any) -> RecordTypeError:
     """The ``RecordTypeError`` for a mismatch found in ``record`` declared ``text``."""
     path = " of ".join(m.path)  # innermost first
     where = f"{path} of a record" if path else "a record"
-    return RecordTypeError(f"{where} declared {text} {m.what}: {record_repr(record)}", text, m.position,
-                           qualified_name(m.value_type), path)
+    return RecordTypeError(
+        f"{where} declared {text} {m.what}: {record_repr(record)}", text, m.position, qualified_name(m.value_type), path
+    )
 
 
 def declaration_text(type_info: Any, top: bool = True) -> str:

@@ -226,11 +226,7 @@ class StreamRecord:
         return self.timestamp is not None
 
     def __eq__(self, other: object) -> bool:
-        return (
-            type(other) is StreamRecord
-            and other.value == self.value
-            and other.timestamp == self.timestamp
-        )
+        return type(other) is StreamRecord and other.value == self.value and other.timestamp == self.timestamp
 
     def __repr__(self) -> str:
         return f"StreamRecord({self.value!r}, {self.timestamp!r})"

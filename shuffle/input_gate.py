@@ -458,4 +458,3 @@ class StreamTaskNetworkInput:
 
     def get_available_future(self) -> Future:
         return self.gate.get_available_future()
-

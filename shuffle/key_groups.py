@@ -191,8 +191,10 @@ def compute_default_max_parallelism(operator_parallelism: int) -> int:
     """Flink's default max parallelism: ``min(max(pow2ceil(1.5 p), 128), 32768)``."""
     check_parallelism_preconditions(operator_parallelism)
     return min(
-        max(_round_up_to_power_of_two(operator_parallelism + operator_parallelism // 2),
-            DEFAULT_LOWER_BOUND_MAX_PARALLELISM),
+        max(
+            _round_up_to_power_of_two(operator_parallelism + operator_parallelism // 2),
+            DEFAULT_LOWER_BOUND_MAX_PARALLELISM,
+        ),
         UPPER_BOUND_MAX_PARALLELISM,
     )
 

@@ -288,9 +288,7 @@ class CustomPartitionerWrapper(StreamPartitioner):
         self.key_selector = _as_key_selector(key_selector)
 
     def _bad(self, channel: Any) -> ValueError:
-        return ValueError(
-            f"custom partitioner returned {channel!r}, not a channel in [0, {self.num_channels})"
-        )
+        return ValueError(f"custom partitioner returned {channel!r}, not a channel in [0, {self.num_channels})")
 
     def select_channel(self, value: Any) -> int:
         try:

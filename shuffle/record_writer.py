@@ -101,8 +101,9 @@ class RecordWriter:
         if self.is_broadcast:  # one serializer for all: the smallest size any reader asks for
             self._requested_sizes = [buffer_size] * n
             for i in range(n):
-                partition.subpartitions[i].buffer_size_listener = (
-                    lambda size, i=i: self._set_broadcast_buffer_size(i, size))
+                partition.subpartitions[i].buffer_size_listener = lambda size, i=i: self._set_broadcast_buffer_size(
+                    i, size
+                )
         else:
             for i in range(n):
                 partition.subpartitions[i].buffer_size_listener = self._serializers[i].set_buffer_size
@@ -283,8 +284,10 @@ class RecordWriter:
     def pending_bytes(self) -> int:
         return sum(s.pending_bytes for s in self._serializers)
 
-    def start_output_flusher(self, schedule: Optional[Callable[[Callable[[], None]], None]] = None,
-                             ) -> "Optional[OutputFlusher]":
+    def start_output_flusher(
+        self,
+        schedule: Optional[Callable[[Callable[[], None]], None]] = None,
+    ) -> "Optional[OutputFlusher]":
         """Start a flusher every ``buffer_timeout_ms`` (none for 0 or -1).
 
         ``schedule(fn)`` must run ``fn`` in the task thread (post a mail); with

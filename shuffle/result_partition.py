@@ -120,8 +120,9 @@ class ResultSubpartition:
     def finish(self) -> None:
         raise NotImplementedError
 
-    def create_read_view(self, listener: Callable[[], None], on_flush: Optional[Callable[[], None]] = None,
-                         every_buffer: bool = False) -> Any:
+    def create_read_view(
+        self, listener: Callable[[], None], on_flush: Optional[Callable[[], None]] = None, every_buffer: bool = False
+    ) -> Any:
         raise NotImplementedError
 
     def flush(self) -> None:
@@ -138,8 +139,12 @@ class PipelinedSubpartition(ResultSubpartition):
     ``peek_next_is_event()``.
     """
 
-    def __init__(self, index: int, recycle: Optional[Callable[[int], None]] = None,
-                 on_consumed: Optional[Callable[[], None]] = None) -> None:
+    def __init__(
+        self,
+        index: int,
+        recycle: Optional[Callable[[int], None]] = None,
+        on_consumed: Optional[Callable[[], None]] = None,
+    ) -> None:
         self.index = index
         self._queue: Deque[Tuple[bytes, bool]] = deque()
         self._lock = threading.Lock()
@@ -206,8 +211,9 @@ class PipelinedSubpartition(ResultSubpartition):
         if listener is not None:
             listener()
 
-    def create_read_view(self, listener: Callable[[], None], on_flush: Optional[Callable[[], None]] = None,
-                         every_buffer: bool = False) -> "PipelinedSubpartition":
+    def create_read_view(
+        self, listener: Callable[[], None], on_flush: Optional[Callable[[], None]] = None, every_buffer: bool = False
+    ) -> "PipelinedSubpartition":
         """Register the reader's listeners (one reader); notifies at once if data is queued."""
         with self._lock:
             if self._released:
@@ -298,8 +304,7 @@ class _BlockingView:
             if not is_event:
                 self._data_read += 1
             more = pos < len(items)
-            return BufferAndBacklog(buffer, is_event, sub._data_count - self._data_read, more,
-                                    more and items[pos][1])
+            return BufferAndBacklog(buffer, is_event, sub._data_count - self._data_read, more, more and items[pos][1])
 
     def peek_next_is_event(self) -> Optional[bool]:
         sub = self._sub
@@ -355,8 +360,12 @@ class BoundedBlockingSubpartition(ResultSubpartition):
         for listener in listeners:
             listener()
 
-    def create_read_view(self, listener: Optional[Callable[[], None]] = None,
-                         on_flush: Optional[Callable[[], None]] = None, every_buffer: bool = False) -> _BlockingView:
+    def create_read_view(
+        self,
+        listener: Optional[Callable[[], None]] = None,
+        on_flush: Optional[Callable[[], None]] = None,
+        every_buffer: bool = False,
+    ) -> _BlockingView:
         """A reader with its own position; ``listener`` (or ``on_flush``) is told once data is readable."""
         view = _BlockingView(self, on_flush or listener)
         with self._lock:

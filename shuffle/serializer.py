@@ -110,8 +110,13 @@ class RecordSerializer:
         "num_bytes",
     )
 
-    def __init__(self, buffer_size: int = DEFAULT_BUFFER_SIZE, on_buffer: Optional[BufferSink] = None,
-                 on_flush: Optional[Callable[[], None]] = None, flat_records: Any = None) -> None:
+    def __init__(
+        self,
+        buffer_size: int = DEFAULT_BUFFER_SIZE,
+        on_buffer: Optional[BufferSink] = None,
+        on_flush: Optional[Callable[[], None]] = None,
+        flat_records: Any = None,
+    ) -> None:
         if buffer_size < 16:
             raise ValueError(f"buffer_size must be >= 16 bytes, got {buffer_size}")
         self.buffer_size = int(buffer_size)
@@ -215,7 +220,7 @@ class RecordSerializer:
                     buf += encode_timestamped(values, timestamps)
             else:
                 for i in range(0, n, step):
-                    buf += encode_timestamped(values[i:i + step], timestamps if shared else timestamps[i:i + step])
+                    buf += encode_timestamped(values[i : i + step], timestamps if shared else timestamps[i : i + step])
         if len(buf) >= self.buffer_size:
             self._spill()
 
@@ -223,8 +228,10 @@ class RecordSerializer:
     def add_element(self, element: Any) -> None:
         """Write a watermark / watermark status / latency marker inline."""
         if not isinstance(element, _INLINE_TYPES):
-            raise TypeError(f"add_element takes a Watermark, WatermarkStatus or LatencyMarker, "
-                            f"not {type(element).__qualname__}; use add_event for events")
+            raise TypeError(
+                f"add_element takes a Watermark, WatermarkStatus or LatencyMarker, "
+                f"not {type(element).__qualname__}; use add_event for events"
+            )
         buf = self._buf
         buf += self._pack(element)
         if len(buf) >= self.buffer_size:
@@ -291,7 +298,7 @@ class RecordSerializer:
         try:
             for i in range(0, end, size):
                 self.num_buffers += 1
-                sink(mv[i:i + size].tobytes(), False)
+                sink(mv[i : i + size].tobytes(), False)
         finally:
             mv.release()
         self.num_bytes += end
@@ -313,8 +320,7 @@ class RecordDeserializer:
     buffered (must be False at end of partition). Not thread safe.
     """
 
-    __slots__ = ("_unpacker", "_feed", "_hook", "_controls", "_fed", "_pending_ts",
-                 "num_buffers", "num_bytes")
+    __slots__ = ("_unpacker", "_feed", "_hook", "_controls", "_fed", "_pending_ts", "num_buffers", "num_bytes")
 
     def __init__(self) -> None:
         controls = [0]
@@ -370,7 +376,7 @@ class RecordDeserializer:
         # fast path: nothing but (mark, record) pairs, as event-time streams produce
         marks = objs[start::2]
         if marks and set(map(type, marks)) == _ONLY_MARKS:
-            values = objs[start + 1::2]
+            values = objs[start + 1 :: 2]
             if len(values) < len(marks):
                 self._pending_ts = marks.pop().timestamp
             if values:

@@ -28,8 +28,9 @@ __getattr__ = unsupported_module_getattr(__name__, FEATURE, SPARK_SQL)
 class _TableModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Makes every ``raylink.table.<module>`` a module of stand-ins."""
 
-    def find_spec(self, fullname: str, path: Any = None,
-                  target: Any = None) -> Optional[importlib.machinery.ModuleSpec]:
+    def find_spec(
+        self, fullname: str, path: Any = None, target: Any = None
+    ) -> Optional[importlib.machinery.ModuleSpec]:
         if fullname.startswith(__name__ + "."):
             return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
         return None

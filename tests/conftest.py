@@ -73,8 +73,7 @@ def spark(ray_session, tmp_path_factory):
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
-    session = get_spark(num_executors=1, executor_cores=1, executor_memory="1G",
-                        warehouse_dir=str(warehouse))
+    session = get_spark(num_executors=1, executor_cores=1, executor_memory="1G", warehouse_dir=str(warehouse))
     yield session
     stop(shutdown_ray=False)  # the Spark bridge and the session raylink started
     raydp.stop_spark()  # no-op when stop() already stopped it

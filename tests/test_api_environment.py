@@ -100,7 +100,11 @@ def test_configuration_get_set():
     assert conf.get_float("no.such.key", 0.5) == 0.5
     conf.set_string("a.b", "x").set_integer("c.d", 3).set_boolean("e.f", True).set_float("g.h", 1.5)
     assert (conf.get_string("a.b"), conf.get_integer("c.d"), conf.get_boolean("e.f"), conf.get_float("g.h")) == (
-        "x", 3, True, 1.5)
+        "x",
+        3,
+        True,
+        1.5,
+    )
     assert conf.contains_key("a.b") and not conf.contains_key("parallelism.default")
     assert conf.to_dict() == {"a.b": "x", "c.d": "3", "e.f": "True", "g.h": "1.5"}
     assert conf.remove_config("a.b") is True and conf.remove_config("a.b") is False
@@ -146,9 +150,9 @@ def test_env_max_parallelism_change_after_a_build_is_honoured():
 
 
 def test_top_level_reexport_in_fresh_interpreter():
-    code = ("import raylink\n"
-            "print(raylink.StreamExecutionEnvironment.__name__)\n"
-            "print(hasattr(raylink, 'no_such_name'))\n")
+    code = (
+        "import raylink\nprint(raylink.StreamExecutionEnvironment.__name__)\nprint(hasattr(raylink, 'no_such_name'))\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
     assert proc.returncode == 0, proc.stderr[-300:]
     assert proc.stdout.split() == ["StreamExecutionEnvironment", "False"]

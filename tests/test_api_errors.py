@@ -47,8 +47,11 @@ def test_forward_with_changed_parallelism():
 def test_forward_from_non_parallel_source():
     env = env_with(2)
     env.from_collection([1, 2]).forward().map(ident).print()
-    with pytest.raises(GraphError, match=r"Upstream operation: Source: Collection Source parallelism: 1, "
-                                         r"downstream operation: Map parallelism: 2"):
+    with pytest.raises(
+        GraphError,
+        match=r"Upstream operation: Source: Collection Source parallelism: 1, "
+        r"downstream operation: Map parallelism: 2",
+    ):
         env.get_stream_graph()
 
 
@@ -80,8 +83,11 @@ def test_env_parallelism_below_one(bad):
 def test_parallelism_above_operator_max_parallelism():
     env = env_with(1)
     env.from_sequence(1, 3).map(ident).name("big").set_max_parallelism(2).set_parallelism(4).print()
-    with pytest.raises(GraphError, match=r"The parallelism \(4\) of operator 'big' \(transformation 2\) is "
-                                         r"higher than its max parallelism \(2\)"):
+    with pytest.raises(
+        GraphError,
+        match=r"The parallelism \(4\) of operator 'big' \(transformation 2\) is "
+        r"higher than its max parallelism \(2\)",
+    ):
         env.get_job_graph()
 
 
@@ -89,8 +95,11 @@ def test_parallelism_above_env_max_parallelism():
     env = env_with(4)
     env.set_max_parallelism(3)
     env.from_sequence(1, 3).map(ident).print()
-    with pytest.raises(GraphError, match=r"The parallelism \(4\) of operator 'Map' \(transformation 2\) .* max "
-                                         r"parallelism \(3\)"):
+    with pytest.raises(
+        GraphError,
+        match=r"The parallelism \(4\) of operator 'Map' \(transformation 2\) .* max "
+        r"parallelism \(3\)",
+    ):
         env.get_stream_graph()
 
 
@@ -98,8 +107,11 @@ def test_parallelism_above_env_max_parallelism():
 def test_max_parallelism_out_of_range(bad):
     env = env_with(1)
     m = env.from_sequence(1, 3).map(ident).name("m")
-    with pytest.raises(GraphError, match=r"maximum parallelism must be at least 1 and smaller than or equal to "
-                                         r"32768 \(operator 'm'"):
+    with pytest.raises(
+        GraphError,
+        match=r"maximum parallelism must be at least 1 and smaller than or equal to "
+        r"32768 \(operator 'm'",
+    ):
         m.set_max_parallelism(bad)
     with pytest.raises(GraphError, match="maximum parallelism"):
         env.set_max_parallelism(bad)
@@ -134,8 +146,11 @@ def test_non_parallel_source_stays_at_one_under_env_parallelism():
 @pytest.mark.parametrize("bad", [42, None, "upper"])
 def test_key_by_non_callable(bad):
     env = env_with(1)
-    with pytest.raises(TypeError, match=r"^key_by: key_selector must be a callable or an object with a "
-                                        r"'get_key' method, got "):
+    with pytest.raises(
+        TypeError,
+        match=r"^key_by: key_selector must be a callable or an object with a "
+        r"'get_key' method, got ",
+    ):
         env.from_sequence(1, 3).key_by(bad)
 
 
@@ -153,8 +168,11 @@ def test_key_by_non_callable(bad):
 )
 def test_non_callable_function_names_the_operator(call, operator):
     env = env_with(1)
-    with pytest.raises(TypeError, match=rf"^{operator}: .* must be a callable or an object with a '\w+' method, "
-                                        rf"got int$"):
+    with pytest.raises(
+        TypeError,
+        match=rf"^{operator}: .* must be a callable or an object with a '\w+' method, "
+        rf"got int$",
+    ):
         call(env.from_sequence(1, 3))
     assert env.transformations == []
 
@@ -311,8 +329,11 @@ def test_bad_sources():
 def test_parallelism_above_the_upper_bound_of_default_max_parallelism():
     env = env_with(1)
     env.from_sequence(1, 3).map(ident).name("huge").set_parallelism(40000).print()
-    with pytest.raises(GraphError, match=r"The parallelism \(40000\) of operator 'huge' is higher than its max "
-                                         r"parallelism \(32768\)"):
+    with pytest.raises(
+        GraphError,
+        match=r"The parallelism \(40000\) of operator 'huge' is higher than its max "
+        r"parallelism \(32768\)",
+    ):
         env.get_job_graph()
 
 

@@ -92,8 +92,9 @@ def test_fields_are_set_by_position_or_name_and_nothing_else():
         r.get_fields_by_names(["zz"])
 
 
-@pytest.mark.parametrize("dumps, loads", [(pickle.dumps, pickle.loads), (cloudpickle.dumps, cloudpickle.loads),
-                                          (copy.deepcopy, None)])
+@pytest.mark.parametrize(
+    "dumps, loads", [(pickle.dumps, pickle.loads), (cloudpickle.dumps, cloudpickle.loads), (copy.deepcopy, None)]
+)
 def test_rows_pickle_and_copy_with_names_and_kind(dumps, loads):
     for row in (Row(1, [2, 3]), Row(name="a", nested=Row(x=1)), Row.of_kind(RowKind.UPDATE_BEFORE, k="v")):
         out = dumps(row) if loads is None else loads(dumps(row))
@@ -101,13 +102,16 @@ def test_rows_pickle_and_copy_with_names_and_kind(dumps, loads):
         assert out is not row
 
 
-@pytest.mark.parametrize("row", [
-    Row(1, "a"),
-    Row(name="a", age=5),
-    Row.of_kind(RowKind.UPDATE_AFTER, word="w", counts=[1, 2], pair=(3, [4]), by={"k": (5,)}),
-    Row(outer=Row.of_kind(RowKind.DELETE, 1, Row(deep=None))),
-    Row(),
-])
+@pytest.mark.parametrize(
+    "row",
+    [
+        Row(1, "a"),
+        Row(name="a", age=5),
+        Row.of_kind(RowKind.UPDATE_AFTER, word="w", counts=[1, 2], pair=(3, [4]), by={"k": (5,)}),
+        Row(outer=Row.of_kind(RowKind.DELETE, 1, Row(deep=None))),
+        Row(),
+    ],
+)
 def test_rows_cross_the_wire_codec_with_names_kind_and_nested_types(row):
     out = decode(encode(row))
     assert type(out) is Row and out == row and repr(out) == repr(row)
@@ -117,7 +121,7 @@ def test_rows_cross_the_wire_codec_with_names_kind_and_nested_types(row):
 
 
 def test_a_row_travels_as_its_own_ext_type_and_inside_containers():
-    assert encode(Row(1))[0] in (0xd4, 0xd5, 0xd6, 0xd7, 0xd8, 0xc7)  # an ext, not a pickle of the class
+    assert encode(Row(1))[0] in (0xD4, 0xD5, 0xD6, 0xD7, 0xD8, 0xC7)  # an ext, not a pickle of the class
     assert decode(encode(Row(1)))  # and decodes
     assert EXT_ROW == 4
     value = [("k", Row(a=1)), {"r": Row(2)}]

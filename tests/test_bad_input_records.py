@@ -55,7 +55,7 @@ def rolling_reference(records, agg, pos, kpos=0):
         values = [r[pos] for r in history]
         if agg in ("sum", "min", "max"):
             new = sum(values) if agg == "sum" else min(values) if agg == "min" else max(values)
-            out.append(first[:pos] + (new,) + first[pos + 1:])
+            out.append(first[:pos] + (new,) + first[pos + 1 :])
         else:  # the whole record holding the min / max, the first one on ties
             best = min(values) if agg == "min_by" else max(values)
             out.append(history[values.index(best)])
@@ -78,7 +78,7 @@ def test_positional_aggregations_match_a_brute_force_reference(agg, pos):
 def test_sum_over_pairs_matches_a_brute_force_reference(pos):
     rng = random.Random(pos)
     kpos = 1 - pos  # (key, n).sum(1): the word-count fast path; (n, key).sum(0)
-    records = [(rng.randrange(5), f"k{rng.randrange(9)}")[::1 if kpos else -1] for _ in range(600)]
+    records = [(rng.randrange(5), f"k{rng.randrange(9)}")[:: 1 if kpos else -1] for _ in range(600)]
     check_against_reference(records, "sum", pos, kpos)
 
 
@@ -108,18 +108,23 @@ def test_every_positional_aggregation_checks_the_position_of_a_keys_first_record
     env = make_env("local", 1)
     records = [("a", 1, 5), ("a", 2, 6), ("b", 3)]  # key b's first record has no position 2
     getattr(env.from_collection(records).key_by(lambda t: t[0]), agg)(2).collect_sink("out")
-    with pytest.raises(JobExecutionException, match=rf"{agg} 'Keyed Aggregation': field position 2 is out of "
-                                                    r"bounds: the record has 2 fields \(\('b', 3\)\)"):
+    with pytest.raises(
+        JobExecutionException,
+        match=rf"{agg} 'Keyed Aggregation': field position 2 is out of "
+        r"bounds: the record has 2 fields \(\('b', 3\)\)",
+    ):
         env.execute()
 
 
 def test_out_of_bounds_aggregation_fails_on_ray_with_the_same_error(ray_session):
     ship_this_module_by_value()
     env = make_env("ray", 2)
-    env.from_collection([(f"k{i % 4}", i) for i in range(40)]).key_by(lambda t: t[0]).max_by(5) \
-        .collect_sink("out")
-    with pytest.raises(JobExecutionException, match=r"max_by 'Keyed Aggregation': field position 5 is out of "
-                                                    r"bounds: the record has 2 fields"):
+    env.from_collection([(f"k{i % 4}", i) for i in range(40)]).key_by(lambda t: t[0]).max_by(5).collect_sink("out")
+    with pytest.raises(
+        JobExecutionException,
+        match=r"max_by 'Keyed Aggregation': field position 5 is out of "
+        r"bounds: the record has 2 fields",
+    ):
         env.execute()
 
 
@@ -145,29 +150,36 @@ ID = uuid.UUID(int=7)
 
 def emit_then(bad):
     """A flat_map function: two good pairs per line, then ``bad``."""
+
     def split(line):
         return [(w, 1) for w in line.split()] + [bad]
+
     return split
 
 
-@pytest.mark.parametrize("bad, error", [
-    (("w", WHEN), "field 1 of a record declared Types.TUPLE([STRING, INT]) is a datetime.datetime, not an INT"),
-    ((WHEN, 1), "field 0 of a record declared Types.TUPLE([STRING, INT]) is a datetime.datetime, not a STRING"),
-    ((Decimal("1.5"), 1), "field 0 of a record declared Types.TUPLE([STRING, INT]) is a decimal.Decimal, "
-                          "not a STRING"),
-    ((ID, 1), "field 0 of a record declared Types.TUPLE([STRING, INT]) is an uuid.UUID, not a STRING"),
-    (("w", Color.RED), f"field 1 of a record declared Types.TUPLE([STRING, INT]) is a {HERE}.Color, "
-                       "not an INT"),
-    (("w", 2.5), "field 1 of a record declared Types.TUPLE([STRING, INT]) is a float, not an INT"),
-    (("w", [1]), "field 1 of a record declared Types.TUPLE([STRING, INT]) is a list, not an INT"),
-    ({"w", 1}, "a record declared Types.TUPLE([STRING, INT]) is a set"),
-    (Event("w", 1), f"a record declared Types.TUPLE([STRING, INT]) is a {HERE}.Event"),
-    (("w", 1, 2), "a record declared Types.TUPLE([STRING, INT]) has 3 fields"),
-])
+@pytest.mark.parametrize(
+    "bad, error",
+    [
+        (("w", WHEN), "field 1 of a record declared Types.TUPLE([STRING, INT]) is a datetime.datetime, not an INT"),
+        ((WHEN, 1), "field 0 of a record declared Types.TUPLE([STRING, INT]) is a datetime.datetime, not a STRING"),
+        (
+            (Decimal("1.5"), 1),
+            "field 0 of a record declared Types.TUPLE([STRING, INT]) is a decimal.Decimal, not a STRING",
+        ),
+        ((ID, 1), "field 0 of a record declared Types.TUPLE([STRING, INT]) is an uuid.UUID, not a STRING"),
+        (("w", Color.RED), f"field 1 of a record declared Types.TUPLE([STRING, INT]) is a {HERE}.Color, not an INT"),
+        (("w", 2.5), "field 1 of a record declared Types.TUPLE([STRING, INT]) is a float, not an INT"),
+        (("w", [1]), "field 1 of a record declared Types.TUPLE([STRING, INT]) is a list, not an INT"),
+        ({"w", 1}, "a record declared Types.TUPLE([STRING, INT]) is a set"),
+        (Event("w", 1), f"a record declared Types.TUPLE([STRING, INT]) is a {HERE}.Event"),
+        (("w", 1, 2), "a record declared Types.TUPLE([STRING, INT]) has 3 fields"),
+    ],
+)
 def test_a_record_that_does_not_match_the_declared_type_fails_naming_operator_field_and_type(bad, error):
     env = make_env("local", 2)
-    env.from_collection(["a b", "c d"]).flat_map(emit_then(bad), output_type=PAIRS).name("Split") \
-        .rebalance().map(lambda v: v).collect_sink("out")
+    env.from_collection(["a b", "c d"]).flat_map(emit_then(bad), output_type=PAIRS).name("Split").rebalance().map(
+        lambda v: v
+    ).collect_sink("out")
     with pytest.raises(JobExecutionException) as ei:
         env.execute()
     message = str(ei.value)
@@ -184,8 +196,9 @@ def test_a_declared_type_converts_as_pyflink_and_keeps_exact_results():
         return [(w, 1), [w, 1], Pair(w, 1), (w, Level.HIGH)]
 
     env = make_env("local", 2)
-    env.from_collection(list(range(len(words)))).flat_map(shapes, output_type=PAIRS) \
-        .key_by(lambda t: t[0]).sum(1).collect_sink("out")
+    env.from_collection(list(range(len(words)))).flat_map(shapes, output_type=PAIRS).key_by(lambda t: t[0]).sum(
+        1
+    ).collect_sink("out")
     got = env.execute().get_accumulator_result("out")
     assert {type(r) for r in got} == {tuple} and {type(r[1]) for r in got} == {int}
     finals = {}
@@ -195,19 +208,30 @@ def test_a_declared_type_converts_as_pyflink_and_keeps_exact_results():
 
 
 def test_without_a_declared_type_every_value_arrives_as_it_was():
-    values = [("w", WHEN), (Decimal("1.5"), ID), {"w", 1}, Event("w", 1), ("w", Color.RED), ["w", [1, 2]],
-              ("w", Level.HIGH), frozenset({3}), {"k": (1, [2])}, 2 ** 70]
+    values = [
+        ("w", WHEN),
+        (Decimal("1.5"), ID),
+        {"w", 1},
+        Event("w", 1),
+        ("w", Color.RED),
+        ["w", [1, 2]],
+        ("w", Level.HIGH),
+        frozenset({3}),
+        {"k": (1, [2])},
+        2**70,
+    ]
 
     env = make_env("local", 2)
-    env.from_collection(list(range(len(values)))).map(lambda i, v=values: v[i]) \
-        .key_by(lambda v: 0).map(lambda v: v).collect_sink("out")
+    env.from_collection(list(range(len(values)))).map(lambda i, v=values: v[i]).key_by(lambda v: 0).map(
+        lambda v: v
+    ).collect_sink("out")
     got = env.execute().get_accumulator_result("out")
     assert sorted(map(repr, got)) == sorted(map(repr, values))
     assert {type(v) for v in got} == {type(v) for v in values}
 
 
 # -- record classes defined in the job script ----------------------------------------------------
-JOB_SCRIPT = '''
+JOB_SCRIPT = """
 from collections import namedtuple
 from dataclasses import dataclass
 
@@ -246,7 +270,7 @@ back = list(env.from_collection(RAW[:20]).map(lambda raw: Click(*raw)).rebalance
             .map(lambda click: click).execute_and_collect())
 print("collected equal", sorted(back, key=lambda c: c.ms) == [Click(*raw) for raw in RAW[:20]],
       all(type(c) is Click for c in back))
-'''
+"""
 
 
 @pytest.mark.timeout(180)
@@ -255,15 +279,20 @@ def test_record_classes_defined_in_the_job_script_travel_between_task_executors_
     script.write_text(textwrap.dedent(JOB_SCRIPT))
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAYLINK_")}
     env["RAY_ADDRESS"] = ray_session.get_runtime_context().gcs_address
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env,
-                          cwd=tmp_path, timeout=150)
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=150
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     raw = [(f"u{i % 5}", f"/p{i % 7}", 10 + i) for i in range(300)]
-    expected = ["several executors True", "records 300"] + [
-        f"PageTotal(page='/p{p}', clicks={sum(1 for r in raw if r[1] == f'/p{p}')}, "
-        f"ms={sum(r[2] for r in raw if r[1] == f'/p{p}')})"
-        for p in range(7)
-    ] + ["collected equal True True"]
+    expected = (
+        ["several executors True", "records 300"]
+        + [
+            f"PageTotal(page='/p{p}', clicks={sum(1 for r in raw if r[1] == f'/p{p}')}, "
+            f"ms={sum(r[2] for r in raw if r[1] == f'/p{p}')})"
+            for p in range(7)
+        ]
+        + ["collected equal True True"]
+    )
     assert proc.stdout.splitlines() == expected
 
 
@@ -278,11 +307,13 @@ def test_an_unserialisable_record_fails_saying_why(target):
     if target == "ray":
         ship_this_module_by_value()
     env = make_env(target, 2)
-    env.from_collection([1, 2]).map(lambda i: (i, Holder())).name("Wrap").rebalance().map(lambda v: v) \
-        .collect_sink("out")
+    env.from_collection([1, 2]).map(lambda i: (i, Holder())).name("Wrap").rebalance().map(lambda v: v).collect_sink(
+        "out"
+    )
     with pytest.raises(JobExecutionException) as ei:
         env.execute()
     message = str(ei.value)
     assert "Operator 'Wrap'" in message
-    assert f"Cannot serialize a value of type '{HERE}.Holder': TypeError: cannot pickle '_thread.lock' object" \
-        in message
+    assert (
+        f"Cannot serialize a value of type '{HERE}.Holder': TypeError: cannot pickle '_thread.lock' object" in message
+    )

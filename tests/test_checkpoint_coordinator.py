@@ -85,9 +85,14 @@ def test_declines_are_tolerated_up_to_the_configured_number_then_fail_the_job(tm
 
 
 def test_a_checkpoint_that_times_out_expires_and_is_counted(tmp_path):
-    coord, rec, storage = coordinator(tmp_path, {"execution.checkpointing.interval": "50 ms",
-                                                 "execution.checkpointing.timeout": "100 ms",
-                                                 "execution.checkpointing.tolerable-failed-checkpoints": 100})
+    coord, rec, storage = coordinator(
+        tmp_path,
+        {
+            "execution.checkpointing.interval": "50 ms",
+            "execution.checkpointing.timeout": "100 ms",
+            "execution.checkpointing.tolerable-failed-checkpoints": 100,
+        },
+    )
     coord.start({"a"})  # "a" never acknowledges
     assert rec.event.wait(5)
     done = threading.Event()

@@ -52,8 +52,10 @@ def _names(url):
 
 def _complete(storage, checkpoint_id, blobs, properties=None):
     """Writes ``blobs`` ({operator: {subtask: bytes}}) and finalizes the checkpoint."""
-    handles = {op: {i: storage.write_state(checkpoint_id, op, i, data) for i, data in subtasks.items()}
-               for op, subtasks in blobs.items()}
+    handles = {
+        op: {i: storage.write_state(checkpoint_id, op, i, data) for i, data in subtasks.items()}
+        for op, subtasks in blobs.items()
+    }
     return storage.finalize(checkpoint_id, handles, properties or {}, trigger_timestamp=1000 + checkpoint_id)
 
 
@@ -68,8 +70,9 @@ def test_round_trip_layout_and_metadata(root):
     chk_names = _names(f"{root}/{JOB}/chk-7")
     assert "_metadata" in chk_names
     assert not [n for n in chk_names if n.startswith(".")]
-    file_handles = [h for subs in done.operator_states.values() for h in subs.values()
-                    if isinstance(h, FileStateHandle)]
+    file_handles = [
+        h for subs in done.operator_states.values() for h in subs.values() if isinstance(h, FileStateHandle)
+    ]
     assert sorted(os.path.basename(h.path) for h in file_handles) == sorted(n for n in chk_names if n != "_metadata")
     assert isinstance(done.get_state("op-a", 1), ByteStreamStateHandle)  # below the inline threshold
     assert isinstance(done.get_state("op-a", 0), FileStateHandle)
@@ -171,8 +174,16 @@ def _corrupt(root, checkpoint_id, how):
     return meta
 
 
-CORRUPTIONS = ["garbage", "truncated", "bit-flip", "future-version", "empty", "missing-metadata",
-               "missing-state", "truncated-state"]
+CORRUPTIONS = [
+    "garbage",
+    "truncated",
+    "bit-flip",
+    "future-version",
+    "empty",
+    "missing-metadata",
+    "missing-state",
+    "truncated-state",
+]
 
 
 @pytest.mark.parametrize("how", CORRUPTIONS)
@@ -306,11 +317,15 @@ def test_concurrent_writes(root):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(blobs=st.dictionaries(st.text("abcdef0123456789", min_size=1, max_size=12),
-                             st.dictionaries(st.integers(0, 64), st.binary(max_size=3000), max_size=4),
-                             max_size=4),
-       inline_threshold=st.sampled_from([0, 1, 64, 1024]),
-       use_memory=st.booleans())
+@given(
+    blobs=st.dictionaries(
+        st.text("abcdef0123456789", min_size=1, max_size=12),
+        st.dictionaries(st.integers(0, 64), st.binary(max_size=3000), max_size=4),
+        max_size=4,
+    ),
+    inline_threshold=st.sampled_from([0, 1, 64, 1024]),
+    use_memory=st.booleans(),
+)
 def test_random_state_blobs_round_trip(blobs, inline_threshold, use_memory):
     with tempfile.TemporaryDirectory() as folder:
         root = f"memory://hyp-{uuid.uuid4().hex}" if use_memory else folder

@@ -27,18 +27,54 @@ DEPLOY = ROOT / "deploy"
 IMAGE = "raylink:0.1.0"
 
 # ray.io/v1 field names (kuberay ray-operator/apis/ray/v1/*_types.go)
-CLUSTER_SPEC_FIELDS = {"headGroupSpec", "workerGroupSpecs", "rayVersion", "enableInTreeAutoscaling",
-                       "autoscalerOptions", "headServiceAnnotations", "suspend", "managedBy",
-                       "gcsFaultToleranceOptions", "authOptions"}
+CLUSTER_SPEC_FIELDS = {
+    "headGroupSpec",
+    "workerGroupSpecs",
+    "rayVersion",
+    "enableInTreeAutoscaling",
+    "autoscalerOptions",
+    "headServiceAnnotations",
+    "suspend",
+    "managedBy",
+    "gcsFaultToleranceOptions",
+    "authOptions",
+}
 AUTH_FIELDS = {"mode", "secretName", "enableK8sTokenAuth"}  # AuthOptions (KubeRay >= 1.5.1)
 PUBLIC_HOSTS = {"0.0.0.0", "::", "[::]", "*"}
 HEAD_FIELDS = {"serviceType", "headService", "enableIngress", "rayStartParams", "template"}
-WORKER_FIELDS = {"groupName", "replicas", "minReplicas", "maxReplicas", "idleTimeoutSeconds", "rayStartParams",
-                 "template", "scaleStrategy", "numOfHosts", "suspend"}
-RAYJOB_SPEC_FIELDS = {"activeDeadlineSeconds", "backoffLimit", "rayClusterSpec", "submitterPodTemplate", "metadata",
-                      "clusterSelector", "submitterConfig", "managedBy", "deletionStrategy", "entrypoint",
-                      "runtimeEnvYAML", "jobId", "submissionMode", "entrypointResources", "entrypointNumCpus",
-                      "entrypointNumGpus", "ttlSecondsAfterFinished", "shutdownAfterJobFinishes", "suspend"}
+WORKER_FIELDS = {
+    "groupName",
+    "replicas",
+    "minReplicas",
+    "maxReplicas",
+    "idleTimeoutSeconds",
+    "rayStartParams",
+    "template",
+    "scaleStrategy",
+    "numOfHosts",
+    "suspend",
+}
+RAYJOB_SPEC_FIELDS = {
+    "activeDeadlineSeconds",
+    "backoffLimit",
+    "rayClusterSpec",
+    "submitterPodTemplate",
+    "metadata",
+    "clusterSelector",
+    "submitterConfig",
+    "managedBy",
+    "deletionStrategy",
+    "entrypoint",
+    "runtimeEnvYAML",
+    "jobId",
+    "submissionMode",
+    "entrypointResources",
+    "entrypointNumCpus",
+    "entrypointNumGpus",
+    "ttlSecondsAfterFinished",
+    "shutdownAfterJobFinishes",
+    "suspend",
+}
 
 
 def load(name: str) -> dict:
@@ -76,7 +112,10 @@ def check_cluster_spec(spec: dict) -> None:
     container = head["template"]["spec"]["containers"][0]
     assert container["image"] == IMAGE
     assert {p["containerPort"]: p["name"] for p in container["ports"]} == {
-        6379: "gcs-server", 8265: "dashboard", 10001: "client"}
+        6379: "gcs-server",
+        8265: "dashboard",
+        10001: "client",
+    }
     assert spec["workerGroupSpecs"], "no worker group"
     for group in spec["workerGroupSpecs"]:
         assert set(group) <= WORKER_FIELDS, set(group) - WORKER_FIELDS
@@ -185,8 +224,9 @@ def test_ray_up_config_passes_rays_schema():
 
 def test_ray_up_config_starts_every_node_with_token_auth_and_a_loopback_dashboard():
     config = load("vm/cluster.yaml")
-    starts = [c for key in ("head_start_ray_commands", "worker_start_ray_commands") for c in config[key]
-              if "ray start" in c]
+    starts = [
+        c for key in ("head_start_ray_commands", "worker_start_ray_commands") for c in config[key] if "ray start" in c
+    ]
     assert len(starts) == 2
     for command in starts:  # the variable on the same shell command as `ray start`
         assert re.search(r"\bRAY_AUTH_MODE=token ray start\b", command), command
@@ -200,8 +240,10 @@ def test_ray_up_config_starts_every_node_with_token_auth_and_a_loopback_dashboar
 
 
 def test_no_manifest_or_doc_binds_the_dashboard_publicly_without_auth():
-    docs = {path: path.read_text() for path in [ROOT / "README.md", *sorted(DEPLOY.rglob("*.md")),
-                                                *sorted(DEPLOY.rglob("*.yaml"))]}
+    docs = {
+        path: path.read_text()
+        for path in [ROOT / "README.md", *sorted(DEPLOY.rglob("*.md")), *sorted(DEPLOY.rglob("*.yaml"))]
+    }
     for path, text in docs.items():
         for command in re.findall(r"(?:RAY_AUTH_MODE=\S+ )?ray start\b[^\n`#]*", text):
             assert command.startswith("RAY_AUTH_MODE=token "), (path, command)  # every node: token auth
@@ -220,9 +262,13 @@ def test_readme_shows_the_three_paths():
     readme = (ROOT / "README.md").read_text()
     for heading in ("## Running on a Ray cluster", "## Kubernetes"):
         assert heading in readme
-    for text in ("raylink run examples/word_count.py", "raylink submit --address http://",
-                 "kubectl apply -f deploy/kuberay/rayjob.yaml", "ray up deploy/vm/cluster.yaml",
-                 "docker build -f deploy/Dockerfile"):
+    for text in (
+        "raylink run examples/word_count.py",
+        "raylink submit --address http://",
+        "kubectl apply -f deploy/kuberay/rayjob.yaml",
+        "ray up deploy/vm/cluster.yaml",
+        "docker build -f deploy/Dockerfile",
+    ):
         assert text in readme, text
 
 

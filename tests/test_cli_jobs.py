@@ -36,14 +36,27 @@ def clean_env(**extra: str) -> dict:
 
 
 def raylink(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "raylink", *args], capture_output=True, text=True, cwd=ROOT,
-                          timeout=50, env=env or clean_env())
+    return subprocess.run(
+        [sys.executable, "-m", "raylink", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=50,
+        env=env or clean_env(),
+    )
 
 
-@pytest.mark.parametrize("args", [
-    ["list"], ["status", "raylink-x"], ["logs", "raylink-x"], ["logs", "--follow", "raylink-x"],
-    ["cancel", "raylink-x"], ["submit", "examples/word_count.py"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["list"],
+        ["status", "raylink-x"],
+        ["logs", "raylink-x"],
+        ["logs", "--follow", "raylink-x"],
+        ["cancel", "raylink-x"],
+        ["submit", "examples/word_count.py"],
+    ],
+)
 def test_unreachable_dashboard_exits_3(args):
     proc = raylink(args[0], "--address", DEAD, *args[1:])
     assert (proc.returncode, proc.stdout) == (3, "")
@@ -56,16 +69,21 @@ def test_unreachable_dashboard_exits_3(args):
 
 def test_address_from_the_environment():
     proc = raylink("list", env=clean_env(RAY_API_SERVER_ADDRESS="http://127.0.0.1:2"))
-    assert (proc.returncode, proc.stderr) == (3, "raylink: cannot reach the Ray dashboard at 127.0.0.1:2: "
-                                                 "Connection refused\n")
+    assert (proc.returncode, proc.stderr) == (
+        3,
+        "raylink: cannot reach the Ray dashboard at 127.0.0.1:2: Connection refused\n",
+    )
 
 
 def test_submit_errors_before_contacting_the_cluster():
     proc = raylink("submit", "--address", DEAD, "missing_job.py")
     assert (proc.returncode, proc.stderr) == (2, "raylink: no such job file: missing_job.py\n")
     proc = raylink("submit", "--address", "ray://127.0.0.1:10001", "examples/word_count.py")
-    assert (proc.returncode, proc.stderr) == (2, "raylink: ray://127.0.0.1:10001 is a Ray Client address; jobs go "
-                                                 "through the dashboard: --address http://HEAD:8265\n")
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        "raylink: ray://127.0.0.1:10001 is a Ray Client address; jobs go "
+        "through the dashboard: --address http://HEAD:8265\n",
+    )
     proc = raylink("submit", "--address", DEAD, "--env", "NOEQUALS", "examples/word_count.py")
     assert (proc.returncode, proc.stderr) == (2, "raylink submit: --env expects KEY=VALUE, got 'NOEQUALS'\n")
     proc = raylink("submit", "--address", DEAD, "--pip", "raylink", "examples/word_count.py")
@@ -122,17 +140,40 @@ def test_staged_package_is_raylink_without_tests(tmp_path):
     staged = Path(stage_raylink(str(tmp_path)))
     assert staged.name == "raylink"
     names = {p.name for p in staged.iterdir()}
-    assert {"__init__.py", "__main__.py", "api", "graph", "operators", "shuffle", "runtime", "actors",
-            "connectors", "cli"} <= names
-    assert {p.name for p in (staged / "cli").iterdir()} >= {"__init__.py", "main.py", "run.py", "jobs.py",
-                                                            "plan.py", "conf.py", "config.py", "progress.py",
-                                                            "common.py"}
+    assert {
+        "__init__.py",
+        "__main__.py",
+        "api",
+        "graph",
+        "operators",
+        "shuffle",
+        "runtime",
+        "actors",
+        "connectors",
+        "cli",
+    } <= names
+    assert {p.name for p in (staged / "cli").iterdir()} >= {
+        "__init__.py",
+        "main.py",
+        "run.py",
+        "jobs.py",
+        "plan.py",
+        "conf.py",
+        "config.py",
+        "progress.py",
+        "common.py",
+    }
     assert "tests" not in names and ".venv" not in names and ".git" not in names
     assert not list(staged.rglob("__pycache__"))
     # importable under its own name from the staging dir (what py_modules does on a node)
-    proc = subprocess.run([sys.executable, "-c", "import raylink.api, raylink.cli.run; "
-                           "print(raylink.__file__)"], capture_output=True, text=True, cwd=tmp_path,
-                          env=clean_env(PYTHONPATH=str(tmp_path)), timeout=30)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import raylink.api, raylink.cli.run; print(raylink.__file__)"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=clean_env(PYTHONPATH=str(tmp_path)),
+        timeout=30,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(staged / "__init__.py")
 
@@ -147,8 +188,9 @@ def test_runtime_env_per_ship_mode(tmp_path):
     assert ".venv" in env["excludes"] and ".git" in env["excludes"]
     pip = build_runtime_env("/jobs/wc", conf, "pip", [], {}, None)
     assert pip["pip"] == ["raylink==0.1.0"] and "py_modules" not in pip
-    assert build_runtime_env("/jobs/wc", conf, "pip", ["raylink @ git+https://example/raylink"], {},
-                             None)["pip"] == ["raylink @ git+https://example/raylink"]
+    assert build_runtime_env("/jobs/wc", conf, "pip", ["raylink @ git+https://example/raylink"], {}, None)["pip"] == [
+        "raylink @ git+https://example/raylink"
+    ]
     installed = build_runtime_env("/jobs/wc", conf, "installed", [], {}, None)
     assert "pip" not in installed and "py_modules" not in installed
 
@@ -161,20 +203,30 @@ def test_entrypoint_and_submission_id():
 
 def test_failure_cause_from_logs():
     info = SimpleNamespace(message="Job entrypoint command failed with exit code 1")
-    logs = ("Running entrypoint for job x\nraylink: job 'wc' (abc) started: 1 vertex\n"
-            "raylink: job 'wc' FAILED: Operator 'Map' failed: KeyError: 'k'\n")
+    logs = (
+        "Running entrypoint for job x\nraylink: job 'wc' (abc) started: 1 vertex\n"
+        "raylink: job 'wc' FAILED: Operator 'Map' failed: KeyError: 'k'\n"
+    )
     assert failure_cause(info, logs) == "job 'wc' FAILED: Operator 'Map' failed: KeyError: 'k'"
-    assert failure_cause(info, "Traceback (most recent call last):\n  File x\nImportError: no raylink\n") == \
-        "ImportError: no raylink"
+    assert (
+        failure_cause(info, "Traceback (most recent call last):\n  File x\nImportError: no raylink\n")
+        == "ImportError: no raylink"
+    )
     assert failure_cause(info, "/bin/sh: 1: python: not found\n") == "/bin/sh: 1: python: not found"
     assert failure_cause(info, "") == "Job entrypoint command failed with exit code 1"
 
 
 def test_latest_progress_block():
-    logs = "\n".join([
-        "raylink| job 'x' RUNNING 1.0 s", "raylink| VERTEX  SUBTASKS", "raylink| Source  1",
-        "(TaskExecutorActor pid=1) 1> ('a', 1)",
-        "raylink| job 'x' RUNNING 2.0 s", "raylink| VERTEX  SUBTASKS", "raylink| Source  2",
-    ])
+    logs = "\n".join(
+        [
+            "raylink| job 'x' RUNNING 1.0 s",
+            "raylink| VERTEX  SUBTASKS",
+            "raylink| Source  1",
+            "(TaskExecutorActor pid=1) 1> ('a', 1)",
+            "raylink| job 'x' RUNNING 2.0 s",
+            "raylink| VERTEX  SUBTASKS",
+            "raylink| Source  2",
+        ]
+    )
     assert latest_progress(logs) == ["job 'x' RUNNING 2.0 s", "VERTEX  SUBTASKS", "Source  2"]
     assert latest_progress("no progress here") == []

@@ -38,7 +38,7 @@ WORD_COUNT = ROOT / "examples" / "word_count.py"
 UNBOUNDED = ROOT / "examples" / "unbounded_word_count.py"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
-FAILING_JOB = '''
+FAILING_JOB = """
 from raylink.api import StreamExecutionEnvironment
 
 
@@ -51,7 +51,7 @@ def check(x):
 env = StreamExecutionEnvironment.get_execution_environment()
 env.from_collection([1, 2, 3, 4]).map(check).print()
 env.execute("failing")
-'''
+"""
 
 
 def expected_counts() -> Counter:
@@ -91,10 +91,24 @@ def free_port() -> int:
 
 def node_ports() -> list[str]:
     low, high = port_range(40)
-    return ["--node-manager-port", str(free_port()), "--object-manager-port", str(free_port()),
-            "--dashboard-agent-listen-port", str(free_port()), "--dashboard-agent-grpc-port", str(free_port()),
-            "--metrics-export-port", str(free_port()), "--runtime-env-agent-port", str(free_port()),
-            "--min-worker-port", str(low), "--max-worker-port", str(high)]
+    return [
+        "--node-manager-port",
+        str(free_port()),
+        "--object-manager-port",
+        str(free_port()),
+        "--dashboard-agent-listen-port",
+        str(free_port()),
+        "--dashboard-agent-grpc-port",
+        str(free_port()),
+        "--metrics-export-port",
+        str(free_port()),
+        "--runtime-env-agent-port",
+        str(free_port()),
+        "--min-worker-port",
+        str(low),
+        "--max-worker-port",
+        str(high),
+    ]
 
 
 # The test cluster's own token for Ray's token authentication (not the machine's
@@ -104,8 +118,7 @@ TOKEN = {"file": ""}
 
 def clean_env() -> dict:
     """A fresh shell's environment: the venv on PATH, the cluster's token file, no other Ray settings."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("RAY_", "RAYLINK_")) and k not in ("PYTHONPATH",)}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "RAYLINK_")) and k not in ("PYTHONPATH",)}
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
     env["RAY_AUTH_TOKEN_PATH"] = TOKEN["file"]
     return env
@@ -136,9 +149,26 @@ class TwoNodeCluster:
         self.logs.append(log)
         # one temp dir per node: nodes sharing a session's log dir would each forward every worker's output
         node_dir = os.path.join(self.temp_dir, name[0])
-        self.procs.append(subprocess.Popen([RAY, "start", "--block", "--num-cpus", "1", "--temp-dir", node_dir,
-                                            "--disable-usage-stats", *node_ports(), *args],
-                                           env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.temp_dir))
+        self.procs.append(
+            subprocess.Popen(
+                [
+                    RAY,
+                    "start",
+                    "--block",
+                    "--num-cpus",
+                    "1",
+                    "--temp-dir",
+                    node_dir,
+                    "--disable-usage-stats",
+                    *node_ports(),
+                    *args,
+                ],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.temp_dir,
+            )
+        )
 
     def _node_ids(self) -> list[str]:
         r = requests.get(f"{self.dashboard}/api/v0/nodes", headers=headers(), timeout=5)
@@ -168,13 +198,25 @@ class TwoNodeCluster:
         return "\n".join(out)
 
     def start(self) -> "TwoNodeCluster":
-        self._start("head", ["--head", "--port", str(self.gcs_port), "--dashboard-host", "127.0.0.1",
-                             "--dashboard-port", self.dashboard.rsplit(":", 1)[1],
-                             "--ray-client-server-port", str(free_port())])
+        self._start(
+            "head",
+            [
+                "--head",
+                "--port",
+                str(self.gcs_port),
+                "--dashboard-host",
+                "127.0.0.1",
+                "--dashboard-port",
+                self.dashboard.rsplit(":", 1)[1],
+                "--ray-client-server-port",
+                str(free_port()),
+            ],
+        )
         self._poll("waiting for the head", lambda: len(self._node_ids()) == 1, 90)
         self._start("worker", ["--address", f"127.0.0.1:{self.gcs_port}"])
-        self.node_ids = self._poll("waiting for the second node",
-                                   lambda: (lambda ids: ids if len(ids) == 2 else None)(self._node_ids()), 90)
+        self.node_ids = self._poll(
+            "waiting for the second node", lambda: (lambda ids: ids if len(ids) == 2 else None)(self._node_ids()), 90
+        )
         return self
 
     def processes(self) -> list[psutil.Process]:
@@ -206,8 +248,7 @@ class TwoNodeCluster:
 def raylink(*args: str, timeout: float = 120, cwd: Path = ROOT, script: bool = False) -> subprocess.CompletedProcess:
     """``python -m raylink ...`` (or the ``raylink`` console script) as from a fresh shell."""
     command = [str(VENV_BIN / "raylink")] if script else [sys.executable, "-m", "raylink"]
-    return subprocess.run([*command, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd,
-                          env=clean_env())
+    return subprocess.run([*command, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=clean_env())
 
 
 def submitted_id(stderr: str) -> str:
@@ -225,22 +266,34 @@ def word_counts(log: str) -> Counter:
 
 
 def executor_lines(log: str) -> list[tuple[str, str, int, int]]:
-    return [(m[0], m[1], int(m[2]), int(m[3])) for m in re.findall(
-        r"^raylink: TaskExecutor (\S+) on node ([0-9a-f]+) pid \d+: tasks=\d+ remoteBuffersSent=(\d+) "
-        r"remoteChannels=(\d+)$", log, re.M)]
+    return [
+        (m[0], m[1], int(m[2]), int(m[3]))
+        for m in re.findall(
+            r"^raylink: TaskExecutor (\S+) on node ([0-9a-f]+) pid \d+: tasks=\d+ remoteBuffersSent=(\d+) "
+            r"remoteChannels=(\d+)$",
+            log,
+            re.M,
+        )
+    ]
 
 
 def alive_task_executors(cluster: TwoNodeCluster) -> int:
-    r = requests.get(f"{cluster.dashboard}/api/v0/actors", params={"limit": 1000}, headers=headers(),
-                     timeout=10)
+    r = requests.get(f"{cluster.dashboard}/api/v0/actors", params={"limit": 1000}, headers=headers(), timeout=10)
     r.raise_for_status()
-    return sum(1 for a in r.json()["data"]["result"]["result"]
-               if a["class_name"] == "TaskExecutorActor" and a["state"] != "DEAD")
+    return sum(
+        1
+        for a in r.json()["data"]["result"]["result"]
+        if a["class_name"] == "TaskExecutorActor" and a["state"] != "DEAD"
+    )
 
 
 def placement_groups(cluster: TwoNodeCluster) -> list[dict]:
-    r = requests.get(f"{cluster.dashboard}/api/v0/placement_groups", params={"limit": 1000, "detail": "true"},
-                     headers=headers(), timeout=10)
+    r = requests.get(
+        f"{cluster.dashboard}/api/v0/placement_groups",
+        params={"limit": 1000, "detail": "true"},
+        headers=headers(),
+        timeout=10,
+    )
     r.raise_for_status()
     return r.json()["data"]["result"]["result"]
 
@@ -266,9 +319,16 @@ def test_submit_logs_run_fail_and_cancel_on_two_nodes(cluster, tmp_path):
 
     # -- submit the word count, follow it to the end -------------------------------------------------
     # Flink's slot placement (one TaskExecutor per slot), so the job's two slots land one per node
-    proc = raylink("submit", "--address", cluster.dashboard, "--conf", "raylink.task-placement=slot",
-                   str(WORD_COUNT), cwd=tmp_path,
-                   script=(VENV_BIN / "raylink").exists())
+    proc = raylink(
+        "submit",
+        "--address",
+        cluster.dashboard,
+        "--conf",
+        "raylink.task-placement=slot",
+        str(WORD_COUNT),
+        cwd=tmp_path,
+        script=(VENV_BIN / "raylink").exists(),
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     job_id = submitted_id(proc.stderr)
     assert re.fullmatch(r"raylink-word_count-[0-9a-f]{8}", job_id)
@@ -296,18 +356,29 @@ def test_submit_logs_run_fail_and_cancel_on_two_nodes(cluster, tmp_path):
     status = raylink("status", "--address", cluster.dashboard, job_id)
     assert status.returncode == 0, status.stderr
     lines = status.stdout.splitlines()
-    assert lines[:3] == [f"Job:        {job_id}", "Status:     SUCCEEDED",
-                         "Entrypoint: python -m raylink run --progress log word_count.py"]
+    assert lines[:3] == [
+        f"Job:        {job_id}",
+        "Status:     SUCCEEDED",
+        "Entrypoint: python -m raylink run --progress log word_count.py",
+    ]
     assert "Exit code:  0" in lines
-    progress = lines[lines.index("Progress:") + 1:]
+    progress = lines[lines.index("Progress:") + 1 :]
     assert progress[0].startswith("  job 'word count' FINISHED ")
     assert re.fullmatch(r"  Source: Collection Source +1 +0 +3  OK \(0%\)", progress[2]), progress
     assert re.fullmatch(r"  Flat Map +2 +3 +18  (OK|LOW|HIGH) \(\d+%\)", progress[3]), progress
 
     # -- raylink run --address: this process is the driver, the job on the cluster --------------------
     result_file = tmp_path / "result.json"
-    run = raylink("run", "--address", f"127.0.0.1:{cluster.gcs_port}", "--progress", "log",
-                  "--result-file", str(result_file), str(WORD_COUNT))
+    run = raylink(
+        "run",
+        "--address",
+        f"127.0.0.1:{cluster.gcs_port}",
+        "--progress",
+        "log",
+        "--result-file",
+        str(result_file),
+        str(WORD_COUNT),
+    )
     assert run.returncode == 0, run.stderr
     assert word_counts(run.stdout) == expected, run.stdout
     import json
@@ -325,23 +396,38 @@ def test_submit_logs_run_fail_and_cancel_on_two_nodes(cluster, tmp_path):
     fail_id = submitted_id(proc.stderr)
     assert proc.stderr.splitlines()[-1] == (
         f"raylink: job {fail_id} FAILED (exit code 1): job 'failing' FAILED: Operator 'Map' in task "
-        "'Source: Collection Source -> Map -> Sink: Print to Std. Out (1/1)' failed: ValueError: bad record 3")
+        "'Source: Collection Source -> Map -> Sink: Print to Std. Out (1/1)' failed: ValueError: bad record 3"
+    )
     status = raylink("status", "--address", cluster.dashboard, fail_id)
     assert status.returncode == 0 and "Status:     FAILED" in status.stdout.splitlines()
     assert "Exit code:  1" in status.stdout.splitlines()
 
     # -- an unbounded job: submitted without waiting, running, then cancelled --------------------------
-    proc = raylink("submit", "--no-wait", "--address", cluster.dashboard, "--conf", "raylink.progress.interval=500",
-                   "--conf", "raylink.task-placement=slot",
-                   "--conf", "taskmanager.cpu.cores=0.25", "--conf", "taskmanager.memory.process.size=64m",
-                   str(UNBOUNDED), "--rate", "100")
+    proc = raylink(
+        "submit",
+        "--no-wait",
+        "--address",
+        cluster.dashboard,
+        "--conf",
+        "raylink.progress.interval=500",
+        "--conf",
+        "raylink.task-placement=slot",
+        "--conf",
+        "taskmanager.cpu.cores=0.25",
+        "--conf",
+        "taskmanager.memory.process.size=64m",
+        str(UNBOUNDED),
+        "--rate",
+        "100",
+    )
     assert proc.returncode == 0, proc.stderr
     endless_id = proc.stdout.strip()
     assert proc.stdout == endless_id + "\n" and endless_id.startswith("raylink-unbounded_word_count-")
     deadline = time.monotonic() + 90
     # running when a progress block shows the source's output growing
-    while not re.search(r"^raylink\| Source: Endless Lines -> Flat Map +2 +0 +[1-9]\d* ", job_logs(cluster, endless_id),
-                        re.M):
+    while not re.search(
+        r"^raylink\| Source: Endless Lines -> Flat Map +2 +0 +[1-9]\d* ", job_logs(cluster, endless_id), re.M
+    ):
         info = requests.get(f"{cluster.dashboard}/api/jobs/{endless_id}", headers=headers(), timeout=10).json()
         assert info["status"] in ("PENDING", "RUNNING"), info
         assert time.monotonic() < deadline, job_logs(cluster, endless_id)
@@ -364,14 +450,19 @@ def test_submit_logs_run_fail_and_cancel_on_two_nodes(cluster, tmp_path):
     deadline = time.monotonic() + 30
     # the TaskExecutors and their placement group are released
     while alive_task_executors(cluster) or [pg for pg in placement_groups(cluster) if pg["state"] != "REMOVED"]:
-        assert time.monotonic() < deadline, ("TaskExecutors or placement group still there after cancel",
-                                             placement_groups(cluster))
+        assert time.monotonic() < deadline, (
+            "TaskExecutors or placement group still there after cancel",
+            placement_groups(cluster),
+        )
         time.sleep(0.5)
 
     for command in ("status", "logs", "cancel"):
         unknown = raylink(command, "--address", cluster.dashboard, "raylink-no-such-job")
         assert (unknown.returncode, unknown.stdout, unknown.stderr) == (
-            5, "", f"raylink: no job 'raylink-no-such-job' on {cluster.dashboard}\n")
+            5,
+            "",
+            f"raylink: no job 'raylink-no-such-job' on {cluster.dashboard}\n",
+        )
 
     # -- the cluster is clean afterwards -------------------------------------------------------------
     cluster.stop()
@@ -383,5 +474,7 @@ def test_submit_logs_run_fail_and_cancel_on_two_nodes(cluster, tmp_path):
     assert not os.path.exists(cluster.temp_dir)
     gone = raylink("list", "--address", cluster.dashboard)
     assert gone.returncode == 3
-    assert gone.stderr == f"raylink: cannot reach the Ray dashboard at {cluster.dashboard[len('http://'):]}: " \
-                          f"Connection refused\n"
+    assert (
+        gone.stderr == f"raylink: cannot reach the Ray dashboard at {cluster.dashboard[len('http://') :]}: "
+        f"Connection refused\n"
+    )

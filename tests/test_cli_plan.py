@@ -22,8 +22,9 @@ AGG = "Keyed Aggregation -> Sink: Print to Std. Out"
 
 
 def plan(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "raylink", "plan", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=50)
+    return subprocess.run(
+        [sys.executable, "-m", "raylink", "plan", *args], capture_output=True, text=True, cwd=cwd, timeout=50
+    )
 
 
 def split(line):
@@ -59,7 +60,9 @@ def test_plan_json_equals_to_dict(json_plan):
     assert json_plan == capture_job_graph(str(WORD_COUNT), []).to_dict()
     assert [v["name"] for v in json_plan["vertices"]] == [SRC, "Flat Map", AGG]
     assert [(e["ship_strategy"], e["distribution_pattern"]) for e in json_plan["edges"]] == [
-        ("REBALANCE", "ALL_TO_ALL"), ("HASH", "ALL_TO_ALL")]
+        ("REBALANCE", "ALL_TO_ALL"),
+        ("HASH", "ALL_TO_ALL"),
+    ]
 
 
 def test_plan_json_ids_match_the_same_program_built_here(json_plan):
@@ -77,8 +80,10 @@ def test_plan_dot(json_plan):
     assert lines[0] == "digraph raylink {" and lines[-1] == "}"
     assert lines[2] == f'  "{ids[0]}" [shape=box, label="{SRC}\\nparallelism 1"];'
     assert lines[4] == f'  "{ids[2]}" [shape=box, label="{AGG}\\nparallelism 2"];'
-    assert lines[5:7] == [f'  "{ids[0]}" -> "{ids[1]}" [label="REBALANCE"];',
-                          f'  "{ids[1]}" -> "{ids[2]}" [label="HASH"];']
+    assert lines[5:7] == [
+        f'  "{ids[0]}" -> "{ids[1]}" [label="REBALANCE"];',
+        f'  "{ids[1]}" -> "{ids[2]}" [label="HASH"];',
+    ]
     assert len(lines) == 8
 
 
@@ -103,7 +108,8 @@ def test_plan_passes_arguments_to_the_job(tmp_path):
     d = json.loads(proc.stdout)
     assert d["job_name"] == "named"
     assert [(v["name"], v["parallelism"]) for v in d["vertices"]] == [
-        ("Source: Sequence Source -> Map -> Sink: Print to Std. Out", 3)]
+        ("Source: Sequence Source -> Map -> Sink: Print to Std. Out", 3)
+    ]
 
 
 def test_plan_without_execute_fails_clearly(tmp_path):
@@ -146,12 +152,18 @@ def test_plan_with_execute_and_collect_shows_collect_sink(tmp_path):
 
 
 def test_capture_restores_execute():
-    original = (StreamExecutionEnvironment.execute, StreamExecutionEnvironment.execute_async,
-                StreamExecutionEnvironment._execute_and_collect)
+    original = (
+        StreamExecutionEnvironment.execute,
+        StreamExecutionEnvironment.execute_async,
+        StreamExecutionEnvironment._execute_and_collect,
+    )
     argv = list(sys.argv)
     job = capture_job_graph(str(WORD_COUNT), [])
-    assert (StreamExecutionEnvironment.execute, StreamExecutionEnvironment.execute_async,
-            StreamExecutionEnvironment._execute_and_collect) == original
+    assert (
+        StreamExecutionEnvironment.execute,
+        StreamExecutionEnvironment.execute_async,
+        StreamExecutionEnvironment._execute_and_collect,
+    ) == original
     assert sys.argv == argv
     assert format_text(job).splitlines()[0] == "Job 'word count': 3 vertices, 2 edges"
     assert format_dot(job).startswith("digraph raylink {")

@@ -21,14 +21,28 @@ pytestmark = pytest.mark.timeout(60)
 ROOT = Path(__file__).resolve().parents[1]
 DEAD = "http://127.0.0.1:1"
 
-SECRETS = {".env": "API_KEY=1\n", ".env.production": "DB_PASSWORD=2\n", ".envrc": "export X=3\n",
-           ".ssh/id_rsa": "-----BEGIN OPENSSH PRIVATE KEY-----\n", ".aws/credentials": "[default]\n",
-           "server.pem": "-----BEGIN CERTIFICATE-----\n", "conf/tls.key": "key\n", "id_ed25519": "key\n",
-           ".netrc": "machine x login y password z\n", "conf/credentials": "secret\n"}
+SECRETS = {
+    ".env": "API_KEY=1\n",
+    ".env.production": "DB_PASSWORD=2\n",
+    ".envrc": "export X=3\n",
+    ".ssh/id_rsa": "-----BEGIN OPENSSH PRIVATE KEY-----\n",
+    ".aws/credentials": "[default]\n",
+    "server.pem": "-----BEGIN CERTIFICATE-----\n",
+    "conf/tls.key": "key\n",
+    "id_ed25519": "key\n",
+    ".netrc": "machine x login y password z\n",
+    "conf/credentials": "secret\n",
+}
 HOUSEKEEPING = {".git/config": "[core]\n", "__pycache__/job.cpython-311.pyc": "pyc\n", ".venv/pyvenv.cfg": "x\n"}
-KEPT = {"job.py": "print('job')\n", "helper.py": "X = 1\n", "conf/settings.yaml": "a: 1\n",
-        "lib/util.py": "Y = 2\n", ".gitignore": "data/\n*.log\n", ".rayignore": "notes/\n",
-        "lib/.gitignore": "*.tmp\n"}
+KEPT = {
+    "job.py": "print('job')\n",
+    "helper.py": "X = 1\n",
+    "conf/settings.yaml": "a: 1\n",
+    "lib/util.py": "Y = 2\n",
+    ".gitignore": "data/\n*.log\n",
+    ".rayignore": "notes/\n",
+    "lib/.gitignore": "*.tmp\n",
+}
 IGNORED = {"data/big.csv": "1,2,3\n", "run.log": "log\n", "notes/private.md": "todo\n", "lib/scratch.tmp": "t\n"}
 
 
@@ -39,8 +53,14 @@ def clean_env(**extra: str) -> dict:
 
 
 def raylink(*args: str, cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "raylink", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=50, env=env or clean_env())
+    return subprocess.run(
+        [sys.executable, "-m", "raylink", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=50,
+        env=env or clean_env(),
+    )
 
 
 def job_folder(tmp_path: Path) -> Path:
@@ -61,8 +81,7 @@ def test_the_uploaded_working_dir_has_no_secrets_and_honours_ignore_files(tmp_pa
     root = job_folder(tmp_path)
     runtime_env = build_runtime_env(str(root), {}, "installed", [], {}, None)
     package = tmp_path / "package.zip"
-    create_package(runtime_env["working_dir"], package, include_gitignore=True,
-                   excludes=runtime_env["excludes"])
+    create_package(runtime_env["working_dir"], package, include_gitignore=True, excludes=runtime_env["excludes"])
     with zipfile.ZipFile(package) as zf:
         uploaded = {name for name in zf.namelist() if not name.endswith("/")}
     assert uploaded == set(KEPT)
@@ -90,25 +109,34 @@ def test_submit_refuses_a_job_file_its_ignore_files_leave_out(tmp_path):
     (tmp_path / ".rayignore").write_text("*.py\n")
     proc = raylink("submit", "--address", DEAD, str(tmp_path / "job.py"))
     assert (proc.returncode, proc.stdout) == (2, "")
-    assert proc.stderr == (f"raylink submit: {tmp_path / 'job.py'} itself is left out of the upload (a "
-                           ".gitignore, .rayignore or the secrets deny list matches it); rename it or change "
-                           "the ignore file\n")
+    assert proc.stderr == (
+        f"raylink submit: {tmp_path / 'job.py'} itself is left out of the upload (a "
+        ".gitignore, .rayignore or the secrets deny list matches it); rename it or change "
+        "the ignore file\n"
+    )
 
 
 # -- configuration values checked once, at submission -----------------------------------------------
-@pytest.mark.parametrize("pair, message", [
-    ("taskmanager.memory.segment-size=8", "8 bytes is below the minimum memory segment size of 4096 (4kb)"),
-    ("taskmanager.memory.segment-size=3kb", "3072 bytes is below the minimum memory segment size of 4096 (4kb)"),
-    ("taskmanager.memory.segment-size=5000", "5000 bytes is not a power of 2 (memory segment sizes must be, "
-                                             "e.g. 32kb)"),
-    ("taskmanager.memory.segment-size=2g", "2147483648 bytes is above the maximum memory segment size of "
-                                           "1073741824 (1gb)"),
-    ("metrics.port=notaport", "'notaport' is not an integer"),
-    ("metrics.port=65536", "65536 is not a port (0-65535, 0 = any free port, -1 = off)"),
-    ("metrics.port=-2", "-2 is not a port (0-65535, 0 = any free port, -1 = off)"),
-    ("raylink.network.max-batch-bytes=0", "0 is below the minimum of 1 bytes"),
-    ("raylink.network.buffer-debloat.initial-size=16", "16 is below the minimum of 256 bytes"),
-])
+@pytest.mark.parametrize(
+    "pair, message",
+    [
+        ("taskmanager.memory.segment-size=8", "8 bytes is below the minimum memory segment size of 4096 (4kb)"),
+        ("taskmanager.memory.segment-size=3kb", "3072 bytes is below the minimum memory segment size of 4096 (4kb)"),
+        (
+            "taskmanager.memory.segment-size=5000",
+            "5000 bytes is not a power of 2 (memory segment sizes must be, e.g. 32kb)",
+        ),
+        (
+            "taskmanager.memory.segment-size=2g",
+            "2147483648 bytes is above the maximum memory segment size of 1073741824 (1gb)",
+        ),
+        ("metrics.port=notaport", "'notaport' is not an integer"),
+        ("metrics.port=65536", "65536 is not a port (0-65535, 0 = any free port, -1 = off)"),
+        ("metrics.port=-2", "-2 is not a port (0-65535, 0 = any free port, -1 = off)"),
+        ("raylink.network.max-batch-bytes=0", "0 is below the minimum of 1 bytes"),
+        ("raylink.network.buffer-debloat.initial-size=16", "16 is below the minimum of 256 bytes"),
+    ],
+)
 def test_bad_values_name_the_key(pair, message):
     with pytest.raises(ConfError) as info:
         build_conf(None, [pair])
@@ -116,29 +144,41 @@ def test_bad_values_name_the_key(pair, message):
 
 
 def test_good_values_are_normalised():
-    conf, warnings = build_conf(None, ["taskmanager.memory.segment-size=4kb", "metrics.port=9249",
-                                       "raylink.network.buffer-debloat.initial-size=256"])
+    conf, warnings = build_conf(
+        None,
+        ["taskmanager.memory.segment-size=4kb", "metrics.port=9249", "raylink.network.buffer-debloat.initial-size=256"],
+    )
     assert warnings == []
-    assert conf == {"taskmanager.memory.segment-size": 4096, "metrics.port": 9249,
-                    "raylink.network.buffer-debloat.initial-size": 256}
+    assert conf == {
+        "taskmanager.memory.segment-size": 4096,
+        "metrics.port": 9249,
+        "raylink.network.buffer-debloat.initial-size": 256,
+    }
     assert build_conf(None, ["metrics.port=0", "taskmanager.memory.segment-size=1g"])[0] == {
-        "metrics.port": 0, "taskmanager.memory.segment-size": 1 << 30}
+        "metrics.port": 0,
+        "taskmanager.memory.segment-size": 1 << 30,
+    }
 
 
 @pytest.mark.parametrize("command", ["run", "submit"])
 def test_bad_values_exit_2_without_a_traceback(command):
-    for pair, key, why in [("taskmanager.memory.segment-size=8", "taskmanager.memory.segment-size",
-                            "8 bytes is below the minimum memory segment size of 4096 (4kb)"),
-                           ("metrics.port=notaport", "metrics.port", "'notaport' is not an integer")]:
-        proc = raylink(command, *(["--address", DEAD] if command == "submit" else []), "--conf", pair,
-                       "examples/word_count.py")
+    for pair, key, why in [
+        (
+            "taskmanager.memory.segment-size=8",
+            "taskmanager.memory.segment-size",
+            "8 bytes is below the minimum memory segment size of 4096 (4kb)",
+        ),
+        ("metrics.port=notaport", "metrics.port", "'notaport' is not an integer"),
+    ]:
+        proc = raylink(
+            command, *(["--address", DEAD] if command == "submit" else []), "--conf", pair, "examples/word_count.py"
+        )
         assert (proc.returncode, proc.stdout) == (2, "")
         assert proc.stderr == f"raylink: configuration key {key!r}: {why}\n"
 
 
 def test_an_inherited_bad_value_is_a_usage_error_too():
-    proc = raylink("run", "examples/word_count.py",
-                   env=clean_env(RAYLINK_CONF=json.dumps({"metrics.port": "x"})))
+    proc = raylink("run", "examples/word_count.py", env=clean_env(RAYLINK_CONF=json.dumps({"metrics.port": "x"})))
     assert (proc.returncode, proc.stdout) == (2, "")
     assert proc.stderr == "raylink: RAYLINK_CONF: configuration key 'metrics.port': 'x' is not an integer\n"
 
@@ -170,8 +210,7 @@ def test_relative_result_file_lands_where_it_was_named_even_if_the_program_chang
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     job.write_text(f"import os\nos.chdir({str(elsewhere)!r})\n" + JOB)
-    proc = raylink("run", "--conf", "execution.target=local", "--result-file", "result.json", str(job),
-                   cwd=tmp_path)
+    proc = raylink("run", "--conf", "execution.target=local", "--result-file", "result.json", str(job), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     result = json.loads((tmp_path / "result.json").read_text())
     assert (result["job_name"], result["status"]) == ("doubles", "FINISHED")
@@ -189,6 +228,8 @@ def test_busy_metrics_port_is_a_clean_usage_error(tmp_path):
         port = sock.getsockname()[1]
         proc = raylink("run", "--conf", "execution.target=local", "--conf", f"metrics.port={port}", str(job))
     assert proc.returncode == 2
-    assert proc.stderr.splitlines()[-1] == (f"raylink: metrics.port {port} is already in use on 127.0.0.1 "
-                                            f"(choose another port, 0 for any free one, or -1 to turn it off)")
+    assert proc.stderr.splitlines()[-1] == (
+        f"raylink: metrics.port {port} is already in use on 127.0.0.1 "
+        f"(choose another port, 0 for any free one, or -1 to turn it off)"
+    )
     assert "Traceback" not in proc.stderr

@@ -45,14 +45,21 @@ def test_every_exception_class_raylink_defines_is_a_raylink_error():
             if isinstance(value, type) and issubclass(value, BaseException) and value.__module__ == module.__name__:
                 found[f"{value.__module__}.{value.__qualname__}"] = value
     assert len(found) >= 25, sorted(found)  # the walk did find them
-    outside = sorted(name for name, cls in found.items()  # private ones never leave their module
-                     if not issubclass(cls, RaylinkError) and name not in NOT_RAYLINK_ERRORS
-                     and not cls.__name__.startswith("_"))
+    outside = sorted(
+        name
+        for name, cls in found.items()  # private ones never leave their module
+        if not issubclass(cls, RaylinkError) and name not in NOT_RAYLINK_ERRORS and not cls.__name__.startswith("_")
+    )
     assert outside == []
     # each keeps a built-in base besides the root (except the root itself and the CLI's own)
-    bare = sorted(name for name, cls in found.items() if issubclass(cls, RaylinkError)
-                  and not any(b for b in cls.__mro__[1:] if b.__module__ == "builtins"
-                              and b not in (Exception, BaseException, object)))
+    bare = sorted(
+        name
+        for name, cls in found.items()
+        if issubclass(cls, RaylinkError)
+        and not any(
+            b for b in cls.__mro__[1:] if b.__module__ == "builtins" and b not in (Exception, BaseException, object)
+        )
+    )
     assert bare == ["raylink.cli.common.CliError", "raylink.errors.RaylinkError"]
 
 

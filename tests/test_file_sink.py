@@ -204,8 +204,9 @@ def test_commit_of_a_vanished_pending_file_names_it(out):
 
 @pytest.mark.parametrize("policy", ["default", "on-checkpoint"])
 def test_crash_and_replay_gives_every_record_exactly_once(out, policy):
-    rolling = (RollingPolicy.default_rolling_policy() if policy == "default"
-               else RollingPolicy.on_checkpoint_rolling_policy())
+    rolling = (
+        RollingPolicy.default_rolling_policy() if policy == "default" else RollingPolicy.on_checkpoint_rolling_policy()
+    )
     sink = _sink(out, rolling)
     task = SinkSubtask(sink)
     task.write(*range(0, 10))
@@ -438,8 +439,12 @@ def test_custom_encoder_and_bad_builder_arguments(out):
         def encode(self, element, stream):
             stream.write(b"%d,%d\n" % element)
 
-    sink = (FileSink.for_row_format(out, Csv()).with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
-            .with_rolling_policy(RollingPolicy.default_rolling_policy(part_size=6)).build())
+    sink = (
+        FileSink.for_row_format(out, Csv())
+        .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
+        .with_rolling_policy(RollingPolicy.default_rolling_policy(part_size=6))
+        .build()
+    )
     task = SinkSubtask(sink)
     task.writer.write((1, 2), SinkWriterContext(timestamp=5))
     task.write((3, 4))
@@ -456,25 +461,35 @@ def test_custom_encoder_and_bad_builder_arguments(out):
 
 
 # -- random schedules against a brute-force reference -------------------------------------------------
-OPS = st.lists(st.one_of(st.tuples(st.just("write"), st.integers(1, 6)),
-                         st.just(("checkpoint",)), st.just(("complete",)),
-                         st.just(("complete-unnotified",)), st.just(("crash",))), max_size=30)
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("write"), st.integers(1, 6)),
+        st.just(("checkpoint",)),
+        st.just(("complete",)),
+        st.just(("complete-unnotified",)),
+        st.just(("crash",)),
+    ),
+    max_size=30,
+)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.function_scoped_fixture])
-@given(ops=OPS, policy=st.sampled_from(["on-checkpoint", "size", "default"]),
-       keyed=st.booleans(), use_memory=st.booleans())
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(
+    ops=OPS, policy=st.sampled_from(["on-checkpoint", "size", "default"]), keyed=st.booleans(), use_memory=st.booleans()
+)
 def test_random_schedules_match_the_committed_records(tmp_path_factory, ops, policy, keyed, use_memory):
     """A source of records 0, 1, 2, ...; checkpoints record the source offset; crashes restore the
     sink and rewind the source to the latest completed checkpoint. After every completion the
     visible records are exactly (on-checkpoint rolling) or a subset of (other policies) the records
     before that checkpoint, never twice; after the final checkpoint, every record exactly once."""
-    out = (f"memory://hyp-{uuid.uuid4().hex}" if use_memory
-           else str(tmp_path_factory.mktemp("hyp") / "out"))
-    rolling = {"on-checkpoint": RollingPolicy.on_checkpoint_rolling_policy(),
-               "size": RollingPolicy.default_rolling_policy(part_size=12),
-               "default": RollingPolicy.default_rolling_policy()}[policy]
+    out = f"memory://hyp-{uuid.uuid4().hex}" if use_memory else str(tmp_path_factory.mktemp("hyp") / "out")
+    rolling = {
+        "on-checkpoint": RollingPolicy.on_checkpoint_rolling_policy(),
+        "size": RollingPolicy.default_rolling_policy(part_size=12),
+        "default": RollingPolicy.default_rolling_policy(),
+    }[policy]
     sink = _sink(out, rolling, assigner=(_ModKey() if keyed else None))
     try:
         task = SinkSubtask(sink)
@@ -518,8 +533,9 @@ def test_random_schedules_match_the_committed_records(tmp_path_factory, ops, pol
         task.checkpoint(next_id, end_of_input=True)
         task.notify_complete(next_id)
         assert Counter(map(int, _visible_records(out))) == Counter(range(offset))
-        assert all(".inprogress." in name or name.startswith(".")
-                   for name in set(_files(out, hidden=True)) - set(_files(out)))
+        assert all(
+            ".inprogress." in name or name.startswith(".") for name in set(_files(out, hidden=True)) - set(_files(out))
+        )
     finally:
         if use_memory:
             _remove(out)

@@ -72,8 +72,13 @@ def edges(env):
     d = jg(env)
     name = {v["id"]: v["name"] for v in d["vertices"]}
     return [
-        (name[e["source"]], name[e["target"]], e["ship_strategy"], e["distribution_pattern"],
-         e["result_partition_type"])
+        (
+            name[e["source"]],
+            name[e["target"]],
+            e["ship_strategy"],
+            e["distribution_pattern"],
+            e["result_partition_type"],
+        )
         for e in d["edges"]
     ]
 
@@ -117,8 +122,17 @@ def test_seed_003_word_count_job_graph(make_source, source_name):
     ]
     assert [v["parallelism"] for v in d["vertices"]] == [1, 2, 2]
     ids = [v["id"] for v in d["vertices"]]
-    assert [(e["source"], e["target"], e["ship_strategy"], e["distribution_pattern"],
-             e["result_partition_type"], e["side_output"]) for e in d["edges"]] == [
+    assert [
+        (
+            e["source"],
+            e["target"],
+            e["ship_strategy"],
+            e["distribution_pattern"],
+            e["result_partition_type"],
+            e["side_output"],
+        )
+        for e in d["edges"]
+    ] == [
         (ids[0], ids[1], "REBALANCE", "ALL_TO_ALL", "PIPELINED_BOUNDED", None),
         (ids[1], ids[2], "HASH", "ALL_TO_ALL", "PIPELINED_BOUNDED", None),
     ]
@@ -129,8 +143,7 @@ def test_seed_003_word_count_job_graph(make_source, source_name):
         ("Keyed Aggregation", 0, True, False),
         ("Sink: Print to Std. Out", 1, False, True),
     ]
-    assert [by_name[n].invokable for n in [source_name, "Flat Map"]] == [
-        "SourceStreamTask", "OneInputStreamTask"]
+    assert [by_name[n].invokable for n in [source_name, "Flat Map"]] == ["SourceStreamTask", "OneInputStreamTask"]
     assert agg.invokable == "OneInputStreamTask"
     # one IntermediateDataSet per vertex that has a consumer
     assert [len(by_name[n].produced_data_sets) for n in [source_name, "Flat Map", agg.name]] == [1, 1, 0]
@@ -159,7 +172,10 @@ def test_word_count_stream_graph_and_execution_plan():
     ]
     assert "predecessors" not in nodes[0]
     assert [[(p["id"], p["ship_strategy"]) for p in n["predecessors"]] for n in nodes[1:]] == [
-        [(1, "REBALANCE")], [(2, "HASH")], [(4, "FORWARD")]]
+        [(1, "REBALANCE")],
+        [(2, "HASH")],
+        [(4, "FORWARD")],
+    ]
 
 
 def test_execution_plan_two_input_predecessors():
@@ -390,8 +406,9 @@ def test_default_partitioner_forward_or_rebalance():
     src.map(ident).name("same").print()
     src.map(ident).name("wider").set_parallelism(4).print()
     sg = env.get_stream_graph()
-    by_target = {sg.nodes[e.target_id].operator_name: e.partitioner.ship_strategy
-                 for e in sg.edges() if e.source_id == 1}
+    by_target = {
+        sg.nodes[e.target_id].operator_name: e.partitioner.ship_strategy for e in sg.edges() if e.source_id == 1
+    }
     assert by_target == {"same": "FORWARD", "wider": "REBALANCE"}
 
 
@@ -442,7 +459,8 @@ def test_side_output_then_rebalance():
     d = jg(env)
     assert [v["name"] for v in d["vertices"]] == [f"{SRC} -> p -> {SINK}", f"m -> {SINK}"]
     assert [(e["ship_strategy"], e["distribution_pattern"], e["side_output"]) for e in d["edges"]] == [
-        ("REBALANCE", "ALL_TO_ALL", "late")]
+        ("REBALANCE", "ALL_TO_ALL", "late")
+    ]
 
 
 def test_side_output_key_by_and_parallelism_change():
@@ -452,8 +470,11 @@ def test_side_output_key_by_and_parallelism_change():
     main.get_side_output(tag).key_by(ident).reduce(add).print()
     main.get_side_output(tag).map(ident).name("narrow").set_parallelism(1).print()
     sg = env.get_stream_graph()
-    tagged = sorted((sg.nodes[e.target_id].operator_name, e.partitioner.ship_strategy, e.output_tag.tag_id)
-                    for e in sg.edges() if e.output_tag is not None)
+    tagged = sorted(
+        (sg.nodes[e.target_id].operator_name, e.partitioner.ship_strategy, e.output_tag.tag_id)
+        for e in sg.edges()
+        if e.output_tag is not None
+    )
     assert tagged == [("Keyed Reduce", "HASH", "late"), ("narrow", "REBALANCE", "late")]
 
 
@@ -465,7 +486,10 @@ def test_partition_then_side_output_resolves_through_both_virtual_nodes():
     sg = env.get_stream_graph()
     (edge,) = [e for e in sg.edges() if sg.nodes[e.target_id].operator_name == "m"]
     assert (sg.nodes[edge.source_id].operator_name, edge.partitioner.ship_strategy, edge.output_tag.tag_id) == (
-        "p", "RESCALE", "late")
+        "p",
+        "RESCALE",
+        "late",
+    )
 
 
 def test_union_of_side_output_and_main_output():
@@ -476,7 +500,9 @@ def test_union_of_side_output_and_main_output():
     d = jg(env)
     assert [v["name"] for v in d["vertices"]] == [f"{SRC} -> p", f"u -> {SINK}"]
     assert sorted((e["ship_strategy"], e["side_output"] or "") for e in d["edges"]) == [
-        ("FORWARD", ""), ("FORWARD", "late")]
+        ("FORWARD", ""),
+        ("FORWARD", "late"),
+    ]
 
 
 def test_same_side_output_tag_and_type_twice_is_allowed():
@@ -552,9 +578,16 @@ def test_operator_and_vertex_names():
     words.key_by(first).max(1).print()
     env.from_sequence(1, 3).name("numbers").map(ident).add_sink(print).name("out")
     assert names(env) == [
-        "Source: Collection Source", "Source: numbers",
-        "Keyed Aggregation", "Keyed Reduce", "Keyed Aggregation", "Map",
-        SINK, SINK, SINK, "Sink: out",
+        "Source: Collection Source",
+        "Source: numbers",
+        "Keyed Aggregation",
+        "Keyed Reduce",
+        "Keyed Aggregation",
+        "Map",
+        SINK,
+        SINK,
+        SINK,
+        "Sink: out",
     ]
 
 
@@ -583,4 +616,6 @@ def test_stream_graph_for_job_graph_generator_directly():
     job = create_job_graph(env.get_stream_graph("direct"))
     assert job.job_name == "direct"
     assert [v.name for v in job.get_vertices_sorted_topologically_from_sources()] == [
-        f"{SRC} -> a", f"b -> c -> {SINK}"]
+        f"{SRC} -> a",
+        f"b -> c -> {SINK}",
+    ]

@@ -53,11 +53,11 @@ def partition_feeds(eg: ExecutionGraph) -> list[list[int]]:
 @pytest.mark.parametrize(
     "s,t,reads",
     [
-        (4, 2, [[0, 1], [2, 3]]),        # n:1, even
-        (3, 2, [[0], [1, 2]]),           # n:1, uneven
-        (2, 4, [[0], [0], [1], [1]]),    # 1:n, even
-        (2, 3, [[0], [0], [1]]),         # 1:n, uneven
-        (3, 3, [[0], [1], [2]]),         # 1:1
+        (4, 2, [[0, 1], [2, 3]]),  # n:1, even
+        (3, 2, [[0], [1, 2]]),  # n:1, uneven
+        (2, 4, [[0], [0], [1], [1]]),  # 1:n, even
+        (2, 3, [[0], [0], [1]]),  # 1:n, uneven
+        (3, 3, [[0], [1], [2]]),  # 1:1
         (1, 3, [[0], [0], [0]]),
         (5, 2, [[0, 1], [2, 3, 4]]),
     ],
@@ -69,8 +69,7 @@ def test_pointwise_rescale_wiring(s, t, reads):
     assert consumer_reads(eg) == reads
     # every partition is consumed, each once per reading consumer, and feeds the mirror set
     feeds = partition_feeds(eg)
-    assert sorted(p for r in reads for p in r) == sorted(
-        p for p, consumers in enumerate(feeds) for _ in consumers)
+    assert sorted(p for r in reads for p in r) == sorted(p for p, consumers in enumerate(feeds) for _ in consumers)
     assert len(eg.edges()) == max(s, t)
 
 
@@ -121,7 +120,8 @@ def test_all_to_all_connects_everything(s, t, partition):
     for partition_obj in result.partitions:
         assert partition_obj.number_of_subpartitions == t
         assert [(e.subpartition_index, e.target.subtask_index) for e in partition_obj.consumers] == [
-            (i, i) for i in range(t)]
+            (i, i) for i in range(t)
+        ]
 
 
 def test_pointwise_subpartition_indices_are_dense():
@@ -160,7 +160,9 @@ def test_word_count_execution_graph():
     assert [len(r.partitions) for r in src.produced + flat.produced] == [1, 2]
     assert agg.produced == []
     assert [p.partition_id for p in flat.produced[0].partitions] == [
-        f"{flat.produced[0].id}#0", f"{flat.produced[0].id}#1"]
+        f"{flat.produced[0].id}#0",
+        f"{flat.produced[0].id}#1",
+    ]
     assert all(ev.produced_partitions == [] for ev in agg.vertices)
     assert eg.state == "CREATED"
 
@@ -172,7 +174,12 @@ def test_execution_graph_to_dict_schema():
     jv = [v.id for v in eg.job_vertices]
     assert d["vertices"][0] == {"job_vertex": jv[0], "subtask_index": 0, "name": "Source: Collection Source (1/1)"}
     assert [(v["job_vertex"], v["subtask_index"]) for v in d["vertices"]] == [
-        (jv[0], 0), (jv[1], 0), (jv[1], 1), (jv[2], 0), (jv[2], 1)]
+        (jv[0], 0),
+        (jv[1], 0),
+        (jv[1], 1),
+        (jv[2], 0),
+        (jv[2], 1),
+    ]
     for e in d["edges"]:
         assert set(e) == {"data_set", "source", "target", "subpartition"}
     data_sets = [r.id for r in eg.job_vertices[0].produced + eg.job_vertices[1].produced]
@@ -227,9 +234,15 @@ def test_topological_order_of_vertices():
     d = job.to_dict()
     order = [v["id"] for v in d["vertices"]]
     assert list(job.vertices) != order
-    assert sorted(v["name"] for v in d["vertices"]) == sorted([
-        "Source: Sequence Source", "late-map", "Source: Sequence Source -> early",
-        "join -> Sink: Print to Std. Out", "Keyed Aggregation -> Sink: Print to Std. Out"])
+    assert sorted(v["name"] for v in d["vertices"]) == sorted(
+        [
+            "Source: Sequence Source",
+            "late-map",
+            "Source: Sequence Source -> early",
+            "join -> Sink: Print to Std. Out",
+            "Keyed Aggregation -> Sink: Print to Std. Out",
+        ]
+    )
     assert [v["name"] for v in d["vertices"]][:2] == ["Source: Sequence Source", "Source: Sequence Source -> early"]
     assert all(order.index(e["source"]) < order.index(e["target"]) for e in d["edges"])
     eg = env.get_execution_graph()

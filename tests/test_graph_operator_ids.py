@@ -32,7 +32,7 @@ def add(a, b):
     return a + b
 
 
-PROGRAM = r'''
+PROGRAM = r"""
 import json
 from raylink.api import StreamExecutionEnvironment, OutputTag, Types
 env = StreamExecutionEnvironment.get_execution_environment()
@@ -44,13 +44,12 @@ routed.get_side_output(tag).rebalance().map(lambda x: x).uid("late-mapper").prin
 numbers = env.from_sequence(1, 5).map(str).set_parallelism(3)
 numbers.union(routed).key_by(lambda w: w).reduce(lambda a, b: a + b).print()
 print(json.dumps(env.get_job_graph("stable").to_dict(), sort_keys=True))
-'''
+"""
 
 
 def _run_program(hash_seed: str) -> dict:
     env = dict(os.environ, PYTHONHASHSEED=hash_seed)
-    proc = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True, env=env,
-                          timeout=50)
+    proc = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True, env=env, timeout=50)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 

@@ -46,8 +46,22 @@ def pick(key, num_partitions):
 
 
 ONE_INPUT = ("map", "filter", "flat_map", "process")
-PARTITIONS = ("none", "none", "none", "none", "none", "forward", "forward", "rebalance", "rescale", "shuffle", "broadcast", "global",
-              "custom", "key_by")
+PARTITIONS = (
+    "none",
+    "none",
+    "none",
+    "none",
+    "none",
+    "forward",
+    "forward",
+    "rebalance",
+    "rescale",
+    "shuffle",
+    "broadcast",
+    "global",
+    "custom",
+    "key_by",
+)
 GROUPS = ("default", "g1", "g2")
 
 
@@ -129,8 +143,12 @@ class Program:
         stream, required, keyed = self.partition(entry)
         if keyed:
             kind = self.draw(st.sampled_from(["reduce", "sum", "map", "process"]))
-            op = {"reduce": lambda: stream.reduce(add), "sum": lambda: stream.sum(0),
-                  "map": lambda: stream.map(ident), "process": lambda: stream.process(route)}[kind]()
+            op = {
+                "reduce": lambda: stream.reduce(add),
+                "sum": lambda: stream.sum(0),
+                "map": lambda: stream.map(ident),
+                "process": lambda: stream.process(route),
+            }[kind]()
         else:
             kind = self.draw(st.sampled_from(ONE_INPUT))
             fn = {"map": ident, "filter": keep, "flat_map": explode, "process": route}[kind]
@@ -189,10 +207,17 @@ class Program:
             self.source()
         self.one_input()
         for _ in range(self.draw(st.integers(0, 10))):
-            action = self.draw(st.sampled_from(
-                ["one", "one", "one", "one", "union", "connect", "side", "side", "sink", "source"]))
-            {"one": self.one_input, "union": self.union, "connect": self.connect,
-             "side": self.side_output, "sink": self.sink, "source": self.source}[action]()
+            action = self.draw(
+                st.sampled_from(["one", "one", "one", "one", "union", "connect", "side", "side", "sink", "source"])
+            )
+            {
+                "one": self.one_input,
+                "union": self.union,
+                "connect": self.connect,
+                "side": self.side_output,
+                "sink": self.sink,
+                "source": self.source,
+            }[action]()
         self.sink()
         return self.env
 
@@ -204,8 +229,12 @@ def build_all(env):
     return sg, job, eg
 
 
-PROPERTY_SETTINGS = settings(max_examples=80, deadline=None, derandomize=True,
-                             suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+PROPERTY_SETTINGS = settings(
+    max_examples=80,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 
 @PROPERTY_SETTINGS
@@ -308,8 +337,7 @@ def test_execution_graph_edge_counts_names_and_order(data):
         assert len(result.partitions) == result.producer.parallelism
         for partition in result.partitions:
             assert partition.number_of_subpartitions >= 1
-            assert [e.subpartition_index for e in partition.consumers] == list(
-                range(partition.number_of_subpartitions))
+            assert [e.subpartition_index for e in partition.consumers] == list(range(partition.number_of_subpartitions))
     attempt_ids = [ev.current_execution.attempt_id for ev in eg.all_vertices()]
     assert len(set(attempt_ids)) == len(attempt_ids)
 
@@ -322,10 +350,19 @@ def test_side_outputs_and_slot_sharing_groups_survive_to_the_job_graph(data):
     sg, job, eg = build_all(env)
     tagged = sorted(e.output_tag.tag_id for e in sg.edges() if e.output_tag is not None)
     # every side-output edge keeps its tag on the JobEdge or on a chained output
-    in_job = [e.stream_edge.output_tag.tag_id for v in job.vertices.values() for e in v.inputs
-              if e.stream_edge.output_tag is not None]
-    chained = [e.output_tag.tag_id for v in job.vertices.values() for c in v.chain for e in c.chained_outputs
-               if e.output_tag is not None]
+    in_job = [
+        e.stream_edge.output_tag.tag_id
+        for v in job.vertices.values()
+        for e in v.inputs
+        if e.stream_edge.output_tag is not None
+    ]
+    chained = [
+        e.output_tag.tag_id
+        for v in job.vertices.values()
+        for c in v.chain
+        for e in c.chained_outputs
+        if e.output_tag is not None
+    ]
     assert sorted(in_job + chained) == tagged
     assert sorted(x["side_output"] for x in job.to_dict()["edges"] if x["side_output"]) == sorted(in_job)
     # slot sharing: a node without a group of its own has its inputs' common group, else "default"

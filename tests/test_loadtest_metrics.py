@@ -71,18 +71,39 @@ def test_back_pressure_status_thresholds_are_10_and_50_percent():
 
 
 def _m(vertex, subtask, **kw):
-    base = {"vertex_name": vertex, "subtask": subtask, "numRecordsIn": 0, "numRecordsOut": 0,
-            "busyTimeMsPerSecond": 0.0, "idleTimeMsPerSecond": 0.0, "backPressuredTimeMsPerSecond": 0.0}
+    base = {
+        "vertex_name": vertex,
+        "subtask": subtask,
+        "numRecordsIn": 0,
+        "numRecordsOut": 0,
+        "busyTimeMsPerSecond": 0.0,
+        "idleTimeMsPerSecond": 0.0,
+        "backPressuredTimeMsPerSecond": 0.0,
+    }
     base.update(kw)
     return base
 
 
 def test_vertex_aggregation_sums_counts_and_maxes_times():
     metrics = [
-        _m("Source -> Map", 0, numRecordsOut=100, numBytesOut=1000, busyTimeMsPerSecond=200,
-           backPressuredTimeMsPerSecond=700, outPoolUsage=1.0),
-        _m("Source -> Map", 1, numRecordsOut=50, numBytesOut=500, busyTimeMsPerSecond=300,
-           backPressuredTimeMsPerSecond=50, outPoolUsage=0.25),
+        _m(
+            "Source -> Map",
+            0,
+            numRecordsOut=100,
+            numBytesOut=1000,
+            busyTimeMsPerSecond=200,
+            backPressuredTimeMsPerSecond=700,
+            outPoolUsage=1.0,
+        ),
+        _m(
+            "Source -> Map",
+            1,
+            numRecordsOut=50,
+            numBytesOut=500,
+            busyTimeMsPerSecond=300,
+            backPressuredTimeMsPerSecond=50,
+            outPoolUsage=0.25,
+        ),
         _m("Sink", 0, numRecordsIn=150, busyTimeMsPerSecond=950, inPoolUsage=0.9),
     ]
     v = aggregate_by_vertex(metrics)
@@ -237,8 +258,10 @@ def test_loadtest_without_matplotlib_names_the_plots_extra_before_running(monkey
     out = tmp_path / "report"
     with pytest.raises(MissingExtraError) as info:
         main(["chain", "--rate", "1000", "--duration", "1", "--output", str(out)])
-    assert str(info.value) == ("the load-test plots needs raylink[plots]: pip install 'raylink[plots]' "
-                               "(matplotlib not installed) (or run raylink loadtest with --no-plots)")
+    assert str(info.value) == (
+        "the load-test plots needs raylink[plots]: pip install 'raylink[plots]' "
+        "(matplotlib not installed) (or run raylink loadtest with --no-plots)"
+    )
     assert not out.exists()
 
 

@@ -13,8 +13,20 @@ from raylink.loadtest import SCENARIOS, run_one
 pytestmark = pytest.mark.timeout(150)
 
 REPORT_KEYS = {"scenario", "description", "createdAt", "host", "settings", "runs", "summary", "plots"}
-RUN_KEYS = {"scenario", "parallelism", "targetRate", "achievedRate", "rateHeld", "recordsEmitted",
-            "recordsAtSink", "latencyMs", "vertices", "bottleneck", "memory", "throughputSeries"}
+RUN_KEYS = {
+    "scenario",
+    "parallelism",
+    "targetRate",
+    "achievedRate",
+    "rateHeld",
+    "recordsEmitted",
+    "recordsAtSink",
+    "latencyMs",
+    "vertices",
+    "bottleneck",
+    "memory",
+    "throughputSeries",
+}
 
 
 def test_cli_loadtest_writes_json_markdown_and_plots(ray_session, tmp_path, capsys):

@@ -47,10 +47,22 @@ def _samples(executor: str, mib_per_hour: float, minutes: int = 30) -> list:
     for i in range(minutes * 12):  # every 5 s
         t = i * 5.0
         rss = (150 + mib_per_hour * t / 3600) * MIB
-        rows.append({"t": t, "executor": executor, "rssBytes": rss, "heapInUseBytes": rss / 2,
-                     "heapFreeBytes": 10 * MIB, "allocatedBlocks": 100_000, "gcObjects": None,
-                     "tracedBytes": None, "networkBuffersInUse": 4, "queuedIn": 1, "queuedOut": 2,
-                     "stateEntries": 1000})
+        rows.append(
+            {
+                "t": t,
+                "executor": executor,
+                "rssBytes": rss,
+                "heapInUseBytes": rss / 2,
+                "heapFreeBytes": 10 * MIB,
+                "allocatedBlocks": 100_000,
+                "gcObjects": None,
+                "tracedBytes": None,
+                "networkBuffersInUse": 4,
+                "queuedIn": 1,
+                "queuedOut": 2,
+                "stateEntries": 1000,
+            }
+        )
     return rows
 
 
@@ -116,8 +128,9 @@ def _build_leak(env, source):
 @pytest.mark.timeout(120)
 def test_soak_flags_a_job_that_keeps_every_record(tmp_path, capsys):
     leak = Scenario("leak", "keeps every record (1 KiB each)", _build_leak, payload=kilobyte)
-    report = run_soak(leak, 3000, 16.0, str(tmp_path), sample_interval=1.0, conf={"execution.target": "local"},
-                      plots=False)
+    report = run_soak(
+        leak, 3000, 16.0, str(tmp_path), sample_interval=1.0, conf={"execution.target": "local"}, plots=False
+    )
     m = report["memory"]["local"]
     assert m["status"] == "grows" and m["slopeMiBPerHour"] > 500  # ~3 MiB/s kept
     assert m["diagnosis"].startswith("objects are kept")
@@ -132,8 +145,9 @@ def test_soak_flags_a_job_that_keeps_every_record(tmp_path, capsys):
 @pytest.mark.timeout(300)
 def test_cli_soak_of_wordcount_reports_memory_latency_and_a_verdict(ray_session, tmp_path, capsys):
     out = tmp_path / "soak"
-    code = cli.main(["loadtest", "wordcount", "--rate", "5000", "--soak", "60s", "--sample-interval", "2",
-                     "--output", str(out)])
+    code = cli.main(
+        ["loadtest", "wordcount", "--rate", "5000", "--soak", "60s", "--sample-interval", "2", "--output", str(out)]
+    )
     report = json.loads((out / "report.json").read_text())
     assert code == (1 if report["verdict"] == "FAIL" else 0)
     assert report["verdict"] in ("PASS", "FAIL", "INCONCLUSIVE")

@@ -14,23 +14,26 @@ from raylink.migrate import MigrationError, main, map_module, migrate_source
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.mark.parametrize("pyflink, raylink", [
-    ("pyflink.common.typeinfo", "raylink.api.types"),
-    ("pyflink.common.configuration", "raylink.api.configuration"),
-    ("pyflink.datastream.data_stream", "raylink.api.datastream"),
-    ("pyflink.common", "raylink.api"),
-    ("pyflink.common.types", "raylink.api.types"),
-    ("pyflink.common.watermark_strategy", "raylink.api.watermark_strategy"),
-    ("pyflink.datastream", "raylink.api"),
-    ("pyflink.datastream.window", "raylink.api.window"),
-    ("pyflink.datastream.connectors.file_system", "raylink.api.connectors.file_system"),
-    ("pyflink", "raylink"),
-    ("pyflink.table", "raylink.table"),
-    ("pyflink.table.expressions", "raylink.table.expressions"),
-    ("pyflinkx", None),
-    ("mypyflink.common", None),
-    ("os.path", None),
-])
+@pytest.mark.parametrize(
+    "pyflink, raylink",
+    [
+        ("pyflink.common.typeinfo", "raylink.api.types"),
+        ("pyflink.common.configuration", "raylink.api.configuration"),
+        ("pyflink.datastream.data_stream", "raylink.api.datastream"),
+        ("pyflink.common", "raylink.api"),
+        ("pyflink.common.types", "raylink.api.types"),
+        ("pyflink.common.watermark_strategy", "raylink.api.watermark_strategy"),
+        ("pyflink.datastream", "raylink.api"),
+        ("pyflink.datastream.window", "raylink.api.window"),
+        ("pyflink.datastream.connectors.file_system", "raylink.api.connectors.file_system"),
+        ("pyflink", "raylink"),
+        ("pyflink.table", "raylink.table"),
+        ("pyflink.table.expressions", "raylink.table.expressions"),
+        ("pyflinkx", None),
+        ("mypyflink.common", None),
+        ("os.path", None),
+    ],
+)
 def test_the_rule_first_match_wins(pyflink, raylink):
     assert map_module(pyflink) == raylink
 
@@ -102,7 +105,8 @@ def test_using_the_name_pyflink_gets_a_warning_with_its_lines():
     assert result.text.startswith("import raylink.api\n")
     assert result.warnings == [
         "job.py:3: uses the name 'pyflink' (from 'import pyflink...'); "
-        "rewrite that expression by hand or import the names it uses"]
+        "rewrite that expression by hand or import the names it uses"
+    ]
 
 
 def test_invalid_python_names_the_file_and_line():
@@ -167,8 +171,9 @@ def test_errors_exit_with_2(tmp_path, capsys):
 def test_python_dash_m_raylink_migrate(tmp_path):
     job = tmp_path / "job.py"
     job.write_text("from pyflink.common import Types\n")
-    proc = subprocess.run([sys.executable, "-m", "raylink.migrate", str(job)], capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "raylink.migrate", str(job)], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     assert job.read_text() == "from raylink.api import Types\n"
     assert f"migrated {job} (1 import)" in proc.stderr

@@ -26,9 +26,14 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def start(op, subtask_index=0, parallelism=1, max_parallelism=128, restore=None):
-    rc = StreamingRuntimeContext(task_name="task", operator_name=op.name, subtask_index=subtask_index,
-                                 parallelism=parallelism, max_parallelism=max_parallelism,
-                                 processing_time_service=ManualProcessingTimeService())
+    rc = StreamingRuntimeContext(
+        task_name="task",
+        operator_name=op.name,
+        subtask_index=subtask_index,
+        parallelism=parallelism,
+        max_parallelism=max_parallelism,
+        processing_time_service=ManualProcessingTimeService(),
+    )
     out = CollectingOutput(rc.record_context)
     op.setup(out, rc)
     op.open()
@@ -54,8 +59,12 @@ def counts_reference(records):
 
 
 @settings(max_examples=40, deadline=None)
-@given(records=st.lists(st.tuples(st.sampled_from("abcdefg"), st.integers(0, 9)), max_size=60),
-       cut=st.integers(0, 60), parallelism=st.integers(1, 4), new_parallelism=st.integers(1, 4))
+@given(
+    records=st.lists(st.tuples(st.sampled_from("abcdefg"), st.integers(0, 9)), max_size=60),
+    cut=st.integers(0, 60),
+    parallelism=st.integers(1, 4),
+    new_parallelism=st.integers(1, 4),
+)
 def test_keyed_reduce_resumes_from_a_snapshot_as_if_never_stopped(records, cut, parallelism, new_parallelism):
     """Rolling counts split over ``parallelism`` subtasks, snapshotted after ``cut`` records and
     restored into ``new_parallelism`` subtasks (rescaling), equal the uninterrupted counts."""
@@ -178,8 +187,9 @@ def test_spark_table_source_resumes_mid_file_after_its_snapshot(tmp_path):
 
     schema = pa.schema([("k", pa.int64())])
     for f in range(3):
-        pq.write_table(pa.table({"k": list(range(f * 100, f * 100 + 100))}, schema=schema),
-                       str(tmp_path / f"part-{f}.parquet"))
+        pq.write_table(
+            pa.table({"k": list(range(f * 100, f * 100 + 100))}, schema=schema), str(tmp_path / f"part-{f}.parquet")
+        )
     source = SparkTableSource(str(tmp_path), schema, 0.01, "tuple", None, None, "earliest", "test table")
 
     def drain(op, out, until):

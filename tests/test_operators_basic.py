@@ -52,7 +52,12 @@ def start(op, subtask_index=0, parallelism=1, **kwargs):
 
 def spec(kind, function=None, params=None, key_selector=None, name="op"):
     return SimpleNamespace(
-        kind=kind, function=function, params=params or {}, key_selector=key_selector, name=name, operator_id="id-" + name
+        kind=kind,
+        function=function,
+        params=params or {},
+        key_selector=key_selector,
+        name=name,
+        operator_id="id-" + name,
     )
 
 
@@ -374,7 +379,9 @@ def test_factory_builds_every_kind_with_name_and_id():
             "co_broadcast_process", (print, print), params={"broadcast_state_descriptors": [_rules()]}
         ),
         "keyed_co_broadcast_process": spec(
-            "keyed_co_broadcast_process", (print, print), params={"broadcast_state_descriptors": [_rules()]},
+            "keyed_co_broadcast_process",
+            (print, print),
+            params={"broadcast_state_descriptors": [_rules()]},
             key_selector=lambda v: v,
         ),
         "window": spec("window", _window_descriptor(), key_selector=lambda v: v),
@@ -406,7 +413,9 @@ def test_factory_operators_run_end_to_end():
     m = create_operator(spec("map", lambda x: x + 1))
     f = create_operator(spec("filter", lambda x: x % 2 == 0))
     out, rc = start(f)
-    m.setup(SimpleNamespace(collect=f.process_element, collect_batch=f.process_batch, collect_side=None), rc.derive("m"))
+    m.setup(
+        SimpleNamespace(collect=f.process_element, collect_batch=f.process_batch, collect_side=None), rc.derive("m")
+    )
     m.open()
     m.process_batch([1, 2, 3])
     m.process_element(5)

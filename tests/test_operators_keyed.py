@@ -94,9 +94,16 @@ def test_sum_of_pairs_leaves_its_fast_path_when_a_key_starts_with_another_shape(
     op.process_batch([("a", 1), ("c", 5, "x"), ("b", 1), ("c", 1, "y"), ["d", 2]])
     op.process_batch([("d", 3), ("a", 1)])
     assert out.records == [
-        ("a", 1), ("b", 2), ("a", 4),
-        ("a", 5), ("c", 5, "x"), ("b", 3), ("c", 6, "x"), ["d", 2],
-        ["d", 5], ("a", 6),
+        ("a", 1),
+        ("b", 2),
+        ("a", 4),
+        ("a", 5),
+        ("c", 5, "x"),
+        ("b", 3),
+        ("c", 6, "x"),
+        ["d", 2],
+        ["d", 5],
+        ("a", 6),
     ]
 
 
@@ -182,8 +189,11 @@ def test_the_field_is_checked_on_the_first_record_of_every_key_also_on_the_pair_
     op = StreamGroupedAggregateOperator("sum", 1, first, name="Counts")
     out, _ = start(op)
     op.process_batch([("a", 1), ("b", 2), ("a", 3)])  # the (key, count) fast path
-    with pytest.raises(ValueError, match=r"sum 'Counts': field position 1 is out of bounds: "
-                                         r"the record has 1 field \(\('c',\)\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"sum 'Counts': field position 1 is out of bounds: "
+        r"the record has 1 field \(\('c',\)\)",
+    ):
         op.process_batch([("b", 1), ("c",)])
     assert out.records == [("a", 1), ("b", 2), ("a", 4), ("b", 3)]
     op = agg("sum", 2)()
@@ -341,8 +351,14 @@ class TimerFn(KeyedProcessFunction):
         return None
 
     def on_timer(self, timestamp, ctx):
-        yield ("fired", ctx.get_current_key(), timestamp, ctx.timestamp(), ctx.time_domain(),
-               ctx.timer_service().current_watermark())
+        yield (
+            "fired",
+            ctx.get_current_key(),
+            timestamp,
+            ctx.timestamp(),
+            ctx.time_domain(),
+            ctx.timer_service().current_watermark(),
+        )
 
 
 def test_event_time_timers_fire_on_watermark_in_order_with_their_key():

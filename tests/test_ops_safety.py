@@ -25,8 +25,15 @@ BIG = "x" * 20_000_000  # a 20 MB record field
 
 # -- record reprs in error messages --------------------------------------------------------------------
 def test_record_repr_is_bounded_and_keeps_the_start():
-    for value in (BIG, ("k", BIG), {"id": 1, "payload": BIG}, [BIG] * 1000, list(range(10**6)),
-                  b"y" * 10_000_000, [[[[[[1]]]]]]):
+    for value in (
+        BIG,
+        ("k", BIG),
+        {"id": 1, "payload": BIG},
+        [BIG] * 1000,
+        list(range(10**6)),
+        b"y" * 10_000_000,
+        [[[[[[1]]]]]],
+    ):
         text = record_repr(value)
         assert len(text) <= MAX_RECORD_REPR, (type(value), len(text))
     assert record_repr(("k", BIG)).startswith("('k', 'xxxx")
@@ -48,10 +55,13 @@ def test_record_repr_survives_a_broken_or_huge_repr():
     assert len(record_repr(Huge())) <= MAX_RECORD_REPR
 
 
-@pytest.mark.parametrize("partitioner", [
-    KeyGroupStreamPartitioner(lambda v: v["id"], 128),
-    CustomPartitionerWrapper(lambda key, n: 0, lambda v: v["id"]),
-])
+@pytest.mark.parametrize(
+    "partitioner",
+    [
+        KeyGroupStreamPartitioner(lambda v: v["id"], 128),
+        CustomPartitionerWrapper(lambda key, n: 0, lambda v: v["id"]),
+    ],
+)
 def test_a_failing_key_selector_does_not_embed_a_20mb_record(partitioner):
     partitioner.setup(2)
     record = {"no_id": 7, "payload": BIG}
@@ -68,31 +78,39 @@ def test_a_failing_key_selector_does_not_embed_a_20mb_record(partitioner):
 
 
 # -- Spark identifiers -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("name, quoted", [
-    ("clicks", "`clicks`"),
-    ("db.clicks", "`db`.`clicks`"),
-    ("spark_catalog.db.clicks", "`spark_catalog`.`db`.`clicks`"),
-    ("`my db`.`we``ird`", "`my db`.`we``ird`"),
-    ("a.`b.c`", "`a`.`b.c`"),
-    ("union", "`union`"),
-    ("clicks; DROP TABLE victim", "`clicks; DROP TABLE victim`"),
-    ("clicks -- comment", "`clicks -- comment`"),
-    ("`x``; DROP TABLE victim; --`", "`x``; DROP TABLE victim; --`"),
-])
+@pytest.mark.parametrize(
+    "name, quoted",
+    [
+        ("clicks", "`clicks`"),
+        ("db.clicks", "`db`.`clicks`"),
+        ("spark_catalog.db.clicks", "`spark_catalog`.`db`.`clicks`"),
+        ("`my db`.`we``ird`", "`my db`.`we``ird`"),
+        ("a.`b.c`", "`a`.`b.c`"),
+        ("union", "`union`"),
+        ("clicks; DROP TABLE victim", "`clicks; DROP TABLE victim`"),
+        ("clicks -- comment", "`clicks -- comment`"),
+        ("`x``; DROP TABLE victim; --`", "`x``; DROP TABLE victim; --`"),
+    ],
+)
 def test_table_names_are_quoted_per_part(name, quoted):
     assert quote_table_name(name) == quoted
     assert split_table_name(quoted) == split_table_name(name)  # quoting is stable
 
 
-@pytest.mark.parametrize("name, error", [
-    ("", "not a table name: ''"),
-    ("db..t", "table name 'db..t' has an empty part"),
-    ("t.", "table name 't.' ends with a dot"),
-    ("x` ; DROP TABLE victim; --", "table name 'x` ; DROP TABLE victim; --': a backtick inside an unquoted "
-                                   "part (quote the part: `a``b`)"),
-    ("`open", "table name '`open' has an unclosed backtick"),
-    ("`a`b", "table name '`a`b': unexpected text after a quoted part at 3"),
-])
+@pytest.mark.parametrize(
+    "name, error",
+    [
+        ("", "not a table name: ''"),
+        ("db..t", "table name 'db..t' has an empty part"),
+        ("t.", "table name 't.' ends with a dot"),
+        (
+            "x` ; DROP TABLE victim; --",
+            "table name 'x` ; DROP TABLE victim; --': a backtick inside an unquoted part (quote the part: `a``b`)",
+        ),
+        ("`open", "table name '`open' has an unclosed backtick"),
+        ("`a`b", "table name '`a`b': unexpected text after a quoted part at 3"),
+    ],
+)
 def test_malformed_table_names_are_rejected(name, error):
     with pytest.raises(ValueError) as info:
         quote_table_name(name)
@@ -138,8 +156,10 @@ def test_busy_metrics_port_names_the_key_and_port(busy_port):
     env = metrics_env("local", busy_port)
     with pytest.raises(MetricsPortError) as info:
         env.execute("metrics on a busy port")
-    assert str(info.value) == (f"metrics.port {busy_port} is already in use on 127.0.0.1 (choose another port, "
-                               f"0 for any free one, or -1 to turn it off)")
+    assert str(info.value) == (
+        f"metrics.port {busy_port} is already in use on 127.0.0.1 (choose another port, "
+        f"0 for any free one, or -1 to turn it off)"
+    )
 
 
 @pytest.mark.timeout(180)

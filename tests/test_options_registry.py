@@ -34,25 +34,69 @@ ROOT = Path(__file__).resolve().parents[1]
 #: folders of the checkout that are not raylink's code (the tests may use any key they like)
 NOT_CODE = {"tests", "examples", "scripts", "deploy", ".venv", ".git", "raylink.egg-info", "__pycache__"}
 #: calls whose first argument is a configuration key (Configuration's and dict's accessors)
-KEY_METHODS = {"get", "get_string", "get_integer", "get_boolean", "get_float", "get_long", "contains_key",
-               "remove_config", "pop", "setdefault", "set_string", "set_integer", "set_boolean", "set_float"}
+KEY_METHODS = {
+    "get",
+    "get_string",
+    "get_integer",
+    "get_boolean",
+    "get_float",
+    "get_long",
+    "contains_key",
+    "remove_config",
+    "pop",
+    "setdefault",
+    "set_string",
+    "set_integer",
+    "set_boolean",
+    "set_float",
+}
 WRITE_METHODS = {"set_string", "set_integer", "set_boolean", "set_float", "setdefault"}
 #: a configuration key: dotted lower-case words (``taskmanager.numberOfTaskSlots`` has one capital)
 KEY_SHAPE = re.compile(r"[a-z][A-Za-z0-9_-]*(\.[A-Za-z0-9_-]+)+\.?")
 #: the first words of configuration keys: those raylink registers and the rest of Flink's (a key
 #: elsewhere, e.g. an accumulator name ``loadtest.source``, is not a configuration key)
 NAMESPACES = {option.key.split(".")[0] for option in registry.all_options()} | {
-    "jobmanager", "taskmanager", "state", "execution", "pipeline", "restart-strategy", "metrics", "rest",
-    "web", "high-availability", "cluster", "heartbeat", "blob", "slot", "security", "env", "table", "python",
-    "io", "fs", "classloader", "scheduler", "slotmanager", "resourcemanager", "kubernetes", "yarn", "raylink"}
+    "jobmanager",
+    "taskmanager",
+    "state",
+    "execution",
+    "pipeline",
+    "restart-strategy",
+    "metrics",
+    "rest",
+    "web",
+    "high-availability",
+    "cluster",
+    "heartbeat",
+    "blob",
+    "slot",
+    "security",
+    "env",
+    "table",
+    "python",
+    "io",
+    "fs",
+    "classloader",
+    "scheduler",
+    "slotmanager",
+    "resourcemanager",
+    "kubernetes",
+    "yarn",
+    "raylink",
+}
 
 
 def _module_strings(tree: ast.Module) -> dict[str, str]:
     """Module-level ``NAME = "text"`` constants (so ``conf.get(CONF_KEY)`` is resolved too)."""
     out = {}
     for node in tree.body:
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
             out[node.targets[0].id] = node.value.value
     return out
 
@@ -121,7 +165,7 @@ def all_key_uses() -> list[tuple[str, int, str, str]]:
 
 # -- every key the code uses is registered -------------------------------------------------------------
 def test_the_scanner_finds_string_keys():
-    source = r'''
+    source = r"""
 KEY = "raylink.spark.executors"
 PREFIX = "taskmanager.network.memory.buffer-debloat."
 
@@ -137,7 +181,7 @@ def f(conf, settings):
     acc.setdefault("loadtest.source", [])           # an accumulator's name
     logging.getLogger("raylink.cli")                # a logger, not a key
     os.environ.get("RAY_ADDRESS")
-'''
+"""
     assert sorted(key_uses(source)) == [
         (6, "raylink.new-key", "read"),
         (7, "pipeline.name", "write"),
@@ -160,8 +204,11 @@ def test_every_key_the_code_uses_is_registered():
 def test_the_package_reads_keys_only_through_their_options():
     """Reading ``conf.get_integer("x.y")`` / ``settings["x.y"]`` duplicates a key (and often its
     default) outside the registry; code reads ``conf.get(Option)`` / ``read_option(settings, Option)``."""
-    reads = [f"{path}:{line}: {key!r}" for path, line, key, how in all_key_uses()
-             if how == "read" and path != "api/options.py"]
+    reads = [
+        f"{path}:{line}: {key!r}"
+        for path, line, key, how in all_key_uses()
+        if how == "read" and path != "api/options.py"
+    ]
     assert reads == [], "read these through their ConfigOption:\n" + "\n".join(reads)
 
 
@@ -187,8 +234,13 @@ def test_defaults_live_in_the_registry():
     assert conf.get_integer("metrics.port") == -1  # the option's default, not the getter's 0
     assert conf.get_string("execution.checkpointing.dir") is None  # no default
     assert conf.get(ExecutionOptions.BUFFER_TIMEOUT) == 100
-    assert read_option({"taskmanager.network.memory.buffer-debloat.target": "2 s"},
-                       NettyShuffleEnvironmentOptions.BUFFER_DEBLOAT_TARGET) == 2000
+    assert (
+        read_option(
+            {"taskmanager.network.memory.buffer-debloat.target": "2 s"},
+            NettyShuffleEnvironmentOptions.BUFFER_DEBLOAT_TARGET,
+        )
+        == 2000
+    )
     assert read_option(None, NettyShuffleEnvironmentOptions.BUFFER_DEBLOAT_TARGET) == 1000
 
 
@@ -204,8 +256,9 @@ def test_spark_options_are_checked_where_read():
 
 
 def test_environment_reads_typed_values_through_options():
-    conf = Configuration().set_string("execution.buffer-timeout", "1 s").set_string("pipeline.operator-chaining",
-                                                                                   "false")
+    conf = (
+        Configuration().set_string("execution.buffer-timeout", "1 s").set_string("pipeline.operator-chaining", "false")
+    )
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     assert env.get_buffer_timeout() == 1000
     env.from_collection([1, 2]).map(lambda x: x).print()
@@ -253,8 +306,10 @@ def test_config_shows_one_option(capsys):
 def test_config_unknown_key_exits_2_with_the_closest_key(capsys):
     code, out, err = run_config(capsys, "execution.bufer-timeout")
     assert (code, out) == (2, "")
-    assert err == ("raylink config: unknown configuration key 'execution.bufer-timeout' "
-                   "(did you mean 'execution.buffer-timeout'?)\n")
+    assert err == (
+        "raylink config: unknown configuration key 'execution.bufer-timeout' "
+        "(did you mean 'execution.buffer-timeout'?)\n"
+    )
     code, out, err = run_config(capsys, "no.such.thing")
     assert (code, err) == (2, "raylink config: unknown configuration key 'no.such.thing'\n")
 
@@ -268,14 +323,24 @@ def test_config_markdown_is_the_readme_table(capsys):
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     match = re.search(r"<!-- options:start[^>]*-->\n(.*?)\n<!-- options:end -->", readme, re.S)
     assert match, "README.md lost its option table markers"
-    assert match.group(1) == markdown_table(), ("the README's option table differs from the registry: "
-                                                "paste `raylink config --markdown` between the markers")
+    assert match.group(1) == markdown_table(), (
+        "the README's option table differs from the registry: paste `raylink config --markdown` between the markers"
+    )
 
 
 def test_config_command_runs_without_ray():
-    proc = subprocess.run([sys.executable, "-c", "import sys; from raylink.cli.main import main; "
-                           "code = main(['config', 'parallelism.default']); "
-                           "assert 'ray' not in sys.modules, 'ray imported'; sys.exit(code)"],
-                          capture_output=True, text=True, cwd=ROOT.parent, timeout=50)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from raylink.cli.main import main; "
+            "code = main(['config', 'parallelism.default']); "
+            "assert 'ray' not in sys.modules, 'ray imported'; sys.exit(code)",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT.parent,
+        timeout=50,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("key:         parallelism.default\n")

@@ -28,13 +28,17 @@ from raylink.tests.pyflink_examples.cases import (
 )
 
 EXAMPLES = pyflink_examples_dir()
-NO_WHEEL = "the apache-flink 2.3 wheel is not installed (python3 -m venv /tmp/pyflink-venv && " \
-           "/tmp/pyflink-venv/bin/pip install apache-flink==2.3.0)"
+NO_WHEEL = (
+    "the apache-flink 2.3 wheel is not installed (python3 -m venv /tmp/pyflink-venv && "
+    "/tmp/pyflink-venv/bin/pip install apache-flink==2.3.0)"
+)
 
 
 def _params(cases):
-    return [pytest.param(c, id=c.name, marks=[pytest.mark.xfail(strict=True, reason=c.xfail)] if c.xfail else [])
-            for c in cases]
+    return [
+        pytest.param(c, id=c.name, marks=[pytest.mark.xfail(strict=True, reason=c.xfail)] if c.xfail else [])
+        for c in cases
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +88,7 @@ def test_pyflink_still_prints_the_recorded_output(case, tmp_path):
     python = pyflink_python()
     if python is None or EXAMPLES is None:
         pytest.skip(NO_WHEEL)
-    run = run_program(case, os.path.join(EXAMPLES, case.path), python, str(tmp_path), pyflink_env(python),
-                      timeout=840)
+    run = run_program(case, os.path.join(EXAMPLES, case.path), python, str(tmp_path), pyflink_env(python), timeout=840)
     assert run.returncode == 0, run.stderr[-4000:]
     expected = read_expected(case)
     assert run.output == expected, _diff(expected, run.output)

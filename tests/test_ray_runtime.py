@@ -144,9 +144,11 @@ def test_buffers_debloat_behind_a_slow_consumer_and_stay_whole_behind_a_fast_one
         time.sleep(0.0002)  # ~5k records/s at most
 
     (
-        env.from_sequence(1, 12_000).slot_sharing_group("source")
+        env.from_sequence(1, 12_000)
+        .slot_sharing_group("source")
         .map(lambda i: (i, "x" * 20))
-        .add_sink(slow_sink).slot_sharing_group("sink")
+        .add_sink(slow_sink)
+        .slot_sharing_group("sink")
     )
     result = env.execute("slow consumer")
     source = next(m for m in result.task_metrics if m["task"].startswith("Source"))
@@ -158,9 +160,12 @@ def test_buffers_debloat_behind_a_slow_consumer_and_stay_whole_behind_a_fast_one
 
     env = ray_env(1)
     (
-        env.from_sequence(1, 400_000).slot_sharing_group("source")
+        env.from_sequence(1, 400_000)
+        .slot_sharing_group("source")
         .map(lambda i: (f"w{i % 100}", 1))
-        .key_by(lambda kv: kv[0]).sum(1).slot_sharing_group("keyed")
+        .key_by(lambda kv: kv[0])
+        .sum(1)
+        .slot_sharing_group("keyed")
         .add_sink(lambda _v: None)
     )
     result = env.execute("fast consumer")
@@ -200,8 +205,9 @@ def test_cancel_stops_an_unbounded_job_within_5s():
 
 def test_killed_task_executor_fails_the_job_naming_the_lost_task():
     env = ray_env(2)
-    env.add_source(Endless()).slot_sharing_group("a").rebalance().map(lambda x: x).slot_sharing_group(
-        "b").add_sink(lambda v: None)
+    env.add_source(Endless()).slot_sharing_group("a").rebalance().map(lambda x: x).slot_sharing_group("b").add_sink(
+        lambda v: None
+    )
     client = env.execute_async("victim")
     victim = client.executor_ids[-1]
     lost_tasks = client.tasks_on(victim)
@@ -333,7 +339,9 @@ def test_execute_and_collect_streams_records_of_an_unbounded_job():
 
 
 def test_task_executor_processes_collect_the_young_generation_less_often():
-    code = ("import gc; from raylink.actors.ray_actors import tune_gc; before = gc.get_threshold(); "
-            "tune_gc(50000); print(before[0], gc.get_threshold()[0], gc.get_freeze_count() > 0)")
+    code = (
+        "import gc; from raylink.actors.ray_actors import tune_gc; before = gc.get_threshold(); "
+        "tune_gc(50000); print(before[0], gc.get_threshold()[0], gc.get_freeze_count() > 0)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.split() == ["700", "50000", "True"]

@@ -179,16 +179,20 @@ def test_never_more_than_capacity_calls_run_at_once(target, mode):
     got = list(client)
     result = client.job_execution_result
     assert sorted(got) == reference(range(N))
-    [most] = [m["operators"]["async wait operator"]["maxInFlight"] for m in result.task_metrics
-              if "async wait operator" in m["operators"]]
+    [most] = [
+        m["operators"]["async wait operator"]["maxInFlight"]
+        for m in result.task_metrics
+        if "async wait operator" in m["operators"]
+    ]
     assert most == 5  # 300 records arrive at once; 5 run, the rest wait for a free slot
 
 
 @pytest.mark.timeout(120)
 def test_timeout_gives_the_functions_fallback_results(target):
     env = make_env(target, 1)
-    out = AsyncDataStream.unordered_wait(env.from_collection(list(range(1, 41))), SlowForTensWithFallback(),
-                                         Time.milliseconds(200), capacity=50)
+    out = AsyncDataStream.unordered_wait(
+        env.from_collection(list(range(1, 41))), SlowForTensWithFallback(), Time.milliseconds(200), capacity=50
+    )
     got = sorted(out.execute_and_collect())
     assert got == sorted([("timeout", v) if v % 10 == 0 else ("ok", v) for v in range(1, 41)])
 
@@ -211,13 +215,15 @@ def test_default_timeout_fails_the_job_naming_the_operator_and_the_input(target)
 def test_retries_on_the_exception_predicate_until_the_call_succeeds(target, mode):
     env = make_env(target, 2)
     strategy = AsyncRetryStrategy.fixed_delay(
-        max_attempts=2, backoff_time_millis=5, result_predicate=None,
-        exception_predicate=functools.partial(async_retry_predicates.exception_type_predicate,
-                                              expected_error_type=Flaky))
-    wait = (AsyncDataStream.ordered_wait_with_retry if mode == "ordered"
-            else AsyncDataStream.unordered_wait_with_retry)
-    out = wait(env.from_collection(list(range(50))).rebalance(), FailsTwice(), Time.seconds(20), strategy,
-               capacity=10)
+        max_attempts=2,
+        backoff_time_millis=5,
+        result_predicate=None,
+        exception_predicate=functools.partial(
+            async_retry_predicates.exception_type_predicate, expected_error_type=Flaky
+        ),
+    )
+    wait = AsyncDataStream.ordered_wait_with_retry if mode == "ordered" else AsyncDataStream.unordered_wait_with_retry
+    out = wait(env.from_collection(list(range(50))).rebalance(), FailsTwice(), Time.seconds(20), strategy, capacity=10)
     assert sorted(out.execute_and_collect()) == [(v, 3) for v in range(50)]  # two retries each
 
 
@@ -225,10 +231,16 @@ def test_retries_on_the_exception_predicate_until_the_call_succeeds(target, mode
 def test_retries_on_the_result_predicate_with_exponential_backoff(target):
     env = make_env(target, 1)
     strategy = AsyncRetryStrategy.exponential_backoff(
-        max_attempts=3, initial_delay=5, max_retry_delay=20, multiplier=2.0,
-        result_predicate=async_retry_predicates.empty_result_predicate, exception_predicate=None)
-    out = AsyncDataStream.unordered_wait_with_retry(env.from_collection(list(range(20))), EmptyFirst(),
-                                                    Time.seconds(20), strategy)
+        max_attempts=3,
+        initial_delay=5,
+        max_retry_delay=20,
+        multiplier=2.0,
+        result_predicate=async_retry_predicates.empty_result_predicate,
+        exception_predicate=None,
+    )
+    out = AsyncDataStream.unordered_wait_with_retry(
+        env.from_collection(list(range(20))), EmptyFirst(), Time.seconds(20), strategy
+    )
     assert sorted(out.execute_and_collect()) == [(v, 2) for v in range(20)]
 
 
@@ -236,8 +248,9 @@ def test_retries_on_the_result_predicate_with_exponential_backoff(target):
 def test_when_retries_run_out_the_job_fails_with_the_last_error(target):
     env = make_env(target, 1)
     strategy = AsyncRetryStrategy.fixed_delay(2, 5, None, async_retry_predicates.has_exception_predicate)
-    out = AsyncDataStream.ordered_wait_with_retry(env.from_collection([1, 2]), FailsTwice(failures=3),
-                                                  Time.seconds(20), strategy)
+    out = AsyncDataStream.ordered_wait_with_retry(
+        env.from_collection([1, 2]), FailsTwice(failures=3), Time.seconds(20), strategy
+    )
     out.print()
     with pytest.raises(JobExecutionException) as info:
         env.execute("out of retries")
@@ -252,8 +265,10 @@ def test_a_failing_call_fails_the_job_naming_operator_function_and_input(target)
     AsyncDataStream.unordered_wait(env.from_collection(list(range(10))), Broken(), 0).print()
     with pytest.raises(JobExecutionException) as info:
         env.execute("broken")
-    assert ("async wait operator 'async wait operator': Broken.async_invoke failed for input 7: "
-            "ValueError: no answer for seven") in str(info.value)
+    assert (
+        "async wait operator 'async wait operator': Broken.async_invoke failed for input 7: "
+        "ValueError: no answer for seven"
+    ) in str(info.value)
 
 
 @pytest.mark.timeout(120)
@@ -435,20 +450,27 @@ class StallsThenFails(AsyncFunction):
 @pytest.mark.timeout(180)
 def test_a_checkpoint_with_records_in_flight_restores_them_exactly_once(tmp_path):
     n = 2000
-    env = make_env("local", 1, {
-        "restart-strategy.type": "fixed-delay",
-        "restart-strategy.fixed-delay.delay": "100 ms",
-        "execution.checkpointing.num-retained": 1000,
-    })
+    env = make_env(
+        "local",
+        1,
+        {
+            "restart-strategy.type": "fixed-delay",
+            "restart-strategy.fixed-delay.delay": "100 ms",
+            "execution.checkpointing.num-retained": 1000,
+        },
+    )
     env.enable_checkpointing(100, CheckpointingMode.EXACTLY_ONCE)
     env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path / "checkpoints"))
-    sink = (FileSink.for_row_format(str(tmp_path / "out"), Encoder.simple_string_encoder())
-            .with_output_file_config(OutputFileConfig.builder().with_part_prefix("part").build())
-            .with_rolling_policy(RollingPolicy.on_checkpoint_rolling_policy())
-            .build())
+    sink = (
+        FileSink.for_row_format(str(tmp_path / "out"), Encoder.simple_string_encoder())
+        .with_output_file_config(OutputFileConfig.builder().with_part_prefix("part").build())
+        .with_rolling_policy(RollingPolicy.on_checkpoint_rolling_policy())
+        .build()
+    )
     release = reset_signal(f"async-release-{tmp_path}")
-    AsyncDataStream.ordered_wait(env.from_sequence(1, n), StallsThenFails(n, f"async-release-{tmp_path}"),
-                                 Time.seconds(90), capacity=20).sink_to(sink)
+    AsyncDataStream.ordered_wait(
+        env.from_sequence(1, n), StallsThenFails(n, f"async-release-{tmp_path}"), Time.seconds(90), capacity=20
+    ).sink_to(sink)
     client = env.execute_async("in flight")
     try:
         assert wait_for(lambda: client.get_checkpoint_stats()["numRestarts"] == 1, client, timeout=60)
@@ -456,8 +478,12 @@ def test_a_checkpoint_with_records_in_flight_restores_them_exactly_once(tmp_path
         stats = client.get_checkpoint_stats()
         storage = client.checkpoint_storage
         checkpoint = storage.load_checkpoint(stats["lastRestoredCheckpointId"])
-        [operator_id] = [c.operator_id for ev in client.executions.values()
-                         for c in ev.job_vertex.job_vertex.chain if c.operator_name == "async wait operator"]
+        [operator_id] = [
+            c.operator_id
+            for ev in client.executions.values()
+            for c in ev.job_vertex.job_vertex.chain
+            if c.operator_name == "async wait operator"
+        ]
         state = cloudpickle.loads(storage.read_state(checkpoint.get_state(operator_id, 0)))
     finally:
         release.set()

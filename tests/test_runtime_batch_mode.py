@@ -53,11 +53,13 @@ def pyflink_key_order(keys):
 
 
 def word_count(env, lines=LINES):
-    return (env.from_collection(lines)
-            .flat_map(lambda line: line.split())
-            .map(lambda w: (w, 1), output_type=Types.TUPLE([Types.STRING(), Types.INT()]))
-            .key_by(lambda p: p[0])
-            .reduce(lambda a, b: (a[0], a[1] + b[1])))
+    return (
+        env.from_collection(lines)
+        .flat_map(lambda line: line.split())
+        .map(lambda w: (w, 1), output_type=Types.TUPLE([Types.STRING(), Types.INT()]))
+        .key_by(lambda p: p[0])
+        .reduce(lambda a, b: (a[0], a[1] + b[1]))
+    )
 
 
 # -- BATCH: final results only --------------------------------------------------------------------------
@@ -100,10 +102,10 @@ def final_aggregate(agg, records=RECORDS, field=1):
         if cur is None:
             out[r[0]] = r
         elif agg == "sum":
-            out[r[0]] = cur[:field] + (cur[field] + r[field],) + cur[field + 1:]
+            out[r[0]] = cur[:field] + (cur[field] + r[field],) + cur[field + 1 :]
         elif agg in ("min", "max"):
             better = min if agg == "min" else max
-            out[r[0]] = cur[:field] + (better(cur[field], r[field]),) + cur[field + 1:]
+            out[r[0]] = cur[:field] + (better(cur[field], r[field]),) + cur[field + 1 :]
         elif agg == "min_by":
             out[r[0]] = cur if cur[field] <= r[field] else r
         else:
@@ -131,10 +133,14 @@ def test_batch_event_time_windows_count_every_record(target):
     env = make_env(target, 2)
     env.set_runtime_mode(RuntimeExecutionMode.BATCH)
     stream = env.from_collection(data).assign_timestamps_and_watermarks(
-        WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(ByField()))
-    counts = (stream.map(lambda r: (r[0], 1)).key_by(lambda r: r[0])
-              .window(TumblingEventTimeWindows.of(Time.milliseconds(10)))
-              .reduce(lambda x, y: (x[0], x[1] + y[1])))
+        WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(ByField())
+    )
+    counts = (
+        stream.map(lambda r: (r[0], 1))
+        .key_by(lambda r: r[0])
+        .window(TumblingEventTimeWindows.of(Time.milliseconds(10)))
+        .reduce(lambda x, y: (x[0], x[1] + y[1]))
+    )
     want = Counter((k, ts // 10) for k, ts in data)
     assert sorted(counts.execute_and_collect()) == sorted((k, n) for (k, _), n in want.items())
 
@@ -146,7 +152,7 @@ class Timers(KeyedProcessFunction):
     def process_element(self, value, ctx):
         timers = ctx.timer_service()
         timers.register_event_time_timer(ctx.timestamp() + 5)
-        timers.register_processing_time_timer(10 ** 13)  # far in the future
+        timers.register_processing_time_timer(10**13)  # far in the future
         yield ("element", ctx.get_current_key(), ctx.timestamp(), timers.current_watermark())
 
     def on_timer(self, timestamp, ctx):
@@ -159,7 +165,8 @@ def test_batch_timers_fire_at_the_end_of_each_key(target):
     env = make_env(target, 1)
     env.set_runtime_mode(RuntimeExecutionMode.BATCH)
     stream = env.from_collection(data).assign_timestamps_and_watermarks(
-        WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(ByField()))
+        WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(ByField())
+    )
     out = list(stream.key_by(lambda r: r[0]).process(Timers()).execute_and_collect())
     want = []
     for key in pyflink_key_order({k for k, _ in data}):
@@ -191,13 +198,17 @@ def test_batch_keyed_two_inputs_are_merged_by_key_and_timestamp(target):
     wm = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(ByField())
     orders = [(c, ts, 100 * ts) for c in ("ann", "bob", "cy") for ts in (1, 2, 3)]
     discounts = [("ann", 0, 10), ("bob", 0, 50)]
-    out = (env.from_collection(orders).assign_timestamps_and_watermarks(wm)
-           .connect(env.from_collection(discounts).assign_timestamps_and_watermarks(wm))
-           .key_by(lambda o: o[0], lambda d: d[0])
-           .process(Discounts()))
+    out = (
+        env.from_collection(orders)
+        .assign_timestamps_and_watermarks(wm)
+        .connect(env.from_collection(discounts).assign_timestamps_and_watermarks(wm))
+        .key_by(lambda o: o[0], lambda d: d[0])
+        .process(Discounts())
+    )
     percent = {c: p for c, _, p in discounts}
     assert sorted(out.execute_and_collect()) == sorted(
-        (c, amount * (100 - percent.get(c, 0)) // 100) for c, _, amount in orders)
+        (c, amount * (100 - percent.get(c, 0)) // 100) for c, _, amount in orders
+    )
 
 
 RULES = MapStateDescriptor("rules", Types.STRING(), Types.INT())
@@ -225,8 +236,7 @@ def job_edges(env):
 
 
 def pipeline(env):
-    (env.from_sequence(1, 100).map(lambda v: (v % 3, v)).key_by(lambda p: p[0]).sum(1)
-        .rebalance().map(str).print())
+    (env.from_sequence(1, 100).map(lambda v: (v % 3, v)).key_by(lambda p: p[0]).sum(1).rebalance().map(str).print())
     return env
 
 
@@ -267,13 +277,16 @@ class DeclaredUnbounded(Finite):
         return "CONTINUOUS_UNBOUNDED"
 
 
-@pytest.mark.parametrize("source, job_type", [
-    (lambda env: env.from_collection([("k", 1), ("k", 2)]), "BATCH"),
-    (lambda env: env.from_sequence(1, 5).map(lambda v: ("k", v)), "BATCH"),
-    (lambda env: env.add_source(DeclaredBounded()), "BATCH"),
-    (lambda env: env.add_source(Finite()), "STREAMING"),  # a SourceFunction of unknown boundedness
-    (lambda env: env.add_source(DeclaredUnbounded()), "STREAMING"),
-])
+@pytest.mark.parametrize(
+    "source, job_type",
+    [
+        (lambda env: env.from_collection([("k", 1), ("k", 2)]), "BATCH"),
+        (lambda env: env.from_sequence(1, 5).map(lambda v: ("k", v)), "BATCH"),
+        (lambda env: env.add_source(DeclaredBounded()), "BATCH"),
+        (lambda env: env.add_source(Finite()), "STREAMING"),  # a SourceFunction of unknown boundedness
+        (lambda env: env.add_source(DeclaredUnbounded()), "STREAMING"),
+    ],
+)
 def test_automatic_is_batch_exactly_when_every_source_is_bounded(source, job_type):
     env = make_env("local", 1)
     env.set_runtime_mode(RuntimeExecutionMode.AUTOMATIC)
@@ -286,8 +299,9 @@ def test_automatic_with_a_bounded_and_an_unknown_source_is_streaming():
     env.from_collection([("k", 1)]).union(env.add_source(Finite())).key_by(lambda r: r[0]).sum(1).print()
     assert env.get_stream_graph().job_type == "STREAMING"
     env = make_env("local", 1, {"execution.runtime-mode": "automatic"})
-    env.from_collection([("k", 1)]).union(env.from_sequence(1, 3).map(lambda v: ("k", v))).key_by(
-        lambda r: r[0]).sum(1).print()
+    env.from_collection([("k", 1)]).union(env.from_sequence(1, 3).map(lambda v: ("k", v))).key_by(lambda r: r[0]).sum(
+        1
+    ).print()
     assert env.get_stream_graph().job_type == "BATCH"
 
 
@@ -300,8 +314,9 @@ def test_batch_with_an_unbounded_source_fails_naming_the_rule():
     env = make_env("local", 1)
     env.set_runtime_mode(RuntimeExecutionMode.BATCH)
     env.add_source(DeclaredUnbounded(), "ticks").print()
-    with pytest.raises(GraphError, match="Detected an UNBOUNDED source .*'ticks'.* with the 'execution.runtime-mode' "
-                                         "set to 'BATCH'"):
+    with pytest.raises(
+        GraphError, match="Detected an UNBOUNDED source .*'ticks'.* with the 'execution.runtime-mode' set to 'BATCH'"
+    ):
         env.get_stream_graph()
 
 

@@ -137,10 +137,13 @@ def test_keyed_broadcast_timers_fire_with_the_broadcast_state(target):
     """The operator's watermark is the minimum of both inputs', so the timers fire once the
     rules input has ended, i.e. with the rule in the state."""
     env = make_env(target, 2)
-    data = (env.from_sequence(1, 40)
-            .assign_timestamps_and_watermarks(
-                WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(Stamp()))
-            .key_by(lambda v: v % 3))
+    data = (
+        env.from_sequence(1, 40)
+        .assign_timestamps_and_watermarks(
+            WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(Stamp())
+        )
+        .key_by(lambda v: v % 3)
+    )
     rules = env.from_collection([("factor", 4)]).broadcast(RULES)
     out = list(data.connect(rules).process(TimerReadsRules()).execute_and_collect())
     assert sorted(out) == sorted((v % 3, v * 10 + 5, "EVENT_TIME", 4) for v in range(1, 41))
@@ -185,10 +188,13 @@ class AsksUndeclared(BroadcastProcessFunction):
         pass
 
 
-@pytest.mark.parametrize("function, message", [
-    (WritesOnReadSide(), "read-only on the non-broadcast side"),
-    (AsksUndeclared(), "The requested state does not exist"),
-])
+@pytest.mark.parametrize(
+    "function, message",
+    [
+        (WritesOnReadSide(), "read-only on the non-broadcast side"),
+        (AsksUndeclared(), "The requested state does not exist"),
+    ],
+)
 def test_misuse_of_the_broadcast_state_fails_the_job_naming_the_operator(function, message):
     env = make_env("local", 1)
     env.from_sequence(1, 3).connect(env.from_collection([("a", 1)]).broadcast(RULES)).process(function).print()
@@ -246,14 +252,21 @@ def test_job_graph_has_two_inputs_and_a_broadcast_edge(keyed):
     assert vertex.invokable == "TwoInputStreamTask"
     assert vertex.name.startswith("Keyed-Co-Process-Broadcast" if keyed else "Co-Process-Broadcast")
     edges = sorted((e.type_number, e.ship_strategy, e.distribution_pattern) for e in vertex.inputs)
-    assert edges == [(1, "HASH" if keyed else "FORWARD", "ALL_TO_ALL" if keyed else "POINTWISE"),
-                     (2, "BROADCAST", "ALL_TO_ALL")]
+    assert edges == [
+        (1, "HASH" if keyed else "FORWARD", "ALL_TO_ALL" if keyed else "POINTWISE"),
+        (2, "BROADCAST", "ALL_TO_ALL"),
+    ]
 
 
 # -- checkpoints -----------------------------------------------------------------------------------------------
 def start(op, subtask_index, parallelism, restore=None):
-    rc = StreamingRuntimeContext(task_name="t", operator_name=op.name, subtask_index=subtask_index,
-                                 parallelism=parallelism, processing_time_service=ManualProcessingTimeService())
+    rc = StreamingRuntimeContext(
+        task_name="t",
+        operator_name=op.name,
+        subtask_index=subtask_index,
+        parallelism=parallelism,
+        processing_time_service=ManualProcessingTimeService(),
+    )
     out = CollectingOutput(rc.record_context)
     op.setup(out, rc)
     op.open()
@@ -332,18 +345,20 @@ def test_broadcast_state_survives_a_failure_through_the_checkpoint(target, tmp_p
     """The rules source has finished before the failure, so after the restart the factor can only
     come from the restored broadcast state; the exactly-once FileSink shows every element once."""
     n, parallelism = 6000, 2
-    env = make_env(target, parallelism, {"restart-strategy.type": "fixed-delay",
-                                         "restart-strategy.fixed-delay.delay": "200 ms"})
+    env = make_env(
+        target, parallelism, {"restart-strategy.type": "fixed-delay", "restart-strategy.fixed-delay.delay": "200 ms"}
+    )
     env.enable_checkpointing(300, CheckpointingMode.EXACTLY_ONCE)
     env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path / "checkpoints"))
-    sink = (FileSink.for_row_format(str(tmp_path / "out"), Encoder.simple_string_encoder())
-            .with_output_file_config(OutputFileConfig.builder().with_part_prefix("part").build())
-            .with_rolling_policy(RollingPolicy.on_checkpoint_rolling_policy())
-            .build())
+    sink = (
+        FileSink.for_row_format(str(tmp_path / "out"), Encoder.simple_string_encoder())
+        .with_output_file_config(OutputFileConfig.builder().with_part_prefix("part").build())
+        .with_rolling_policy(RollingPolicy.on_checkpoint_rolling_policy())
+        .build()
+    )
     data = env.from_sequence(1, n).map(PacedFailOnce(n // 3)).key_by(lambda v: v % KEYS)
     rules = env.from_collection([("factor", 3)]).broadcast(RULES)
-    (data.connect(rules).process(EnrichMarkingRules())
-        .map(lambda kv: f"{kv[0]},{kv[1]}").sink_to(sink))
+    (data.connect(rules).process(EnrichMarkingRules()).map(lambda kv: f"{kv[0]},{kv[1]}").sink_to(sink))
     client = env.execute_async()
     assert client.wait(200), "the job did not finish"
     assert client.get_job_status() == "FINISHED"

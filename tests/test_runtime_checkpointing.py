@@ -49,17 +49,21 @@ def add_counts(a, b):
 
 
 def build(env, out_dir, fail_at: int = 0, n: int = N):
-    sink = (FileSink.for_row_format(str(out_dir), Encoder.simple_string_encoder())
-            .with_output_file_config(OutputFileConfig.builder().with_part_prefix("part").build())
-            .with_rolling_policy(RollingPolicy.on_checkpoint_rolling_policy())
-            .build())
-    (env.from_sequence(1, n)
+    sink = (
+        FileSink.for_row_format(str(out_dir), Encoder.simple_string_encoder())
+        .with_output_file_config(OutputFileConfig.builder().with_part_prefix("part").build())
+        .with_rolling_policy(RollingPolicy.on_checkpoint_rolling_policy())
+        .build()
+    )
+    (
+        env.from_sequence(1, n)
         .map(Paced(fail_at))
         .map(lambda v: (v % KEYS, 1))
         .key_by(lambda kv: kv[0])
         .reduce(add_counts)
         .map(lambda kv: f"{kv[0]},{kv[1]}")
-        .sink_to(sink))
+        .sink_to(sink)
+    )
 
 
 def checkpointing_env(target, parallelism, tmp_path, **extra):
@@ -76,8 +80,7 @@ def checkpointing_env(target, parallelism, tmp_path, **extra):
 
 @pytest.mark.timeout(180)
 def test_a_failing_function_restarts_from_the_checkpoint_and_the_output_is_exactly_once(target, tmp_path):
-    env = make_env(target, 2, {"restart-strategy.type": "fixed-delay",
-                               "restart-strategy.fixed-delay.delay": "200 ms"})
+    env = make_env(target, 2, {"restart-strategy.type": "fixed-delay", "restart-strategy.fixed-delay.delay": "200 ms"})
     env.enable_checkpointing(300, CheckpointingMode.EXACTLY_ONCE)  # PyFlink's API for the same keys
     env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path / "checkpoints"))
     out = tmp_path / "out"
@@ -127,16 +130,22 @@ def test_sigkilled_task_executors_on_ray_lose_nothing_and_duplicate_nothing(ray_
     kills = 0
     for round_ in range(3):
         completed_before = client.get_checkpoint_stats()["numberOfCompletedCheckpoints"]
-        wait_for(lambda: client.get_job_status() == "RUNNING" and
-                 client.get_checkpoint_stats()["numberOfCompletedCheckpoints"] > completed_before,
-                 client, timeout=120)
+        wait_for(
+            lambda: (
+                client.get_job_status() == "RUNNING"
+                and client.get_checkpoint_stats()["numberOfCompletedCheckpoints"] > completed_before
+            ),
+            client,
+            timeout=120,
+        )
         if client.wait(0):
             break
         pids = executor_pids(client)
         os.kill(pids[round_ % len(pids)], os_signal.SIGKILL)
         kills += 1
-        assert wait_for(lambda: client.get_checkpoint_stats()["numRestarts"] >= kills or client.wait(0),
-                        client, timeout=120)
+        assert wait_for(
+            lambda: client.get_checkpoint_stats()["numRestarts"] >= kills or client.wait(0), client, timeout=120
+        )
     assert client.wait(300), "the job did not finish"
     assert client.get_job_status() == "FINISHED", client.get_job_status()
     assert client.get_checkpoint_stats()["numRestarts"] == kills >= 2
@@ -163,7 +172,7 @@ class LockHolder(MapFunction):
 @pytest.mark.timeout(120)
 def test_state_that_cannot_be_serialised_declines_the_checkpoint_naming_the_operator(target, tmp_path):
     env = checkpointing_env(target, 1, tmp_path, **{"restart-strategy.type": "none"})
-    env.from_sequence(1, 10 ** 9).map(Paced()).map(LockHolder()).name("holds a lock").add_sink(lambda v: None)
+    env.from_sequence(1, 10**9).map(Paced()).map(LockHolder()).name("holds a lock").add_sink(lambda v: None)
     client = env.execute_async()
     assert client.wait(60), "the job should fail once the checkpoint is declined"
     assert client.get_job_status() == "FAILED"
@@ -185,7 +194,7 @@ def test_checkpoint_storage_that_is_not_writable_fails_at_submission_naming_it(t
     assert "a-file" in str(info.value)
 
 
-NODE_LOSS_SCRIPT = '''
+NODE_LOSS_SCRIPT = """
 import json, sys, time
 import ray
 from ray.cluster_utils import Cluster
@@ -215,7 +224,7 @@ finally:
     print(json.dumps(report))
     ray.shutdown()
     cluster.shutdown()
-'''
+"""
 
 
 @pytest.mark.slow
@@ -229,8 +238,9 @@ def test_a_lost_ray_node_fails_over_to_the_remaining_one_exactly_once(tmp_path):
     script = tmp_path / "node_loss.py"
     script.write_text(NODE_LOSS_SCRIPT)
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS",) and not k.startswith("RAYLINK_")}
-    proc = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True,
-                          timeout=380, env=env)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=380, env=env
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["nodes"] == 2, report
@@ -296,8 +306,13 @@ def test_final_checkpoints_let_uneven_sources_finish_exactly_once(target, tmp_pa
     stream = env.add_source(UnevenCounter(), "uneven")
     if fail:
         stream = stream.map(FailOnce())
-    (stream.map(lambda r: (r[0], 1)).key_by(lambda kv: kv[0]).reduce(add_counts)
-        .map(lambda kv: f"{kv[0]},{kv[1]}").sink_to(sink))
+    (
+        stream.map(lambda r: (r[0], 1))
+        .key_by(lambda kv: kv[0])
+        .reduce(add_counts)
+        .map(lambda kv: f"{kv[0]},{kv[1]}")
+        .sink_to(sink)
+    )
     client = env.execute_async()
     assert client.wait(150), "the job did not finish"
     assert client.get_job_status() == "FINISHED", client.get_job_status()
@@ -314,8 +329,12 @@ class AlwaysFails(MapFunction):
 
 @pytest.mark.timeout(120)
 def test_when_the_strategy_gives_up_the_job_fails_with_the_cause_and_the_restart_count(target, tmp_path):
-    env = checkpointing_env(target, 1, tmp_path, **{"restart-strategy.fixed-delay.attempts": 2,
-                                                    "restart-strategy.fixed-delay.delay": "50 ms"})
+    env = checkpointing_env(
+        target,
+        1,
+        tmp_path,
+        **{"restart-strategy.fixed-delay.attempts": 2, "restart-strategy.fixed-delay.delay": "50 ms"},
+    )
     env.from_sequence(1, 100).map(AlwaysFails()).add_sink(lambda v: None)
     client = env.execute_async()
     assert client.wait(90)
@@ -344,8 +363,15 @@ def test_a_two_input_task_aligns_barriers_across_both_inputs_exactly_once(target
     sink = FileSink.for_row_format(str(out), Encoder.simple_string_encoder()).build()
     left = env.from_sequence(1, 3000).map(Paced())
     right = env.from_sequence(1, 2000).map(Paced(fail_at=1500))
-    (left.connect(right).map(Tag()).map(lambda kv: (kv[0], 1)).key_by(lambda kv: kv[0])
-        .reduce(add_counts).map(lambda kv: f"{kv[0]},{kv[1]}").sink_to(sink))
+    (
+        left.connect(right)
+        .map(Tag())
+        .map(lambda kv: (kv[0], 1))
+        .key_by(lambda kv: kv[0])
+        .reduce(add_counts)
+        .map(lambda kv: f"{kv[0]},{kv[1]}")
+        .sink_to(sink)
+    )
     client = env.execute_async()
     assert client.wait(150), "the job did not finish"
     assert client.get_job_status() == "FINISHED", client.get_job_status()

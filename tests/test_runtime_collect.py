@@ -47,7 +47,9 @@ def test_the_collect_sink_runs_at_parallelism_1_and_keeps_order_per_channel(targ
     for ev in results.job_client.execution_graph.all_vertices():
         subtasks.setdefault(ev.job_vertex.job_vertex.name, []).append(ev.subtask_index)
     assert {name: len(s) for name, s in subtasks.items()} == {
-        "Source: Sequence Source -> Map": 2, "Sink: Collect Sink": 1}
+        "Source: Sequence Source -> Map": 2,
+        "Sink: Collect Sink": 1,
+    }
     channels = _per_channel(got)
     assert channels == {i: list(sequence_split(1, N, i, 2)) for i in range(2)}
 
@@ -58,7 +60,7 @@ def test_limit_on_a_parallel_pipeline_is_a_prefix_of_every_channel(target):
     assert len(got) == 100
     for channel, values in _per_channel(got).items():
         full = list(sequence_split(1, N, channel, 2))
-        assert values == full[:len(values)], f"channel {channel}"
+        assert values == full[: len(values)], f"channel {channel}"
 
 
 @pytest.mark.parametrize("limit", [0, -1, 1.5, True])

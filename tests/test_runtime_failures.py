@@ -63,13 +63,15 @@ class ExplodingKeyed(KeyedProcessFunction):
 
 
 def failing_head(env):
-    env.from_sequence(1, 2000).rebalance().map(explode_at_777).name("exploding-map").set_parallelism(2) \
-        .add_sink(lambda x: None)
+    env.from_sequence(1, 2000).rebalance().map(explode_at_777).name("exploding-map").set_parallelism(2).add_sink(
+        lambda x: None
+    )
 
 
 def failing_chained(env):
-    env.from_sequence(1, 2000).map(lambda x: x + 0).name("harmless").map(explode_at_777).name("exploding-map") \
-        .add_sink(lambda x: None)
+    env.from_sequence(1, 2000).map(lambda x: x + 0).name("harmless").map(explode_at_777).name("exploding-map").add_sink(
+        lambda x: None
+    )
 
 
 def failing_source(env):
@@ -81,8 +83,9 @@ def failing_open(env):
 
 
 def failing_keyed(env):
-    env.from_sequence(1, 2000).key_by(lambda x: x % 7).process(ExplodingKeyed()).name("exploding-keyed") \
-        .add_sink(lambda x: None)
+    env.from_sequence(1, 2000).key_by(lambda x: x % 7).process(ExplodingKeyed()).name("exploding-keyed").add_sink(
+        lambda x: None
+    )
 
 
 def failing_sink(env):
@@ -171,9 +174,7 @@ def slow_identity(x):
     return x
 
 
-@pytest.mark.parametrize(
-    "parallelism,slow", [(1, False), (3, False), (2, True)], ids=["p1", "p3", "p2-back-pressured"]
-)
+@pytest.mark.parametrize("parallelism,slow", [(1, False), (3, False), (2, True)], ids=["p1", "p3", "p2-back-pressured"])
 def test_cancel_unbounded_job(target, parallelism, slow):
     name = f"cancel-{parallelism}-{slow}"
     started = reset_signal(name)
@@ -181,7 +182,8 @@ def test_cancel_unbounded_job(target, parallelism, slow):
     (
         env.add_source(CountingSource(), "counting")
         .rebalance()
-        .map(SignalFirstRecord(name)).name("tap")
+        .map(SignalFirstRecord(name))
+        .name("tap")
         .key_by(lambda x: x % 10)
         .map(slow_identity if slow else (lambda x: x))
         .add_sink(lambda x: None)
@@ -192,8 +194,9 @@ def test_cancel_unbounded_job(target, parallelism, slow):
     if slow:  # cancel() arrives while the source is blocked on a full output pool
 
         def source_back_pressured():
-            return any(m["task"].startswith("Source: ") and m["backPressuredTimeMsPerSecond"] > 0
-                       for m in client.get_metrics())
+            return any(
+                m["task"].startswith("Source: ") and m["backPressuredTimeMsPerSecond"] > 0 for m in client.get_metrics()
+            )
 
         assert wait_for(source_back_pressured, client)
     client.cancel()
@@ -225,8 +228,7 @@ def lock_at_5(x):
 
 def test_unserialisable_record_across_an_exchange_fails_naming_operator_and_type(target):
     env = make_env(target, 2)
-    env.from_sequence(1, 10).map(lock_at_5).name("make-lock").rebalance().map(lambda x: x) \
-        .add_sink(lambda x: None)
+    env.from_sequence(1, 10).map(lock_at_5).name("make-lock").rebalance().map(lambda x: x).add_sink(lambda x: None)
     with pytest.raises(JobExecutionException) as info:
         env.execute()
     message = str(info.value)
@@ -238,8 +240,7 @@ def test_unserialisable_record_across_an_exchange_fails_naming_operator_and_type
 
 def test_unserialisable_record_error_keeps_its_types(target):
     env = make_env(target, 2)
-    env.from_sequence(1, 10).map(lock_at_5).name("make-lock").rebalance().map(lambda x: x) \
-        .add_sink(lambda x: None)
+    env.from_sequence(1, 10).map(lock_at_5).name("make-lock").rebalance().map(lambda x: x).add_sink(lambda x: None)
     with pytest.raises(JobExecutionException) as info:
         env.execute()
     chain = cause_chain(info.value)
@@ -248,15 +249,20 @@ def test_unserialisable_record_error_keeps_its_types(target):
 
 def test_unserialisable_records_are_fine_inside_a_chain(target):
     env = make_env(target, 2)
-    out = list(env.from_sequence(1, 6).map(lambda x: threading.Lock()).map(lambda lock: type(lock).__name__)
-               .execute_and_collect())
+    out = list(
+        env.from_sequence(1, 6)
+        .map(lambda x: threading.Lock())
+        .map(lambda lock: type(lock).__name__)
+        .execute_and_collect()
+    )
     assert out == ["lock"] * 6
 
 
 def test_none_key_fails_with_assigned_key_must_not_be_null(target):
     env = make_env(target, 2)
-    env.from_sequence(1, 100).map(lambda x: x).name("make-keys") \
-        .key_by(lambda x: None if x == 42 else x % 3).reduce(lambda a, b: a + b).add_sink(lambda x: None)
+    env.from_sequence(1, 100).map(lambda x: x).name("make-keys").key_by(lambda x: None if x == 42 else x % 3).reduce(
+        lambda a, b: a + b
+    ).add_sink(lambda x: None)
     with pytest.raises(JobExecutionException) as info:
         env.execute()
     message = str(info.value)

@@ -41,16 +41,33 @@ def tree(tmp_path):
     _write(str(root / ".hidden.txt"), b"never\n")
     _write(str(root / "_SUCCESS"), b"never\n")
     _write(str(root / "_tmp" / "x.txt"), b"never\n")
-    lines = ["alpha beta", "gamma", "", "last line without newline", "caf\u00e9", "na\u00efve",
-             "gz one", "gz two", "bz one", "xz one", "xz two", "deflate one", "cr one", "cr two"]
+    lines = [
+        "alpha beta",
+        "gamma",
+        "",
+        "last line without newline",
+        "caf\u00e9",
+        "na\u00efve",
+        "gz one",
+        "gz two",
+        "bz one",
+        "xz one",
+        "xz two",
+        "deflate one",
+        "cr one",
+        "cr two",
+    ]
     return root, lines
 
 
 def test_a_bounded_source_reads_every_line_of_every_file_once(target, tree):
     root, lines = tree
     env = make_env(target, 3)
-    source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(root)) \
-        .process_static_file_set().build()
+    source = (
+        FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(root))
+        .process_static_file_set()
+        .build()
+    )
     ds = env.from_source(source, WatermarkStrategy.no_watermarks(), "file_source")
     assert multiset(ds.map(lambda line: line).execute_and_collect()) == multiset(lines)
 
@@ -70,8 +87,9 @@ def test_a_charset_is_honoured(tmp_path):
     _write(str(tmp_path / "latin.txt"), "gr\u00fc\u00dfe\n".encode("latin-1"))
     env = make_env("local", 1)
     source = FileSource.for_record_stream_format(StreamFormat.text_line_format("ISO-8859-1"), str(tmp_path)).build()
-    assert list(env.from_source(source, WatermarkStrategy.no_watermarks(), "f").execute_and_collect()) == \
-        ["gr\u00fc\u00dfe"]
+    assert list(env.from_source(source, WatermarkStrategy.no_watermarks(), "f").execute_and_collect()) == [
+        "gr\u00fc\u00dfe"
+    ]
 
 
 def test_a_missing_path_fails_the_job_naming_the_source_and_path(tmp_path):
@@ -92,16 +110,20 @@ def test_bad_arguments_are_refused_when_the_source_is_built(tmp_path):
     with pytest.raises(TypeError, match="is not a StreamFormat"):
         FileSource.for_record_stream_format("text", str(tmp_path)).build()
     with pytest.raises(ValueError, match="discovery interval must be > 0"):
-        FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(tmp_path)) \
-            .monitor_continuously(Duration.of_millis(0))
+        FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(tmp_path)).monitor_continuously(
+            Duration.of_millis(0)
+        )
     with pytest.raises(NotImplementedError, match="no JVM bulk formats"):
         FileSource.for_bulk_file_format(object(), str(tmp_path))
 
 
 def test_boundedness_drives_the_automatic_runtime_mode(tmp_path):
     bounded = FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(tmp_path)).build()
-    unbounded = FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(tmp_path)) \
-        .monitor_continuously(Duration.of_seconds(1)).build()
+    unbounded = (
+        FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(tmp_path))
+        .monitor_continuously(Duration.of_seconds(1))
+        .build()
+    )
     assert bounded.get_boundedness().name == "BOUNDED"
     assert unbounded.get_boundedness().name == "CONTINUOUS_UNBOUNDED"
     env = make_env("local", 1)
@@ -116,8 +138,11 @@ def test_monitoring_reads_files_that_appear_while_the_job_runs(target, tmp_path)
     root = tmp_path / "watched"
     _write(str(root / "first.txt"), b"f1\nf2\n")
     env = make_env(target, 2)
-    source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(root)) \
-        .monitor_continuously(Duration.of_millis(50)).build()
+    source = (
+        FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(root))
+        .monitor_continuously(Duration.of_millis(50))
+        .build()
+    )
     stream = env.from_source(source, WatermarkStrategy.no_watermarks(), "watched")
     got = []
     with stream.execute_and_collect() as results:
@@ -137,8 +162,12 @@ def test_monitoring_reads_files_that_appear_while_the_job_runs(target, tmp_path)
 
 # -- the operator, driven directly: checkpoint and restore ----------------------------------------------
 def _start(op, subtask_index=0, parallelism=1):
-    rc = StreamingRuntimeContext(task_name="src", subtask_index=subtask_index, parallelism=parallelism,
-                                 processing_time_service=ManualProcessingTimeService())
+    rc = StreamingRuntimeContext(
+        task_name="src",
+        subtask_index=subtask_index,
+        parallelism=parallelism,
+        processing_time_service=ManualProcessingTimeService(),
+    )
     out = CollectingOutput(rc.record_context)
     op.setup(out, rc)
     op.open()

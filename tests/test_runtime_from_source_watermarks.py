@@ -38,16 +38,19 @@ def reference() -> dict:
 
 def build(env, strategy):
     stream = env.from_source(NumberSequenceSource(1, N), strategy, "numbers")
-    return (stream.key_by(lambda n: n % 3)
-            .window(TumblingEventTimeWindows.of(Time.milliseconds(SIZE)))
-            .reduce(lambda a, b: a + b))
+    return (
+        stream.key_by(lambda n: n % 3)
+        .window(TumblingEventTimeWindows.of(Time.milliseconds(SIZE)))
+        .reduce(lambda a, b: a + b)
+    )
 
 
 @pytest.mark.parametrize("parallelism", [1, 2])
 def test_from_source_watermarks_fire_event_time_windows(target, parallelism):
     env = make_env(target, parallelism, {"pipeline.auto-watermark-interval": "20 ms"})
-    strategy = (WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(10))
-                .with_timestamp_assigner(EventTime()))
+    strategy = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(10)).with_timestamp_assigner(
+        EventTime()
+    )
     result = list(build(env, strategy).execute_and_collect())
     # each window's result is the sum of its key's values: compare the multiset of sums
     assert sorted(result) == sorted(reference().values())
@@ -83,14 +86,14 @@ def test_the_sources_watermarks_make_disordered_events_late(target):
 
     def run(strategy):
         env = make_env(target, 1, {})
-        windowed = (env.from_source(NumberSequenceSource(1, N), strategy.with_timestamp_assigner(Disordered()),
-                                    "numbers")
-                    .key_by(lambda n: 0)
-                    .window(TumblingEventTimeWindows.of(Time.milliseconds(SIZE)))
-                    .side_output_late_data(late)
-                    .reduce(lambda a, b: a + b))
-        out = windowed.map(lambda v: ("on time", v)).union(
-            windowed.get_side_output(late).map(lambda v: ("late", v)))
+        windowed = (
+            env.from_source(NumberSequenceSource(1, N), strategy.with_timestamp_assigner(Disordered()), "numbers")
+            .key_by(lambda n: 0)
+            .window(TumblingEventTimeWindows.of(Time.milliseconds(SIZE)))
+            .side_output_late_data(late)
+            .reduce(lambda a, b: a + b)
+        )
+        out = windowed.map(lambda v: ("on time", v)).union(windowed.get_side_output(late).map(lambda v: ("late", v)))
         records = list(out.execute_and_collect())
         return [v for kind, v in records if kind == "on time"], [v for kind, v in records if kind == "late"]
 
@@ -105,8 +108,9 @@ def test_from_source_with_a_strategy_adds_no_node_to_the_graphs():
     plain = make_env("local", 2, {})
     build(plain, WatermarkStrategy.no_watermarks()).add_sink(lambda v: None)
     with_strategy = make_env("local", 2, {})
-    build(with_strategy, WatermarkStrategy.for_monotonous_timestamps()
-          .with_timestamp_assigner(EventTime())).add_sink(lambda v: None)
+    build(with_strategy, WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(EventTime())).add_sink(
+        lambda v: None
+    )
     names = lambda env: [v["name"] for v in env.get_job_graph().to_dict()["vertices"]]  # noqa: E731
     assert names(plain) == names(with_strategy)
     assert names(plain)[0].startswith("Source: numbers")
@@ -122,6 +126,7 @@ def test_without_a_strategy_nothing_fires():
     """``no_watermarks()``: the only watermark is the end of input, so each window fires once
     at the end; the sums are the same."""
     env = make_env("local", 1, {})
-    result = list(build(env, WatermarkStrategy.no_watermarks()
-                        .with_timestamp_assigner(EventTime())).execute_and_collect())
+    result = list(
+        build(env, WatermarkStrategy.no_watermarks().with_timestamp_assigner(EventTime())).execute_and_collect()
+    )
     assert sorted(result) == sorted(reference().values())

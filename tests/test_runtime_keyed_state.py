@@ -93,7 +93,7 @@ def expected_map_flat_map_filter(records):
     out = []
     for key, values in per_key_in_order(records).items():
         out += [("map", key, n) for n in range(1, len(values) + 1)]
-        out += [("flat_map", key, sum(values[i:i + 3])) for i in range(0, len(values) - 2, 3)]
+        out += [("flat_map", key, sum(values[i : i + 3])) for i in range(0, len(values) - 2, 3)]
         seen = set()
         for v in values:
             if v not in seen:
@@ -135,9 +135,9 @@ class SumWithStatistics(ReduceFunction):
 
     def open(self, runtime_context):
         self.average = runtime_context.get_aggregating_state(
-            AggregatingStateDescriptor("average", Average(), Types.PICKLED_BYTE_ARRAY()))
-        self.maximum = runtime_context.get_reducing_state(
-            ReducingStateDescriptor("maximum", max, Types.INT()))
+            AggregatingStateDescriptor("average", Average(), Types.PICKLED_BYTE_ARRAY())
+        )
+        self.maximum = runtime_context.get_reducing_state(ReducingStateDescriptor("maximum", max, Types.INT()))
 
     def reduce(self, a, b):
         self.average.add(b[1])
@@ -147,16 +147,18 @@ class SumWithStatistics(ReduceFunction):
 
 def test_a_reduce_function_keeps_aggregating_and_reducing_state_per_key(target):
     env = make_env(target, 2)
-    got = (env.from_collection([(key, value, None, None) for key, value in RECORDS])
-           .key_by(first)
-           .reduce(SumWithStatistics())
-           .execute_and_collect())
+    got = (
+        env.from_collection([(key, value, None, None) for key, value in RECORDS])
+        .key_by(first)
+        .reduce(SumWithStatistics())
+        .execute_and_collect()
+    )
     want = []
     for key, values in per_key_in_order(RECORDS).items():
         want.append((key, values[0], None, None))  # a key's first record is emitted as it is
         for n in range(1, len(values)):
-            later = values[1:n + 1]
-            want.append((key, sum(values[:n + 1]), sum(later) / len(later), max(later)))
+            later = values[1 : n + 1]
+            want.append((key, sum(values[: n + 1]), sum(later) / len(later), max(later)))
     assert Counter(got) == Counter(want)
 
 
@@ -230,11 +232,13 @@ class RemembersForAWhile(MapFunction):
 
     def open(self, runtime_context):
         short = StateTtlConfig.new_builder(Time.milliseconds(TTL_MS)).cleanup_full_snapshot().build()
-        long = (StateTtlConfig.new_builder(Time.hours(1))
-                .set_update_type(StateTtlConfig.UpdateType.OnReadAndWrite)
-                .set_state_visibility(StateTtlConfig.StateVisibility.NeverReturnExpired)
-                .cleanup_incrementally(10, True)
-                .build())
+        long = (
+            StateTtlConfig.new_builder(Time.hours(1))
+            .set_update_type(StateTtlConfig.UpdateType.OnReadAndWrite)
+            .set_state_visibility(StateTtlConfig.StateVisibility.NeverReturnExpired)
+            .cleanup_incrementally(10, True)
+            .build()
+        )
         short_descriptor = ValueStateDescriptor("short", Types.STRING())
         short_descriptor.enable_time_to_live(short)
         long_descriptor = MapStateDescriptor("long", Types.STRING(), Types.STRING())

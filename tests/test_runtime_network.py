@@ -40,9 +40,13 @@ def slow_identity(x):
 def test_slow_sink_back_pressures_the_source_with_bounded_buffers(target):
     env = make_env(target, 2, SMALL_NETWORK)
     (
-        env.from_sequence(1, NUM_RECORDS).set_parallelism(1).name("numbers")
+        env.from_sequence(1, NUM_RECORDS)
+        .set_parallelism(1)
+        .name("numbers")
         .rebalance()
-        .map(slow_identity).name("slow").set_parallelism(2)
+        .map(slow_identity)
+        .name("slow")
+        .set_parallelism(2)
         .collect_sink("received")
     )
     client = env.execute_async()
@@ -95,9 +99,7 @@ def test_five_mib_records_cross_a_32_kib_buffer_exchange_intact(target):
     big_str = "äöü€" + base64.b64encode(big_bytes[: 5 * 1024 * 1024 // 4 * 3]).decode() + "€"
     records = [b"head", big_bytes, ("tuple", big_bytes[:1000], 7), big_str, "tail"]
     env = make_env(target, 2, {"taskmanager.memory.segment-size": 32 * 1024})
-    out = list(
-        env.from_collection(records).rebalance().map(lambda v: v).set_parallelism(2).execute_and_collect()
-    )
+    out = list(env.from_collection(records).rebalance().map(lambda v: v).set_parallelism(2).execute_and_collect())
     assert len(out) == len(records)
     assert Counter(map(repr, out)) == Counter(map(repr, records))
     assert [type(v) for v in out if isinstance(v, tuple)] == [tuple]
@@ -145,7 +147,8 @@ def run_one_then_wait(target, timeout_ms):
     env = make_env(target, 2)
     env.set_buffer_timeout(timeout_ms)
     out = list(
-        env.add_source(OneThenWait(name, WAIT_FOR_DELIVERY_S), "one-then-wait").set_parallelism(1)
+        env.add_source(OneThenWait(name, WAIT_FOR_DELIVERY_S), "one-then-wait")
+        .set_parallelism(1)
         .rebalance()
         .map(SignalOn(name, "first"))
         .execute_and_collect()
@@ -212,8 +215,13 @@ def test_partial_buffers_are_delivered_at_end_of_input(target, timeout_ms):
     env = make_env(target, 2)
     env.set_buffer_timeout(timeout_ms)
     out = list(
-        env.from_collection(["a", "b", "c"]).rebalance().map(str.upper).set_parallelism(2)
-        .key_by(lambda s: s).map(lambda s: s + "!").set_parallelism(3)
+        env.from_collection(["a", "b", "c"])
+        .rebalance()
+        .map(str.upper)
+        .set_parallelism(2)
+        .key_by(lambda s: s)
+        .map(lambda s: s + "!")
+        .set_parallelism(3)
         .execute_and_collect()
     )
     assert sorted(out) == ["A!", "B!", "C!"]
@@ -225,12 +233,18 @@ def test_records_in_and_out_add_up_across_exchanges(target):
     kept = sum(1 for x in range(1, n + 1) if x % 3)
     env = make_env(target, 2)
     (
-        env.from_sequence(1, n).filter(lambda x: x % 3).name("drop-thirds")
+        env.from_sequence(1, n)
+        .filter(lambda x: x % 3)
+        .name("drop-thirds")
         .rebalance()
-        .map(lambda x: x * 2).name("double").set_parallelism(3)
+        .map(lambda x: x * 2)
+        .name("double")
+        .set_parallelism(3)
         .key_by(lambda x: x % 5)
-        .map(lambda x: x).name("keyed")
-        .add_sink(lambda x: None).name("discard")
+        .map(lambda x: x)
+        .name("keyed")
+        .add_sink(lambda x: None)
+        .name("discard")
     )
     result = env.execute()
     tasks = {}
@@ -266,8 +280,9 @@ def test_a_declared_tuple_type_delivers_tuples_and_undeclared_lists_stay_lists(t
 
     env = make_env(target, 2)
     numbers = env.from_sequence(1, 300)
-    numbers.map(as_pair_list, output_type=Types.TUPLE([Types.STRING(), Types.INT()])) \
-        .rebalance().map(lambda v: v).collect_sink("typed")
+    numbers.map(as_pair_list, output_type=Types.TUPLE([Types.STRING(), Types.INT()])).rebalance().map(
+        lambda v: v
+    ).collect_sink("typed")
     numbers.map(as_pair_list).rebalance().map(lambda v: v).collect_sink("untyped")
     result = env.execute()
     typed, untyped = collected(result, "typed"), collected(result, "untyped")
@@ -282,9 +297,13 @@ def test_remote_buffers_travel_in_batches_within_their_credit(ray_session):
     env = make_env("ray", 1)
     n = 60_000
     (
-        env.from_sequence(1, n).slot_sharing_group("producer")
-        .map(lambda x: (f"word{x % 100}", x)).name("pairs")
-        .key_by(lambda kv: kv[0]).sum(1).slot_sharing_group("consumer")
+        env.from_sequence(1, n)
+        .slot_sharing_group("producer")
+        .map(lambda x: (f"word{x % 100}", x))
+        .name("pairs")
+        .key_by(lambda kv: kv[0])
+        .sum(1)
+        .slot_sharing_group("consumer")
         .collect_sink("sums")
     )
     result = env.execute()

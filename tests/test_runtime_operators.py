@@ -47,11 +47,7 @@ class Tokenizer(FlatMapFunction):
 def test_streaming_word_count_emits_every_rolling_count_once(target, parallelism):
     env = make_env(target, parallelism)
     counts = (
-        env.from_sequence(0, NUM_LINES - 1)
-        .map(make_line)
-        .flat_map(Tokenizer())
-        .key_by(lambda pair: pair[0])
-        .sum(1)
+        env.from_sequence(0, NUM_LINES - 1).map(make_line).flat_map(Tokenizer()).key_by(lambda pair: pair[0]).sum(1)
     )
     out = list(counts.execute_and_collect())
 
@@ -105,9 +101,12 @@ def test_chain_across_parallelism_changes(target):
     env = make_env(target, 2)
     out = list(
         env.from_sequence(0, 2999)
-        .map(lambda x: (x % 10, x)).set_parallelism(3)
-        .filter(lambda t: t[0] != 3).set_parallelism(1)
-        .flat_map(lambda t: [t[1]] * (t[0] % 3)).set_parallelism(4)
+        .map(lambda x: (x % 10, x))
+        .set_parallelism(3)
+        .filter(lambda t: t[0] != 3)
+        .set_parallelism(1)
+        .flat_map(lambda t: [t[1]] * (t[0] % 3))
+        .set_parallelism(4)
         .map(lambda x: x * 2)
         .execute_and_collect()
     )
@@ -189,9 +188,7 @@ def test_connect_co_flat_map_with_a_pair_of_callables(target):
     env = make_env(target, 3)
     ints = env.from_sequence(1, 600)
     words = env.from_collection(WORDS).rebalance().map(lambda w: w).set_parallelism(2)
-    out = list(
-        ints.connect(words).flat_map((lambda x: [x] * (x % 3), lambda w: list(w[:2]))).execute_and_collect()
-    )
+    out = list(ints.connect(words).flat_map((lambda x: [x] * (x % 3), lambda w: list(w[:2]))).execute_and_collect())
     expected = [x for x in range(1, 601) for _ in range(x % 3)] + [ch for w in WORDS for ch in w[:2]]
     assert Counter(out) == Counter(expected)
 
@@ -240,8 +237,9 @@ def test_keyed_connect_with_keyed_co_process_function_state(target):
     for key, records in got.items():
         n = lefts[key] + rights[key]
         assert [r[2] for r in records] == list(range(1, n + 1)), key  # one count per record, in order
-        assert Counter(r[1] for r in records) == Counter({"L": lefts[key], "R": rights[key]} if rights[key]
-                                                          else {"L": lefts[key]})
+        assert Counter(r[1] for r in records) == Counter(
+            {"L": lefts[key], "R": rights[key]} if rights[key] else {"L": lefts[key]}
+        )
         assert records[-1][3] == sums[key]  # the last running sum is the key's total, in any order
 
 
@@ -254,7 +252,8 @@ def test_keyed_reduce_emits_running_sums_per_key(target, parallelism):
     env = make_env(target, parallelism)
     out = list(
         env.from_collection(SHUFFLED)
-        .map(lambda x: (x % 7, x)).set_parallelism(1)  # keep the collection's order up to key_by
+        .map(lambda x: (x % 7, x))
+        .set_parallelism(1)  # keep the collection's order up to key_by
         .key_by(lambda t: t[0])
         .reduce(lambda a, b: (a[0], a[1] + b[1]))
         .execute_and_collect()
@@ -280,11 +279,11 @@ def reference_aggregation(agg, records, pos=1):
         if acc is None:
             acc = r
         elif agg == "sum":
-            acc = acc[:pos] + (acc[pos] + r[pos],) + acc[pos + 1:]
+            acc = acc[:pos] + (acc[pos] + r[pos],) + acc[pos + 1 :]
         elif agg == "min":
-            acc = acc if acc[pos] <= r[pos] else acc[:pos] + (r[pos],) + acc[pos + 1:]
+            acc = acc if acc[pos] <= r[pos] else acc[:pos] + (r[pos],) + acc[pos + 1 :]
         elif agg == "max":
-            acc = acc if acc[pos] >= r[pos] else acc[:pos] + (r[pos],) + acc[pos + 1:]
+            acc = acc if acc[pos] >= r[pos] else acc[:pos] + (r[pos],) + acc[pos + 1 :]
         elif agg == "min_by":
             acc = acc if acc[pos] <= r[pos] else r
         elif agg == "max_by":

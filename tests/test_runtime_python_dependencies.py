@@ -32,10 +32,12 @@ def _module(folder, name: str, body: str) -> str:
 
 def _uses(module_name: str):
     """A map function importing ``module_name`` when it runs (on the TaskExecutor)."""
+
     def apply(value):
         import importlib
 
         return importlib.import_module(module_name).apply(value)
+
     return apply
 
 
@@ -108,8 +110,10 @@ def test_the_runtime_environment_of_every_kind_of_dependency(tmp_path):
     working_dir = runtime_env["working_dir"]
     assert sorted(os.listdir(working_dir)) == ["env.zip", "renamed"]
     assert open(os.path.join(working_dir, "renamed", "bin", "tool")).read() == "x"
-    assert runtime_env["pip"] == {"packages": ["something==1.0", "other>=2"],
-                                  "pip_install_options": ["--no-index", "--find-links", str(cache)]}
+    assert runtime_env["pip"] == {
+        "packages": ["something==1.0", "other>=2"],
+        "pip_install_options": ["--no-index", "--find-links", str(cache)],
+    }
     assert runtime_env["py_executable"] == "/opt/py/bin/python3"
     assert ray_runtime_env(Configuration()) == {}
 
@@ -130,8 +134,11 @@ def test_bad_dependencies_are_refused_naming_the_path(tmp_path):
 
 def test_jars_and_classpaths_are_accepted_with_a_warning():
     env = make_env("local", 1)
-    with pytest.warns(UserWarning, match=r"add_jars\('file:///x/flink-sql-connector-kafka\.jar'\) is ignored: "
-                                         r"raylink runs without a JVM"):
+    with pytest.warns(
+        UserWarning,
+        match=r"add_jars\('file:///x/flink-sql-connector-kafka\.jar'\) is ignored: "
+        r"raylink runs without a JVM",
+    ):
         assert env.add_jars("file:///x/flink-sql-connector-kafka.jar") is env
     with pytest.warns(UserWarning, match=r"add_classpaths\('file:///a', 'file:///b'\) is ignored"):
         env.add_classpaths("file:///a", "file:///b")

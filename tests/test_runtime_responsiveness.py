@@ -88,8 +88,11 @@ def wait_until_running(client, target: str, name: str) -> None:
     if target == "local":
         assert signal(name).wait(30), "no record reached the slow map"
     else:
-        assert wait_for(lambda: any(m["numRecordsIn"] > 0 for m in client.get_metrics()
-                                    if m["task"].startswith("Map")), client, timeout=30)
+        assert wait_for(
+            lambda: any(m["numRecordsIn"] > 0 for m in client.get_metrics() if m["task"].startswith("Map")),
+            client,
+            timeout=30,
+        )
 
 
 def time_to_cancel(client) -> float:
@@ -104,7 +107,7 @@ def test_cancel_behind_a_slow_map_ends_within_a_second(target):
     name = f"slow-map-{target}"
     signal(name).clear()
     env = make_env(target, 1)
-    env.from_sequence(1, 10 ** 9).rebalance().map(SlowMap(name, target)).add_sink(lambda v: None)
+    env.from_sequence(1, 10**9).rebalance().map(SlowMap(name, target)).add_sink(lambda v: None)
     client = env.execute_async()
     wait_until_running(client, target, name)
     assert time_to_cancel(client) < 1.0
@@ -115,10 +118,13 @@ def test_cancel_behind_a_slow_map_ends_within_a_second(target):
 @pytest.mark.parametrize("kind", ["generator", "source_function"])
 def test_cancel_of_a_slow_source_ends_within_a_second(target, kind):
     env = make_env(target, 1)
-    slow_source(kind, 10 ** 6, 10.0, env).rebalance().map(delay_since).add_sink(lambda v: None)
+    slow_source(kind, 10**6, 10.0, env).rebalance().map(delay_since).add_sink(lambda v: None)
     client = env.execute_async()
-    assert wait_for(lambda: any(m["numRecordsOut"] > 0 for m in client.get_metrics()
-                                if m["task"].startswith("Source")), client, timeout=30)
+    assert wait_for(
+        lambda: any(m["numRecordsOut"] > 0 for m in client.get_metrics() if m["task"].startswith("Source")),
+        client,
+        timeout=30,
+    )
     assert time_to_cancel(client) < 1.0
     assert client.get_job_status() == "CANCELED"
 
@@ -153,8 +159,11 @@ def test_a_blocking_function_fails_the_job_after_the_cancellation_timeout(target
         if target == "local":
             assert signal(name + "-entered").wait(30)
         else:
-            assert wait_for(lambda: any(m["numRecordsOut"] > 0 for m in client.get_metrics()
-                                        if m["task"].startswith("Source")), client, timeout=30)
+            assert wait_for(
+                lambda: any(m["numRecordsOut"] > 0 for m in client.get_metrics() if m["task"].startswith("Source")),
+                client,
+                timeout=30,
+            )
         start = time.monotonic()
         client.cancel()
         assert client.wait(10), "the job outlived its cancellation timeout"
@@ -178,7 +187,7 @@ def test_a_blocking_function_fails_the_job_after_the_cancellation_timeout(target
 @pytest.mark.timeout(90)
 def test_collect_with_a_limit_on_an_unbounded_job_returns_at_once(target):
     env = make_env(target, 1)
-    results = env.from_sequence(1, 10 ** 12).map(lambda v: v * 2).execute_and_collect(limit=5)
+    results = env.from_sequence(1, 10**12).map(lambda v: v * 2).execute_and_collect(limit=5)
     start = time.monotonic()
     got = list(results)
     took = time.monotonic() - start
@@ -193,7 +202,7 @@ def test_a_slow_collect_reader_back_pressures_the_job(target):
     """A reader taking 1 ms a record: the source is held back (bounded buffering)
     instead of running ahead of the reader by millions of records."""
     env = make_env(target, 1, {"raylink.collect.max-buffered-records": 1000})
-    stream = env.from_sequence(1, 10 ** 12).map(lambda v: v)
+    stream = env.from_sequence(1, 10**12).map(lambda v: v)
     read = 0
     with stream.execute_and_collect() as results:
         client = results.job_client

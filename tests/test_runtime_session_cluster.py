@@ -61,8 +61,15 @@ def test_consecutive_jobs_reuse_clean_executors(session):
     reports = ray.get(session.reset_reports.remote())
     assert reports and all(r["clean"] for r in reports), json.dumps(reports)
     assert {r["actor_id"] for r in reports} <= first
-    assert all(r["previous"]["tasks"] >= 1 and r["tasks"] == 0 and r["threads"] == [] and r["buffersInUse"] == 0
-               and r["liveTasks"] == 0 and r["connections"] == 0 for r in reports), reports
+    assert all(
+        r["previous"]["tasks"] >= 1
+        and r["tasks"] == 0
+        and r["threads"] == []
+        and r["buffersInUse"] == 0
+        and r["liveTasks"] == 0
+        and r["connections"] == 0
+        for r in reports
+    ), reports
     assert _run(list(range(100)), 2) == [2 * i for i in range(100)]
     second = _idle_ids(session)
     status = ray.get(session.status.remote())
@@ -85,8 +92,10 @@ def test_two_jobs_at_once(session):
         except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
             errors.append(exc)
 
-    threads = [threading.Thread(target=run, args=("a", list(range(500)), 3)),
-               threading.Thread(target=run, args=("b", list(range(300)), -1))]
+    threads = [
+        threading.Thread(target=run, args=("a", list(range(500)), 3)),
+        threading.Thread(target=run, args=("b", list(range(300)), -1)),
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -102,8 +111,11 @@ def test_two_jobs_at_once(session):
 @pytest.mark.timeout(240)
 def test_keyed_job_with_state_on_session(session):
     env = make_env("ray", 2)
-    stream = env.from_collection([("a", 1), ("b", 2), ("a", 3), ("b", 4), ("c", 5)]) \
-        .key_by(lambda t: t[0]).reduce(lambda x, y: (x[0], x[1] + y[1]))
+    stream = (
+        env.from_collection([("a", 1), ("b", 2), ("a", 3), ("b", 4), ("c", 5)])
+        .key_by(lambda t: t[0])
+        .reduce(lambda x, y: (x[0], x[1] + y[1]))
+    )
     with stream.execute_and_collect() as results:
         out = list(results)
     assert sorted(out) == [("a", 1), ("a", 4), ("b", 2), ("b", 6), ("c", 5)]
@@ -140,8 +152,14 @@ def _dead(actor_ids, timeout=30.0) -> bool:
 
 def _cli(*args, address):
     env = dict(os.environ, RAY_ADDRESS=address)
-    return subprocess.run([sys.executable, "-m", "raylink", "cluster", *args, "--address", address],
-                          capture_output=True, text=True, cwd=ROOT.parent, env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "raylink", "cluster", *args, "--address", address],
+        capture_output=True,
+        text=True,
+        cwd=ROOT.parent,
+        env=env,
+        timeout=120,
+    )
 
 
 @pytest.mark.timeout(300)
@@ -180,9 +198,12 @@ def test_cli_start_status_stop(ray_session):
     assert none.returncode == 1 and "no session cluster" in none.stderr
 
 
-@pytest.mark.xfail(reason="a restarted job stalls after a SIGKILLed TaskExecutor in per-job mode too (the "
-                          "restarted source's buffers to a barrier-aligning consumer get no credit); "
-                          "not specific to the session cluster", strict=False)
+@pytest.mark.xfail(
+    reason="a restarted job stalls after a SIGKILLed TaskExecutor in per-job mode too (the "
+    "restarted source's buffers to a barrier-aligning consumer get no credit); "
+    "not specific to the session cluster",
+    strict=False,
+)
 @pytest.mark.timeout(400)
 def test_a_job_losing_a_pooled_executor_restarts_and_restores_exactly_once(session, tmp_path):
     import ray
@@ -195,8 +216,13 @@ def test_a_job_losing_a_pooled_executor_restarts_and_restores_exactly_once(sessi
     out = tmp_path / "out"
     build(env, out, n=2 * N)
     client = env.execute_async()
-    assert wait_for(lambda: client.get_job_status() == "RUNNING" and
-                    client.get_checkpoint_stats()["numberOfCompletedCheckpoints"] > 0, client, timeout=120)
+    assert wait_for(
+        lambda: (
+            client.get_job_status() == "RUNNING" and client.get_checkpoint_stats()["numberOfCompletedCheckpoints"] > 0
+        ),
+        client,
+        timeout=120,
+    )
     assert not client.wait(0), "the job ended before the kill"
     os.kill(executor_pids(client)[0], signal.SIGKILL)
     finished = client.wait(150)

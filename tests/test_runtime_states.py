@@ -34,8 +34,18 @@ E = ExecutionState
 # -- JobStatus -------------------------------------------------------------------------------------
 def test_job_status_is_a_string_with_flinks_names():
     assert [s.value for s in JobStatus] == [
-        "INITIALIZING", "CREATED", "RUNNING", "FAILING", "FAILED", "CANCELLING", "CANCELED", "FINISHED",
-        "RESTARTING", "SUSPENDED", "RECONCILING"]
+        "INITIALIZING",
+        "CREATED",
+        "RUNNING",
+        "FAILING",
+        "FAILED",
+        "CANCELLING",
+        "CANCELED",
+        "FINISHED",
+        "RESTARTING",
+        "SUSPENDED",
+        "RECONCILING",
+    ]
     assert J.FAILED == "FAILED" and "FAILED" == J.FAILED and J.FAILED in ("FINISHED", "FAILED")
     assert str(J.CANCELLING) == "CANCELLING" and f"{J.CANCELLING}" == "CANCELLING"
     assert f"job {J.RUNNING.lower()}" == "job running"
@@ -50,24 +60,48 @@ def test_job_status_terminal_states_as_pyflink():
     assert {s for s in JobStatus if s.is_terminal_state()} == {J.FINISHED, J.CANCELED, J.FAILED, J.SUSPENDED}
 
 
-@pytest.mark.parametrize("old,new", [
-    (J.INITIALIZING, J.CREATED), (J.CREATED, J.RUNNING), (J.RUNNING, J.FINISHED),
-    (J.RUNNING, J.FAILING), (J.FAILING, J.FAILED), (J.RUNNING, J.CANCELLING), (J.CANCELLING, J.CANCELED),
-    (J.RUNNING, J.RESTARTING), (J.RESTARTING, J.RUNNING), (J.RESTARTING, J.FAILING), (J.FAILING, J.RESTARTING),
-    (J.RESTARTING, J.CANCELLING), (J.CANCELLING, J.FAILING), (J.FAILING, J.CANCELLING),
-    (J.CREATED, J.FAILED), (J.RUNNING, J.SUSPENDED), (J.RECONCILING, J.RUNNING),
-])
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        (J.INITIALIZING, J.CREATED),
+        (J.CREATED, J.RUNNING),
+        (J.RUNNING, J.FINISHED),
+        (J.RUNNING, J.FAILING),
+        (J.FAILING, J.FAILED),
+        (J.RUNNING, J.CANCELLING),
+        (J.CANCELLING, J.CANCELED),
+        (J.RUNNING, J.RESTARTING),
+        (J.RESTARTING, J.RUNNING),
+        (J.RESTARTING, J.FAILING),
+        (J.FAILING, J.RESTARTING),
+        (J.RESTARTING, J.CANCELLING),
+        (J.CANCELLING, J.FAILING),
+        (J.FAILING, J.CANCELLING),
+        (J.CREATED, J.FAILED),
+        (J.RUNNING, J.SUSPENDED),
+        (J.RECONCILING, J.RUNNING),
+    ],
+)
 def test_job_status_moves_flink_makes(old, new):
     assert old.can_transition_to(new)
     assert old.transition_to(new) is new
     assert old.transition_to(new.value) is new  # a name works too
 
 
-@pytest.mark.parametrize("old,new", [
-    (J.FINISHED, J.RUNNING), (J.CANCELED, J.CANCELLING), (J.FAILED, J.RESTARTING), (J.SUSPENDED, J.RUNNING),
-    (J.CREATED, J.FINISHED), (J.RUNNING, J.CANCELED), (J.RUNNING, J.CREATED), (J.CANCELLING, J.RUNNING),
-    (J.RUNNING, J.INITIALIZING),
-])
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        (J.FINISHED, J.RUNNING),
+        (J.CANCELED, J.CANCELLING),
+        (J.FAILED, J.RESTARTING),
+        (J.SUSPENDED, J.RUNNING),
+        (J.CREATED, J.FINISHED),
+        (J.RUNNING, J.CANCELED),
+        (J.RUNNING, J.CREATED),
+        (J.CANCELLING, J.RUNNING),
+        (J.RUNNING, J.INITIALIZING),
+    ],
+)
 def test_job_status_rejects_other_moves_naming_both_states(old, new):
     assert not old.can_transition_to(new)
     with pytest.raises(IllegalStateTransitionError) as info:
@@ -99,25 +133,44 @@ def walk(*states: ExecutionState) -> ExecutionState:
 
 def test_execution_state_names_and_terminal_states():
     assert {s.value for s in ExecutionState} == {
-        "CREATED", "SCHEDULED", "DEPLOYING", "INITIALIZING", "RUNNING", "FINISHED", "CANCELING", "CANCELED",
-        "FAILED", "RECONCILING"}
+        "CREATED",
+        "SCHEDULED",
+        "DEPLOYING",
+        "INITIALIZING",
+        "RUNNING",
+        "FINISHED",
+        "CANCELING",
+        "CANCELED",
+        "FAILED",
+        "RECONCILING",
+    }
     assert {s for s in ExecutionState if s.is_terminal()} == {E.FINISHED, E.CANCELED, E.FAILED}
     assert json.dumps([E.RUNNING]) == '["RUNNING"]' and f"{E.CANCELING}" == "CANCELING"
 
 
 def test_the_lifecycles_of_a_task_and_of_an_execution():
     assert walk(E.CREATED, E.DEPLOYING, E.INITIALIZING, E.RUNNING, E.FINISHED) is E.FINISHED  # Flink's Task
-    assert walk(E.CREATED, E.SCHEDULED, E.DEPLOYING, E.INITIALIZING, E.RUNNING, E.CANCELING,
-                E.CANCELED) is E.CANCELED  # the JobMaster's Execution
+    assert (
+        walk(E.CREATED, E.SCHEDULED, E.DEPLOYING, E.INITIALIZING, E.RUNNING, E.CANCELING, E.CANCELED) is E.CANCELED
+    )  # the JobMaster's Execution
     for live in (E.DEPLOYING, E.INITIALIZING, E.RUNNING):  # a task unwinds or fails from any live state
         assert live.can_transition_to(E.CANCELED) and live.can_transition_to(E.FAILED)
     assert E.DEPLOYING.can_transition_to(E.FINISHED)  # finished before its RUNNING update came
 
 
-@pytest.mark.parametrize("old,new", [
-    (E.CREATED, E.RUNNING), (E.DEPLOYING, E.RUNNING), (E.SCHEDULED, E.RUNNING), (E.FINISHED, E.RUNNING),
-    (E.CANCELING, E.FINISHED), (E.CANCELING, E.RUNNING), (E.FAILED, E.CANCELED), (E.RUNNING, E.DEPLOYING),
-])
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        (E.CREATED, E.RUNNING),
+        (E.DEPLOYING, E.RUNNING),
+        (E.SCHEDULED, E.RUNNING),
+        (E.FINISHED, E.RUNNING),
+        (E.CANCELING, E.FINISHED),
+        (E.CANCELING, E.RUNNING),
+        (E.FAILED, E.CANCELED),
+        (E.RUNNING, E.DEPLOYING),
+    ],
+)
 def test_execution_state_rejects_other_moves(old, new):
     with pytest.raises(IllegalStateTransitionError, match=f"illegal execution state transition {old} -> {new}"):
         old.transition_to(new)
@@ -137,8 +190,9 @@ class Unpicklable(Exception):
 
 
 def test_task_state_event_crosses_processes_and_decodes_its_error_once():
-    event = TaskStateEvent("a1", "Map (1/2)", E.FAILED, portable_error(ValueError("bad record 7")),
-                           {}, {"task": "Map (1/2)"})
+    event = TaskStateEvent(
+        "a1", "Map (1/2)", E.FAILED, portable_error(ValueError("bad record 7")), {}, {"task": "Map (1/2)"}
+    )
     assert isinstance(event.error, bytes)
     copy = cloudpickle.loads(cloudpickle.dumps([event]))[0]
     assert (copy.attempt_id, copy.task, copy.state) == ("a1", "Map (1/2)", E.FAILED)
@@ -155,8 +209,11 @@ def test_an_error_that_cannot_be_pickled_travels_as_its_text():
 
 
 def test_checkpoint_events_pickle():
-    events = [AcknowledgeCheckpoint("a", 3, {"op": {0: "handle"}}, {"size": 10}),
-              DeclineCheckpoint("a", 4, "task Map (1/1) has already finished"), FinalCheckpointRequest("b")]
+    events = [
+        AcknowledgeCheckpoint("a", 3, {"op": {0: "handle"}}, {"size": 10}),
+        DeclineCheckpoint("a", 4, "task Map (1/1) has already finished"),
+        FinalCheckpointRequest("b"),
+    ]
     assert cloudpickle.loads(cloudpickle.dumps(events)) == events
 
 
@@ -206,8 +263,9 @@ def test_a_task_is_initializing_while_its_operators_open_then_running():
         states = task_states(client)
         assert [s for t, s in states.items() if "Map" in t] == ["INITIALIZING"], states
         signal(name).set()
-        assert wait_for(lambda: set(task_states(client).values()) == {"RUNNING"}, client, timeout=30), \
-            task_states(client)
+        assert wait_for(lambda: set(task_states(client).values()) == {"RUNNING"}, client, timeout=30), task_states(
+            client
+        )
     finally:
         signal(name).set()
         client.cancel()

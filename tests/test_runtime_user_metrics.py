@@ -118,12 +118,12 @@ def check_prometheus(text: str, job_name: str, n: int = N) -> None:
 @pytest.mark.timeout(180)
 def test_user_metrics_are_in_the_job_metrics_and_on_prometheus_while_running_and_after(target):
     env = make_env(target, 2, {"metrics.port": 0})
-    (env.add_source(NumbersThenWait(N)).set_parallelism(1)
-        .rebalance().map(Measured()).add_sink(Discard()))
+    (env.add_source(NumbersThenWait(N)).set_parallelism(1).rebalance().map(Measured()).add_sink(Discard()))
     client = env.execute_async("user metrics")
     try:
-        assert wait_for(lambda: sum(m["my_group.seen"] for m in map_metrics(client.get_metrics())) == N,
-                        client, timeout=60), client.get_metrics()
+        assert wait_for(
+            lambda: sum(m["my_group.seen"] for m in map_metrics(client.get_metrics())) == N, client, timeout=60
+        ), client.get_metrics()
         check_exact(map_metrics(client.get_metrics()))  # live, from the running tasks
         url = f"http://127.0.0.1:{client.metrics_server.port}/metrics"
         with urllib.request.urlopen(url, timeout=10) as response:

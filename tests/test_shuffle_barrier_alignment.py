@@ -53,7 +53,8 @@ class Task:
         self.fail_snapshot = False
         self._next = 0
         self.handler = CheckpointBarrierHandler.for_inputs(
-            inputs, self._trigger, lambda cid, reason: self.aborted.append((cid, reason)), **handler_kwargs)
+            inputs, self._trigger, lambda cid, reason: self.aborted.append((cid, reason)), **handler_kwargs
+        )
 
     def _trigger(self, b: CheckpointBarrier) -> None:
         if self.fail_snapshot:
@@ -267,7 +268,7 @@ def test_blocked_local_channels_back_pressure_their_producers_threads():
         for i in range(0, len(records), batch):
             if p is not None:
                 emitted_post[p] = i + batch
-            w.emit_batch(records[i:i + batch])
+            w.emit_batch(records[i : i + batch])
             if not w.is_available():
                 if p is not None:
                     stalled[p].set()
@@ -295,8 +296,11 @@ def test_blocked_local_channels_back_pressure_their_producers_threads():
         except BaseException as e:  # pragma: no cover
             errors.append(e)
 
-    threads = [threading.Thread(target=fast, args=(0,)), threading.Thread(target=fast, args=(1,)),
-               threading.Thread(target=slow)]
+    threads = [
+        threading.Thread(target=fast, args=(0,)),
+        threading.Thread(target=fast, args=(1,)),
+        threading.Thread(target=slow),
+    ]
     for t in threads:
         t.start()
     gate = task.inputs[0].gate
@@ -306,8 +310,7 @@ def test_blocked_local_channels_back_pressure_their_producers_threads():
                 continue
             if all(task.ended):
                 break
-            if not release_slow.is_set() and gate.num_blocked_channels == 2 \
-                    and len(task.records()) == 3 * n_pre:
+            if not release_slow.is_set() and gate.num_blocked_channels == 2 and len(task.records()) == 3 * n_pre:
                 # both fast channels are aligned and the slow one has delivered all it has
                 assert stalled[0].wait(WAIT) and stalled[1].wait(WAIT), "a blocked producer never stopped"
                 assert task.snapshots == []
@@ -469,8 +472,10 @@ def test_cancellation_marker_of_a_newer_checkpoint_also_declines_the_aligning_on
     task.drain()
     writers[1].broadcast_event(CancelCheckpointMarker(2))
     task.drain()
-    assert task.aborted == [(1, CheckpointFailureReason.CHECKPOINT_DECLINED_SUBSUMED),
-                            (2, CheckpointFailureReason.CHECKPOINT_DECLINED_ON_CANCELLATION_BARRIER)]
+    assert task.aborted == [
+        (1, CheckpointFailureReason.CHECKPOINT_DECLINED_SUBSUMED),
+        (2, CheckpointFailureReason.CHECKPOINT_DECLINED_ON_CANCELLATION_BARRIER),
+    ]
     writers[1].broadcast_event(barrier(2))
     writers[0].broadcast_event(barrier(2))
     task.drain()
@@ -512,8 +517,13 @@ def test_end_of_partition_during_alignment_can_decline_instead():
 
 def test_single_channel_triggers_at_once_without_blocking():
     blocked, triggered = [], []
-    h = CheckpointBarrierHandler([1], triggered.append, lambda i, c: blocked.append((i, c)),
-                                 lambda: blocked.append("resume"), lambda cid, r: None)
+    h = CheckpointBarrierHandler(
+        [1],
+        triggered.append,
+        lambda i, c: blocked.append((i, c)),
+        lambda: blocked.append("resume"),
+        lambda cid, r: None,
+    )
     h.process_barrier(CheckpointBarrier(1, 0), 0, 0)
     assert triggered == [CheckpointBarrier(1, 0)] and blocked == []
     assert h.alignment_duration_ns == 0 and not h.is_checkpoint_pending
@@ -525,9 +535,15 @@ def test_start_delay_and_alignment_time_use_the_clocks():
     now = [1_000]
     wall = [5_000]
     triggered = []
-    h = CheckpointBarrierHandler([2], lambda b: triggered.append(h.alignment_duration_ns),
-                                 lambda i, c: None, lambda: None, lambda cid, r: None,
-                                 clock_ns=lambda: now[0], wall_clock_ms=lambda: wall[0])
+    h = CheckpointBarrierHandler(
+        [2],
+        lambda b: triggered.append(h.alignment_duration_ns),
+        lambda i, c: None,
+        lambda: None,
+        lambda cid, r: None,
+        clock_ns=lambda: now[0],
+        wall_clock_ms=lambda: wall[0],
+    )
     h.process_barrier(CheckpointBarrier(1, 4_990), 0, 0)
     assert h.checkpoint_start_delay_ns == 10_000_000
     now[0] += 700
@@ -563,8 +579,13 @@ def test_two_input_task_aligns_across_both_inputs():
     assert sorted(task.records()) == sorted([("pre", p) for p in range(5)] + [("post", p) for p in range(5)])
     assert in0.gate.num_blocked_channels == 0 and in1.gate.num_blocked_channels == 0
     # which input a record came from is kept
-    assert {(i, r) for i, _, r in task.processed if r[0] == "post"} == \
-        {(0, ("post", 0)), (0, ("post", 1)), (0, ("post", 2)), (1, ("post", 3)), (1, ("post", 4))}
+    assert {(i, r) for i, _, r in task.processed if r[0] == "post"} == {
+        (0, ("post", 0)),
+        (0, ("post", 1)),
+        (0, ("post", 2)),
+        (1, ("post", 3)),
+        (1, ("post", 4)),
+    }
 
 
 def test_bad_arguments_name_the_problem():

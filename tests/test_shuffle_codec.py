@@ -56,12 +56,40 @@ def same(a, b):
 @pytest.mark.parametrize(
     "value",
     [
-        None, True, False, 0, -1, 2**63 - 1, -(2**63), 2**64 - 1, 2**70, -(2**80), 1.5, float("inf"),
-        "", "héllo", b"", b"\x00\xff", bytearray(b"ab"),
-        (), ("a", 1), [], [1, 2], ("k", [1, (2, [3])]), [(1, 2), [3, 4]],
-        {"a": 1}, {"a": [1, 2], "b": (3, 4)}, {(1, 2): "tuple key", 3: None},
-        datetime.datetime(2024, 5, 17, 12, 30), datetime.date(2020, 1, 1), decimal.Decimal("3.14"),
-        {1, 2, 3}, frozenset({"x"}), Point(1, "a"), Pair(1, [2]), [Point(2, "b"), {"s": {1}}],
+        None,
+        True,
+        False,
+        0,
+        -1,
+        2**63 - 1,
+        -(2**63),
+        2**64 - 1,
+        2**70,
+        -(2**80),
+        1.5,
+        float("inf"),
+        "",
+        "héllo",
+        b"",
+        b"\x00\xff",
+        bytearray(b"ab"),
+        (),
+        ("a", 1),
+        [],
+        [1, 2],
+        ("k", [1, (2, [3])]),
+        [(1, 2), [3, 4]],
+        {"a": 1},
+        {"a": [1, 2], "b": (3, 4)},
+        {(1, 2): "tuple key", 3: None},
+        datetime.datetime(2024, 5, 17, 12, 30),
+        datetime.date(2020, 1, 1),
+        decimal.Decimal("3.14"),
+        {1, 2, 3},
+        frozenset({"x"}),
+        Point(1, "a"),
+        Pair(1, [2]),
+        [Point(2, "b"), {"s": {1}}],
     ],
 )
 def test_round_trip_keeps_types(value):
@@ -83,9 +111,11 @@ def test_nan_round_trip():
 
 json_like = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text() | st.binary(),
-    lambda children: st.lists(children, max_size=5)
-    | st.lists(children, max_size=5).map(tuple)
-    | st.dictionaries(st.text(max_size=5) | st.integers(), children, max_size=5),
+    lambda children: (
+        st.lists(children, max_size=5)
+        | st.lists(children, max_size=5).map(tuple)
+        | st.dictionaries(st.text(max_size=5) | st.integers(), children, max_size=5)
+    ),
     max_leaves=30,
 )
 
@@ -107,9 +137,15 @@ def test_hypothesis_batch_prepare(values):
 @pytest.mark.parametrize(
     "element",
     [
-        Watermark(0), Watermark(-5), Watermark.MAX, Watermark.MIN,
-        WatermarkStatus.IDLE, WatermarkStatus.ACTIVE, LatencyMarker(123, "op-1", 3),
-        CheckpointBarrier(7, 1700000000000), END_OF_PARTITION,
+        Watermark(0),
+        Watermark(-5),
+        Watermark.MAX,
+        Watermark.MIN,
+        WatermarkStatus.IDLE,
+        WatermarkStatus.ACTIVE,
+        LatencyMarker(123, "op-1", 3),
+        CheckpointBarrier(7, 1700000000000),
+        END_OF_PARTITION,
         TimestampedRecords([("a", 1), [2]], [10, 20]),
     ],
 )
@@ -165,8 +201,9 @@ def test_corrupt_data_raises():
 # -- flat batches: msgspec writes what msgpack's packer would --------------------------------------------
 _int64 = st.integers(min_value=-(2**63), max_value=2**64 - 1)
 _scalar = st.one_of(st.none(), st.booleans(), _int64, st.floats(allow_nan=False), st.text(), st.binary())
-_flat_batches = st.one_of(st.lists(_scalar, min_size=1, max_size=70),
-                          st.lists(st.tuples(st.text(), _int64, _scalar), min_size=1, max_size=70))
+_flat_batches = st.one_of(
+    st.lists(_scalar, min_size=1, max_size=70), st.lists(st.tuples(st.text(), _int64, _scalar), min_size=1, max_size=70)
+)
 
 
 @settings(max_examples=150, deadline=None)
@@ -176,7 +213,7 @@ def test_a_flat_batch_packs_to_the_bytes_of_msgpack(values):
     buf = bytearray(b"prefix")
     assert codec.pack_flat_batch_into(values, buf)
     reference = codec.make_packer().pack(values)
-    assert bytes(buf) == b"prefix" + reference[codec.array_header_size(len(values)):]
+    assert bytes(buf) == b"prefix" + reference[codec.array_header_size(len(values)) :]
     assert codec.decode_all(bytes(buf[6:])) == values
 
 
@@ -278,17 +315,23 @@ def test_a_declared_float_is_32_bit_in_batches_single_and_timestamped_records():
 
     f32 = 0.10000000149011612
     pairs = Types.TUPLE([Types.STRING(), Types.FLOAT()])
-    out = _through(pairs, batches=[[("a", 0.1), ["b", 1]]], singles=[("c", 0.1)],
-                   timestamped=[[("d", 0.1), ("e", 0.1)]])
+    out = _through(
+        pairs, batches=[[("a", 0.1), ["b", 1]]], singles=[("c", 0.1)], timestamped=[[("d", 0.1), ("e", 0.1)]]
+    )
     assert out == [("a", f32), ("b", 1.0), ("c", f32), ("d", f32), ("e", f32)]
     assert _through(Types.FLOAT(), batches=[[0.1, None, 2]]) == [f32, None, 2.0]
-    with pytest.raises(codec.RecordTypeError, match=r"field 1 of a record declared Types.TUPLE\(\[STRING, FLOAT\]\) "
-                                                    r"is 1e\+39, out of the range of a FLOAT"):
+    with pytest.raises(
+        codec.RecordTypeError,
+        match=r"field 1 of a record declared Types.TUPLE\(\[STRING, FLOAT\]\) "
+        r"is 1e\+39, out of the range of a FLOAT",
+    ):
         _through(pairs, batches=[[("a", 0.5), ("b", 1e39)]])
 
 
-@pytest.mark.parametrize("name, lo, hi", [("BYTE", -128, 127), ("SHORT", -32768, 32767),
-                                          ("INT", -2**31, 2**31 - 1), ("LONG", -2**63, 2**63 - 1)])
+@pytest.mark.parametrize(
+    "name, lo, hi",
+    [("BYTE", -128, 127), ("SHORT", -32768, 32767), ("INT", -(2**31), 2**31 - 1), ("LONG", -(2**63), 2**63 - 1)],
+)
 def test_declared_ints_are_range_checked_to_their_width_in_every_path(name, lo, hi):
     from raylink.api import Types
 
@@ -310,13 +353,25 @@ def test_a_declared_row_compiles_to_a_converting_declaration_and_arrives_as_name
     assert isinstance(compiled, codec.DeclaredType) and not compiled.is_flat
     assert codec.DeclaredFlatType.of(Types.TUPLE([Types.STRING(), Types.INT()])).is_flat
     assert codec.DeclaredFlatType.of(Types.PICKLED_BYTE_ARRAY()) is None and codec.DeclaredFlatType.of(None) is None
-    out = _through(kv, batches=[[("a", [0.1]), Row(v=[1], k="b")]], singles=[Row.of_kind(RowKind.DELETE, "c", [])],
-                   timestamped=[[["d", (2,)], {"k": "e", "v": None}]])
-    assert [repr(r) for r in out] == ["Row(k='a', v=[0.10000000149011612])", "Row(k='b', v=[1.0])", "Row(k='c', v=[])",
-                                      "Row(k='d', v=[2.0])", "Row(k='e', v=None)"]
+    out = _through(
+        kv,
+        batches=[[("a", [0.1]), Row(v=[1], k="b")]],
+        singles=[Row.of_kind(RowKind.DELETE, "c", [])],
+        timestamped=[[["d", (2,)], {"k": "e", "v": None}]],
+    )
+    assert [repr(r) for r in out] == [
+        "Row(k='a', v=[0.10000000149011612])",
+        "Row(k='b', v=[1.0])",
+        "Row(k='c', v=[])",
+        "Row(k='d', v=[2.0])",
+        "Row(k='e', v=None)",
+    ]
     assert {type(r) for r in out} == {Row} and out[2].get_row_kind() is RowKind.DELETE
-    with pytest.raises(codec.RecordTypeError, match=r"element 0 of field 'v' of a record declared Types.ROW_NAMED"
-                                                    r"\(\['k', 'v'\], \[STRING, LIST\(FLOAT\)\]\) is a str"):
+    with pytest.raises(
+        codec.RecordTypeError,
+        match=r"element 0 of field 'v' of a record declared Types.ROW_NAMED"
+        r"\(\['k', 'v'\], \[STRING, LIST\(FLOAT\)\]\) is a str",
+    ):
         _through(kv, batches=[[("a", ["x"])]])
 
 

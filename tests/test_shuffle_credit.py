@@ -273,8 +273,9 @@ def batching_setup(batch=4, floating=8, pool_size=16):
     out_pool = net.create_buffer_pool(pool_size, pool_size)
     part = ResultPartition(1, "PIPELINED_BOUNDED", out_pool)
     writer = RecordWriter(part, buffer_timeout_ms=-1, buffer_size=64)
-    channel = CreditBasedInputChannel(create_floating_pool(net, floating), 2, net,
-                                      min_credit=2 * batch, announce_threshold=batch)
+    channel = CreditBasedInputChannel(
+        create_floating_pool(net, floating), 2, net, min_credit=2 * batch, announce_threshold=batch
+    )
     conn = RecordingConnection(part.subpartitions[0], channel, batch)
     channel.request_subpartition()
     return writer, channel, conn

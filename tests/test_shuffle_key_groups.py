@@ -78,7 +78,8 @@ def test_equal_keys_hash_alike():
     utc = datetime.timezone.utc
     plus2 = datetime.timezone(datetime.timedelta(hours=2))
     assert stable_hash(datetime.datetime(2024, 1, 1, 12, tzinfo=utc)) == stable_hash(
-        datetime.datetime(2024, 1, 1, 14, tzinfo=plus2))
+        datetime.datetime(2024, 1, 1, 14, tzinfo=plus2)
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,8 +89,20 @@ class _Key:
 
 
 _SUBPROCESS_KEYS = [
-    "hello", "", "日本語", b"bytes", 42, -7, 2**70, 3.25, True, ("a", 1, None), ("nested", ("x", b"y")),
-    frozenset({"p", "q"}), datetime.date(2024, 2, 29), datetime.datetime(2024, 1, 1, 8, 30),
+    "hello",
+    "",
+    "日本語",
+    b"bytes",
+    42,
+    -7,
+    2**70,
+    3.25,
+    True,
+    ("a", 1, None),
+    ("nested", ("x", b"y")),
+    frozenset({"p", "q"}),
+    datetime.date(2024, 2, 29),
+    datetime.datetime(2024, 1, 1, 8, 30),
 ]
 
 
@@ -114,15 +127,26 @@ def test_stable_across_processes_with_different_hash_seeds():
     )
     for seed in ("1", "12345"):
         env = dict(os.environ, PYTHONHASHSEED=seed)
-        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                             timeout=60, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60, check=True
+        )
         assert json.loads(out.stdout.strip().splitlines()[-1]) == here
     # and the salted hash really differs between those processes (the reason for stable_hash)
     probe = "print(hash('hello'))"
-    h1 = subprocess.run([sys.executable, "-c", probe], env=dict(os.environ, PYTHONHASHSEED="1"),
-                        capture_output=True, text=True, check=True).stdout
-    h2 = subprocess.run([sys.executable, "-c", probe], env=dict(os.environ, PYTHONHASHSEED="12345"),
-                        capture_output=True, text=True, check=True).stdout
+    h1 = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=dict(os.environ, PYTHONHASHSEED="1"),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    h2 = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=dict(os.environ, PYTHONHASHSEED="12345"),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert h1 != h2
 
 

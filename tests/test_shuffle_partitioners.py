@@ -117,13 +117,19 @@ def test_custom_partitioner():
 
 @pytest.mark.parametrize(
     "name,cls",
-    [("FORWARD", ForwardPartitioner), ("REBALANCE", RebalancePartitioner), ("RESCALE", RescalePartitioner),
-     ("SHUFFLE", ShufflePartitioner), ("BROADCAST", BroadcastPartitioner), ("GLOBAL", GlobalPartitioner),
-     ("HASH", KeyGroupStreamPartitioner), ("CUSTOM", CustomPartitionerWrapper)],
+    [
+        ("FORWARD", ForwardPartitioner),
+        ("REBALANCE", RebalancePartitioner),
+        ("RESCALE", RescalePartitioner),
+        ("SHUFFLE", ShufflePartitioner),
+        ("BROADCAST", BroadcastPartitioner),
+        ("GLOBAL", GlobalPartitioner),
+        ("HASH", KeyGroupStreamPartitioner),
+        ("CUSTOM", CustomPartitionerWrapper),
+    ],
 )
 def test_factory(name, cls):
-    p = create_partitioner(name, key_selector=lambda v: v, max_parallelism=64,
-                           partitioner_fn=lambda k, n: 0)
+    p = create_partitioner(name, key_selector=lambda v: v, max_parallelism=64, partitioner_fn=lambda k, n: 0)
     assert type(p) is cls and str(p) == name
 
 

@@ -319,8 +319,10 @@ def test_a_declared_flat_stream_rejects_a_record_of_another_type_naming_field_an
     s = RecordSerializer(64, flat_records=Types.TUPLE([Types.STRING(), Types.INT()]))
     for bad, message in [
         (("c", 3.5), "field 1 of a record declared Types.TUPLE([STRING, INT]) is a float, not an INT"),
-        (("c", datetime(2024, 5, 1)), "field 1 of a record declared Types.TUPLE([STRING, INT]) "
-                                      "is a datetime.datetime, not an INT"),
+        (
+            ("c", datetime(2024, 5, 1)),
+            "field 1 of a record declared Types.TUPLE([STRING, INT]) is a datetime.datetime, not an INT",
+        ),
         ((7, 1), "field 0 of a record declared Types.TUPLE([STRING, INT]) is an int, not a STRING"),
         ({"c", 1}, "a record declared Types.TUPLE([STRING, INT]) is a set"),
         (("c", 1, 2), "a record declared Types.TUPLE([STRING, INT]) has 3 fields"),
@@ -351,9 +353,12 @@ def test_a_declared_long_rejects_ints_beyond_64_bits_as_pyflink_s_coder_does():
     from raylink.api import Types
 
     s = RecordSerializer(64, flat_records=Types.TUPLE([Types.STRING(), Types.LONG()]))
-    with pytest.raises(codec.RecordTypeError, match=r"^field 1 of a record declared Types\.TUPLE\(\[STRING, LONG\]\) "
-                                                   r"is 1180591620717411303424, out of the range of a LONG "
-                                                   r"\(-9223372036854775808 to 9223372036854775807\): "):
+    with pytest.raises(
+        codec.RecordTypeError,
+        match=r"^field 1 of a record declared Types\.TUPLE\(\[STRING, LONG\]\) "
+        r"is 1180591620717411303424, out of the range of a LONG "
+        r"\(-9223372036854775808 to 9223372036854775807\): ",
+    ):
         s.add_records([("a", 1), ("b", 2**70)])
     s.add_records([("a", 2**63 - 1), ("b", -(2**63))])
     assert decoded(s) == [("a", 2**63 - 1), ("b", -(2**63))]
@@ -371,8 +376,11 @@ def test_a_declared_flat_batch_holding_an_unknown_type_is_rejected_and_an_undecl
     from raylink.api import Types
 
     s = RecordSerializer(64, flat_records=Types.TUPLE([Types.STRING(), Types.INT()]))
-    with pytest.raises(codec.RecordTypeError, match=r"field 1 of a record declared Types\.TUPLE\(\[STRING, INT\]\) "
-                                                   r"is an? .*Opaque, not an INT"):
+    with pytest.raises(
+        codec.RecordTypeError,
+        match=r"field 1 of a record declared Types\.TUPLE\(\[STRING, INT\]\) "
+        r"is an? .*Opaque, not an INT",
+    ):
         s.add_records([("a", 1), ("b", Opaque(7)), ["c", 3]])
     s = RecordSerializer(64)
     s.add_records([("a", 1), ("b", Opaque(7)), ["c", 3]])

@@ -59,8 +59,7 @@ SELECT id,
 FROM range(0, {rows}, 1, 4)
 """
 
-AGG_SCHEMA = ("k string, n bigint, sum_i bigint, max_d double, min_ts timestamp, max_s string, "
-              "sum_dec decimal(28,4)")
+AGG_SCHEMA = "k string, n bigint, sum_i bigint, max_d double, min_ts timestamp, max_s string, sum_dec decimal(28,4)"
 
 
 def _max(a, b):
@@ -87,8 +86,9 @@ class PerKeyAggregate(KeyedProcessFunction):
         if acc is None:
             acc = (k, 0, None, None, None, None, None)
             ctx.timer_service().register_event_time_timer(MAX_TS)
-        self.acc.update((k, acc[1] + 1, _add(acc[2], i), _max(acc[3], d), _min(acc[4], ts),
-                         _max(acc[5], s), _add(acc[6], dec)))
+        self.acc.update(
+            (k, acc[1] + 1, _add(acc[2], i), _max(acc[3], d), _min(acc[4], ts), _max(acc[5], s), _add(acc[6], dec))
+        )
 
     def on_timer(self, timestamp, ctx):
         yield self.acc.value()
@@ -104,16 +104,19 @@ def test_dataframe_keyed_aggregation_round_trip(spark):
     stream = env.from_spark(df)
     assert stream.get_parallelism() == 2  # min(4 blocks, parallelism 2)
     assert stream.get_type().names == ("id", "k", "i", "d", "s", "ts", "dec")
-    sink = (stream.key_by(lambda r: r[1])
-            .process(PerKeyAggregate())
-            .sink_to_spark(schema=AGG_SCHEMA))
+    sink = stream.key_by(lambda r: r[1]).process(PerKeyAggregate()).sink_to_spark(schema=AGG_SCHEMA)
     result = env.execute("spark round trip")
     metrics = result.vertex_metrics()
     assert sum(m["numRecordsOut"] for name, m in metrics.items() if name.startswith("Source")) == ROWS
     out = get_spark_dataframe(result, sink)
     expected = df.groupBy("k").agg(
-        F.count(F.lit(1)).alias("n"), F.sum("i").alias("sum_i"), F.max("d").alias("max_d"),
-        F.min("ts").alias("min_ts"), F.max("s").alias("max_s"), F.sum("dec").alias("sum_dec"))
+        F.count(F.lit(1)).alias("n"),
+        F.sum("i").alias("sum_i"),
+        F.max("d").alias("max_d"),
+        F.min("ts").alias("min_ts"),
+        F.max("s").alias("max_s"),
+        F.sum("dec").alias("sum_dec"),
+    )
     assert [f.dataType for f in out.schema.fields] == [f.dataType for f in expected.schema.fields]
     assert out.count() == 97
     assert_same(out, expected)
@@ -153,14 +156,13 @@ def test_round_trip_is_lossless_for_types_nulls_and_time_zones(spark):
         env = new_env(4)
         stream = env.from_spark(df, parallelism=8, record_format="dict", timestamp_column="ts")
         assert stream.get_parallelism() == 3  # min(3 blocks, 8 requested)
-        (stream.rebalance()
-            .process(CheckEventTime(), output_type=stream.get_type())
-            .sink_to_spark())
+        (stream.rebalance().process(CheckEventTime(), output_type=stream.get_type()).sink_to_spark())
         out = get_spark_dataframe(env.execute("lossless"))
     finally:
         spark.conf.set("spark.sql.session.timeZone", zone)
-    assert [(f.name, f.dataType.simpleString()) for f in out.schema.fields] == \
-        [(f.name, f.dataType.simpleString()) for f in df.schema.fields]
+    assert [(f.name, f.dataType.simpleString()) for f in out.schema.fields] == [
+        (f.name, f.dataType.simpleString()) for f in df.schema.fields
+    ]
     assert_same(out, df)
     assert out.where("big = 9007199254740994").count() == 1  # 2**53 + 1 + 1: no trip through double
 
@@ -183,11 +185,14 @@ def test_continuous_table_source_and_sink(spark, tmp_path):
     table = "clicks_live"
     write_clicks(spark, source_dir, 0, 1000, "first")
     env = new_env(1)
-    (env.from_spark_table(source_dir, poll_interval=0.5)
+    (
+        env.from_spark_table(source_dir, poll_interval=0.5)
         .filter(lambda r: r[3] >= 0)
-        .sink_to_spark(table=table, flush_interval=flush, mode="overwrite"))
+        .sink_to_spark(table=table, flush_interval=flush, mode="overwrite")
+    )
     client = env.execute_async("continuous clicks")
     try:
+
         def count(where=None):
             try:
                 frame = spark.table(table)
@@ -222,16 +227,20 @@ def test_continuous_table_source_and_sink(spark, tmp_path):
 def test_bounded_write_to_partitioned_table_overwrites(spark):
     env = new_env(2)
     rows = [(f"u{i % 3}", f"p{i % 4}", i) for i in range(40)]
-    (env.from_collection(rows)
+    (
+        env.from_collection(rows)
         .rebalance()
-        .sink_to_spark(table="pages_by_user", schema="user string, page string, n bigint",
-                       mode="overwrite", partition_by="page"))
+        .sink_to_spark(
+            table="pages_by_user", schema="user string, page string, n bigint", mode="overwrite", partition_by="page"
+        )
+    )
     env.execute("write table")
     first = spark.table("pages_by_user")
     assert first.count() == 40
     env = new_env(2)
-    env.from_collection(rows[:10]).sink_to_spark(table="pages_by_user", mode="overwrite",
-                                                 schema="user string, page string, n bigint")
+    env.from_collection(rows[:10]).sink_to_spark(
+        table="pages_by_user", mode="overwrite", schema="user string, page string, n bigint"
+    )
     env.execute("overwrite table")
     assert spark.table("pages_by_user").count() == 10
     assert sorted(r.n for r in spark.table("pages_by_user").collect()) == list(range(10))
@@ -284,9 +293,11 @@ def test_schema_mismatch_fails_with_operator_field_and_value(spark, tmp_path):
     # a parallel write sink: one subtask fails, the other is staged; the job fails, nothing is written
     out = tmp_path / "never"
     env = new_env(2)
-    (env.from_collection([(i, f"n{i}") for i in range(20)] + [(20, 21)])
+    (
+        env.from_collection([(i, f"n{i}") for i in range(20)] + [(20, 21)])
         .rebalance()
-        .sink_to_spark(path=str(out), schema="n bigint, name string"))
+        .sink_to_spark(path=str(out), schema="n bigint, name string")
+    )
     with pytest.raises(JobExecutionException, match="field 'name' \\(string\\) cannot hold 21"):
         env.execute("parallel mismatch")
     assert not out.exists()
@@ -313,8 +324,9 @@ def test_spark_without_java_fails_clearly_and_starts_nothing(tmp_path, java_home
     env["PATH"] = os.path.dirname(sys.executable)  # the venv's bin: no java there
     if java_home:
         env["JAVA_HOME"] = java_home
-    proc = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     import json
 

@@ -20,8 +20,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def run_python(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=100, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=100, cwd=ROOT
+    )
 
 
 def test_importing_raylink_and_its_api_loads_no_optional_dependency():
@@ -38,11 +39,14 @@ def test_importing_raylink_and_its_api_loads_no_optional_dependency():
     assert "LOADED []" in proc.stdout, proc.stdout
 
 
-@pytest.mark.parametrize("call", [
-    "env.from_collection([(1, 'a')]).sink_to_spark()",
-    "env.from_spark_table('/tmp/no-such-table-dir')",
-    "__import__('raylink.connectors.spark')",
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        "env.from_collection([(1, 'a')]).sink_to_spark()",
+        "env.from_spark_table('/tmp/no-such-table-dir')",
+        "__import__('raylink.connectors.spark')",
+    ],
+)
 def test_spark_bridge_without_the_extra_names_it(call):
     proc = run_python(f"""
         import sys
@@ -58,8 +62,9 @@ def test_spark_bridge_without_the_extra_names_it(call):
             print("ERROR", isinstance(exc, RaylinkError), exc)
     """)
     assert proc.returncode == 0, proc.stderr
-    assert ("ERROR True the Spark bridge needs raylink[spark]: pip install 'raylink[spark]' "
-            "(pyspark, raydp not installed)") in proc.stdout, proc.stdout + proc.stderr
+    assert (
+        "ERROR True the Spark bridge needs raylink[spark]: pip install 'raylink[spark]' (pyspark, raydp not installed)"
+    ) in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_missing_extra_error_names_the_extra_and_pickles(monkeypatch):
@@ -74,8 +79,9 @@ def test_missing_extra_error_names_the_extra_and_pickles(monkeypatch):
         require_extra("plots", "the load-test plots")
     copy = pickle.loads(pickle.dumps(info.value))
     assert isinstance(copy, RaylinkError) and isinstance(copy, ImportError)
-    assert str(copy) == ("the load-test plots needs raylink[plots]: pip install 'raylink[plots]' "
-                         "(matplotlib not installed)")
+    assert str(copy) == (
+        "the load-test plots needs raylink[plots]: pip install 'raylink[plots]' (matplotlib not installed)"
+    )
     assert copy.extra == "plots" and copy.missing == ("matplotlib",)
 
 
@@ -97,8 +103,11 @@ def test_runtime_and_actors_never_import_connectors_cli_or_loadtest():
         for name in sorted(os.listdir(os.path.join(ROOT, package))):
             if name.endswith(".py"):
                 path = os.path.join(ROOT, package, name)
-                bad = sorted(m for m in _raylink_imports(path)
-                             if m.startswith(("raylink.connectors", "raylink.cli", "raylink.loadtest")))
+                bad = sorted(
+                    m
+                    for m in _raylink_imports(path)
+                    if m.startswith(("raylink.connectors", "raylink.cli", "raylink.loadtest"))
+                )
                 offenders += [f"{package}/{name}: {m}" for m in bad]
     assert offenders == []
 

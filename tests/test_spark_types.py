@@ -89,8 +89,9 @@ def normalized(value):
 
 def assert_rows_equal(got_df, expected_df):
     """Same schema (Spark types) and the same rows, value by value, read by Spark."""
-    assert [(f.name, f.dataType.simpleString()) for f in got_df.schema.fields] == \
-        [(f.name, f.dataType.simpleString()) for f in expected_df.schema.fields]
+    assert [(f.name, f.dataType.simpleString()) for f in got_df.schema.fields] == [
+        (f.name, f.dataType.simpleString()) for f in expected_df.schema.fields
+    ]
     got = [normalized(r) for r in got_df.orderBy("id").collect()]
     expected = [normalized(r) for r in expected_df.orderBy("id").collect()]
     assert len(got) == len(expected) == ROWS
@@ -127,9 +128,35 @@ class CheckValues(MapFunction):
             value = record
         else:
             assert type(record) is tuple, type(record)
-            value = dict(zip(("id", "b", "sh", "i", "big", "f", "d", "dec_small", "dec_38_18", "dec_38_0",
-                              "s", "bin", "flag", "day", "ts", "ts_ntz", "arr", "nested_arr", "m", "m_int",
-                              "st", "arr_st"), record))
+            value = dict(
+                zip(
+                    (
+                        "id",
+                        "b",
+                        "sh",
+                        "i",
+                        "big",
+                        "f",
+                        "d",
+                        "dec_small",
+                        "dec_38_18",
+                        "dec_38_0",
+                        "s",
+                        "bin",
+                        "flag",
+                        "day",
+                        "ts",
+                        "ts_ntz",
+                        "arr",
+                        "nested_arr",
+                        "m",
+                        "m_int",
+                        "st",
+                        "arr_st",
+                    ),
+                    record,
+                )
+            )
         assert isinstance(value["dec_38_0"], decimal.Decimal)
         assert value["day"] is None or isinstance(value["day"], dt.date)
         assert value["ts"] is None or value["ts"].tzinfo is not None  # an instant
@@ -145,8 +172,9 @@ def test_every_type_round_trips_through_a_parquet_path(spark, all_types, tmp_pat
     out = str(tmp_path / "all_types")
     env = new_env(2)
     stream = env.from_spark(all_types, record_format=record_format)
-    sink = (stream.map(CheckValues(record_format), output_type=stream.get_type())
-            .sink_to_spark(out, mode="overwrite", format="parquet"))
+    sink = stream.map(CheckValues(record_format), output_type=stream.get_type()).sink_to_spark(
+        out, mode="overwrite", format="parquet"
+    )
     env.execute(f"all types -> path ({record_format})")
     assert [c["how"] for c in commits_of(sink)] == ["files"]  # pyarrow's files, moved in
     assert_rows_equal(spark.read.parquet(out), all_types)
@@ -159,8 +187,11 @@ def test_every_type_round_trips_through_a_table_and_appends(spark, all_types):
     for mode in ("overwrite", "append"):
         env = new_env(3)
         stream = env.from_spark(all_types, record_format="dict")
-        sink = (stream.rebalance().map(CheckValues("dict"), output_type=stream.get_type())
-                .sink_to_spark(table=table, mode=mode))
+        sink = (
+            stream.rebalance()
+            .map(CheckValues("dict"), output_type=stream.get_type())
+            .sink_to_spark(table=table, mode=mode)
+        )
         env.execute(f"all types -> table ({mode})")
         assert [c["how"] for c in commits_of(sink)] == ["files"]
     frame = spark.table(table)
@@ -198,10 +229,12 @@ def test_a_failed_job_leaves_the_target_as_it_was(spark, tmp_path):
     out = str(tmp_path / "kept")
     spark.range(5).selectExpr("id AS n").write.parquet(out)
     env = new_env(2)
-    (env.from_collection(list(range(100)) + ["boom"])
+    (
+        env.from_collection(list(range(100)) + ["boom"])
         .rebalance()
         .map(lambda n: (int(n),))
-        .sink_to_spark(out, schema="n bigint", mode="overwrite"))
+        .sink_to_spark(out, schema="n bigint", mode="overwrite")
+    )
     with pytest.raises(Exception, match="boom"):
         env.execute("fails")
     assert sorted(r.n for r in spark.read.parquet(out).collect()) == [0, 1, 2, 3, 4]

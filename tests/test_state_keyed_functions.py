@@ -56,9 +56,14 @@ def first(value):
 
 
 def start(op, subtask_index=0, parallelism=1, restore=None):
-    rc = StreamingRuntimeContext(task_name="task", operator_name=op.name, subtask_index=subtask_index,
-                                 parallelism=parallelism, max_parallelism=128,
-                                 processing_time_service=ManualProcessingTimeService())
+    rc = StreamingRuntimeContext(
+        task_name="task",
+        operator_name=op.name,
+        subtask_index=subtask_index,
+        parallelism=parallelism,
+        max_parallelism=128,
+        processing_time_service=ManualProcessingTimeService(),
+    )
     out = CollectingOutput(rc.record_context)
     op.setup(out, rc)
     op.open()
@@ -106,11 +111,14 @@ class Stateful:
 # -- which operator a function gets --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind, plain, keyed", [
-    ("map", StreamMap, KeyedStreamMap),
-    ("flat_map", StreamFlatMap, KeyedStreamFlatMap),
-    ("filter", StreamFilter, KeyedStreamFilter),
-])
+@pytest.mark.parametrize(
+    "kind, plain, keyed",
+    [
+        ("map", StreamMap, KeyedStreamMap),
+        ("flat_map", StreamFlatMap, KeyedStreamFlatMap),
+        ("filter", StreamFilter, KeyedStreamFilter),
+    ],
+)
 def test_only_functions_that_can_reach_keyed_state_get_the_key_setting_operator(kind, plain, keyed):
     stateful = Counting() if kind == "map" else Stateful()
     assert type(create_operator(OperatorSpec(kind, stateful, key_selector=first))) is keyed
@@ -120,10 +128,13 @@ def test_only_functions_that_can_reach_keyed_state_get_the_key_setting_operator(
 
 
 def test_reduce_and_keyed_co_functions_pick_their_variant_the_same_way():
-    assert type(create_operator(OperatorSpec("reduce", Stateful(), key_selector=first))) \
+    assert (
+        type(create_operator(OperatorSpec("reduce", Stateful(), key_selector=first)))
         is StreamGroupedReduceOperatorWithKeyedState
-    assert type(create_operator(OperatorSpec("reduce", lambda a, b: a, key_selector=first))) \
-        is StreamGroupedReduceOperator
+    )
+    assert (
+        type(create_operator(OperatorSpec("reduce", lambda a, b: a, key_selector=first))) is StreamGroupedReduceOperator
+    )
     keyed = {"key_selector1": first, "key_selector2": first}
     assert type(create_operator(OperatorSpec("co_map", Stateful(), params=keyed))) is KeyedCoStreamMap
     assert type(create_operator(OperatorSpec("co_flat_map", Stateful(), params=keyed))) is KeyedCoStreamFlatMap
@@ -181,8 +192,11 @@ def test_after_open_the_key_is_set_only_for_functions_holding_state_or_their_con
 
     hidden = KeyedStreamMap(HidesItsContext(), first, name="Hidden Map")
     start(hidden)
-    with pytest.raises(RuntimeError, match=r"operator 'Hidden Map': keyed state 'late' was requested after "
-                                           r"open\(\) .* get keyed state in open\(\)"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"operator 'Hidden Map': keyed state 'late' was requested after "
+        r"open\(\) .* get keyed state in open\(\)",
+    ):
         hidden.process_element(("a", 1))
 
 
@@ -259,19 +273,36 @@ def run_one_input(make):
 
 def test_keyed_map_flat_map_and_filter_see_their_keys_state_record_by_record_and_in_batches():
     assert run_one_input(lambda: KeyedStreamMap(Counting(), first)) == [
-        ("a", 1), ("b", 1), ("a", 2), ("a", 3), ("b", 2), ("c", 1), ("a", 4), ("b", 3)]
+        ("a", 1),
+        ("b", 1),
+        ("a", 2),
+        ("a", 3),
+        ("b", 2),
+        ("c", 1),
+        ("a", 4),
+        ("b", 3),
+    ]
     assert run_one_input(lambda: KeyedStreamFilter(Dedup(), first)) == [
-        ("a", 1), ("b", 1), ("a", 2), ("b", 3), ("c", 1), ("a", 3)]
-    assert run_one_input(lambda: KeyedStreamFlatMap(Windowed(), first)) == [
-        ("a", (1, 1)), ("b", (1, 3)), ("a", (2, 3))]
+        ("a", 1),
+        ("b", 1),
+        ("a", 2),
+        ("b", 3),
+        ("c", 1),
+        ("a", 3),
+    ]
+    assert run_one_input(lambda: KeyedStreamFlatMap(Windowed(), first)) == [("a", (1, 1)), ("b", (1, 3)), ("a", (2, 3))]
 
 
 def test_keyed_co_map_and_co_flat_map_share_a_keys_state_between_both_inputs():
     for make, want in [
-        (lambda: KeyedCoStreamMap(CountBoth(), first, first),
-         [(1, "a", 1), (1, "b", 1), (2, "a", 2), (2, "b", 2), (1, "a", 3)]),
-        (lambda: KeyedCoStreamFlatMap(CountBothFlat(), first, first),
-         [("a", 1), ("b", 1), ("a", 11), ("b", 11), ("a", 12)]),
+        (
+            lambda: KeyedCoStreamMap(CountBoth(), first, first),
+            [(1, "a", 1), (1, "b", 1), (2, "a", 2), (2, "b", 2), (1, "a", 3)],
+        ),
+        (
+            lambda: KeyedCoStreamFlatMap(CountBothFlat(), first, first),
+            [("a", 1), ("b", 1), ("a", 11), ("b", 11), ("a", 12)],
+        ),
     ]:
         op = make()
         out = start(op)
@@ -331,9 +362,15 @@ class EveryKind(MapFunction):
                 for descriptor in descriptors:
                     descriptor.enable_time_to_live(long_ttl())
             ctx = runtime_context
-            self.states.append((ctx.get_state(descriptors[0]), ctx.get_list_state(descriptors[1]),
-                                ctx.get_map_state(descriptors[2]), ctx.get_reducing_state(descriptors[3]),
-                                ctx.get_aggregating_state(descriptors[4])))
+            self.states.append(
+                (
+                    ctx.get_state(descriptors[0]),
+                    ctx.get_list_state(descriptors[1]),
+                    ctx.get_map_state(descriptors[2]),
+                    ctx.get_reducing_state(descriptors[3]),
+                    ctx.get_aggregating_state(descriptors[4]),
+                )
+            )
 
     def map(self, record):
         key, value = record
@@ -345,8 +382,9 @@ class EveryKind(MapFunction):
                 map_state[value % 3] = value
                 reducing.add(value)
                 aggregating.add(value)
-            seen.append((value_state.value(), list(list_state), sorted(map_state.items()),
-                         reducing.get(), aggregating.get()))
+            seen.append(
+                (value_state.value(), list(list_state), sorted(map_state.items()), reducing.get(), aggregating.get())
+            )
         assert seen[0] == seen[1], "a long TTL changes nothing"
         return (key, seen[0])
 
@@ -359,8 +397,13 @@ def model_of(records):
         values.append(value)
     report = {}
     for key, values in state.items():
-        report[key] = (values[-1], list(values), sorted({v % 3: v for v in values}.items()), sum(values),
-                       sum(values) / len(values))
+        report[key] = (
+            values[-1],
+            list(values),
+            sorted({v % 3: v for v in values}.items()),
+            sum(values),
+            sum(values) / len(values),
+        )
     return report
 
 
@@ -371,8 +414,11 @@ RECORDS = [(f"k{i % 9}", (i * 7) % 13 + 1) for i in range(60)]
 def test_every_state_kind_with_and_without_ttl_survives_snapshot_and_restore(parallelism, new_parallelism):
     def subtask_of(key, p):
         kg = assign_to_key_group(key, 128)
-        return next(i for i in range(p) if key_group_range_for_subtask(128, p, i)[0] <= kg
-                    <= key_group_range_for_subtask(128, p, i)[1])
+        return next(
+            i
+            for i in range(p)
+            if key_group_range_for_subtask(128, p, i)[0] <= kg <= key_group_range_for_subtask(128, p, i)[1]
+        )
 
     ops = [KeyedStreamMap(EveryKind(), first) for _ in range(parallelism)]
     for i, op in enumerate(ops):
@@ -381,7 +427,7 @@ def test_every_state_kind_with_and_without_ttl_survives_snapshot_and_restore(par
     for record in RECORDS[:cut]:
         ops[subtask_of(record[0], parallelism)].process_element(record)
     snapshots = [cloudpickle.loads(cloudpickle.dumps(snapshot_operator(op, 1, 0))) for op in ops]
-    for record in RECORDS[cut:cut + 5]:  # after the checkpoint: lost by the failover
+    for record in RECORDS[cut : cut + 5]:  # after the checkpoint: lost by the failover
         ops[subtask_of(record[0], parallelism)].process_element(record)
 
     restored = [KeyedStreamMap(EveryKind(), first) for _ in range(new_parallelism)]
@@ -425,8 +471,16 @@ def test_descriptors_and_state_classes_are_where_pyflink_has_them():
     assert ReducingStateDescriptor("r", max).get_reduce_function() is max
     with pytest.raises(TypeError, match="needs a create_accumulator"):
         AggregatingStateDescriptor("bad", object())
-    for name in ("StateTtlConfig", "AggregatingStateDescriptor", "AggregatingState", "MapState", "ValueState",
-                 "ListState", "ReducingState", "ReducingStateDescriptor"):
+    for name in (
+        "StateTtlConfig",
+        "AggregatingStateDescriptor",
+        "AggregatingState",
+        "MapState",
+        "ValueState",
+        "ListState",
+        "ReducingState",
+        "ReducingStateDescriptor",
+    ):
         assert getattr(api, name) is getattr(api_state, name)
     assert api.AggregateFunction is api_functions.AggregateFunction is AggregateFunction
     assert issubclass(ReduceFunction, api_functions.Function)

@@ -91,15 +91,17 @@ def test_builder_defaults_and_getters_are_flinks():
     assert strategies.is_cleanup_in_background() and not strategies.in_full_snapshot()
     assert strategies.get_incremental_cleanup_strategy().get_cleanup_size() == 5
 
-    config = (StateTtlConfig.new_builder(Duration.of_millis(1500))
-              .update_ttl_on_read_and_write()
-              .return_expired_if_not_cleaned_up()
-              .use_processing_time()
-              .cleanup_full_snapshot()
-              .cleanup_incrementally(10, True)
-              .cleanup_in_rocksdb_compact_filter(1000, Duration.of_days(1))
-              .disable_cleanup_in_background()
-              .build())
+    config = (
+        StateTtlConfig.new_builder(Duration.of_millis(1500))
+        .update_ttl_on_read_and_write()
+        .return_expired_if_not_cleaned_up()
+        .use_processing_time()
+        .cleanup_full_snapshot()
+        .cleanup_incrementally(10, True)
+        .cleanup_in_rocksdb_compact_filter(1000, Duration.of_days(1))
+        .disable_cleanup_in_background()
+        .build()
+    )
     assert config.get_update_type() is UpdateType.OnReadAndWrite
     assert config.get_state_visibility() is Visibility.ReturnExpiredIfNotCleanedUp
     assert config.get_ttl_millis() == 1500
@@ -158,9 +160,12 @@ def test_value_state_expires_ttl_after_the_last_write_and_update_on_read_prolong
 def test_return_expired_if_not_cleaned_up_returns_an_expired_value_once():
     clock = Clock()
     backend = backend_with(clock)
-    state = backend.get_or_create_state(with_ttl(
-        ValueStateDescriptor("v"),
-        ttl(visibility=Visibility.ReturnExpiredIfNotCleanedUp).disable_cleanup_in_background()))
+    state = backend.get_or_create_state(
+        with_ttl(
+            ValueStateDescriptor("v"),
+            ttl(visibility=Visibility.ReturnExpiredIfNotCleanedUp).disable_cleanup_in_background(),
+        )
+    )
     backend.set_current_key("k")
     state.update(1)
     clock.now += TTL_MS
@@ -196,9 +201,12 @@ def test_list_state_expires_element_by_element():
 def test_list_state_with_return_expired_returns_the_expired_elements_once():
     clock = Clock()
     backend = backend_with(clock)
-    state = backend.get_or_create_state(with_ttl(
-        ListStateDescriptor("l"),
-        ttl(visibility=Visibility.ReturnExpiredIfNotCleanedUp).disable_cleanup_in_background()))
+    state = backend.get_or_create_state(
+        with_ttl(
+            ListStateDescriptor("l"),
+            ttl(visibility=Visibility.ReturnExpiredIfNotCleanedUp).disable_cleanup_in_background(),
+        )
+    )
     backend.set_current_key("k")
     state.add("old")
     clock.now += TTL_MS
@@ -311,10 +319,15 @@ def test_snapshots_leave_expired_values_out_and_keep_the_timestamps_of_the_other
     entries["f"] = 2
     clock.now += 4  # everything written at the start expired just now
     snapshot = cloudpickle.loads(cloudpickle.dumps(backend.snapshot()))
-    flat = {(name, key): v for per_kg in snapshot.values() for name, per_key in per_kg.items()
-            for key, v in per_key.items()}
-    assert flat == {("v", "new"): (2, 1006), ("l", "new"): [("y", 1006)], ("l", "old"): [("z", 1006)],
-                    ("m", "old"): {"f": (2, 1006)}}
+    flat = {
+        (name, key): v for per_kg in snapshot.values() for name, per_key in per_kg.items() for key, v in per_key.items()
+    }
+    assert flat == {
+        ("v", "new"): (2, 1006),
+        ("l", "new"): [("y", 1006)],
+        ("l", "old"): [("z", 1006)],
+        ("m", "old"): {"f": (2, 1006)},
+    }
 
     restored = backend_with(clock)
     value2 = restored.get_or_create_state(with_ttl(ValueStateDescriptor("v"), ttl().cleanup_full_snapshot()))
@@ -458,8 +471,16 @@ CLEANUPS = {
 }
 
 
-STEPS = st.lists(st.tuples(st.sampled_from([0, 1, 2, 3]), st.sampled_from("ab"), st.integers(1, 2),
-                           st.integers(0, 6), st.integers(0, 9).map(lambda n: n == 0)), max_size=50)
+STEPS = st.lists(
+    st.tuples(
+        st.sampled_from([0, 1, 2, 3]),
+        st.sampled_from("ab"),
+        st.integers(1, 2),
+        st.integers(0, 6),
+        st.integers(0, 9).map(lambda n: n == 0),
+    ),
+    max_size=50,
+)
 
 
 @pytest.mark.parametrize("kind", sorted(OPS))

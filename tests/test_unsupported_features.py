@@ -16,8 +16,17 @@ from raylink.migrate import migrate_source
 
 pytestmark = pytest.mark.timeout(60)
 
-CONNECTORS = ["kafka", "dynamic_kafka", "jdbc", "elasticsearch", "pulsar", "cassandra", "kinesis", "rabbitmq",
-              "hybrid_source"]
+CONNECTORS = [
+    "kafka",
+    "dynamic_kafka",
+    "jdbc",
+    "elasticsearch",
+    "pulsar",
+    "cassandra",
+    "kinesis",
+    "rabbitmq",
+    "hybrid_source",
+]
 FORMATS = ["json", "csv", "avro", "orc", "parquet"]
 
 
@@ -27,8 +36,10 @@ def test_the_table_api_fails_at_the_call_naming_spark_sql():
     with pytest.raises(UnsupportedFeatureError) as info:
         StreamTableEnvironment.create(stream_execution_environment=None)
     message = str(info.value)
-    assert message.startswith("StreamTableEnvironment.create: the Table API and SQL (pyflink.table) is not "
-                              "supported by raylink; use Spark SQL instead")
+    assert message.startswith(
+        "StreamTableEnvironment.create: the Table API and SQL (pyflink.table) is not "
+        "supported by raylink; use Spark SQL instead"
+    )
     assert "env.from_spark(df)" in message and "env.from_spark_table(path_or_table)" in message
     with pytest.raises(UnsupportedFeatureError, match=r"^DataTypes\.INT: the Table API and SQL"):
         DataTypes.INT()
@@ -49,10 +60,12 @@ def test_every_table_submodule_is_importable_and_fails_on_use():
 
 
 def test_a_migrated_table_program_loads_and_fails_at_the_table_call():
-    program = ("from pyflink.datastream import StreamExecutionEnvironment\n"
-               "from pyflink.table import StreamTableEnvironment\n"
-               "env = StreamExecutionEnvironment.get_execution_environment()\n"
-               "t_env = StreamTableEnvironment.create(stream_execution_environment=env)\n")
+    program = (
+        "from pyflink.datastream import StreamExecutionEnvironment\n"
+        "from pyflink.table import StreamTableEnvironment\n"
+        "env = StreamExecutionEnvironment.get_execution_environment()\n"
+        "t_env = StreamTableEnvironment.create(stream_execution_environment=env)\n"
+    )
     migrated = migrate_source(program).text
     assert "from raylink.table import StreamTableEnvironment" in migrated
     with pytest.raises(UnsupportedFeatureError, match=r"^StreamTableEnvironment\.create: .*Spark SQL"):
@@ -87,8 +100,11 @@ def test_the_kafka_message_names_a_python_client():
 def test_every_java_format_fails_naming_the_python_way(module_name):
     module = importlib.import_module(f"raylink.api.formats.{module_name}")
     for name in module.__all__:
-        with pytest.raises(UnsupportedFeatureError, match=rf"^{name}: the .* format \(Java\) is not supported"
-                                                          r".*records are Python objects"):
+        with pytest.raises(
+            UnsupportedFeatureError,
+            match=rf"^{name}: the .* format \(Java\) is not supported"
+            r".*records are Python objects",
+        ):
             getattr(module, name)()
 
 

@@ -171,7 +171,9 @@ def test_operator_keeps_record_timestamps_without_an_assigner_and_final_emit_at_
 
 
 def test_operator_rejects_non_int_timestamps_naming_the_record():
-    op, _out, _clock, _rc = start_operator(WatermarkStrategy.no_watermarks().with_timestamp_assigner(lambda v: v // 2 if v % 2 == 0 else v / 2))
+    op, _out, _clock, _rc = start_operator(
+        WatermarkStrategy.no_watermarks().with_timestamp_assigner(lambda v: v // 2 if v % 2 == 0 else v / 2)
+    )
     with pytest.raises(TypeError, match=r"returned 1.5 \(float\) for record 3; timestamps must be int"):
         op.process_batch([2, 3])
 
@@ -234,10 +236,12 @@ def test_periodic_watermarks_flow_through_the_runtime_before_end_of_input():
     reset_signal(name)
     env = make_env("local", 1)
     env.get_config().set_auto_watermark_interval(10)
-    rows = list(env.add_source(_TickingSource(name))
-                .assign_timestamps_and_watermarks(WatermarkStrategy.for_monotonous_timestamps())
-                .process(_SeesWatermark(name))
-                .execute_and_collect())
+    rows = list(
+        env.add_source(_TickingSource(name))
+        .assign_timestamps_and_watermarks(WatermarkStrategy.for_monotonous_timestamps())
+        .process(_SeesWatermark(name))
+        .execute_and_collect()
+    )
     assert signal(name).is_set()  # a periodic watermark, not the end-of-input one, released the source
     assert max(wm for _v, wm in rows) == 1008
     assert [v for v, _wm in rows[:10]] == list(range(10))
@@ -275,15 +279,21 @@ def test_an_idle_source_subtask_does_not_stall_event_time_windows():
     reset_signal(name + ".released")
     env = make_env("local", 1)
     env.get_config().set_auto_watermark_interval(10)
-    strategy = (WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda v, ts: v[1])
-                .with_idleness(Duration.of_millis(30)))
-    rows = list(env.add_source(_OneIdleSubtask(name)).set_parallelism(2)
-                .assign_timestamps_and_watermarks(strategy)
-                .key_by(lambda v: v[0])
-                .window(TumblingEventTimeWindows.of(Time.milliseconds(10)))
-                .reduce(lambda a, b: (a[0], a[1] + b[1]))
-                .process(_SignalsOutput(name))
-                .execute_and_collect())
+    strategy = (
+        WatermarkStrategy.for_monotonous_timestamps()
+        .with_timestamp_assigner(lambda v, ts: v[1])
+        .with_idleness(Duration.of_millis(30))
+    )
+    rows = list(
+        env.add_source(_OneIdleSubtask(name))
+        .set_parallelism(2)
+        .assign_timestamps_and_watermarks(strategy)
+        .key_by(lambda v: v[0])
+        .window(TumblingEventTimeWindows.of(Time.milliseconds(10)))
+        .reduce(lambda a, b: (a[0], a[1] + b[1]))
+        .process(_SignalsOutput(name))
+        .execute_and_collect()
+    )
     assert signal(name + ".released").is_set()  # a window fired while both source subtasks ran
     assert rows == [("k", 3), ("k", 12), ("k", 40)]
 

@@ -58,8 +58,9 @@ def make_assigner(spec):
     if spec["kind"] == "tumbling":
         return TumblingEventTimeWindows.of(Time.milliseconds(spec["size"]), Time.milliseconds(spec["offset"]))
     if spec["kind"] == "sliding":
-        return SlidingEventTimeWindows.of(Time.milliseconds(spec["size"]), Time.milliseconds(spec["slide"]),
-                                          Time.milliseconds(spec["offset"]))
+        return SlidingEventTimeWindows.of(
+            Time.milliseconds(spec["size"]), Time.milliseconds(spec["slide"]), Time.milliseconds(spec["offset"])
+        )
     return EventTimeSessionWindows.with_gap(Time.milliseconds(spec["gap"]))
 
 
@@ -143,13 +144,13 @@ class SumCount(AggregateFunction):
 
 class KeyedAggWindow(WindowFunction):
     def apply(self, key, window, inputs):
-        (_k, total, count), = inputs
+        ((_k, total, count),) = inputs
         yield (key, window.start, window.end, total, count)
 
 
 class AllAggWindow(AllWindowFunction):
     def apply(self, window, inputs):
-        (_k, total, count), = inputs
+        ((_k, total, count),) = inputs
         yield (None, window.start, window.end, total, count)
 
 
@@ -177,8 +178,13 @@ class AllApply(AllWindowFunction):
 
 class KeyedProcess(ProcessWindowFunction):
     def process(self, key, context, elements):
-        yield (key, context.window().start, context.window().end, sorted(e[1] for e in elements),
-               context.window().max_timestamp())
+        yield (
+            key,
+            context.window().start,
+            context.window().end,
+            sorted(e[1] for e in elements),
+            context.window().max_timestamp(),
+        )
 
 
 class AllProcess(ProcessAllWindowFunction):
@@ -224,10 +230,11 @@ def run_windowed_job(target, parallelism, events, spec, kind, keyed, disorder):
     if parallelism > 1:  # watermarks of several channels meet at the window operator
         stream = stream.rebalance().map(identity)
     stream = stream.assign_timestamps_and_watermarks(
-        WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(disorder))
-        .with_timestamp_assigner(event_timestamp))
-    windowed = (stream.key_by(first).window(make_assigner(spec)) if keyed
-                else stream.window_all(make_assigner(spec)))
+        WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(disorder)).with_timestamp_assigner(
+            event_timestamp
+        )
+    )
+    windowed = stream.key_by(first).window(make_assigner(spec)) if keyed else stream.window_all(make_assigner(spec))
     result = apply_kind(windowed, kind, keyed).process(WithTimestamp())
     got = list(result.execute_and_collect())
     if kind in ("reduce", "aggregate") and not keyed:  # the key field of all-window rows: "*"
@@ -259,12 +266,15 @@ def test_windows_match_the_brute_force_reference_on_local(assigner, kind, keyed,
     assert got  # windows fired
 
 
-@pytest.mark.parametrize("assigner,kind,keyed,parallelism", [
-    ("tumbling", "reduce", True, 2),
-    ("sliding", "aggregate_window", True, 3),
-    ("session", "process", False, 2),
-    ("session", "reduce_window", True, 4),
-])
+@pytest.mark.parametrize(
+    "assigner,kind,keyed,parallelism",
+    [
+        ("tumbling", "reduce", True, 2),
+        ("sliding", "aggregate_window", True, 3),
+        ("session", "process", False, 2),
+        ("session", "reduce_window", True, 4),
+    ],
+)
 def test_windows_match_the_brute_force_reference_on_ray(ray_session, assigner, kind, keyed, parallelism):
     events = bounded_disorder_events(11, 300, ["a", "b", "c", "d"], 20)
     spec = ASSIGNERS[assigner]
@@ -273,11 +283,18 @@ def test_windows_match_the_brute_force_reference_on_ray(ray_session, assigner, k
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 10_000), n=st.integers(1, 120), disorder=st.integers(0, 30),
-       assigner=st.sampled_from(sorted(ASSIGNERS)), kind=st.sampled_from(FUNCTION_KINDS),
-       keyed=st.booleans(), parallelism=st.integers(1, 3))
-def test_property_random_bounded_disorder_streams_match_the_reference(seed, n, disorder, assigner, kind, keyed,
-                                                                       parallelism):
+@given(
+    seed=st.integers(0, 10_000),
+    n=st.integers(1, 120),
+    disorder=st.integers(0, 30),
+    assigner=st.sampled_from(sorted(ASSIGNERS)),
+    kind=st.sampled_from(FUNCTION_KINDS),
+    keyed=st.booleans(),
+    parallelism=st.integers(1, 3),
+)
+def test_property_random_bounded_disorder_streams_match_the_reference(
+    seed, n, disorder, assigner, kind, keyed, parallelism
+):
     events = bounded_disorder_events(seed, n, ["x", "y", "z"], disorder, spread=6)
     spec = ASSIGNERS[assigner]
     got = run_windowed_job("local", parallelism, events, spec, kind, keyed, disorder)
@@ -295,10 +312,10 @@ def count_reference(events, size, slide, keyed):
     for key, values in groups.items():
         if slide == 0:
             for i in range(size, len(values) + 1, size):
-                rows.append((key, values[i - size:i]))
+                rows.append((key, values[i - size : i]))
         else:
             for i in range(slide, len(values) + 1, slide):
-                rows.append((key, values[max(0, i - size):i]))
+                rows.append((key, values[max(0, i - size) : i]))
     return rows
 
 
@@ -329,7 +346,9 @@ def test_count_windows_follow_flink_java(size, slide, keyed):
     env = env_for("local", 2)
     stream = env.from_collection(events)
     windowed = stream.key_by(first).count_window(size, slide) if keyed else stream.count_window_all(size, slide)
-    got = list(windowed.apply(CountApply() if keyed else CountApplyAll()).process(WithTimestamp()).execute_and_collect())
+    got = list(
+        windowed.apply(CountApply() if keyed else CountApplyAll()).process(WithTimestamp()).execute_and_collect()
+    )
     assert {ts for _row, ts in got} == {LONG_MAX}  # global windows emit at Long.MAX_VALUE
     expected = count_reference(events, size, slide, keyed)
     by_key = defaultdict(list)
@@ -357,14 +376,16 @@ class ScriptedSource(SourceFunction):
 
 
 LATE_SCRIPT = [
-    ("rec", "a", 1, 5), ("rec", "a", 2, 8), ("rec", "b", 10, 12),
-    ("wm", 9),                      # [0, 10) fires: a=3
-    ("rec", "a", 4, 3),             # late for [0, 10)
+    ("rec", "a", 1, 5),
+    ("rec", "a", 2, 8),
+    ("rec", "b", 10, 12),
+    ("wm", 9),  # [0, 10) fires: a=3
+    ("rec", "a", 4, 3),  # late for [0, 10)
     ("rec", "a", 8, 15),
-    ("wm", 14),                     # cleanup of [0, 10) when lateness is 5
-    ("rec", "a", 16, 2),            # late even with 5 ms allowed lateness
+    ("wm", 14),  # cleanup of [0, 10) when lateness is 5
+    ("rec", "a", 16, 2),  # late even with 5 ms allowed lateness
     ("rec", "b", 32, 19),
-    ("wm", 19),                     # [10, 20) fires: a=8, b=42
+    ("wm", 19),  # [10, 20) fires: a=8, b=42
 ]
 
 
@@ -385,40 +406,63 @@ def late_job(target, lateness, with_tag):
 
 
 def test_late_elements_are_dropped_without_a_side_output(target):
-    assert late_job(target, 0, False) == sorted([
-        ("main", ("a", 3, 8), 9), ("main", ("b", 42, 19), 19), ("main", ("a", 8, 15), 19),
-    ], key=repr)
+    assert late_job(target, 0, False) == sorted(
+        [
+            ("main", ("a", 3, 8), 9),
+            ("main", ("b", 42, 19), 19),
+            ("main", ("a", 8, 15), 19),
+        ],
+        key=repr,
+    )
 
 
 def test_late_elements_go_to_the_side_output_with_their_timestamps():
-    assert late_job("local", 0, True) == sorted([
-        ("main", ("a", 3, 8), 9), ("main", ("b", 42, 19), 19), ("main", ("a", 8, 15), 19),
-        ("late", ("a", 4, 3), 3), ("late", ("a", 16, 2), 2),
-    ], key=repr)
+    assert late_job("local", 0, True) == sorted(
+        [
+            ("main", ("a", 3, 8), 9),
+            ("main", ("b", 42, 19), 19),
+            ("main", ("a", 8, 15), 19),
+            ("late", ("a", 4, 3), 3),
+            ("late", ("a", 16, 2), 2),
+        ],
+        key=repr,
+    )
 
 
 def test_allowed_lateness_refires_the_window_and_drops_after_cleanup():
-    assert late_job("local", 5, True) == sorted([
-        ("main", ("a", 3, 8), 9), ("main", ("a", 7, 8), 9),  # re-fired with the late element
-        ("main", ("b", 42, 19), 19), ("main", ("a", 8, 15), 19),
-        ("late", ("a", 16, 2), 2),  # after the cleanup at watermark 14
-    ], key=repr)
+    assert late_job("local", 5, True) == sorted(
+        [
+            ("main", ("a", 3, 8), 9),
+            ("main", ("a", 7, 8), 9),  # re-fired with the late element
+            ("main", ("b", 42, 19), 19),
+            ("main", ("a", 8, 15), 19),
+            ("late", ("a", 16, 2), 2),  # after the cleanup at watermark 14
+        ],
+        key=repr,
+    )
 
 
 SESSION_SCRIPT = [
-    ("rec", "u", 1, 0), ("rec", "u", 2, 30),   # two sessions with gap 10: [0, 10) and [30, 40)
+    ("rec", "u", 1, 0),
+    ("rec", "u", 2, 30),  # two sessions with gap 10: [0, 10) and [30, 40)
     ("wm", 5),
-    ("rec", "u", 4, 20),                       # [20, 30) touches [30, 40): [20, 40)
-    ("rec", "u", 8, 10),                       # [10, 20) bridges everything: [0, 40)
+    ("rec", "u", 4, 20),  # [20, 30) touches [30, 40): [20, 40)
+    ("rec", "u", 8, 10),  # [10, 20) bridges everything: [0, 40)
     ("wm", 100),
 ]
 
 
 def test_out_of_order_elements_bridge_sessions_end_to_end():
     env = env_for("local", 3)
-    got = list(env.add_source(ScriptedSource(SESSION_SCRIPT)).set_parallelism(1)
-               .key_by(first).window(EventTimeSessionWindows.with_gap(Time.milliseconds(10)))
-               .process(KeyedProcess()).process(WithTimestamp()).execute_and_collect())
+    got = list(
+        env.add_source(ScriptedSource(SESSION_SCRIPT))
+        .set_parallelism(1)
+        .key_by(first)
+        .window(EventTimeSessionWindows.with_gap(Time.milliseconds(10)))
+        .process(KeyedProcess())
+        .process(WithTimestamp())
+        .execute_and_collect()
+    )
     assert got == [(("u", 0, 40, [1, 2, 4, 8], 39), 39)]
 
 
@@ -457,11 +501,16 @@ def test_processing_time_windows_count_every_element_once():
     reset_signal(name)
     n = 500
     env = env_for("local", 2)
-    got = list(env.add_source(UntilCounted(name, n)).set_parallelism(1)
-               .key_by(first).window(TumblingProcessingTimeWindows.of(Time.milliseconds(50)))
-               .process(CountProcessing())
-               .process(CountsFired(name, n)).set_parallelism(1)
-               .execute_and_collect())
+    got = list(
+        env.add_source(UntilCounted(name, n))
+        .set_parallelism(1)
+        .key_by(first)
+        .window(TumblingProcessingTimeWindows.of(Time.milliseconds(50)))
+        .process(CountProcessing())
+        .process(CountsFired(name, n))
+        .set_parallelism(1)
+        .execute_and_collect()
+    )
     assert signal(name).is_set()
     assert sum(row[3] for row, _ts in got) == n
     for (key, start, end, _count), ts in got:

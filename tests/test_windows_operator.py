@@ -60,14 +60,32 @@ class SumAgg(AggregateFunction):
         return a + b
 
 
-def start(assigner, contents="reducing", trigger=None, evictor=None, lateness=0, tag=None, kind="pass",
-          fn=None, reduce=add_values, agg=None, key=first, clock=None, backend_snapshot=None):
+def start(
+    assigner,
+    contents="reducing",
+    trigger=None,
+    evictor=None,
+    lateness=0,
+    tag=None,
+    kind="pass",
+    fn=None,
+    reduce=add_values,
+    agg=None,
+    key=first,
+    clock=None,
+    backend_snapshot=None,
+):
     desc = WindowOperatorDescriptor(
-        assigner=assigner, trigger=trigger or assigner.get_default_trigger(), evictor=evictor,
-        allowed_lateness=lateness, late_data_output_tag=tag, contents=contents,
+        assigner=assigner,
+        trigger=trigger or assigner.get_default_trigger(),
+        evictor=evictor,
+        allowed_lateness=lateness,
+        late_data_output_tag=tag,
+        contents=contents,
         reduce_function=reduce if contents == "reducing" else None,
         aggregate_function=agg if contents == "aggregating" else None,
-        window_function=fn, function_kind=kind,
+        window_function=fn,
+        function_kind=kind,
     )
     op = create_window_operator(desc, key)
     rc = StreamingRuntimeContext(processing_time_service=clock or ManualProcessingTimeService())
@@ -109,8 +127,13 @@ class _SlowEventTimeTrigger(EventTimeTrigger):
     """Behaves as EventTimeTrigger but is not it: forces the general (per-window trigger) path."""
 
 
-@pytest.mark.parametrize("assigner", [TumblingEventTimeWindows.of(Time.milliseconds(10), Time.milliseconds(3)),
-                                      SlidingEventTimeWindows.of(Time.milliseconds(10), Time.milliseconds(4))])
+@pytest.mark.parametrize(
+    "assigner",
+    [
+        TumblingEventTimeWindows.of(Time.milliseconds(10), Time.milliseconds(3)),
+        SlidingEventTimeWindows.of(Time.milliseconds(10), Time.milliseconds(4)),
+    ],
+)
 @pytest.mark.parametrize("contents", ["reducing", "aggregating", "list"])
 @pytest.mark.parametrize("lateness", [0, 7])
 def test_fast_path_and_general_path_agree(assigner, contents, lateness):
@@ -124,10 +147,9 @@ def test_fast_path_and_general_path_agree(assigner, contents, lateness):
     results = []
     for trigger in (EventTimeTrigger(), _SlowEventTimeTrigger()):
         tag = OutputTag("late")
-        op, out = start(assigner, contents, trigger=trigger, lateness=lateness, tag=tag, kind=kind, fn=fn,
-                        agg=SumAgg())
+        op, out = start(assigner, contents, trigger=trigger, lateness=lateness, tag=tag, kind=kind, fn=fn, agg=SumAgg())
         assert op._fast == (type(trigger) is EventTimeTrigger)
-        chunks = [events[i:i + 25] for i in range(0, len(events), 25)]
+        chunks = [events[i : i + 25] for i in range(0, len(events), 25)]
         for chunk, wm in zip(chunks, watermarks):
             feed(op, chunk)
             op.process_watermark(wm)
@@ -222,7 +244,8 @@ def test_session_windows_merge_when_a_bridging_element_arrives_out_of_order():
     state_window = sets["a"][TimeWindow(0, 28)]
     assert state_window in (TimeWindow(0, 10), TimeWindow(18, 28))
     assert op.keyed_state_backend.get_namespaced_table(CONTENTS_STATE, "reducing").values[state_window] == {
-        "a": ("a", 7)}
+        "a": ("a", 7)
+    }
     assert op.timer_service.num_event_time_timers() == 2  # the merged session's and b's
     op.process_watermark(27)
     assert rows(out) == [(("a", 7), 27)]
@@ -295,8 +318,10 @@ def test_processing_time_sessions():
 
 # -- triggers and evictors ----------------------------------------------------------------------------
 def test_continuous_event_time_trigger_fires_every_interval_and_at_the_end():
-    op, out = start(TumblingEventTimeWindows.of(Time.milliseconds(100)),
-                    trigger=ContinuousEventTimeTrigger.of(Time.milliseconds(30)))
+    op, out = start(
+        TumblingEventTimeWindows.of(Time.milliseconds(100)),
+        trigger=ContinuousEventTimeTrigger.of(Time.milliseconds(30)),
+    )
     feed(op, [(("a", 1), 5)])
     op.process_watermark(30)
     assert out.records == [("a", 1)]
@@ -325,8 +350,14 @@ def test_global_windows_never_fire_by_default():
 
 
 def test_count_evictor_keeps_the_last_elements_flink_sliding_count_window():
-    op, out = start(GlobalWindows.create(), contents="list", trigger=CountTrigger.of(2), evictor=CountEvictor.of(3),
-                    kind="window", fn=lambda k, w, xs: [(k, [x[1] for x in xs])])
+    op, out = start(
+        GlobalWindows.create(),
+        contents="list",
+        trigger=CountTrigger.of(2),
+        evictor=CountEvictor.of(3),
+        kind="window",
+        fn=lambda k, w, xs: [(k, [x[1] for x in xs])],
+    )
     op.process_batch([("a", i) for i in range(1, 8)])
     assert out.records == [("a", [1, 2]), ("a", [2, 3, 4]), ("a", [4, 5, 6])]
     contents = op.keyed_state_backend.get_namespaced_table(CONTENTS_STATE, "list").values
@@ -338,8 +369,13 @@ def test_time_evictor_and_evict_after_with_reduce():
     feed(op, [(("a", 1), 1), (("a", 2), 50), (("a", 4), 55), (("a", 8), 60)])
     op.process_watermark(MAX_WATERMARK)
     assert out.records == [("a", 12)]  # keeps ts > 60 - 10: the elements of 55 and 60
-    op2, out2 = start(GlobalWindows.create(), trigger=CountTrigger.of(3), evictor=CountEvictor.of(1, True),
-                      contents="aggregating", agg=SumAgg())
+    op2, out2 = start(
+        GlobalWindows.create(),
+        trigger=CountTrigger.of(3),
+        evictor=CountEvictor.of(1, True),
+        contents="aggregating",
+        agg=SumAgg(),
+    )
     op2.process_batch([("a", 1), ("a", 2), ("a", 3), ("a", 10), ("a", 20)])
     assert out2.records == [6]  # all 3 in the function, then all but the last evicted
     op2.process_batch([("a", 30)])
@@ -365,8 +401,9 @@ class WithState(ProcessWindowFunction):
 
 def test_process_window_function_with_window_and_global_state_and_clear():
     fn = WithState()
-    op, out = start(TumblingEventTimeWindows.of(Time.milliseconds(10)), contents="list", kind="process", fn=fn,
-                    lateness=20)
+    op, out = start(
+        TumblingEventTimeWindows.of(Time.milliseconds(10)), contents="list", kind="process", fn=fn, lateness=20
+    )
     feed(op, [(("a", 1), 1), (("a", 2), 12)])
     op.process_watermark(9)
     feed(op, [(("a", 4), 3)])  # re-fires [0, 10)
@@ -379,16 +416,20 @@ def test_process_window_function_with_window_and_global_state_and_clear():
 
 
 def test_per_window_state_is_refused_for_merging_windows():
-    op, _ = start(EventTimeSessionWindows.with_gap(Time.milliseconds(5)), contents="list", kind="process",
-                  fn=WithState())
+    op, _ = start(
+        EventTimeSessionWindows.with_gap(Time.milliseconds(5)), contents="list", kind="process", fn=WithState()
+    )
     feed(op, [(("a", 1), 1)])
     with pytest.raises(RuntimeError, match="Per-window state is not allowed when using merging windows"):
         op.process_watermark(MAX_WATERMARK)
 
 
 def test_reduce_and_aggregate_with_window_functions_and_all_window_kinds():
-    op, out = start(TumblingEventTimeWindows.of(Time.milliseconds(10)), kind="window",
-                    fn=lambda key, w, xs: [(key, w.end, list(xs))])
+    op, out = start(
+        TumblingEventTimeWindows.of(Time.milliseconds(10)),
+        kind="window",
+        fn=lambda key, w, xs: [(key, w.end, list(xs))],
+    )
     feed(op, [(("a", 1), 1), (("a", 2), 2)])
     op.process_watermark(MAX_WATERMARK)
     assert out.records == [("a", 10, [("a", 3)])]
@@ -397,14 +438,24 @@ def test_reduce_and_aggregate_with_window_functions_and_all_window_kinds():
         def process(self, key, context, averages):
             yield key, context.window().max_timestamp(), list(averages)
 
-    op, out = start(TumblingEventTimeWindows.of(Time.milliseconds(10)), contents="aggregating", agg=SumAgg(),
-                    kind="process", fn=Avg())
+    op, out = start(
+        TumblingEventTimeWindows.of(Time.milliseconds(10)),
+        contents="aggregating",
+        agg=SumAgg(),
+        kind="process",
+        fn=Avg(),
+    )
     feed(op, [(("a", 1), 1), (("a", 2), 2)])
     op.process_watermark(MAX_WATERMARK)
     assert out.records == [("a", 9, [3])]
 
-    op, out = start(TumblingEventTimeWindows.of(Time.milliseconds(10)), contents="list", kind="all_window",
-                    fn=lambda w, xs: [(w.start, len(xs))], key=NullByteKeySelector())
+    op, out = start(
+        TumblingEventTimeWindows.of(Time.milliseconds(10)),
+        contents="list",
+        kind="all_window",
+        fn=lambda w, xs: [(w.start, len(xs))],
+        key=NullByteKeySelector(),
+    )
     feed(op, [(("a", 1), 1), (("b", 2), 2), (("c", 2), 12)])
     op.process_watermark(MAX_WATERMARK)
     assert out.records == [(0, 2), (10, 1)]
@@ -436,8 +487,9 @@ def test_windowed_stream_rejects_bad_arguments():
     with pytest.raises(TypeError, match="Cannot use a merging WindowAssigner with an Evictor"):
         sessions.evictor(CountEvictor.of(2))
     with pytest.raises(TypeError, match=r"Window Aggregate over merging windows: expected an object with merge\(\)"):
-        sessions.aggregate(type("A", (), {"create_accumulator": lambda s: 0, "add": lambda s, v, a: a,
-                                          "get_result": lambda s, a: a})())
+        sessions.aggregate(
+            type("A", (), {"create_accumulator": lambda s: 0, "add": lambda s, v, a: a, "get_result": lambda s, a: a})()
+        )
     tumbling = keyed.window(TumblingEventTimeWindows.of(Time.seconds(1)))
     with pytest.raises(ValueError, match="The allowed lateness cannot be negative"):
         tumbling.allowed_lateness(-1)

@@ -36,8 +36,9 @@ class SecondField(TimestampAssigner):
 
 
 class CountPerWindow(ProcessWindowFunction[tuple, tuple, str, TimeWindow]):
-    def process(self, key: str, context: ProcessWindowFunction.Context[TimeWindow],
-                elements: Iterable[tuple]) -> Iterable[tuple]:
+    def process(
+        self, key: str, context: ProcessWindowFunction.Context[TimeWindow], elements: Iterable[tuple]
+    ) -> Iterable[tuple]:
         return [(key, context.window().start, context.window().end, len(list(elements)))]
 
     def clear(self, context: ProcessWindowFunction.Context) -> None:
@@ -51,9 +52,9 @@ def windowed(events, assigner, trigger=None, interval=None):
     if interval is not None:
         env.get_config().set_auto_watermark_interval(interval)
     stream = env.from_collection(events, type_info=Types.TUPLE([Types.STRING(), Types.INT()]))
-    keyed = (stream.assign_timestamps_and_watermarks(
-        WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(SecondField()))
-        .key_by(lambda x: x[0], key_type=Types.STRING()))
+    keyed = stream.assign_timestamps_and_watermarks(
+        WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(SecondField())
+    ).key_by(lambda x: x[0], key_type=Types.STRING())
     w = keyed.window(assigner)
     if trigger is not None:
         w = w.trigger(trigger)
@@ -62,7 +63,10 @@ def windowed(events, assigner, trigger=None, interval=None):
 
 def test_tumbling_time_window_example():
     assert windowed(EVENTS, TumblingEventTimeWindows.of(Time.milliseconds(5))) == [
-        ("hi", 0, 5, 4), ("hi", 5, 10, 3), ("hi", 15, 20, 1)]
+        ("hi", 0, 5, 4),
+        ("hi", 5, 10, 3),
+        ("hi", 15, 20, 1),
+    ]
 
 
 def test_sliding_time_window_example():
@@ -80,7 +84,9 @@ def test_session_with_gap_window_example():
     events = [("hi", 1), ("hi", 2), ("hi", 3), ("hi", 4), ("hi", 9), ("hi", 9), ("hi", 15)]
     # [1, 6) ... [9, 14) touch or overlap: one session; 15 starts after 14: another
     assert windowed(events, EventTimeSessionWindows.with_gap(Time.milliseconds(5))) == [
-        ("hi", 1, 14, 6), ("hi", 15, 20, 1)]
+        ("hi", 1, 14, 6),
+        ("hi", 15, 20, 1),
+    ]
 
 
 def test_session_with_dynamic_gap_window_example():
@@ -91,14 +97,20 @@ def test_session_with_dynamic_gap_window_example():
     events = [("hi", 1), ("hi", 2), ("hi", 3), ("hi", 4), ("hi", 9), ("hi", 9), ("hi", 15)]
     # [1,2) [2,4) [3,6) [4,8) merge into [1, 8); [9,18) [9,18) [15,30) into [9, 30)
     assert windowed(events, EventTimeSessionWindows.with_dynamic_gap(GapIsTheTimestamp())) == [
-        ("hi", 1, 8, 4), ("hi", 9, 30, 3)]
+        ("hi", 1, 8, 4),
+        ("hi", 9, 30, 3),
+    ]
 
 
 def test_tumbling_time_window_with_continuous_trigger_example():
     # no periodic watermark before the end of this tiny input (interval 0): only the final one,
     # which fires [0, 10) at its continuous fire time 5 and at its end, [10, 20) at its end
-    got = windowed(EVENTS, TumblingEventTimeWindows.of(Time.milliseconds(10)),
-                   ContinuousEventTimeTrigger.of(Time.milliseconds(5)), interval=0)
+    got = windowed(
+        EVENTS,
+        TumblingEventTimeWindows.of(Time.milliseconds(10)),
+        ContinuousEventTimeTrigger.of(Time.milliseconds(5)),
+        interval=0,
+    )
     assert got == [("hi", 0, 10, 7), ("hi", 0, 10, 7), ("hi", 10, 20, 1)]
 
 
@@ -107,14 +119,16 @@ def test_tumbling_count_window_example():
         def apply(self, key: str, window: CountWindow, inputs: Iterable[tuple]):
             return [(key, sum(i[0] for i in inputs))]
 
-    env = StreamExecutionEnvironment.get_execution_environment(
-        Configuration().set_string("execution.target", "local"))
+    env = StreamExecutionEnvironment.get_execution_environment(Configuration().set_string("execution.target", "local"))
     env.set_parallelism(1)
-    got = list(env.from_collection(
-        [(1, "hi"), (2, "hello"), (3, "hi"), (4, "hello"), (5, "hi"), (6, "hello"), (6, "hello")],
-        type_info=Types.TUPLE([Types.INT(), Types.STRING()]))
+    got = list(
+        env.from_collection(
+            [(1, "hi"), (2, "hello"), (3, "hi"), (4, "hello"), (5, "hi"), (6, "hello"), (6, "hello")],
+            type_info=Types.TUPLE([Types.INT(), Types.STRING()]),
+        )
         .key_by(lambda x: x[1], key_type=Types.STRING())
         .count_window(3)
         .apply(SumFirstField(), Types.TUPLE([Types.STRING(), Types.INT()]))
-        .execute_and_collect())
+        .execute_and_collect()
+    )
     assert got == [("hi", 9), ("hello", 12)]  # the fourth "hello" waits for two more

@@ -135,8 +135,9 @@ class SupportsWriterState(ABC, Generic[IN, WriterStateT]):
     """A sink whose writer has state (Flink's ``SupportsWriterState``)."""
 
     @abstractmethod
-    def restore_writer(self, context: WriterInitContext,
-                       recovered_state: Sequence[WriterStateT]) -> StatefulSinkWriter[IN, WriterStateT]:
+    def restore_writer(
+        self, context: WriterInitContext, recovered_state: Sequence[WriterStateT]
+    ) -> StatefulSinkWriter[IN, WriterStateT]:
         """A writer continuing from ``recovered_state`` (states of one or more old subtasks)."""
 
 

@@ -14,5 +14,4 @@ _NAMES = [
     "CassandraFailureHandler",
 ]
 
-__all__ = define_unsupported(globals(), _NAMES, "the Cassandra connector (Java)",
-                             own_source("cassandra-driver"))
+__all__ = define_unsupported(globals(), _NAMES, "the Cassandra connector (Java)", own_source("cassandra-driver"))

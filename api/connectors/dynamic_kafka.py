@@ -16,5 +16,9 @@ _NAMES = [
     "SingleClusterTopicMetadataService",
 ]
 
-__all__ = define_unsupported(globals(), _NAMES, "the dynamic Kafka connector (Java)",
-                             own_source("a Kafka client (confluent-kafka, kafka-python)"))
+__all__ = define_unsupported(
+    globals(),
+    _NAMES,
+    "the dynamic Kafka connector (Java)",
+    own_source("a Kafka client (confluent-kafka, kafka-python)"),
+)

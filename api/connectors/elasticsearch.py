@@ -13,5 +13,6 @@ _NAMES = [
     "ElasticsearchSink",
 ]
 
-__all__ = define_unsupported(globals(), _NAMES, "the Elasticsearch connector (Java)",
-                             own_source("the elasticsearch client"))
+__all__ = define_unsupported(
+    globals(), _NAMES, "the Elasticsearch connector (Java)", own_source("the elasticsearch client")
+)

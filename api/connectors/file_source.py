@@ -64,7 +64,8 @@ class BulkFormat:
         raise NotImplementedError(
             "BulkFormat: raylink has no JVM bulk formats (ORC/Parquet/Avro readers); read Parquet "
             "tables with env.from_spark_table(path) or env.from_spark(df), or text with "
-            "FileSource.for_record_stream_format(StreamFormat.text_line_format(), path)")
+            "FileSource.for_record_stream_format(StreamFormat.text_line_format(), path)"
+        )
 
 
 class FileEnumeratorProvider:
@@ -95,20 +96,26 @@ class FileSplitAssignerProvider:
 class FileSource:
     """Reads files as a stream of records (see the module docstring)."""
 
-    def __init__(self, stream_format: StreamFormat, paths: Tuple[str, ...],
-                 discovery_interval_ms: Optional[int] = None,
-                 storage_options: Optional[dict] = None) -> None:
+    def __init__(
+        self,
+        stream_format: StreamFormat,
+        paths: Tuple[str, ...],
+        discovery_interval_ms: Optional[int] = None,
+        storage_options: Optional[dict] = None,
+    ) -> None:
         if not isinstance(stream_format, StreamFormat):
-            raise TypeError(f"FileSource: {stream_format!r} is not a StreamFormat "
-                            "(e.g. StreamFormat.text_line_format())")
+            raise TypeError(
+                f"FileSource: {stream_format!r} is not a StreamFormat (e.g. StreamFormat.text_line_format())"
+            )
         if not paths:
             raise ValueError("FileSource: at least one path is required")
         for path in paths:
             if not isinstance(path, str) or not path.strip():
                 raise ValueError(f"FileSource: path {path!r} must be a non-empty path or URL")
         if discovery_interval_ms is not None and discovery_interval_ms <= 0:
-            raise ValueError(f"FileSource.monitor_continuously: the discovery interval must be > 0, "
-                             f"got {discovery_interval_ms} ms")
+            raise ValueError(
+                f"FileSource.monitor_continuously: the discovery interval must be > 0, got {discovery_interval_ms} ms"
+            )
         self.stream_format = stream_format
         self.paths = tuple(paths)
         self.discovery_interval_ms = discovery_interval_ms
@@ -140,8 +147,7 @@ class FileSource:
         return FileSourceOperator(self)
 
     def __repr__(self) -> str:
-        mode = ("bounded" if self.discovery_interval_ms is None
-                else f"monitoring every {self.discovery_interval_ms} ms")
+        mode = "bounded" if self.discovery_interval_ms is None else f"monitoring every {self.discovery_interval_ms} ms"
         return f"FileSource({self.stream_format!r}, {list(self.paths)!r}, {mode})"
 
 
@@ -159,8 +165,9 @@ class FileSourceBuilder:
         milliseconds or a text like ``"10 s"``) and read the files that appeared."""
         self._interval = parse_duration_ms(discovery_interval)
         if self._interval <= 0:
-            raise ValueError(f"FileSource.monitor_continuously: the discovery interval must be > 0, "
-                             f"got {discovery_interval!r}")
+            raise ValueError(
+                f"FileSource.monitor_continuously: the discovery interval must be > 0, got {discovery_interval!r}"
+            )
         return self
 
     def process_static_file_set(self) -> "FileSourceBuilder":

@@ -154,8 +154,9 @@ class RollingPolicy:
         return False
 
     @staticmethod
-    def default_rolling_policy(part_size: Any = 1024 * 1024 * 128, rollover_interval: Any = 60 * 1000,
-                               inactivity_interval: Any = 60 * 1000) -> "DefaultRollingPolicy":
+    def default_rolling_policy(
+        part_size: Any = 1024 * 1024 * 128, rollover_interval: Any = 60 * 1000, inactivity_interval: Any = 60 * 1000
+    ) -> "DefaultRollingPolicy":
         """Rolls when the part file exceeds ``part_size`` bytes, is older than
         ``rollover_interval`` ms, or was not written for ``inactivity_interval`` ms."""
         return DefaultRollingPolicy(part_size, rollover_interval, inactivity_interval)
@@ -169,8 +170,12 @@ class RollingPolicy:
 class DefaultRollingPolicy(RollingPolicy):
     """Flink's ``DefaultRollingPolicy`` (size, rollover interval, inactivity interval)."""
 
-    def __init__(self, part_size: Any = 1024 * 1024 * 128, rollover_interval: Any = 60 * 1000,
-                 inactivity_interval: Any = 60 * 1000) -> None:
+    def __init__(
+        self,
+        part_size: Any = 1024 * 1024 * 128,
+        rollover_interval: Any = 60 * 1000,
+        inactivity_interval: Any = 60 * 1000,
+    ) -> None:
         try:
             self.part_size = parse_memory(part_size)
             self.rollover_interval = parse_duration_ms(rollover_interval)
@@ -179,8 +184,7 @@ class DefaultRollingPolicy(RollingPolicy):
             raise ValueError(f"RollingPolicy.default_rolling_policy: {exc}") from None
         for name in ("part_size", "rollover_interval", "inactivity_interval"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"RollingPolicy.default_rolling_policy: {name} must be > 0, "
-                                 f"got {getattr(self, name)}")
+                raise ValueError(f"RollingPolicy.default_rolling_policy: {name} must be > 0, got {getattr(self, name)}")
 
     def should_roll_on_checkpoint(self, part_file: Any) -> bool:
         return part_file.size > self.part_size
@@ -189,12 +193,16 @@ class DefaultRollingPolicy(RollingPolicy):
         return part_file.size > self.part_size
 
     def should_roll_on_processing_time(self, part_file: Any, current_time: int) -> bool:
-        return (current_time - part_file.creation_time >= self.rollover_interval
-                or current_time - part_file.last_update_time >= self.inactivity_interval)
+        return (
+            current_time - part_file.creation_time >= self.rollover_interval
+            or current_time - part_file.last_update_time >= self.inactivity_interval
+        )
 
     def __repr__(self) -> str:
-        return (f"DefaultRollingPolicy(part_size={self.part_size}, rollover_interval={self.rollover_interval}, "
-                f"inactivity_interval={self.inactivity_interval})")
+        return (
+            f"DefaultRollingPolicy(part_size={self.part_size}, rollover_interval={self.rollover_interval}, "
+            f"inactivity_interval={self.inactivity_interval})"
+        )
 
 
 class OnCheckpointRollingPolicy(RollingPolicy):
@@ -242,8 +250,9 @@ class BucketAssigner:
         return BasePathBucketAssigner()
 
     @staticmethod
-    def date_time_bucket_assigner(format_str: str = "yyyy-MM-dd--HH",
-                                  timezone_id: Optional[str] = None) -> "DateTimeBucketAssigner":
+    def date_time_bucket_assigner(
+        format_str: str = "yyyy-MM-dd--HH", timezone_id: Optional[str] = None
+    ) -> "DateTimeBucketAssigner":
         """Buckets named by the processing time in ``format_str`` (Java ``DateTimeFormatter``
         letters), in ``timezone_id`` (IANA name or ``GMT+hh:mm``; default: the system zone)."""
         return DateTimeBucketAssigner(format_str, timezone_id)
@@ -261,10 +270,24 @@ class BasePathBucketAssigner(BucketAssigner):
 
 # Java DateTimeFormatter letter runs -> strftime (the runs bucket formats use)
 _JAVA_TO_STRFTIME = {
-    "yyyy": "%Y", "uuuu": "%Y", "yy": "%y", "uu": "%y",
-    "MM": "%m", "MMM": "%b", "MMMM": "%B", "dd": "%d", "DDD": "%j",
-    "HH": "%H", "hh": "%I", "mm": "%M", "ss": "%S", "a": "%p",
-    "EEE": "%a", "EEEE": "%A", "Z": "%z", "z": "%Z",
+    "yyyy": "%Y",
+    "uuuu": "%Y",
+    "yy": "%y",
+    "uu": "%y",
+    "MM": "%m",
+    "MMM": "%b",
+    "MMMM": "%B",
+    "dd": "%d",
+    "DDD": "%j",
+    "HH": "%H",
+    "hh": "%I",
+    "mm": "%M",
+    "ss": "%S",
+    "a": "%p",
+    "EEE": "%a",
+    "EEEE": "%A",
+    "Z": "%z",
+    "z": "%Z",
 }
 _OFFSET_ZONE = re.compile(r"^(?:GMT|UTC)?([+-])(\d{1,2})(?::?(\d{2}))?$")
 
@@ -278,7 +301,7 @@ def _java_pattern_to_strftime(pattern: str) -> str:
             end = pattern.find("'", i + 1)
             if end < 0:
                 raise ValueError(f"date-time bucket format {pattern!r}: unterminated quote")
-            out.append(pattern[i + 1:end].replace("%", "%%") if end > i + 1 else "'")
+            out.append(pattern[i + 1 : end].replace("%", "%%") if end > i + 1 else "'")
             i = end + 1
         elif ch.isalpha():
             j = i
@@ -286,8 +309,10 @@ def _java_pattern_to_strftime(pattern: str) -> str:
                 j += 1
             run = pattern[i:j]
             if run not in _JAVA_TO_STRFTIME:
-                raise ValueError(f"date-time bucket format {pattern!r}: {run!r} is not supported "
-                                 f"(use {', '.join(sorted(_JAVA_TO_STRFTIME))})")
+                raise ValueError(
+                    f"date-time bucket format {pattern!r}: {run!r} is not supported "
+                    f"(use {', '.join(sorted(_JAVA_TO_STRFTIME))})"
+                )
             out.append(_JAVA_TO_STRFTIME[run])
             i = j
         else:
@@ -363,10 +388,16 @@ class FileSink(Sink, SupportsWriterState, SupportsCommitter):
     ``memory://``); on others every checkpoint closes the in-progress files.
     """
 
-    def __init__(self, base_path: str, encoder: Encoder, bucket_assigner: BucketAssigner,
-                 rolling_policy: RollingPolicy, output_file_config: OutputFileConfig,
-                 bucket_check_interval: int = _DEFAULT_BUCKET_CHECK_INTERVAL,
-                 storage_options: Optional[dict[str, Any]] = None) -> None:
+    def __init__(
+        self,
+        base_path: str,
+        encoder: Encoder,
+        bucket_assigner: BucketAssigner,
+        rolling_policy: RollingPolicy,
+        output_file_config: OutputFileConfig,
+        bucket_check_interval: int = _DEFAULT_BUCKET_CHECK_INTERVAL,
+        storage_options: Optional[dict[str, Any]] = None,
+    ) -> None:
         if not isinstance(base_path, str) or not base_path.strip():
             raise ValueError(f"FileSink: base path {base_path!r} must be a non-empty path or URL")
         if not isinstance(encoder, Encoder):
@@ -388,8 +419,10 @@ class FileSink(Sink, SupportsWriterState, SupportsCommitter):
         self.storage_options = dict(storage_options or {})
 
     def __repr__(self) -> str:
-        return (f"FileSink({self.base_path!r}, {self.encoder!r}, {self.bucket_assigner!r}, "
-                f"{self.rolling_policy!r}, {self.output_file_config!r})")
+        return (
+            f"FileSink({self.base_path!r}, {self.encoder!r}, {self.bucket_assigner!r}, "
+            f"{self.rolling_policy!r}, {self.output_file_config!r})"
+        )
 
     def _raylink_bind_input_type(self, type_info: Any) -> "FileSink":
         """This sink for a stream of ``type_info``: a ``SimpleStringEncoder`` writes its
@@ -462,8 +495,15 @@ class FileSink(Sink, SupportsWriterState, SupportsCommitter):
             return self
 
         def build(self) -> "FileSink":
-            return FileSink(self._base_path, self._encoder, self._bucket_assigner, self._rolling_policy,
-                            self._output_file_config, self._bucket_check_interval, self._storage_options)
+            return FileSink(
+                self._base_path,
+                self._encoder,
+                self._bucket_assigner,
+                self._rolling_policy,
+                self._output_file_config,
+                self._bucket_check_interval,
+                self._storage_options,
+            )
 
 
 # PyFlink's module has the FileSource too (its classes live in file_source.py)

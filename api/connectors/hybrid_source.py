@@ -10,6 +10,9 @@ _NAMES = [
     "HybridSourceBuilder",
 ]
 
-__all__ = define_unsupported(globals(), _NAMES, "the hybrid source (Java)",
-                             f"{NO_JVM}; chain the sources in Python: a SourceFunction for "
-                             "env.add_source(...) that reads one after the other")
+__all__ = define_unsupported(
+    globals(),
+    _NAMES,
+    "the hybrid source (Java)",
+    f"{NO_JVM}; chain the sources in Python: a SourceFunction for env.add_source(...) that reads one after the other",
+)

@@ -11,5 +11,9 @@ _NAMES = [
     "JdbcExecutionOptions",
 ]
 
-__all__ = define_unsupported(globals(), _NAMES, "the JDBC connector (Java)",
-                             own_source("a DB-API driver (or sink_to_spark for Spark's JDBC writer)"))
+__all__ = define_unsupported(
+    globals(),
+    _NAMES,
+    "the JDBC connector (Java)",
+    own_source("a DB-API driver (or sink_to_spark for Spark's JDBC writer)"),
+)

@@ -21,5 +21,6 @@ _NAMES = [
     "KafkaTopicSelector",
 ]
 
-__all__ = define_unsupported(globals(), _NAMES, "the Kafka connector (Java)",
-                             own_source("a Kafka client (confluent-kafka, kafka-python)"))
+__all__ = define_unsupported(
+    globals(), _NAMES, "the Kafka connector (Java)", own_source("a Kafka client (confluent-kafka, kafka-python)")
+)

@@ -17,5 +17,4 @@ _NAMES = [
     "KinesisFirehoseSinkBuilder",
 ]
 
-__all__ = define_unsupported(globals(), _NAMES, "the Kinesis connector (Java)",
-                             own_source("boto3"))
+__all__ = define_unsupported(globals(), _NAMES, "the Kinesis connector (Java)", own_source("boto3"))

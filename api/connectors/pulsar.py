@@ -17,5 +17,4 @@ _NAMES = [
     "TopicRoutingMode",
 ]
 
-__all__ = define_unsupported(globals(), _NAMES, "the Pulsar connector (Java)",
-                             own_source("pulsar-client"))
+__all__ = define_unsupported(globals(), _NAMES, "the Pulsar connector (Java)", own_source("pulsar-client"))

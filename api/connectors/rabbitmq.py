@@ -11,5 +11,4 @@ _NAMES = [
     "RMQSink",
 ]
 
-__all__ = define_unsupported(globals(), _NAMES, "the RabbitMQ connector (Java)",
-                             own_source("pika"))
+__all__ = define_unsupported(globals(), _NAMES, "the RabbitMQ connector (Java)", own_source("pika"))

@@ -13,6 +13,9 @@ _NAMES = [
     "AvroRowSerializationSchema",
 ]
 
-__all__ = define_unsupported(globals(), _NAMES, "the Avro format (Java)",
-                             f"{NO_JVM}; records are Python objects: (de)serialize them in a map "
-                             f"function with fastavro, or {FILES_OR_SPARK}")
+__all__ = define_unsupported(
+    globals(),
+    _NAMES,
+    "the Avro format (Java)",
+    f"{NO_JVM}; records are Python objects: (de)serialize them in a map function with fastavro, or {FILES_OR_SPARK}",
+)

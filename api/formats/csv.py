@@ -13,6 +13,10 @@ _NAMES = [
     "CsvRowSerializationSchema",
 ]
 
-__all__ = define_unsupported(globals(), _NAMES, "the CSV format (Java)",
-                             f"{NO_JVM}; records are Python objects: (de)serialize them in a map "
-                             f"function with the csv module, or {FILES_OR_SPARK}")
+__all__ = define_unsupported(
+    globals(),
+    _NAMES,
+    "the CSV format (Java)",
+    f"{NO_JVM}; records are Python objects: (de)serialize them in a map "
+    f"function with the csv module, or {FILES_OR_SPARK}",
+)

@@ -9,6 +9,9 @@ _NAMES = [
     "JsonRowSerializationSchema",
 ]
 
-__all__ = define_unsupported(globals(), _NAMES, "the JSON format (Java)",
-                             f"{NO_JVM}; records are Python objects: (de)serialize them in a map "
-                             f"function with json.loads, or {FILES_OR_SPARK}")
+__all__ = define_unsupported(
+    globals(),
+    _NAMES,
+    "the JSON format (Java)",
+    f"{NO_JVM}; records are Python objects: (de)serialize them in a map function with json.loads, or {FILES_OR_SPARK}",
+)

@@ -8,6 +8,9 @@ _NAMES = [
     "OrcBulkWriters",
 ]
 
-__all__ = define_unsupported(globals(), _NAMES, "the ORC format (Java)",
-                             f"{NO_JVM}; records are Python objects: (de)serialize them in a map "
-                             f"function with pyarrow.orc, or {FILES_OR_SPARK}")
+__all__ = define_unsupported(
+    globals(),
+    _NAMES,
+    "the ORC format (Java)",
+    f"{NO_JVM}; records are Python objects: (de)serialize them in a map function with pyarrow.orc, or {FILES_OR_SPARK}",
+)

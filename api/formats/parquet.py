@@ -11,6 +11,10 @@ _NAMES = [
     "ParquetBulkWriters",
 ]
 
-__all__ = define_unsupported(globals(), _NAMES, "the Parquet format (Java)",
-                             f"{NO_JVM}; records are Python objects: (de)serialize them in a map "
-                             f"function with pyarrow.parquet, or {FILES_OR_SPARK}")
+__all__ = define_unsupported(
+    globals(),
+    _NAMES,
+    "the Parquet format (Java)",
+    f"{NO_JVM}; records are Python objects: (de)serialize them in a map "
+    f"function with pyarrow.parquet, or {FILES_OR_SPARK}",
+)

@@ -42,8 +42,14 @@ from raylink.shuffle.reprs import record_repr
 class SparkSchemaError(RaylinkError, ValueError):
     """A record does not fit the Spark sink's schema."""
 
-    def __init__(self, message: str, operator: str = "", field: Optional[str] = None,
-                 value: Any = None, record_index: Optional[int] = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        operator: str = "",
+        field: Optional[str] = None,
+        value: Any = None,
+        record_index: Optional[int] = None,
+    ) -> None:
         super().__init__(message)
         self.operator = operator
         self.field = field
@@ -98,10 +104,12 @@ class RecordConverter:
         self.operator_name = operator_name
         self.allowed = [_allowed_types(f.type) for f in schema]
 
-    def _fail(self, message: str, field: Optional[str] = None, value: Any = None,
-              index: Optional[int] = None) -> SparkSchemaError:
-        return SparkSchemaError(f"Spark sink '{self.operator_name}': {message}", self.operator_name,
-                                field, value, index)
+    def _fail(
+        self, message: str, field: Optional[str] = None, value: Any = None, index: Optional[int] = None
+    ) -> SparkSchemaError:
+        return SparkSchemaError(
+            f"Spark sink '{self.operator_name}': {message}", self.operator_name, field, value, index
+        )
 
     def _row_tuple(self, row: Any, index: int) -> tuple:
         t = type(row)
@@ -109,7 +117,11 @@ class RecordConverter:
             if len(row) != self.width:
                 raise self._fail(
                     f"record {index} has {len(row)} field(s) but the schema has {self.width} "
-                    f"({', '.join(self.names)}): {record_repr(row)}", None, row, index)
+                    f"({', '.join(self.names)}): {record_repr(row)}",
+                    None,
+                    row,
+                    index,
+                )
             return tuple(row)
         if isinstance(row, dict):
             mapping = row
@@ -129,12 +141,20 @@ class RecordConverter:
         else:
             raise self._fail(
                 f"record {index} of type {t.__name__} cannot be written as a row of "
-                f"({', '.join(self.names)}): {record_repr(row)}", None, row, index)
+                f"({', '.join(self.names)}): {record_repr(row)}",
+                None,
+                row,
+                index,
+            )
         extra = mapping.keys() - self.name_set
         if extra:
             raise self._fail(
                 f"record {index} has field(s) {sorted(map(str, extra))} that are not in the schema "
-                f"({', '.join(self.names)})", sorted(map(str, extra))[0], row, index)
+                f"({', '.join(self.names)})",
+                sorted(map(str, extra))[0],
+                row,
+                index,
+            )
         return tuple(mapping.get(name) for name in self.names)
 
     def _columns(self, rows: List[Any], first_index: int) -> List[tuple]:
@@ -168,7 +188,11 @@ class RecordConverter:
                 i = next(i for i, v in enumerate(values) if v is None)
                 raise self._fail(
                     f"record {first_index + i} does not fit the schema: field '{field.name}' "
-                    f"({self.spark_types[position]}, NOT NULL) is null", field.name, None, first_index + i)
+                    f"({self.spark_types[position]}, NOT NULL) is null",
+                    field.name,
+                    None,
+                    first_index + i,
+                )
             arrays.append(array)
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
@@ -186,7 +210,11 @@ class RecordConverter:
         text = record_repr(value, 200)
         return self._fail(
             f"record {index} does not fit the schema: field '{name}' ({self.spark_types[position]}) "
-            f"cannot hold {text} of type {type(value).__name__} ({why})", name, value, index)
+            f"cannot hold {text} of type {type(value).__name__} ({why})",
+            name,
+            value,
+            index,
+        )
 
 
 def ipc_bytes(batches: List[pa.RecordBatch], schema: pa.Schema) -> bytes:
@@ -215,8 +243,14 @@ class RecordEmitter:
     Records are built column-wise: each column becomes a Python list once (``to_pylist``;
     maps as dicts), then one tuple, dict or PyFlink ``Row`` per row (``record_format``)."""
 
-    def __init__(self, operator: SourceOperator, record_format: str, timestamp_column: Optional[str],
-                 watermark_delay_ms: Optional[int], names: Optional[Sequence[str]] = None) -> None:
+    def __init__(
+        self,
+        operator: SourceOperator,
+        record_format: str,
+        timestamp_column: Optional[str],
+        watermark_delay_ms: Optional[int],
+        names: Optional[Sequence[str]] = None,
+    ) -> None:
         self.operator = operator
         self.record_format = record_format
         self.timestamp_column = timestamp_column
@@ -230,15 +264,20 @@ class RecordEmitter:
         if maps is None or len(maps) != chunk.num_columns:
             maps = self._maps = [_has_map(t) for t in chunk.schema.types]
         # maps as dicts; ``maps_as_pydicts`` costs ~4x on every column, so only where needed
-        columns = [column.to_pylist(maps_as_pydicts="lossy") if has_map else column.to_pylist()
-                   for column, has_map in zip(chunk.columns, maps)]
+        columns = [
+            column.to_pylist(maps_as_pydicts="lossy") if has_map else column.to_pylist()
+            for column, has_map in zip(chunk.columns, maps)
+        ]
         fmt = self.record_format
         if fmt == "tuple":
             return list(zip(*columns)) if columns else [()] * chunk.num_rows
         names = self.names if self.names is not None else list(chunk.schema.names)
         if fmt == "dict":
-            return [dict(zip(names, values)) for values in zip(*columns)] if columns else \
-                [{} for _ in range(chunk.num_rows)]
+            return (
+                [dict(zip(names, values)) for values in zip(*columns)]
+                if columns
+                else [{} for _ in range(chunk.num_rows)]
+            )
         if not columns:
             return [make_row(names, []) for _ in range(chunk.num_rows)]
         return [make_row(names, list(values)) for values in zip(*columns)]
@@ -273,7 +312,7 @@ class RecordEmitter:
         for ts, run in groupby(timestamps):
             n = sum(1 for _ in run)
             rc.timestamp = ts
-            operator._collect_batch(records[start:start + n])
+            operator._collect_batch(records[start : start + n])
             start += n
         rc.timestamp = None
         known = [t for t in timestamps if t is not None]
@@ -289,8 +328,9 @@ class RecordEmitter:
         return len(records)
 
 
-def check_emit_options(names: tuple, record_format: str, timestamp_column: Optional[str],
-                       watermark_delay_ms: Optional[int], where: str) -> None:
+def check_emit_options(
+    names: tuple, record_format: str, timestamp_column: Optional[str], watermark_delay_ms: Optional[int], where: str
+) -> None:
     if record_format not in RECORD_FORMATS:
         raise ValueError(f"{where}: record_format must be one of {RECORD_FORMATS}, got {record_format!r}")
     if timestamp_column is not None and timestamp_column not in names:
@@ -319,8 +359,9 @@ def conform_table(table: Any, schema: pa.Schema, partition_values: dict, where: 
             try:
                 column = pc.cast(column, field.type)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-                raise TypeError(f"{where}: column {field.name!r} of type {column.type} cannot be read as "
-                                f"{field.type}: {exc}") from None
+                raise TypeError(
+                    f"{where}: column {field.name!r} of type {column.type} cannot be read as {field.type}: {exc}"
+                ) from None
         columns.append(column)
     return pa.Table.from_arrays(columns, schema=pa.schema(list(schema), metadata=schema.metadata))
 

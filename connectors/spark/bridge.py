@@ -79,9 +79,12 @@ class SparkBridgeActor:
         with self._cond:
             while source_id not in self._sources:
                 if source_id in self._released:
-                    return {"error": (
-                        f"the partitions of Spark source {source_id} are gone (already read by a finished "
-                        "job, or released by raylink.connectors.spark.stop()); call env.from_spark(df) again")}
+                    return {
+                        "error": (
+                            f"the partitions of Spark source {source_id} are gone (already read by a finished "
+                            "job, or released by raylink.connectors.spark.stop()); call env.from_spark(df) again"
+                        )
+                    }
                 if self._closed:
                     return {"error": "the Spark bridge was shut down (raylink.connectors.spark.stop())"}
                 left = deadline - time.monotonic()
@@ -123,7 +126,8 @@ class SparkBridgeActor:
                 if time.monotonic() - self._last_take > DRIVER_GONE_S:
                     raise CommitError(
                         f"the driver's Spark commit thread has not answered for {DRIVER_GONE_S:.0f} s "
-                        "(driver busy or gone); the Spark write did not happen")
+                        "(driver busy or gone); the Spark write did not happen"
+                    )
                 self._cond.wait(WAIT_SLICE_S)
             error = self._results.pop(request_id)
         if error is not None:
@@ -172,8 +176,7 @@ def _ensure_thread() -> Any:
         actor = get_bridge()
         if _bridge["thread"] is None:
             stop = threading.Event()
-            thread = threading.Thread(target=_driver_loop, args=(actor, stop), name="raylink-spark-bridge",
-                                      daemon=True)
+            thread = threading.Thread(target=_driver_loop, args=(actor, stop), name="raylink-spark-bridge", daemon=True)
             _bridge.update(thread=thread, stop=stop)
             thread.start()
         return actor
@@ -313,8 +316,7 @@ def _discard(target: Any, requests: List[dict]) -> None:
         log.warning("raylink Spark bridge: could not delete staged files of %s: %s", target.name, exc)
 
 
-def _commit_and_ack(actor: Any, target: Any, requests: List[dict], mode: str,
-                    ack: Optional[List[dict]] = None) -> None:
+def _commit_and_ack(actor: Any, target: Any, requests: List[dict], mode: str, ack: Optional[List[dict]] = None) -> None:
     rows = sum(r["rows"] for r in requests)
     files = sum(len(r["files"]) for r in requests)
     error = None
@@ -324,17 +326,27 @@ def _commit_and_ack(actor: Any, target: Any, requests: List[dict], mode: str,
     except Exception as exc:  # report to every waiting subtask
         from raylink.connectors.spark.types import _java_message
 
-        error = (f"Spark sink '{target.name}' could not write {rows} row(s) to {target.describe()} "
-                 f"(mode {mode!r}): {type(exc).__name__}: {_java_message(exc)}")
+        error = (
+            f"Spark sink '{target.name}' could not write {rows} row(s) to {target.describe()} "
+            f"(mode {mode!r}): {type(exc).__name__}: {_java_message(exc)}"
+        )
         log.warning("%s", error)
         _discard(target, requests)
     else:
-        target.commits.append({"rows": rows, "files": files, "mode": mode, "how": how,
-                               "seconds": round(time.perf_counter() - start, 3)})
+        target.commits.append(
+            {"rows": rows, "files": files, "mode": mode, "how": how, "seconds": round(time.perf_counter() - start, 3)}
+        )
     _ack(actor, requests if ack is None else ack, error)
 
 
 atexit.register(shutdown_bridge)
 
-__all__ = ["SparkBridgeActor", "CommitError", "get_bridge", "register_sink_target", "register_source_release",
-           "set_source_release", "shutdown_bridge"]
+__all__ = [
+    "SparkBridgeActor",
+    "CommitError",
+    "get_bridge",
+    "register_sink_target",
+    "register_source_release",
+    "set_source_release",
+    "shutdown_bridge",
+]

@@ -47,8 +47,16 @@ EXECUTOR_ACTOR = "raydp-executor-{}"
 class SparkDataFrameSource:
     """What the job graph holds for ``from_spark`` (picklable; no DataFrame, no block refs)."""
 
-    def __init__(self, source_id: str, bridge: Any, num_blocks: int, names: tuple, record_format: str,
-                 timestamp_column: Optional[str], watermark_delay_ms: Optional[int]) -> None:
+    def __init__(
+        self,
+        source_id: str,
+        bridge: Any,
+        num_blocks: int,
+        names: tuple,
+        record_format: str,
+        timestamp_column: Optional[str],
+        watermark_delay_ms: Optional[int],
+    ) -> None:
         self.source_id = source_id
         self.bridge = bridge
         self.num_blocks = num_blocks  # Spark partitions when the source was made
@@ -95,8 +103,9 @@ class SparkBlockSourceOperator(SourceOperator):
 
     def open(self) -> None:
         source = self.source
-        self._emitter = RecordEmitter(self, source.record_format, source.timestamp_column,
-                                       source.watermark_delay_ms, source.names)
+        self._emitter = RecordEmitter(
+            self, source.record_format, source.timestamp_column, source.watermark_delay_ms, source.names
+        )
 
     # -- partitions ---------------------------------------------------------------------------------
     def _await_info(self) -> bool:
@@ -123,10 +132,10 @@ class SparkBlockSourceOperator(SourceOperator):
         executor_id = info["executors"][partition]
         executor = self._executors.get(executor_id)
         if executor is None:
-            executor = self._executors[executor_id] = ray.get_actor(EXECUTOR_ACTOR.format(executor_id),
-                                                                    namespace=info["namespace"])
-        ref = executor.getRDDPartition.remote(info["rdd_id"], partition, info["schema_json"],
-                                              info["driver_agent_url"])
+            executor = self._executors[executor_id] = ray.get_actor(
+                EXECUTOR_ACTOR.format(executor_id), namespace=info["namespace"]
+            )
+        ref = executor.getRDDPartition.remote(info["rdd_id"], partition, info["schema_json"], info["driver_agent_url"])
         self._next = (partition, ref)
 
     def _open_next_partition(self) -> bool:
@@ -139,8 +148,10 @@ class SparkBlockSourceOperator(SourceOperator):
         try:
             data = ray.get(ref)
         except Exception as exc:
-            raise RuntimeError(f"source {self.name!r}: reading Spark partition {partition} failed: "
-                               f"{type(exc).__name__}: {_java_message(exc)}") from None
+            raise RuntimeError(
+                f"source {self.name!r}: reading Spark partition {partition} failed: "
+                f"{type(exc).__name__}: {_java_message(exc)}"
+            ) from None
         self._batches = iter(pa.ipc.open_stream(pa.BufferReader(data)))
         self.num_blocks_read += 1
         return True
@@ -207,12 +218,19 @@ def _cache_partitions(df: Any, source_id: str, bridge: Any, where: str) -> None:
         if not set_source_release(source_id, release):  # stop() ran meanwhile
             release()
             return
-        payload = {"rdd_id": rdd_id, "num_partitions": info.numPartitions(), "schema_json": info.schemaJson(),
-                   "driver_agent_url": info.driverAgentUrl(), "executors": list(info.locations()),
-                   "namespace": ray.get_runtime_context().namespace}  # RayDP's actors live in the driver's
+        payload = {
+            "rdd_id": rdd_id,
+            "num_partitions": info.numPartitions(),
+            "schema_json": info.schemaJson(),
+            "driver_agent_url": info.driverAgentUrl(),
+            "executors": list(info.locations()),
+            "namespace": ray.get_runtime_context().namespace,
+        }  # RayDP's actors live in the driver's
     except Exception as exc:
-        payload = {"error": f"{where}: Spark could not produce the DataFrame's rows: "
-                            f"{type(exc).__name__}: {_java_message(exc)}"}
+        payload = {
+            "error": f"{where}: Spark could not produce the DataFrame's rows: "
+            f"{type(exc).__name__}: {_java_message(exc)}"
+        }
     if ray.is_initialized():
         try:
             ray.get(bridge.put_source.remote(source_id, payload))
@@ -226,9 +244,13 @@ def num_partitions(df: Any) -> int:
     return int(df._jdf.toArrowBatchRdd().getNumPartitions())
 
 
-def prepare_spark_source(df: Any, record_format: str = "tuple", timestamp_column: Optional[str] = None,
-                         watermark_delay_ms: Optional[int] = None,
-                         where: str = "from_spark") -> "tuple[SparkDataFrameSource, SparkRowType]":
+def prepare_spark_source(
+    df: Any,
+    record_format: str = "tuple",
+    timestamp_column: Optional[str] = None,
+    watermark_delay_ms: Optional[int] = None,
+    where: str = "from_spark",
+) -> "tuple[SparkDataFrameSource, SparkRowType]":
     """Start Spark on ``df``'s partitions (a driver thread); return the graph-side source and the stream type."""
     if not _is_dataframe(df):
         raise TypeError(
@@ -246,10 +268,15 @@ def prepare_spark_source(df: Any, record_format: str = "tuple", timestamp_column
     partitions = num_partitions(df)
     source_id = uuid.uuid4().hex
     bridge = register_source_release(source_id, lambda: None)
-    threading.Thread(target=_cache_partitions, args=(df, source_id, bridge, where),
-                     name=f"raylink-spark-source-{source_id[:8]}", daemon=True).start()
-    source = SparkDataFrameSource(source_id, bridge, partitions, tuple(schema.names), record_format,
-                                  timestamp_column, watermark_delay_ms)
+    threading.Thread(
+        target=_cache_partitions,
+        args=(df, source_id, bridge, where),
+        name=f"raylink-spark-source-{source_id[:8]}",
+        daemon=True,
+    ).start()
+    source = SparkDataFrameSource(
+        source_id, bridge, partitions, tuple(schema.names), record_format, timestamp_column, watermark_delay_ms
+    )
     return source, row_type(schema, record_format)
 
 
@@ -259,8 +286,13 @@ class SparkSource:
     Spark starts on the partitions when the stream is created (``_raylink_source_spec``).
     """
 
-    def __init__(self, df: Any, record_format: str = "tuple", timestamp_column: Optional[str] = None,
-                 watermark_delay_ms: Optional[int] = None) -> None:
+    def __init__(
+        self,
+        df: Any,
+        record_format: str = "tuple",
+        timestamp_column: Optional[str] = None,
+        watermark_delay_ms: Optional[int] = None,
+    ) -> None:
         if not _is_dataframe(df):
             raise TypeError(f"SparkSource: expected a pyspark.sql.DataFrame, got {type(df).__name__}")
         self._df = df

@@ -41,10 +41,10 @@ def filesystem_of(location: str) -> "tuple[Any, str]":
     """``(pyarrow filesystem, path in it)`` of a location."""
     if "://" in location:
         if location.startswith("file://"):
-            return pafs.LocalFileSystem(), location[len("file://"):] or "/"
+            return pafs.LocalFileSystem(), location[len("file://") :] or "/"
         return pafs.FileSystem.from_uri(location)
     if location.startswith("file:"):
-        location = location[len("file:"):]
+        location = location[len("file:") :]
     return pafs.LocalFileSystem(), os.path.abspath(location)
 
 
@@ -143,8 +143,11 @@ def remove_folder(location: str) -> None:
 
 
 def _visible_entries(fs: Any, folder: str) -> List[Any]:
-    return [entry for entry in fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
-            if not posixpath.basename(entry.path).startswith(("_", "."))]
+    return [
+        entry
+        for entry in fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+        if not posixpath.basename(entry.path).startswith(("_", "."))
+    ]
 
 
 def directory_exists(location: str) -> bool:
@@ -165,8 +168,10 @@ def commit_files(location: str, staging: str, names: List[str], mode: str, schem
     exists = fs.get_file_info(folder).type != pafs.FileType.NotFound
     if exists and mode in ("error", "errorifexists"):
         delete_files(staging, names)
-        raise FileExistsError(f"[PATH_ALREADY_EXISTS] Path {location} already exists. "
-                              "Set mode as \"overwrite\" to overwrite the existing path.")
+        raise FileExistsError(
+            f"[PATH_ALREADY_EXISTS] Path {location} already exists. "
+            'Set mode as "overwrite" to overwrite the existing path.'
+        )
     if exists and mode == "ignore":
         delete_files(staging, names)
         return 0

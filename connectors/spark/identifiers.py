@@ -53,8 +53,7 @@ def split_table_name(name: str) -> list[str]:
             end = n if end < 0 else end
             part = name[i:end].strip()
             if "`" in part:
-                raise ValueError(f"table name {name!r}: a backtick inside an unquoted part "
-                                 f"(quote the part: `a``b`)")
+                raise ValueError(f"table name {name!r}: a backtick inside an unquoted part (quote the part: `a``b`)")
             i = end
         if not part:
             raise ValueError(f"table name {name!r} has an empty part")

@@ -50,7 +50,7 @@ def result_sinks(result: Any) -> Dict[str, str]:
     """``{sink_id: sink name}`` of the Spark result sinks in a ``JobExecutionResult``."""
     accumulators = result.accumulators if hasattr(result, "accumulators") else dict(result)
     return {
-        key[len(RESULT_PREFIX):-len("#name")]: value
+        key[len(RESULT_PREFIX) : -len("#name")]: value
         for key, value in accumulators.items()
         if key.startswith(RESULT_PREFIX) and key.endswith("#name")
     }
@@ -69,7 +69,8 @@ def get_spark_dataframe(result: Any, sink: Any = None, spark: Any = None) -> Any
         if len(sinks) != 1:
             raise ValueError(
                 f"get_spark_dataframe: the job has {len(sinks)} Spark result sinks "
-                f"({sorted(sinks.values())}); say which one")
+                f"({sorted(sinks.values())}); say which one"
+            )
         sink_id = next(iter(sinks))
     else:
         function = getattr(getattr(getattr(sink, "_transformation", None), "operator", None), "function", None)
@@ -85,7 +86,8 @@ def get_spark_dataframe(result: Any, sink: Any = None, spark: Any = None) -> Any
         if sink_id not in sinks:
             raise ValueError(
                 "get_spark_dataframe: that Spark sink produced no result in this job (it writes to a "
-                "path/table, belongs to another job, or the job did not finish)")
+                "path/table, belongs to another job, or the job did not finish)"
+            )
     key = RESULT_PREFIX + sink_id
     from pyspark.sql.types import StructType
 

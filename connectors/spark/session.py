@@ -37,9 +37,20 @@ from raylink.errors import RaylinkError
 
 #: Java 17 packages Spark and Ray's Java workers reflect into (see DESIGN.md)
 JAVA_OPEN_PACKAGES = (
-    "java.lang", "java.lang.invoke", "java.io", "java.net", "java.nio", "java.math", "java.text",
-    "java.util", "java.util.concurrent", "java.util.concurrent.atomic", "sun.nio.ch", "sun.nio.cs",
-    "sun.security.action", "sun.util.calendar",
+    "java.lang",
+    "java.lang.invoke",
+    "java.io",
+    "java.net",
+    "java.nio",
+    "java.math",
+    "java.text",
+    "java.util",
+    "java.util.concurrent",
+    "java.util.concurrent.atomic",
+    "sun.nio.ch",
+    "sun.nio.cs",
+    "sun.security.action",
+    "sun.util.calendar",
 )
 JAVA_OPTION_KEYS = (
     "spark.ray.raydp_app_master.extraJavaOptions",
@@ -168,11 +179,9 @@ def get_spark(
         if configuration is not None:
             for key in configuration.key_set():
                 if key.startswith(CONF_PREFIX):
-                    extra.setdefault(key[len(CONF_PREFIX):], configuration.get_string(key))
+                    extra.setdefault(key[len(CONF_PREFIX) :], configuration.get_string(key))
         if num_executors < 1 or executor_cores < 1:
-            raise ValueError(
-                f"Spark needs at least one executor with one core, got {num_executors} x {executor_cores}"
-            )
+            raise ValueError(f"Spark needs at least one executor with one core, got {num_executors} x {executor_cores}")
         find_java()  # fail before anything is started
         import ray
         import raydp
@@ -183,8 +192,9 @@ def get_spark(
         if not ray.is_initialized():
             from raylink.actors.ray_executor import init_ray
 
-            init_ray(os.environ.get("RAY_ADDRESS"), ignore_reinit_error=True,
-                     log_to_driver=False, configure_logging=False)
+            init_ray(
+                os.environ.get("RAY_ADDRESS"), ignore_reinit_error=True, log_to_driver=False, configure_logging=False
+            )
             started_ray = True
         configs = spark_configs(extra, warehouse_dir)
         _phases.clear()
@@ -216,8 +226,9 @@ def get_spark(
         return spark
 
 
-def _launch_driver_jvm(configs: Dict[str, str], num_executors: int, executor_cores: int,
-                       executor_memory: Any) -> threading.Thread:
+def _launch_driver_jvm(
+    configs: Dict[str, str], num_executors: int, executor_cores: int, executor_memory: Any
+) -> threading.Thread:
     """Start pyspark's gateway (Spark's driver JVM) in a thread, with the JVM options RayDP will
     give it, so it starts while RayDP starts its master; the session then reuses it."""
     from pyspark import SparkConf, SparkContext
@@ -227,7 +238,10 @@ def _launch_driver_jvm(configs: Dict[str, str], num_executors: int, executor_cor
     probe = SparkCluster.__new__(SparkCluster)
     probe._configs = dict(configs)
     probe._num_executors, probe._executor_cores, probe._executor_memory = (
-        num_executors, executor_cores, executor_memory)
+        num_executors,
+        executor_cores,
+        executor_memory,
+    )
     probe._prepare_spark_configs()
     conf = SparkConf(loadDefaults=False)
     conf.setAll(list(probe._configs.items()))

@@ -145,9 +145,14 @@ class SparkSinkOperator(StreamOperator):
         files, rows = self._files.roll(), self._block_rows
         self._block_rows = 0
         request = {
-            "id": uuid.uuid4().hex, "sink_id": sink.sink_id, "subtask": rc.subtask_index,
-            "parallelism": rc.parallelism, "final": final, "continuous": bool(sink.flush_interval),
-            "files": files, "rows": rows,
+            "id": uuid.uuid4().hex,
+            "sink_id": sink.sink_id,
+            "subtask": rc.subtask_index,
+            "parallelism": rc.parallelism,
+            "final": final,
+            "continuous": bool(sink.flush_interval),
+            "files": files,
+            "rows": rows,
         }
         try:
             ray.get(sink.bridge.commit.remote(request))
@@ -159,7 +164,8 @@ class SparkSinkOperator(StreamOperator):
         except ray.exceptions.RayActorError:
             raise RuntimeError(
                 f"Spark sink '{self.name}': the driver's Spark bridge is gone "
-                "(raylink.connectors.spark.stop() was called, or the driver exited)") from None
+                "(raylink.connectors.spark.stop() was called, or the driver exited)"
+            ) from None
         self.commits += 1
 
     def _schedule(self) -> None:
@@ -211,12 +217,22 @@ class SparkSink:
     sink, and to the first write of a continuous one.
     """
 
-    def __init__(self, path: Optional[str] = None, table: Optional[str] = None, schema: Any = None,
-                 mode: str = "append", format: Optional[str] = None, partition_by: Any = None,
-                 options: Optional[Dict[str, str]] = None, flush_interval: Optional[float] = None,
-                 name: str = "Spark Sink", batch_rows: int = DEFAULT_BATCH_ROWS,
-                 block_bytes: int = DEFAULT_BLOCK_BYTES, stream_type: Any = None,
-                 configuration: Any = None) -> None:
+    def __init__(
+        self,
+        path: Optional[str] = None,
+        table: Optional[str] = None,
+        schema: Any = None,
+        mode: str = "append",
+        format: Optional[str] = None,
+        partition_by: Any = None,
+        options: Optional[Dict[str, str]] = None,
+        flush_interval: Optional[float] = None,
+        name: str = "Spark Sink",
+        batch_rows: int = DEFAULT_BATCH_ROWS,
+        block_bytes: int = DEFAULT_BLOCK_BYTES,
+        stream_type: Any = None,
+        configuration: Any = None,
+    ) -> None:
         if path is not None and table is not None:
             raise ValueError("sink_to_spark: give either path= or table=, not both")
         if path is not None and not isinstance(path, str):
@@ -237,8 +253,9 @@ class SparkSink:
             if path is None and table is None:
                 raise ValueError("sink_to_spark: flush_interval (continuous mode) needs a path= or table= to write to")
             if mode not in ("append", "overwrite"):
-                raise ValueError(f"sink_to_spark: a continuous sink supports mode 'append' or 'overwrite', "
-                                 f"got {mode!r}")
+                raise ValueError(
+                    f"sink_to_spark: a continuous sink supports mode 'append' or 'overwrite', got {mode!r}"
+                )
         if isinstance(partition_by, str):
             partition_by = [partition_by]
         if int(batch_rows) < 1 or int(block_bytes) < 1:
@@ -260,8 +277,9 @@ class SparkSink:
         if self.partition_by:
             missing = [c for c in self.partition_by if c not in spark_schema.names]
             if missing:
-                raise ValueError(f"sink_to_spark: partition_by column(s) {missing} not in the schema "
-                                 f"{spark_schema.names}")
+                raise ValueError(
+                    f"sink_to_spark: partition_by column(s) {missing} not in the schema {spark_schema.names}"
+                )
         self.schema_json = spark_schema.json()
         self.arrow_schema = arrow_schema_of(spark_schema)
         self.spark_types = [f.dataType.simpleString() for f in spark_schema.fields]
@@ -323,8 +341,11 @@ class SparkSink:
                 return "files"
             if self._plain_parquet() and mode in ("append", "overwrite"):
                 table = quote_table_name(self.table)
-                location = self._table_dir if mode == "append" and self._table_dir is not None \
-                    and spark.catalog.tableExists(table) else self._table_location(spark)
+                location = (
+                    self._table_dir
+                    if mode == "append" and self._table_dir is not None and spark.catalog.tableExists(table)
+                    else self._table_location(spark)
+                )
                 if location is not None:
                     commit_files(location, self.staging, names, mode, self.file_schema)
                     spark.catalog.refreshTable(table)
@@ -349,8 +370,9 @@ class SparkSink:
             spark.catalog.createTable(table, schema=schema, source="parquet")
         else:
             current = spark.table(table).schema  # a Parquet table's columns are all nullable: compare types only
-            if [(f.name, f.dataType.simpleString()) for f in current.fields] != \
-                    [(f.name, f.dataType.simpleString()) for f in schema.fields]:
+            if [(f.name, f.dataType.simpleString()) for f in current.fields] != [
+                (f.name, f.dataType.simpleString()) for f in schema.fields
+            ]:
                 return None
         info = _describe(spark, table)
         if (info.get("Provider") or "").lower() != "parquet" or info.get("partitioned") or not info.get("Location"):

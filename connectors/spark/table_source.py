@@ -43,10 +43,10 @@ def _filesystem(location: str) -> "tuple[Any, str]":
 
     if "://" in location:
         if location.startswith("file://"):
-            return pafs.LocalFileSystem(), location[len("file://"):] or "/"
+            return pafs.LocalFileSystem(), location[len("file://") :] or "/"
         return pafs.FileSystem.from_uri(location)
     if location.startswith("file:"):
-        location = location[len("file:"):]
+        location = location[len("file:") :]
     return pafs.LocalFileSystem(), os.path.abspath(location)
 
 
@@ -68,9 +68,17 @@ def _partition_values(relative: str) -> dict:
 class SparkTableSource:
     """What the job graph holds for ``from_spark_table`` (location + schema + options)."""
 
-    def __init__(self, location: str, arrow_schema: pa.Schema, poll_interval: float, record_format: str,
-                 timestamp_column: Optional[str], watermark_delay_ms: Optional[int],
-                 start_from: str, description: str) -> None:
+    def __init__(
+        self,
+        location: str,
+        arrow_schema: pa.Schema,
+        poll_interval: float,
+        record_format: str,
+        timestamp_column: Optional[str],
+        watermark_delay_ms: Optional[int],
+        start_from: str,
+        description: str,
+    ) -> None:
         self.location = location
         self.arrow_schema = arrow_schema
         self.poll_interval = poll_interval
@@ -106,8 +114,9 @@ class ParquetDirectorySourceOperator(SourceOperator):
     def open(self) -> None:
         source = self.source
         self._fs, self._root = _filesystem(source.location)
-        self._emitter = RecordEmitter(self, source.record_format, source.timestamp_column,
-                                       source.watermark_delay_ms, source.arrow_schema.names)
+        self._emitter = RecordEmitter(
+            self, source.record_format, source.timestamp_column, source.watermark_delay_ms, source.arrow_schema.names
+        )
         if source.start_from == "latest":
             self._seen.update(self._list_mine())
 
@@ -123,7 +132,7 @@ class ParquetDirectorySourceOperator(SourceOperator):
         for entry in self._fs.get_file_info(selector):
             if entry.type != pafs.FileType.File:
                 continue
-            relative = entry.path[len(self._root):].lstrip("/")
+            relative = entry.path[len(self._root) :].lstrip("/")
             if _hidden(relative) or not relative.endswith((".parquet", ".parq")):
                 continue
             if zlib.crc32(relative.encode()) % rc.parallelism != rc.subtask_index:
@@ -143,8 +152,9 @@ class ParquetDirectorySourceOperator(SourceOperator):
         with self._fs.open_input_file(path) as f:
             table = pq.read_table(f)
         self.files_read += 1
-        return conform_table(table, self.source.arrow_schema, _partition_values(relative),
-                             f"source {self.name!r} reading {path}")
+        return conform_table(
+            table, self.source.arrow_schema, _partition_values(relative), f"source {self.name!r} reading {path}"
+        )
 
     def emit_next(self, max_records: int = 1024) -> bool:
         if self.finished or self.cancelled:
@@ -178,9 +188,11 @@ class ParquetDirectorySourceOperator(SourceOperator):
     # -- checkpoints: the files seen and the position in the one being read ----------------------
     def snapshot_operator_state(self, _checkpoint_id: int) -> dict:
         reading = self._table is not None and self._offset < self._table.num_rows
-        return {"seen": sorted(self._seen),
-                "queue": ([self._current] if reading else []) + list(self._queue),
-                "offset": self._offset if reading else 0}
+        return {
+            "seen": sorted(self._seen),
+            "queue": ([self._current] if reading else []) + list(self._queue),
+            "offset": self._offset if reading else 0,
+        }
 
     def restore_operator_state(self, state: dict) -> None:
         """Continue after the checkpoint: files it had not read yet are queued again, and the
@@ -218,11 +230,16 @@ def resolve_table_location(path_or_table: str, spark: Any = None) -> "tuple[str,
     return location, spark.table(table).schema, f"table {path_or_table} at {location}"
 
 
-def prepare_table_source(path_or_table: str, schema: Any = None, poll_interval: float = 1.0,
-                         record_format: str = "tuple", timestamp_column: Optional[str] = None,
-                         watermark_delay_ms: Optional[int] = None,
-                         start_from: str = "earliest",
-                         configuration: Any = None) -> "tuple[SparkTableSource, SparkRowType]":
+def prepare_table_source(
+    path_or_table: str,
+    schema: Any = None,
+    poll_interval: float = 1.0,
+    record_format: str = "tuple",
+    timestamp_column: Optional[str] = None,
+    watermark_delay_ms: Optional[int] = None,
+    start_from: str = "earliest",
+    configuration: Any = None,
+) -> "tuple[SparkTableSource, SparkRowType]":
     where = "from_spark_table"
     if not isinstance(path_or_table, str) or not path_or_table:
         raise TypeError(f"{where}: expected a directory path or a table name, got {path_or_table!r}")
@@ -245,8 +262,16 @@ def prepare_table_source(path_or_table: str, schema: Any = None, poll_interval: 
                 "pass schema= when the directory is still empty"
             ) from None
     check_emit_options(tuple(spark_schema.names), record_format, timestamp_column, watermark_delay_ms, where)
-    source = SparkTableSource(location, arrow_schema_of(spark_schema), float(poll_interval), record_format,
-                              timestamp_column, watermark_delay_ms, start_from, description)
+    source = SparkTableSource(
+        location,
+        arrow_schema_of(spark_schema),
+        float(poll_interval),
+        record_format,
+        timestamp_column,
+        watermark_delay_ms,
+        start_from,
+        description,
+    )
     return source, row_type(spark_schema, record_format)
 
 

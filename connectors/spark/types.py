@@ -62,8 +62,9 @@ def row_type(schema: Any, record_format: str = "tuple") -> SparkRowType:
     if record_format not in RECORD_FORMATS:
         raise ValueError(f"record_format must be one of {RECORD_FORMATS}, got {record_format!r}")
     names = tuple(schema.names)
-    return SparkRowType(name="ROW", field_types=None, field_names=names,
-                        schema_json=schema.json(), record_format=record_format)
+    return SparkRowType(
+        name="ROW", field_types=None, field_names=names, schema_json=schema.json(), record_format=record_format
+    )
 
 
 def arrow_schema_of(schema: Any) -> pa.Schema:
@@ -77,9 +78,17 @@ def arrow_schema_of(schema: Any) -> pa.Schema:
 
 # -- schemas given by the user ------------------------------------------------------------------
 _TYPE_NAMES = {
-    "STRING": "string", "INT": "int", "LONG": "bigint", "FLOAT": "float", "DOUBLE": "double",
-    "BOOLEAN": "boolean", "BYTE": "tinyint", "SHORT": "smallint", "BIG_DEC": "decimal(38,18)",
-    "SQL_TIMESTAMP": "timestamp", "PICKLED_BYTE_ARRAY": "binary",
+    "STRING": "string",
+    "INT": "int",
+    "LONG": "bigint",
+    "FLOAT": "float",
+    "DOUBLE": "double",
+    "BOOLEAN": "boolean",
+    "BYTE": "tinyint",
+    "SHORT": "smallint",
+    "BIG_DEC": "decimal(38,18)",
+    "SQL_TIMESTAMP": "timestamp",
+    "PICKLED_BYTE_ARRAY": "binary",
 }
 
 

@@ -70,8 +70,9 @@ CASES: Tuple[ExampleCase, ...] = (
     ExampleCase("word_count_input", "word_count.py", ("--input", "{input}")),
     ExampleCase("word_count_output", "word_count.py", ("--output", "{output}"), output_dir=True),
     ExampleCase("tumbling_count_window", "windowing/tumbling_count_window.py"),
-    ExampleCase("tumbling_count_window_output", "windowing/tumbling_count_window.py",
-                ("--output", "{output}"), output_dir=True),
+    ExampleCase(
+        "tumbling_count_window_output", "windowing/tumbling_count_window.py", ("--output", "{output}"), output_dir=True
+    ),
     ExampleCase("tumbling_time_window", "windowing/tumbling_time_window.py"),
     ExampleCase("sliding_time_window", "windowing/sliding_time_window.py"),
     ExampleCase("session_with_gap_window", "windowing/session_with_gap_window.py"),
@@ -120,8 +121,9 @@ def pyflink_python() -> Optional[str]:
 
 def pyflink_examples_dir() -> Optional[str]:
     """``pyflink/examples/datastream`` of the installed wheel, or None."""
-    found = glob.glob(os.path.join(pyflink_venv(), "lib", "python*", "site-packages", "pyflink",
-                                   "examples", "datastream"))
+    found = glob.glob(
+        os.path.join(pyflink_venv(), "lib", "python*", "site-packages", "pyflink", "examples", "datastream")
+    )
     if found:
         return found[0]
     try:
@@ -171,12 +173,12 @@ def prepare(case: ExampleCase, workdir: str) -> Sequence[str]:
     return [a.replace("{input}", input_path).replace("{output}", output_path) for a in case.args]
 
 
-def run_program(case: ExampleCase, program: str, python: str, workdir: str, env: dict,
-                timeout: float) -> Run:
+def run_program(case: ExampleCase, program: str, python: str, workdir: str, env: dict, timeout: float) -> Run:
     """Run ``program`` (the example, original or migrated) for ``case`` in ``workdir``."""
     args = prepare(case, workdir)
-    proc = subprocess.run([python, program, *args], cwd=workdir, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run(
+        [python, program, *args], cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout
+    )
     run = Run(proc.returncode, proc.stdout, proc.stderr)
     if case.output_dir:
         lines = []
@@ -194,8 +196,7 @@ def raylink_env(target: str = "local") -> dict:
     """The environment a migrated example runs in: raylink's configuration through
     ``RAYLINK_CONF`` (the target and PyFlink's recorded default parallelism)."""
     env = dict(os.environ)
-    env["RAYLINK_CONF"] = json.dumps({"execution.target": target,
-                                      "parallelism.default": RECORDED_PARALLELISM})
+    env["RAYLINK_CONF"] = json.dumps({"execution.target": target, "parallelism.default": RECORDED_PARALLELISM})
     env["PYTHONUNBUFFERED"] = "1"
     return env
 

@@ -34,16 +34,16 @@ def main(names: list) -> int:
         print("no PyFlink found (set RAYLINK_PYFLINK_VENV)", file=sys.stderr)
         return 2
     if (os.cpu_count() or 1) != RECORDED_PARALLELISM:
-        print(f"warning: {os.cpu_count()} cores, the recordings assume {RECORDED_PARALLELISM}",
-              file=sys.stderr)
+        print(f"warning: {os.cpu_count()} cores, the recordings assume {RECORDED_PARALLELISM}", file=sys.stderr)
     os.makedirs(EXPECTED_DIR, exist_ok=True)
     status = 0
     for case in CASES:
         if names and case.name not in names:
             continue
         with tempfile.TemporaryDirectory(prefix=f"pyflink-{case.name}-") as workdir:
-            run = run_program(case, os.path.join(examples, case.path), python, workdir,
-                              pyflink_env(python), timeout=900)
+            run = run_program(
+                case, os.path.join(examples, case.path), python, workdir, pyflink_env(python), timeout=900
+            )
         if run.returncode != 0:
             print(f"{case.name}: PyFlink exited with {run.returncode}\n{run.stderr[-3000:]}", file=sys.stderr)
             status = 1
