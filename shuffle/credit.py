@@ -29,8 +29,10 @@ Batching (for transports where every message is expensive, like a Ray actor
 call): a channel created with ``min_credit`` keeps at least that many buffers
 (exclusive + floating) as credit even without a sender backlog, so the sender
 can gather a batch; with ``announce_threshold`` it announces freed buffers in
-groups of that size, or at once when its queue has run dry while the sender
-holds less than that. Defaults (0 / 1) are Flink's exact protocol.
+groups of that size, or at once when it holds no data buffer while the sender
+holds less than that (events queued behind the last data buffer, such as a
+checkpoint barrier, do not hold credit back: nothing would announce it once they
+are taken). Defaults (0 / 1) are Flink's exact protocol.
 """
 
 from __future__ import annotations
@@ -345,7 +347,7 @@ class CreditBasedInputChannel(InputChannel):
             if not n:
                 return
             threshold = self.announce_threshold
-            if n < threshold and (self._received or self._sender_credit >= threshold):
+            if n < threshold and (self._queued_data or self._sender_credit >= threshold):
                 return
             self._unannounced = 0
             self._sender_credit += n

@@ -13,7 +13,7 @@ from raylink.shuffle.credit import (
     connect_local,
     create_floating_pool,
 )
-from raylink.shuffle.elements import END_OF_PARTITION, EndOfPartition
+from raylink.shuffle.elements import END_OF_PARTITION, CheckpointBarrier, EndOfPartition
 from raylink.shuffle.input_gate import InputGate, StreamTaskNetworkInput
 from raylink.shuffle.record_writer import RecordWriter
 from raylink.shuffle.result_partition import ResultPartition
@@ -358,6 +358,25 @@ def test_a_drained_channel_announces_below_the_threshold_when_the_sender_is_shor
     assert conn.shipments == [3] and conn.reader.credit == 1
     assert drain(channel) == 3
     assert conn.announcements == [3]  # queue dry, sender held 1 < 4: all freed credit goes out
+
+
+def test_an_event_behind_the_last_data_buffer_does_not_hold_credit_back():
+    # No floating buffer to be had (a blocked channel of the same gate holds them all while a
+    # checkpoint aligns): the 2 exclusive buffers are all the credit. The sender spends them,
+    # a barrier follows, and more data waits behind it. Once the data is consumed the credit
+    # must go back although the barrier is still queued, or the sender never sends again.
+    writer, channel, conn = batching_setup(batch=4, floating=0)
+    assert conn.reader.credit == 2
+    writer.emit_batch(FULL * 2)
+    writer.broadcast_event(CheckpointBarrier(1, 0))
+    writer.emit_batch(FULL * 2)
+    writer.flush_all()
+    assert conn.reader.credit == 0 and conn.reader.subpartition.backlog == 2
+    taken = [channel.get_next_buffer() for _ in range(3)]
+    assert [is_event for _buf, is_event, *_ in taken] == [False, False, True]
+    assert conn.announcements == [2]
+    assert conn.reader.subpartition.backlog == 0 and channel.buffers_in_flight == 2
+    assert drain(channel) == 2
 
 
 def test_exhausted_output_pool_ships_held_buffers():
