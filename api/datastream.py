@@ -10,6 +10,8 @@ operator.
 
 from __future__ import annotations
 
+from enum import Enum
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from raylink.api.state import MapStateDescriptor
@@ -28,8 +30,7 @@ def check_function(func: Any, method: str, operator: str, argument: str = "funct
     if callable(getattr(func, method, None)) or callable(func):
         return
     raise TypeError(
-        f"{operator}: {argument} must be a callable or an object with a '{method}' method, "
-        f"got {type(func).__name__}"
+        f"{operator}: {argument} must be a callable or an object with a '{method}' method, got {type(func).__name__}"
     )
 
 
@@ -48,8 +49,7 @@ class _Configurable:
         t = self._transformation
         if not t.is_physical:
             raise GraphError(
-                f"{what} is only supported on operators, not on the {t.kind.replace('_', ' ')} "
-                f"{t.describe()}."
+                f"{what} is only supported on operators, not on the {t.kind.replace('_', ' ')} {t.describe()}."
             )
         return t
 
@@ -84,8 +84,27 @@ class _Configurable:
         t.max_parallelism = max_parallelism
         return self
 
-    def slot_sharing_group(self, slot_sharing_group: str):
-        self._require_physical("slot_sharing_group()").slot_sharing_group = slot_sharing_group
+    def slot_sharing_group(self, slot_sharing_group: Any):
+        """Put this operator into a slot sharing group: a name, or a ``SlotSharingGroup``
+        (whose resources are registered with the environment, see :mod:`raylink.api.slot_sharing_group`)."""
+        from raylink.api.slot_sharing_group import SlotSharingGroup
+
+        t = self._require_physical("slot_sharing_group()")
+        if isinstance(slot_sharing_group, SlotSharingGroup):
+            env = getattr(self, "_env", None)
+            if env is not None:
+                env.register_slot_sharing_group(slot_sharing_group)
+            slot_sharing_group = slot_sharing_group.get_name()
+        elif not isinstance(slot_sharing_group, str):
+            raise TypeError(
+                f"slot_sharing_group: expected a name (str) or a SlotSharingGroup, got {type(slot_sharing_group).__name__}"
+            )
+        t.slot_sharing_group = slot_sharing_group
+        return self
+
+    def set_description(self, description: str):
+        """A longer text for the operator, shown as the execution plan's ``contents``."""
+        self._require_physical("set_description()").description = description
         return self
 
     def start_new_chain(self):
@@ -123,10 +142,26 @@ class DataStream(_Configurable):
     def get_type(self):
         return self._transformation.output_type
 
+    def get_execution_config(self):
+        """The environment's ``ExecutionConfig``."""
+        return self._env.get_config()
+
+    def force_non_parallel(self) -> "DataStream":
+        """Parallelism and max parallelism 1 for this operator, for good: a later
+        ``set_parallelism`` other than 1 fails."""
+        t = self._require_physical("force_non_parallel()")
+        t.parallelism, t.max_parallelism, t.non_parallel = 1, 1, True
+        return self
+
+    def cache(self) -> "CachedDataStream":
+        """PyFlink's ``cache()``: a ``CachedDataStream`` of this operator's output. raylink does
+        not keep intermediate results between jobs: every job that uses the stream computes it
+        again (same records; the upstream functions run again)."""
+        self._require_physical("cache()")
+        return CachedDataStream(self._env, self._transformation)
+
     # -- one-input operators ------------------------------------------------------------
-    def _one_input(
-        self, kind: str, name: str, function: Any, output_type: Any = None, **params: Any
-    ) -> "DataStream":
+    def _one_input(self, kind: str, name: str, function: Any, output_type: Any = None, **params: Any) -> "DataStream":
         spec = OperatorSpec(kind=kind, function=function, params=params)
         key_selector = getattr(self, "_key_selector", None)
         if key_selector is not None and kind in _KEYED_KINDS:  # keyed: the function may use keyed state
@@ -152,6 +187,30 @@ class DataStream(_Configurable):
         check_function(func, "process_element", "Process")
         return self._one_input("process", "Process", func, output_type)
 
+    def project(self, *field_indexes: int) -> "DataStream":
+        """The fields ``field_indexes`` of a ``Types.TUPLE`` stream, in that order, as tuples."""
+        from raylink.api.types import TypeInformation, Types
+
+        declared = self._transformation.output_type
+        if not (isinstance(declared, TypeInformation) and declared.name == "TUPLE"):
+            raise TypeError(
+                f"project: only Tuple DataStreams can be projected (declare the stream's type with "
+                f"Types.TUPLE([...])), this stream's type is {declared!r}"
+            )
+        if not field_indexes:
+            raise ValueError("project: needs at least one field index")
+        fields = declared.get_field_types()
+        for index in field_indexes:
+            if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(fields):
+                raise IndexError(
+                    f"project: field index {index!r} is out of bounds of the input type {declared!r} "
+                    f"(0..{len(fields) - 1})"
+                )
+        output_type = Types.TUPLE([fields[i] for i in field_indexes])
+        return DataStream(self._env, self._transformation)._one_input(
+            "map", "Projection", _Projection(field_indexes), output_type
+        )
+
     # -- partitioning -----------------------------------------------------------------
     def _partition(self, partitioner: PartitionerSpec, shuffle_mode: str = "UNDEFINED") -> "DataStream":
         if shuffle_mode not in T.SHUFFLE_MODES:
@@ -170,9 +229,11 @@ class DataStream(_Configurable):
     def key_by(self, key_selector: Any, key_type: Any = None) -> "KeyedStream":
         if isinstance(key_selector, (str, int)) and not isinstance(key_selector, bool):
             field = repr(key_selector) if isinstance(key_selector, str) else key_selector
-            raise TypeError(f"key_by: key_selector must be a callable or an object with a 'get_key' method, got "
-                            f"{type(key_selector).__name__} {key_selector!r} (as in PyFlink, a field is selected by "
-                            f"a function: key_by(lambda record: record[{field}]))")
+            raise TypeError(
+                f"key_by: key_selector must be a callable or an object with a 'get_key' method, got "
+                f"{type(key_selector).__name__} {key_selector!r} (as in PyFlink, a field is selected by "
+                f"a function: key_by(lambda record: record[{field}]))"
+            )
         selector = key_selector_callable(key_selector)
         partitioned = self._partition(PartitionerSpec("HASH", key_selector=selector))
         return KeyedStream(self._env, partitioned._transformation, selector, self)
@@ -189,8 +250,9 @@ class DataStream(_Configurable):
     def shuffle(self) -> "DataStream":
         return self._partition(PartitionerSpec("SHUFFLE"))
 
-    def broadcast(self, broadcast_state_descriptor: Any = None,
-                  *other_broadcast_state_descriptors: Any) -> "Union[DataStream, BroadcastStream]":
+    def broadcast(
+        self, broadcast_state_descriptor: Any = None, *other_broadcast_state_descriptors: Any
+    ) -> "Union[DataStream, BroadcastStream]":
         """Send every element to every parallel instance of the next operator. With
         ``MapStateDescriptor``s, a ``BroadcastStream`` whose broadcast states they declare
         (connect it to a stream and ``process`` it with a broadcast process function)."""
@@ -213,9 +275,7 @@ class DataStream(_Configurable):
         fn = getattr(partitioner, "partition", None)
         fn = fn if callable(fn) else partitioner
         selector = key_selector_callable(key_selector, "partition_custom")
-        return self._partition(
-            PartitionerSpec("CUSTOM", key_selector=selector, custom_partitioner=fn)
-        )
+        return self._partition(PartitionerSpec("CUSTOM", key_selector=selector, custom_partitioner=fn))
 
     def set_shuffle_mode(self, shuffle_mode: str) -> "DataStream":
         """Exchange mode of a partitioned stream's edge: PIPELINED or BATCH (blocking)."""
@@ -244,14 +304,18 @@ class DataStream(_Configurable):
         )
         return DataStream(self._env, t)
 
-    def connect(self, stream: "Union[DataStream, BroadcastStream]") -> "Union[ConnectedStreams, BroadcastConnectedStream]":
+    def connect(
+        self, stream: "Union[DataStream, BroadcastStream]"
+    ) -> "Union[ConnectedStreams, BroadcastConnectedStream]":
         """``ConnectedStreams`` of this stream and ``stream``; with a ``BroadcastStream``, a
         ``BroadcastConnectedStream`` (this stream is the non-broadcast input)."""
         if isinstance(stream, BroadcastStream):
             return BroadcastConnectedStream(self, stream, stream.broadcast_state_descriptors)
         if not isinstance(stream, DataStream):
-            raise TypeError(f"connect: expected a DataStream, got {type(stream).__name__} "
-                            "(or a BroadcastStream, made by broadcast(MapStateDescriptor))")
+            raise TypeError(
+                f"connect: expected a DataStream, got {type(stream).__name__} "
+                "(or a BroadcastStream, made by broadcast(MapStateDescriptor))"
+            )
         return ConnectedStreams(self, stream)
 
     def get_side_output(self, output_tag: OutputTag) -> "DataStream":
@@ -281,7 +345,7 @@ class DataStream(_Configurable):
     def _sink(self, kind: str, name: str, function: Any = None, **params: Any) -> "DataStreamSink":
         spec = OperatorSpec(kind=kind, function=function, params=params)
         t = self._env._add_transformation(T.SINK, name, [self._transformation], operator=spec)
-        return DataStreamSink(t)
+        return DataStreamSink(t, self._env)
 
     def add_sink(self, sink_func: Any) -> "DataStreamSink":
         check_function(sink_func, "invoke", "Sink", "sink_func")
@@ -300,10 +364,19 @@ class DataStream(_Configurable):
         check_function(sink, "invoke", "Sink", "sink")
         return self._sink("sink", "Unnamed", sink)
 
-    def sink_to_spark(self, path: Optional[str] = None, table: Optional[str] = None, schema: Any = None,
-                      mode: str = "append", format: Optional[str] = None, partition_by: Any = None,
-                      flush_interval: Optional[float] = None, options: Optional[dict] = None,
-                      name: str = "Spark Sink", **kwargs: Any) -> "DataStreamSink":
+    def sink_to_spark(
+        self,
+        path: Optional[str] = None,
+        table: Optional[str] = None,
+        schema: Any = None,
+        mode: str = "append",
+        format: Optional[str] = None,
+        partition_by: Any = None,
+        flush_interval: Optional[float] = None,
+        options: Optional[dict] = None,
+        name: str = "Spark Sink",
+        **kwargs: Any,
+    ) -> "DataStreamSink":
         """Write the stream to Spark (RayDP). Without ``path``/``table`` the records come back
         as one Spark DataFrame: ``raylink.connectors.spark.get_spark_dataframe(result)``;
         with one, a Spark write (``mode``, ``format``, ``partition_by``) when the input ends,
@@ -311,10 +384,20 @@ class DataStream(_Configurable):
         ``StructType``, else the stream's type. See :mod:`raylink.connectors.spark.sink`."""
         from raylink.connectors.spark.sink import SparkSink
 
-        sink = SparkSink(path=path, table=table, schema=schema, mode=mode, format=format,
-                         partition_by=partition_by, options=options, flush_interval=flush_interval,
-                         name=name, stream_type=self._transformation.output_type,
-                         configuration=self._env.configuration, **kwargs)
+        sink = SparkSink(
+            path=path,
+            table=table,
+            schema=schema,
+            mode=mode,
+            format=format,
+            partition_by=partition_by,
+            options=options,
+            flush_interval=flush_interval,
+            name=name,
+            stream_type=self._transformation.output_type,
+            configuration=self._env.configuration,
+            **kwargs,
+        )
         return self.sink_to(sink)
 
     def print(self, sink_identifier: Optional[str] = None) -> "DataStreamSink":
@@ -323,8 +406,13 @@ class DataStream(_Configurable):
         ``N> `` (the subtask, when parallel) or ``sink_identifier:N> ``."""
         from raylink.api.types import declared_type
 
-        return self._sink("print", "Print to Std. Out", None, prefix=sink_identifier,
-                          input_type=declared_type(self._transformation.output_type))
+        return self._sink(
+            "print",
+            "Print to Std. Out",
+            None,
+            prefix=sink_identifier,
+            input_type=declared_type(self._transformation.output_type),
+        )
 
     def collect_sink(self, collect_id: str) -> "DataStreamSink":
         """A sink whose records the job hands back to the driver (``execute_and_collect``)."""
@@ -358,6 +446,15 @@ _KEYED_UNSUPPORTED = "for KeyedStream is not supported."
 
 class KeyedStream(DataStream):
     """A stream partitioned by key (PyFlink's ``KeyedStream``)."""
+
+    class AccumulateType(Enum):
+        """The built-in aggregations (``sum``, ``min``, ``max``, ``min_by``, ``max_by``)."""
+
+        MIN = 1
+        MAX = 2
+        MIN_BY = 3
+        MAX_BY = 4
+        SUM = 5
 
     def __init__(
         self,
@@ -434,6 +531,43 @@ class KeyedStream(DataStream):
 
     def disable_chaining(self):
         raise GraphError("Disable chaining " + _KEYED_UNSUPPORTED)
+
+    def get_name(self) -> str:
+        raise GraphError("Get name of KeyedStream is not supported.")
+
+    def set_uid_hash(self, uid_hash: str):
+        raise GraphError("Set uid hash " + _KEYED_UNSUPPORTED)
+
+    def set_buffer_timeout(self, timeout_millis: int):
+        raise GraphError("Set buffer timeout " + _KEYED_UNSUPPORTED)
+
+    def set_description(self, description: str):
+        raise GraphError("Set description " + _KEYED_UNSUPPORTED)
+
+    def force_non_parallel(self):
+        raise GraphError("Set force non-parallel " + _KEYED_UNSUPPORTED)
+
+    def cache(self):
+        raise GraphError("Cache " + _KEYED_UNSUPPORTED)
+
+    def project(self, *field_indexes: int) -> DataStream:
+        return DataStream(self._env, self._transformation).project(*field_indexes)
+
+    def execute_and_collect(self, job_execution_name: Optional[str] = None, limit: Optional[int] = None):
+        """As PyFlink: every record as ``Row(f0=key, f1=record)``, in the order the records
+        reach the (parallelism 1) collect sink. PyFlink gives the key as its ``key_type``
+        declares it (pickled bytes without one); here it is always the key itself."""
+        from raylink.api.types import Row
+
+        selector = self._key_selector
+        origin = self._origin._transformation
+        # pair each record with its key where it is produced (chained, same parallelism) so the
+        # hash exchange into the collect sink keeps the records' order per channel
+        pairs = DataStream(self._env, origin)._one_input("map", "Map", lambda value: Row(f0=selector(value), f1=value))
+        pairs._transformation.parallelism = origin.parallelism
+        pairs._transformation.max_parallelism = origin.max_parallelism
+        keyed = pairs._partition(PartitionerSpec("HASH", key_selector=itemgetter(0)))
+        return self._env._execute_and_collect(keyed, job_execution_name, limit)
 
     # -- windows (raylink.api.windowed_stream) --------------------------------------------------------
     def window(self, window_assigner: Any) -> Any:
@@ -523,8 +657,9 @@ class BroadcastConnectedStream:
     or a ``KeyedBroadcastProcessFunction`` (keyed) over the pair. The operator's first input
     is the non-broadcast stream, its second the broadcast one (BROADCAST partitioning)."""
 
-    def __init__(self, non_broadcast_stream: DataStream, broadcast_stream: BroadcastStream,
-                 broadcast_state_descriptors: list) -> None:
+    def __init__(
+        self, non_broadcast_stream: DataStream, broadcast_stream: BroadcastStream, broadcast_state_descriptors: list
+    ) -> None:
         self.non_broadcast_stream = non_broadcast_stream
         self.broadcast_stream = broadcast_stream
         self.broadcast_state_descriptors = list(broadcast_state_descriptors)
@@ -567,11 +702,79 @@ class BroadcastConnectedStream:
 class DataStreamSink(_Configurable):
     """The end of a stream (PyFlink's ``DataStreamSink``): only the operator setters."""
 
-    def __init__(self, transformation: T.Transformation) -> None:
+    def __init__(self, transformation: T.Transformation, env: "Optional[StreamExecutionEnvironment]" = None) -> None:
         self._transformation = transformation
+        self._env = env
 
     def get_transformation(self) -> T.Transformation:
         return self._transformation
+
+
+class _Projection:
+    """``DataStream.project``'s map function: a tuple of the chosen fields."""
+
+    __slots__ = ("_get", "_single")
+
+    def __init__(self, field_indexes: tuple) -> None:
+        self._get = itemgetter(*field_indexes)
+        self._single = len(field_indexes) == 1
+
+    def map(self, value: Any) -> tuple:
+        return (self._get(value),) if self._single else self._get(value)
+
+    def __reduce__(self):
+        return (_Projection, (self._get.__reduce__()[1],))
+
+
+_CACHED_UNSUPPORTED = "for CachedDataStream is not supported."
+
+
+class CachedDataStream(DataStream):
+    """PyFlink's ``CachedDataStream`` (made by ``DataStream.cache()``): the stream itself, whose
+    operator can no longer be configured. raylink recomputes it in every job that uses it,
+    so ``invalidate()`` has nothing to release."""
+
+    def invalidate(self) -> None:
+        """Nothing to release: raylink keeps no cached result."""
+
+    def _refuse(self, what: str) -> Any:
+        raise GraphError(f"{what} {_CACHED_UNSUPPORTED}")
+
+    def set_parallelism(self, parallelism: int):
+        return self._refuse("Set parallelism")
+
+    def set_max_parallelism(self, max_parallelism: int):
+        return self._refuse("Set max parallelism")
+
+    def name(self, name: str):
+        return self._refuse("Set name")
+
+    def get_name(self) -> str:
+        raise GraphError("Get name of CachedDataStream is not supported.")
+
+    def uid(self, uid: str):
+        return self._refuse("Set uid")
+
+    def set_uid_hash(self, uid_hash: str):
+        return self._refuse("Set uid hash")
+
+    def force_non_parallel(self):
+        return self._refuse("Set force non-parallel")
+
+    def set_buffer_timeout(self, timeout_millis: int):
+        return self._refuse("Set buffer timeout")
+
+    def start_new_chain(self):
+        return self._refuse("Start new chain")
+
+    def disable_chaining(self):
+        return self._refuse("Disable chaining")
+
+    def slot_sharing_group(self, slot_sharing_group: Any):
+        return self._refuse("Setting slot sharing group")
+
+    def set_description(self, description: str):
+        return self._refuse("Set description")
 
 
 def __getattr__(name: str) -> Any:

@@ -321,6 +321,32 @@ class PipelineOptions:
         "How often periodic watermarks are emitted (0 disables them).",
         check=_at_least(0),
     )
+    OBJECT_REUSE = option(
+        "pipeline.object-reuse",
+        "bool",
+        False,
+        "Recorded for PyFlink's ExecutionConfig; chained raylink operators always hand records on without a copy.",
+    )
+    GLOBAL_JOB_PARAMETERS = option(
+        "pipeline.global-job-parameters",
+        "str",
+        None,
+        "User parameters (key:value,key:value or a JSON object) every function reads with "
+        "RuntimeContext.get_job_parameter(key).",
+    )
+    CLOSURE_CLEANER_LEVEL = option(
+        "pipeline.closure-cleaner-level",
+        "enum",
+        "recursive",
+        "Recorded for PyFlink's ExecutionConfig; functions are shipped with cloudpickle, no closure is cleaned.",
+        choices=("none", "top_level", "recursive"),
+    )
+    AUTO_GENERATE_UIDS = option(
+        "pipeline.auto-generate-uids",
+        "bool",
+        True,
+        "Recorded for PyFlink's ExecutionConfig; operators without a uid() get a generated one either way.",
+    )
 
 
 class ExecutionOptions:
@@ -536,6 +562,12 @@ class RaylinkOptions:
 
 
 class CheckpointingOptions:
+    SNAPSHOT_COMPRESSION = option(
+        "execution.checkpointing.snapshot-compression",
+        "bool",
+        False,
+        "Recorded for PyFlink's ExecutionConfig; checkpoint files are written uncompressed.",
+    )
     CHECKPOINTS_DIRECTORY = option(
         "execution.checkpointing.dir",
         "str",

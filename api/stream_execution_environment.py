@@ -50,6 +50,7 @@ class StreamExecutionEnvironment:
         self.transformations: list[T.Transformation] = []
         self._ids = itertools.count(1)
         self._collect_ids = itertools.count(1)
+        self._slot_sharing_groups: dict = {}
 
     @staticmethod
     def get_execution_environment(configuration: Optional[Configuration] = None) -> "StreamExecutionEnvironment":
@@ -175,7 +176,22 @@ class StreamExecutionEnvironment:
         """PyFlink's ``ExecutionConfig``: a view of this environment's ``Configuration``."""
         from raylink.api.execution_config import ExecutionConfig
 
-        return ExecutionConfig(self.configuration)
+        return ExecutionConfig(self.configuration, self)
+
+    def register_slot_sharing_group(self, slot_sharing_group: Any) -> "StreamExecutionEnvironment":
+        """Declare a ``SlotSharingGroup``'s resources (recorded, see :mod:`raylink.api.slot_sharing_group`)."""
+        from raylink.api.slot_sharing_group import SlotSharingGroup
+
+        if not isinstance(slot_sharing_group, SlotSharingGroup):
+            raise TypeError(
+                f"register_slot_sharing_group: expected a SlotSharingGroup, got {type(slot_sharing_group).__name__}"
+            )
+        self._slot_sharing_groups[slot_sharing_group.get_name()] = slot_sharing_group
+        return self
+
+    def get_slot_sharing_groups(self) -> dict:
+        """The registered ``SlotSharingGroup``s by name."""
+        return dict(self._slot_sharing_groups)
 
     # -- sources ------------------------------------------------------------------------
     def _add_transformation(

@@ -52,6 +52,7 @@ class StreamNode:
     max_parallelism: int = -1
     slot_sharing_group: Optional[str] = "default"
     uid: Optional[str] = None
+    description: Optional[str] = None
     buffer_timeout: Optional[int] = None
     output_type: Any = None  # declared TypeInformation (Flink's typeSerializerOut), or None
     is_source: bool = False
@@ -183,7 +184,7 @@ class StreamGraph:
                 "id": node.id,
                 "type": node.operator_name,
                 "pact": node.pact,
-                "contents": node.operator_name,
+                "contents": node.description or node.operator_name,
                 "parallelism": node.parallelism,
             }
             if node.in_edges:

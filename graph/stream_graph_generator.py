@@ -218,6 +218,7 @@ class StreamGraphGenerator:
             max_parallelism=max_parallelism,
             slot_sharing_group=self._slot_sharing_group(t.slot_sharing_group, flat_inputs),
             uid=t.uid,
+            description=t.description,
             buffer_timeout=t.buffer_timeout if t.buffer_timeout is not None else self.buffer_timeout,
             output_type=t.output_type,
             is_source=t.kind == T.SOURCE,

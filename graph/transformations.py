@@ -42,6 +42,7 @@ class Transformation:
     max_parallelism: int = -1
     operator: Optional[OperatorSpec] = None
     uid: Optional[str] = None
+    description: Optional[str] = None  # set_description(): the plan's "contents"
     slot_sharing_group: Optional[str] = None
     chaining_strategy: str = "ALWAYS"
     buffer_timeout: Optional[int] = None

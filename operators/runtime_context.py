@@ -121,7 +121,12 @@ class StreamingRuntimeContext(RuntimeContext):
         return f"{self.task_name} ({self.subtask_index + 1}/{self.parallelism})"
 
     def get_job_parameter(self, key: str, default_value: Optional[str] = None) -> Optional[str]:
-        return self.job_parameters.get(key, default_value)
+        """``key`` of the global job parameters (``ExecutionConfig.set_global_job_parameters``),
+        else of the job's configuration, else ``default_value``."""
+        from raylink.api.execution_config import job_parameter
+
+        value = job_parameter(self.job_parameters, key)
+        return self.job_parameters.get(key, default_value) if value is None else value
 
     def get_metrics_group(self) -> MetricGroup:
         return self.metrics_group
