@@ -98,17 +98,16 @@ def raylink_job(n: int, target: str, parallelism: int = 1) -> tuple[float, float
         WatermarkStrategy,
     )
 
-    env = StreamExecutionEnvironment.get_execution_environment(
-        Configuration().set_string("execution.target", target))
+    env = StreamExecutionEnvironment.get_execution_environment(Configuration().set_string("execution.target", target))
     env.set_parallelism(parallelism)
     source = env.from_sequence(0, n - 1)
     if target == "ray":
         source = source.slot_sharing_group("source")
     windowed = (
-        source
-        .map(make_event)
+        source.map(make_event)
         .assign_timestamps_and_watermarks(
-            WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(EventTimestamp()))
+            WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(EventTimestamp())
+        )
         .key_by(key_of)
         .window(TumblingEventTimeWindows.of(Time.milliseconds(WINDOW_MS)))
         .reduce(sum_values)
@@ -125,8 +124,9 @@ def raylink_job(n: int, target: str, parallelism: int = 1) -> tuple[float, float
 def main(argv: Optional[list] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=2_000_000)
-    parser.add_argument("--repeat", type=int, default=3,
-                        help="alternate loop and job this many times; medians are reported")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="alternate loop and job this many times; medians are reported"
+    )
     parser.add_argument("--target", default="local", choices=["local", "ray"])
     args = parser.parse_args(argv)
     n = args.events
@@ -147,8 +147,10 @@ def main(argv: Optional[list] = None) -> None:
         walls.append(wall)
         nets.append(net)
     loop_s, wall, net = statistics.median(loops), statistics.median(walls), statistics.median(nets)
-    print(f"tumbling event-time windows ({WINDOW_MS // 1000} s), sum per key: {n:,} events, {NUM_KEYS:,} keys, "
-          f"target {args.target}, parallelism 1; medians of {len(loops)} interleaved runs")
+    print(
+        f"tumbling event-time windows ({WINDOW_MS // 1000} s), sum per key: {n:,} events, {NUM_KEYS:,} keys, "
+        f"target {args.target}, parallelism 1; medians of {len(loops)} interleaved runs"
+    )
     print(f"{'variant':<52}{'seconds':>9}{'events/s':>14}{'vs loop':>9}")
     for label, secs in [
         ("raylink, untuned program, tasks running", net),
@@ -157,9 +159,11 @@ def main(argv: Optional[list] = None) -> None:
     ]:
         print(f"{label:<52}{secs:>9.2f}{n / secs:>14,.0f}{loop_s / secs:>8.2f}x")
     for m in getattr(result, "task_metrics", None) or []:
-        print(f"  {m['task'][:58]:<58} in {m['numRecordsIn']:>9,} out {m['numRecordsOut']:>9,} "
-              f"busy {m.get('busyTimeMsPerSecond', 0):>5.0f} idle {m.get('idleTimeMsPerSecond', 0):>5.0f} "
-              f"backpressured {m.get('backPressuredTimeMsPerSecond', 0):>5.0f} ms/s")
+        print(
+            f"  {m['task'][:58]:<58} in {m['numRecordsIn']:>9,} out {m['numRecordsOut']:>9,} "
+            f"busy {m.get('busyTimeMsPerSecond', 0):>5.0f} idle {m.get('idleTimeMsPerSecond', 0):>5.0f} "
+            f"backpressured {m.get('backPressuredTimeMsPerSecond', 0):>5.0f} ms/s"
+        )
     if args.target == "ray":
         from raylink.actors.cluster import shutdown_ray
 

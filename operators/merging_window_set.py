@@ -31,8 +31,9 @@ class MergingWindowSet:
         """Add ``new_window``, merging as the assigner says; returns the window it ended in."""
         mapping = self.mapping
         merge_results: List[tuple] = []
-        self.assigner.merge_windows(list(mapping) + [new_window],
-                                    lambda to_merge, result: merge_results.append((result, list(to_merge))))
+        self.assigner.merge_windows(
+            list(mapping) + [new_window], lambda to_merge, result: merge_results.append((result, list(to_merge)))
+        )
         result_window = new_window
         merged_new_window = False
         for merge_result, merged_windows in merge_results:

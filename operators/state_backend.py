@@ -85,8 +85,13 @@ def _same(v: Any) -> Any:
 NAMESPACED = "ns:"  # kind prefix of namespaced tables
 
 _COPY = {"list": _copy_list, "map": _copy_map, "aggregating": copy.deepcopy}
-_COPY.update({prefix + kind: _COPY.get(kind, _same) for prefix in (NAMESPACED, TTL)
-              for kind in ("value", "list", "map", "reducing", "aggregating")})
+_COPY.update(
+    {
+        prefix + kind: _COPY.get(kind, _same)
+        for prefix in (NAMESPACED, TTL)
+        for kind in ("value", "list", "map", "reducing", "aggregating")
+    }
+)
 
 
 def _is_namespaced(kind: Optional[str]) -> bool:
@@ -484,9 +489,7 @@ class HeapKeyedStateBackend:
         self._assign = assign_to_key_group
         self.start, self.end = _normalize_range(key_group_range)
         if not 0 <= self.start <= self.end < max_parallelism:
-            raise ValueError(
-                f"key group range [{self.start}, {self.end}] not within max parallelism {max_parallelism}"
-            )
+            raise ValueError(f"key group range [{self.start}, {self.end}] not within max parallelism {max_parallelism}")
         self.max_parallelism = max_parallelism
         self.current_key: Any = None
         self.current_index: int = 0  # current key group - start
@@ -708,9 +711,9 @@ class HeapKeyedStateBackend:
 def _describe(kind: Optional[str]) -> str:
     """A table kind in words: "ttl:map" -> "map (with TTL)"."""
     if kind is not None and kind.startswith(TTL):
-        return f"{kind[len(TTL):]} (with TTL)"
+        return f"{kind[len(TTL) :]} (with TTL)"
     if kind is not None and kind.startswith(NAMESPACED):
-        return f"namespaced {kind[len(NAMESPACED):]}"
+        return f"namespaced {kind[len(NAMESPACED) :]}"
     return str(kind)
 
 

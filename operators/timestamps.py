@@ -213,8 +213,15 @@ class OperatorInput:
     a source (Flink's ``SourceOperator`` runs the ``WatermarkStrategy`` of ``fromSource``
     itself, so the graphs have no extra node); side outputs and latency markers bypass it."""
 
-    __slots__ = ("collect", "collect_batch", "collect_timestamped_batch", "emit_watermark",
-                 "emit_watermark_status", "collect_side", "emit_latency_marker")
+    __slots__ = (
+        "collect",
+        "collect_batch",
+        "collect_timestamped_batch",
+        "emit_watermark",
+        "emit_watermark_status",
+        "collect_side",
+        "emit_latency_marker",
+    )
 
     def __init__(self, operator: TimestampsAndWatermarksOperator, output: Any) -> None:
         self.collect = operator.process_element
@@ -224,4 +231,3 @@ class OperatorInput:
         self.emit_watermark_status = operator.process_watermark_status
         self.collect_side = output.collect_side
         self.emit_latency_marker = output.emit_latency_marker
-

@@ -442,8 +442,14 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
         self._emit_side(tag, value)
         rc.timestamp = previous
 
-    def _merge(self, key: Any, merge_result: Any, merged_windows: List[Any], state_window_result: Any,
-               merged_state_windows: List[Any]) -> None:
+    def _merge(
+        self,
+        key: Any,
+        merge_result: Any,
+        merged_windows: List[Any],
+        state_window_result: Any,
+        merged_state_windows: List[Any],
+    ) -> None:
         """Flink's merge function: check the merged window, merge triggers, drop the merged
         windows' trigger state and cleanup timers, merge the contents."""
         ts = self.timer_service
