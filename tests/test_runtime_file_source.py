@@ -27,6 +27,14 @@ def _write(path, data: bytes) -> None:
         f.write(data)
 
 
+def _publish(path, data: bytes) -> None:
+    """Make a file appear whole in a watched folder, as Flink's FileSource expects of new files:
+    written under a hidden name (which the source skips), then renamed."""
+    folder, name = os.path.split(path)
+    _write(os.path.join(folder, "." + name + ".tmp"), data)
+    os.replace(os.path.join(folder, "." + name + ".tmp"), path)
+
+
 @pytest.fixture
 def tree(tmp_path):
     """A folder of text files in every format the source reads, and the lines they hold."""
@@ -149,8 +157,8 @@ def test_monitoring_reads_files_that_appear_while_the_job_runs(target, tmp_path)
         for line in results:
             got.append(line)
             if line == "f2":  # the first file is read: add more while the job runs
-                _write(str(root / "sub" / "second.txt"), b"s1\n")
-                _write(str(root / "third.gz"), gzip.compress(b"t1\nt2\n"))
+                _publish(str(root / "sub" / "second.txt"), b"s1\n")
+                _publish(str(root / "third.gz"), gzip.compress(b"t1\nt2\n"))
                 _write(str(root / ".in-progress"), b"never\n")
             if len(got) == 5:
                 break

@@ -105,7 +105,8 @@ def test_two_jobs_at_once(session):
     ray.get(session.wait_idle.remote())
     status = ray.get(session.status.remote())
     assert status["leased"] == {} and status["idle"] >= 2
-    assert all(r["clean"] for r in ray.get(session.reset_reports.remote()))
+    reports = ray.get(session.reset_reports.remote())
+    assert all(r["clean"] for r in reports), repr([r for r in reports if not r["clean"]])
 
 
 @pytest.mark.timeout(240)
@@ -199,9 +200,9 @@ def test_cli_start_status_stop(ray_session):
 
 
 @pytest.mark.xfail(
-    reason="a restarted job stalls after a SIGKILLed TaskExecutor in per-job mode too (the "
-    "restarted source's buffers to a barrier-aligning consumer get no credit); "
-    "not specific to the session cluster",
+    reason="the job restores exactly once, but the surviving pooled TaskExecutor's reset after the "
+    "failover finds one task object of the failed attempt still reachable (liveTasks 1, through "
+    "closures of its mailbox and barrier handler; root not found yet), so the reset is not clean",
     strict=False,
 )
 @pytest.mark.timeout(400)
@@ -235,4 +236,5 @@ def test_a_job_losing_a_pooled_executor_restarts_and_restores_exactly_once(sessi
     ray.get(session.wait_idle.remote())
     status = ray.get(session.status.remote())
     assert status["lost"] >= 1 and status["leased"] == {} and status["jobs"] >= 2, status
-    assert all(r["clean"] for r in ray.get(session.reset_reports.remote()))
+    reports = ray.get(session.reset_reports.remote())
+    assert all(r["clean"] for r in reports), repr([r for r in reports if not r["clean"]])
