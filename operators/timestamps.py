@@ -18,6 +18,7 @@ Not thread-safe: one instance per subtask, driven by its task thread.
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import Any, List, Optional
 
 from raylink.api.options import PipelineOptions, read_option
@@ -66,6 +67,9 @@ class _WatermarkEmitter(WatermarkOutput):
         if self.idle:
             self.idle = False
             self._operator._forward_status(idle=False)
+
+
+_ONLY_INT = frozenset((int,))
 
 
 def _bad_timestamp(operator: str, timestamps: List[Any], values: List[Any]) -> TypeError:
@@ -138,20 +142,18 @@ class TimestampsAndWatermarksOperator(StreamOperator):
                 return
         else:
             record_ts = MIN_WATERMARK if previous is None else previous
-            extract = self._extract
-            timestamps = [extract(v, record_ts) for v in values]
+            timestamps = list(map(self._extract, values, repeat(record_ts, len(values))))
         self._emit_batch(values, timestamps)
         rc.timestamp = previous
 
     def process_timestamped_batch(self, values: List[Any], timestamps: List[int]) -> None:
         """Records that each carry their own timestamp (a run read from the network)."""
         if not self._keeps_timestamps:
-            extract = self._extract
-            timestamps = [extract(v, t) for v, t in zip(values, timestamps)]
+            timestamps = list(map(self._extract, values, timestamps))
         self._emit_batch(values, timestamps)
 
     def _emit_batch(self, values: List[Any], timestamps: List[Any]) -> None:
-        if not set(map(type, timestamps)) <= {int}:
+        if not _ONLY_INT.issuperset(map(type, timestamps)):
             raise _bad_timestamp(self.name, timestamps, values)
         self._collect_timestamped(values, timestamps)
         self._on_timestamps(values, timestamps, self.wm_output)

@@ -535,6 +535,12 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
         offset = self.assigner.offset
         # a window starting at or before this is due at the current watermark
         due = self.timer_service.current_watermark - size + 1
+        if len(values) > 1:  # the usual run: every element in one window that is not due yet
+            lowest = min(timestamps)
+            start = lowest - (lowest - offset) % size
+            if start > due and max(timestamps) < start + size:
+                self._process_in_window(values, self._window(start))
+                return
         reducing = self.contents_kind == REDUCING
         aggregating = self.contents_kind == AGGREGATING
         reduce, add = self._reduce, getattr(self, "_add", None)
@@ -562,6 +568,40 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
                 pane[key] = add(value, acc)
             else:
                 acc.append(value)
+
+    def _process_in_window(self, values: List[Any], window: TimeWindow) -> None:
+        """Elements that all belong to ``window`` alone (not due): one pane, one loop per kind."""
+        pane = self._contents.get(window)
+        if pane is None:
+            pane = self._contents[window] = {}
+        get = pane.get
+        new_pane = self._new_pane
+        missing = _MISSING
+        pairs = zip(map(self._key_of, values), values)
+        kind = self.contents_kind
+        if kind == REDUCING:
+            reduce = self._reduce
+            for key, value in pairs:
+                acc = get(key, missing)
+                if acc is missing:
+                    new_pane(key, window, value)
+                else:
+                    pane[key] = reduce(acc, value)
+        elif kind == AGGREGATING:
+            add = self._add
+            for key, value in pairs:
+                acc = get(key, missing)
+                if acc is missing:
+                    new_pane(key, window, value)
+                else:
+                    pane[key] = add(value, acc)
+        else:
+            for key, value in pairs:
+                acc = get(key, missing)
+                if acc is missing:
+                    new_pane(key, window, value)
+                else:
+                    acc.append(value)
 
     def _process_sliding(self, values: List[Any], timestamps: Any) -> None:
         key_of = self._key_of

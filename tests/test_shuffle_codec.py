@@ -217,6 +217,29 @@ def test_a_flat_batch_packs_to_the_bytes_of_msgpack(values):
     assert codec.decode_all(bytes(buf[6:])) == values
 
 
+@settings(max_examples=150, deadline=None)
+@given(_flat_batches, st.data())
+def test_a_flat_timestamped_run_is_written_as_msgpack_would_write_it(values, data):
+    timestamps = data.draw(st.one_of(_int64, st.lists(_int64, min_size=len(values), max_size=len(values))))
+    encoded = codec.encode_timestamped(values, timestamps)
+    packer = codec.make_packer()
+    reference = packer.pack(codec.ExtType(codec.EXT_TIMESTAMPED, packer.pack((timestamps, values))))
+    assert encoded == reference
+    (run,) = codec.decode_all(encoded)
+    assert run.values == values
+    assert run.timestamps == (timestamps if type(timestamps) is list else [timestamps] * len(values))
+
+
+def test_a_timestamped_run_that_msgspec_cannot_write_takes_the_codecs_packer():
+    values = [("a", 1), ("b", 2)]
+    for timestamps in ([1, 2**70], [1, True], 2**70):
+        (run,) = codec.decode_all(codec.encode_timestamped(values, timestamps))
+        assert run.values == values
+        assert run.timestamps == (timestamps if type(timestamps) is list else [timestamps] * 2)
+    with pytest.raises(ValueError, match="2 values but 1 timestamps"):
+        codec.encode_timestamped(values, [1])
+
+
 def test_a_flat_batch_with_an_int_beyond_64_bits_is_left_to_the_codec():
     buf = bytearray(b"x")
     assert not codec.pack_flat_batch_into([("a", 1), ("b", 2**70)], buf)

@@ -136,12 +136,16 @@ class _SlowEventTimeTrigger(EventTimeTrigger):
 )
 @pytest.mark.parametrize("contents", ["reducing", "aggregating", "list"])
 @pytest.mark.parametrize("lateness", [0, 7])
-def test_fast_path_and_general_path_agree(assigner, contents, lateness):
+@pytest.mark.parametrize("order", ["random", "ascending"])
+def test_fast_path_and_general_path_agree(assigner, contents, lateness, order):
     rnd = random.Random(7)
     events = []
     for i in range(300):
         events.append(((rnd.choice("abc"), rnd.randint(1, 9)), rnd.randint(-20, 100)))
     watermarks = sorted(rnd.sample(range(-30, 110), 12))
+    if order == "ascending":  # 4 ms per run of 25: most runs fall in one window (the one-pane loop)
+        events = [(value, i // 6 - 20) for i, (value, _) in enumerate(events)]
+        watermarks = [ts - 2 for _, ts in events[24::25]]
     kind = "window" if contents == "list" else "pass"
     fn = (lambda k, w, xs: [(k, w.start, w.end, sorted(x[1] for x in xs))]) if contents == "list" else None
     results = []
@@ -149,14 +153,26 @@ def test_fast_path_and_general_path_agree(assigner, contents, lateness):
         tag = OutputTag("late")
         op, out = start(assigner, contents, trigger=trigger, lateness=lateness, tag=tag, kind=kind, fn=fn, agg=SumAgg())
         assert op._fast == (type(trigger) is EventTimeTrigger)
+        one_pane_runs = []
+        op._process_in_window = _counting(op._process_in_window, one_pane_runs)
         chunks = [events[i : i + 25] for i in range(0, len(events), 25)]
         for chunk, wm in zip(chunks, watermarks):
             feed(op, chunk)
             op.process_watermark(wm)
         op.process_watermark(MAX_WATERMARK)
         results.append((rows(out), sorted(out.side_outputs.get("late", []))))
+        if op._fast and not op._sliding:
+            assert bool(one_pane_runs) == (order == "ascending")
     assert results[0] == results[1]
     assert results[0][0]  # something fired
+
+
+def _counting(method, calls):
+    def counted(*args):
+        calls.append(len(args[0]))
+        return method(*args)
+
+    return counted
 
 
 def test_element_batch_and_timestamped_batch_paths_agree():
