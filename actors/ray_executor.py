@@ -149,7 +149,8 @@ class RayJobClient(JobMasterBase):
         conf = self.configuration
         self._generation += 1
         mode = conf.get(RaylinkOptions.TASK_PLACEMENT)
-        executor_of, count = assign_task_executors(self.execution_graph, mode, self._slots)
+        cores = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        executor_of, count = assign_task_executors(self.execution_graph, mode, self._slots, cores)
         self.executor_ids = [f"te-{self.job_id[:6]}-{self._generation}-{i}" for i in range(count)]
         placement = {key: self.executor_ids[i] for key, i in executor_of.items()}
         self.handles = {}
@@ -210,22 +211,24 @@ class RayJobClient(JobMasterBase):
 
     def _bundles(self, mode: str, executor_of: dict, count: int) -> list[dict]:
         """Ray resources of each TaskExecutor. A slot reserves ``taskmanager.cpu.cores`` (and
-        the process memory); with one process per task, a slot's tasks split its share, so a
-        job reserves the same either way."""
-        if mode == "slot":
+        the process memory); when a slot's tasks are spread over processes, each task takes
+        an equal part of its slot's share and a process the sum of its tasks' parts, so a job
+        reserves the same either way."""
+        if mode == "slot" or executor_of == assign_slots(self.execution_graph, self._slots)[0]:
             return [dict(self._bundle) for _ in range(count)]
         slot_of, _slots = assign_slots(self.execution_graph, 1)
         sharing: dict[int, int] = {}
         for slot in slot_of.values():
             sharing[slot] = sharing.get(slot, 0) + 1
-        bundles = [dict(self._bundle) for _ in range(count)]
+        totals: list[dict] = [{} for _ in range(count)]
         for key, executor in executor_of.items():
             share = sharing[slot_of[key]]
-            bundles[executor] = {
-                resource: amount / share if resource == "CPU" else int(amount // share)
-                for resource, amount in self._bundle.items()
-            }
-        return bundles
+            for resource, amount in self._bundle.items():
+                totals[executor][resource] = totals[executor].get(resource, 0) + amount / share
+        return [
+            {resource: amount if resource == "CPU" else int(amount) for resource, amount in total.items()}
+            for total in totals
+        ]
 
     def tasks_on(self, executor_id: str) -> list[str]:
         return sorted(

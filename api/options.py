@@ -525,12 +525,14 @@ class RaylinkOptions:
     TASK_PLACEMENT = option(
         "raylink.task-placement",
         "enum",
-        "slot",
-        "How subtasks map to TaskExecutor processes on Ray: task (each subtask its own "
-        "process, so pipeline stages use separate cores despite Python's GIL) or slot "
-        "(Flink's: a slot's subtasks share one process, taskmanager.numberOfTaskSlots "
+        "auto",
+        "How subtasks map to TaskExecutor processes on Ray: auto (as many processes as the "
+        "cluster's CPUs can keep busy: one per subtask while there are no more subtasks than "
+        "CPUs, else Flink's slots, spread over at least as many processes as CPUs), task (each "
+        "subtask its own process, so pipeline stages use separate cores despite Python's GIL) "
+        "or slot (Flink's: a slot's subtasks share one process, taskmanager.numberOfTaskSlots "
         "slots per process). Slot sharing groups stay in the JobGraph either way.",
-        choices=("task", "slot"),
+        choices=("auto", "task", "slot"),
     )
     SESSION_ENABLED = option(
         "raylink.session.enabled",

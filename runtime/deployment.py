@@ -187,7 +187,7 @@ def assign_slots(graph: ExecutionGraph, slots_per_executor: int) -> tuple[dict[t
 
 
 def assign_task_executors(
-    graph: ExecutionGraph, placement_mode: str, slots_per_executor: int
+    graph: ExecutionGraph, placement_mode: str, slots_per_executor: int, cores: int = 1
 ) -> tuple[dict[tuple[str, int], int], int]:
     """``{(job vertex id, subtask): executor index}`` and the number of TaskExecutors.
 
@@ -195,13 +195,22 @@ def assign_task_executors(
     ``"task"``: every subtask gets its own process. Python threads of one process share one
     core (the GIL), so Flink's default of a whole pipeline in one slot would run a pipeline
     on one core; separate processes let the stages of a pipeline use separate cores.
+    ``"auto"`` (the default): as many processes as the job can keep busy on ``cores`` CPUs --
+    one per subtask while there are no more subtasks than cores; else Flink's slots, dealt
+    over ``cores`` processes when there are fewer slots than cores (subtasks round-robin in
+    topological order, so consecutive stages land in different processes). More processes
+    than cores would only time-share the cores, and every record between two processes
+    crosses Ray.
     """
     if placement_mode == "slot":
         return assign_slots(graph, slots_per_executor)
-    if placement_mode != "task":
-        raise ValueError(f"raylink.task-placement must be task or slot, got {placement_mode!r}")
-    placement = {}
-    for ejv in graph.job_vertices:
-        for ev in ejv.vertices:
-            placement[(ejv.id, ev.subtask_index)] = len(placement)
-    return placement, len(placement)
+    if placement_mode not in ("task", "auto"):
+        raise ValueError(f"raylink.task-placement must be auto, task or slot, got {placement_mode!r}")
+    keys = [(ejv.id, ev.subtask_index) for ejv in graph.job_vertices for ev in ejv.vertices]
+    processes = len(keys)
+    if placement_mode == "auto" and processes > cores:
+        slot_placement, slots = assign_slots(graph, slots_per_executor)
+        if slots >= cores:
+            return slot_placement, slots
+        processes = cores
+    return {key: i % processes for i, key in enumerate(keys)}, processes

@@ -67,11 +67,14 @@ def expected_rolling_counts():
     return sorted(out)
 
 
-@pytest.mark.parametrize("placement", ["task", "slot"])
+@pytest.mark.parametrize("placement", ["auto", "task", "slot"])
 @pytest.mark.parametrize("parallelism", [1, 2, 3, 4])
 def test_word_count_over_several_task_executors(parallelism, placement):
+    import ray
+
     env = ray_env(parallelism)
-    env.configuration.set_string("raylink.task-placement", placement)
+    if placement != "auto":  # auto is the default
+        env.configuration.set_string("raylink.task-placement", placement)
     counts = env.from_collection(LINES).flat_map(split).key_by(lambda kv: kv[0]).sum(1)
     it = counts.execute_and_collect()
     assert sorted(it) == expected_rolling_counts()
@@ -79,8 +82,11 @@ def test_word_count_over_several_task_executors(parallelism, placement):
     executors = {m["executor"] for m in result.task_metrics}
     tasks = {m["task"] for m in result.task_metrics}
     # slot: Flink's placement, one process per slot (the default slot sharing group: p slots);
-    # task: one process per subtask
-    assert len(executors) == (parallelism if placement == "slot" else len(tasks))
+    # task: one process per subtask; auto: one per subtask while they fit the CPUs, else the
+    # slots, spread over at least one process per CPU
+    cpus = int(ray.cluster_resources()["CPU"])
+    auto = len(tasks) if len(tasks) <= cpus else max(parallelism, cpus)
+    assert len(executors) == {"slot": parallelism, "task": len(tasks), "auto": auto}[placement]
     if parallelism > 1:  # the keyed exchange crossed actors through remote channels
         assert sum(s["remoteBuffersSent"] for s in result.executor_stats) > 0
     assert alive_task_executors(it.job_client) == 0

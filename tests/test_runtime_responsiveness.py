@@ -158,9 +158,9 @@ def test_a_blocking_function_fails_the_job_after_the_cancellation_timeout(target
     try:
         if target == "local":
             assert signal(name + "-entered").wait(30)
-        else:
+        else:  # a record reached the map (which may run in another process than the source)
             assert wait_for(
-                lambda: any(m["numRecordsOut"] > 0 for m in client.get_metrics() if m["task"].startswith("Source")),
+                lambda: any(m["numRecordsIn"] > 0 for m in client.get_metrics() if m["task"].startswith("Map")),
                 client,
                 timeout=30,
             )
