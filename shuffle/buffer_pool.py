@@ -345,9 +345,13 @@ class LocalBufferPool:
             self._destroyed = True
             borrowed = max(0, self._in_use - self.min_buffers)
             f = self._helper.take_to_complete()
-        if self.network_pool is not None:
+        np = self.network_pool
+        if np is not None:
+            with np._lock:  # a destroyed pool waits for no segment (and stays reachable from none)
+                if self in np._waiting:
+                    np._waiting.remove(self)
             if borrowed:
-                self.network_pool._return_borrowed(borrowed)
+                np._return_borrowed(borrowed)
             if self.min_buffers:
-                self.network_pool._unreserve(self.min_buffers)
+                np._unreserve(self.min_buffers)
         _complete(f)

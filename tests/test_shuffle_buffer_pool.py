@@ -79,6 +79,26 @@ def test_destroy_returns_reservation():
     assert net.free_buffers == 4
 
 
+def test_a_destroyed_pool_is_no_longer_referenced_by_the_network_pool():
+    """A pool (min 0, as a gate's floating pool) waiting for a segment when its task goes away:
+    the executor-wide network pool (which outlives jobs in a session cluster) must not keep it."""
+    import gc
+    import weakref
+
+    net = NetworkBufferPool(1)
+    other = net.create_buffer_pool(0, 2)
+    assert other.request()  # the only segment
+    pool = net.create_buffer_pool(0, 2)
+    assert not pool.request()  # waits for the network pool
+    alive = weakref.ref(pool)
+    pool.destroy()
+    del pool
+    gc.collect()
+    assert alive() is None
+    other.recycle()
+    assert net.free_buffers == 1
+
+
 def test_overdraft_keeps_pool_unavailable_until_paid_back():
     pool = LocalBufferPool(None, 0, 2)
     assert pool.request_overdraft() and pool.request_overdraft()
