@@ -694,9 +694,13 @@ def prepare_batch(values: List[Any]) -> List[Any]:
     return [v if is_flat_value(v) else prepare(v) for v in values]
 
 
-def _encode_ts_payload(values: List[Any], timestamps: "List[int] | int") -> bytes:
+def _check_run(values: List[Any], timestamps: "List[int] | int") -> None:
     if type(timestamps) is not int and len(values) != len(timestamps):
         raise ValueError(f"{len(values)} values but {len(timestamps)} timestamps")
+
+
+def _encode_ts_payload(values: List[Any], timestamps: "List[int] | int") -> bytes:
+    _check_run(values, timestamps)
     return _pack_nested((timestamps, prepare_batch(values)))
 
 
@@ -708,8 +712,7 @@ def encode_timestamped(values: List[Any], timestamps: "List[int] | int") -> byte
     msgpack's packer writes (see ``pack_flat_batch_into``), ~5x faster.
     """
     if is_flat_batch(values):
-        if type(timestamps) is not int and len(values) != len(timestamps):
-            raise ValueError(f"{len(values)} values but {len(timestamps)} timestamps")
+        _check_run(values, timestamps)
         try:
             return _flat_encode(_FlatExt(EXT_TIMESTAMPED, _flat_encode((timestamps, values))))
         except (OverflowError, TypeError):

@@ -37,14 +37,6 @@ def word_count_graph(parallelism: int, stages: int = 2):
     return build_execution_graph(env.get_job_graph())
 
 
-def processes(placement: dict) -> dict:
-    """executor index -> sorted job vertex names' positions it runs (for readable asserts)."""
-    out = collections.defaultdict(list)
-    for key, executor in placement.items():
-        out[executor].append(key)
-    return out
-
-
 @pytest.mark.parametrize("parallelism", [1, 2, 3])
 @pytest.mark.parametrize("cores", [1, 2, 4, 16])
 def test_auto_placement_keeps_every_core_busy_and_no_more(parallelism, cores):
