@@ -39,6 +39,21 @@ def test_importing_raylink_and_its_api_loads_no_optional_dependency():
     assert "LOADED []" in proc.stdout, proc.stdout
 
 
+def test_a_job_on_the_local_target_does_not_load_ray():
+    """Only the executor of the job's target is loaded: a local job starts without Ray's ~0.3 s."""
+    proc = run_python("""
+        import sys
+        from raylink.api import Configuration, StreamExecutionEnvironment
+        conf = Configuration()
+        conf.set_string("execution.target", "local")
+        env = StreamExecutionEnvironment.get_execution_environment(conf)
+        with env.from_collection([1, 2, 3]).map(lambda x: x * 2).execute_and_collect() as results:
+            print("OUT", sorted(results), "ray" in sys.modules)
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert "OUT [2, 4, 6] False" in proc.stdout, proc.stdout
+
+
 @pytest.mark.parametrize(
     "call",
     [
@@ -120,3 +135,35 @@ def test_job_result_reads_spark_results_through_the_registered_reader():
     result = JobExecutionResult("job", "no spark sink", 1, accumulators={"other": 1})
     with pytest.raises(ValueError, match=r"the job has 0 Spark result sinks \(\[\]\); say which one"):
         result.get_spark_dataframe()
+
+
+def test_spark_coordinator_jvms_start_quick_and_the_executors_keep_hotspot_defaults():
+    pytest.importorskip("raydp")
+    from raylink.connectors.spark.session import COORDINATOR_JAVA_OPTIONS, spark_configs
+
+    configs = spark_configs({"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=4", "spark.executor.cores": "2"})
+    driver = configs["spark.driver.extraJavaOptions"]
+    assert "--add-opens=java.base/java.nio=ALL-UNNAMED" in driver
+    # the user's flag comes after raylink's, so HotSpot takes the user's
+    assert driver.index(COORDINATOR_JAVA_OPTIONS) < driver.index("-XX:TieredStopAtLevel=4")
+    assert COORDINATOR_JAVA_OPTIONS in configs["spark.ray.raydp_app_master.extraJavaOptions"]
+    executor = configs["spark.executor.extraJavaOptions"]
+    assert "--add-opens=java.base/java.nio=ALL-UNNAMED" in executor and "TieredStopAtLevel" not in executor
+    assert configs["spark.executor.cores"] == "2"
+
+
+def test_spark_settles_rays_token_default_only_for_a_new_local_ray(monkeypatch):
+    """The driver JVM starts before a new local Ray and inherits its auth mode; when Ray is
+    another cluster (an address), nothing is settled and the JVM starts after ``ray.init``."""
+    pytest.importorskip("raydp")
+    from raylink.connectors.spark.session import _prepare_new_local_ray
+
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert _prepare_new_local_ray("10.255.255.1:6379") is False
+    assert "RAY_AUTH_MODE" not in os.environ
+    assert _prepare_new_local_ray("local") is True
+    assert os.environ["RAY_AUTH_MODE"] == "token"  # what ray.init sets for a new local cluster
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    assert _prepare_new_local_ray("local") is True
+    assert os.environ["RAY_AUTH_MODE"] == "disabled"  # the user's choice stands
