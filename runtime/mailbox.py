@@ -160,7 +160,8 @@ class MailboxProcessor:
 
     def time_metrics(self) -> dict:
         """busy / idle / back-pressured time in ms per second, over about the last second
-        between two calls (Flink's per-second TimerGauges); over the task's life at first."""
+        between two calls (Flink's per-second TimerGauges; over the task's life at first), and
+        the same three accumulated over the task's life in ms."""
         now = self.ended_ns or time.perf_counter_ns()
         idle, back = self.idle_ns, self.back_pressured_ns
         since = self._waiting_since
@@ -182,10 +183,15 @@ class MailboxProcessor:
         span = max(now - base[0], 1)
         idle_rate = 1000.0 * (idle - base[1]) / span
         back_rate = 1000.0 * (back - base[2]) / span
+        lived = now - (self.started_ns or now)
         return {
             "idleTimeMsPerSecond": idle_rate,
             "backPressuredTimeMsPerSecond": back_rate,
             "busyTimeMsPerSecond": max(0.0, 1000.0 - idle_rate - back_rate),
+            # over the task's whole life (Flink's accumulate*TimeMs): what a finished task reports
+            "accumulateIdleTimeMs": idle / 1e6,
+            "accumulateBackPressuredTimeMs": back / 1e6,
+            "accumulateBusyTimeMs": max(0.0, (lived - idle - back) / 1e6),
         }
 
 
