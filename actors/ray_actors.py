@@ -115,6 +115,7 @@ class TaskExecutorActor:
             buffer_size=network.buffer_size,
             max_batch_bytes=max_batch_bytes,
             max_batch_delay_ms=float(read_option(settings, RaylinkOptions.MAX_BATCH_DELAY)),
+            max_calls_in_flight=int(read_option(settings, RaylinkOptions.MAX_CALLS_IN_FLIGHT)),
         )
         self.te = TaskExecutor(executor_id, network, self.transport)
 

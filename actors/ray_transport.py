@@ -10,7 +10,12 @@ Flink's Netty connection:
   ``set_buffer_size`` (Flink's buffer debloating, see ``buffer_debloater``);
 * producer -> consumer: batched ``receive_buffers``: several
   ``BufferResponse``s (buffer, backlog, sequence number) for any channels of
-  that consumer in one call (up to ``max_batch_bytes``).
+  that consumer in one call (up to ``max_batch_bytes``), at most
+  ``max_calls_in_flight`` calls under way per connection: what is flushed while
+  they are (with buffer timeout 0, every emit) leaves together in the next call,
+  made when one completes. Like Netty's write coalescing; without it a call per
+  small flush costs both processes more CPU than the records do, and latency
+  grows with the queue of calls.
 
 Calls are made by whichever thread has something to send (the task thread
 that filled a buffer, the actor thread that received credit) — no sender
@@ -41,6 +46,7 @@ from raylink.shuffle.credit import (
 DEFAULT_MAX_BATCH_BYTES = RaylinkOptions.MAX_BATCH_BYTES.default
 #: ``raylink.network.max-batch-delay``: a full buffer waits at most this long for its batch
 DEFAULT_MAX_BATCH_DELAY_MS = RaylinkOptions.MAX_BATCH_DELAY.default
+DEFAULT_MAX_CALLS_IN_FLIGHT = RaylinkOptions.MAX_CALLS_IN_FLIGHT.default
 MAX_BATCH_BUFFERS = 32  # tiny segments: credit stays at 2 x 32 buffers per channel
 
 
@@ -95,7 +101,9 @@ class PartitionRequestQueue(_Connection):
     writer's next flush (its buffer timeout; with -1, until a batch is full or
     end of input) or until its pool runs dry, which flushes too. Every Ray call
     costs both processes 1-3 ms of CPU, so fewer, larger calls are what makes
-    the transport fast.
+    the transport fast: while ``max_calls_in_flight`` calls are under way,
+    nothing more is sent; the completion of one ships what became sendable
+    meanwhile (a reader's flush stays pending until its buffers leave).
     """
 
     def __init__(self, transport: "RayTransport", consumer_id: str, handle: Any) -> None:
@@ -106,16 +114,23 @@ class PartitionRequestQueue(_Connection):
         self._next = 0  # round-robin start
         self._seq = 0
         self.num_buffers = 0
+        self._in_flight = 0
+        self._deferred = False  # something asked to be sent while the calls were under way
+        self.max_in_flight = 0
 
     def add_reader(self, reader: CreditBasedSequenceNumberingViewReader) -> None:
         with self._lock:
             self._readers.append(reader)
 
     def notify(self, reader: CreditBasedSequenceNumberingViewReader, flushed: bool = False) -> None:
-        batch = self._transport.batch_buffers
-        delay = self._transport.max_batch_delay_ns
+        transport = self._transport
+        batch = transport.batch_buffers
+        delay = transport.max_batch_delay_ns
         while True:
             with self._lock:
+                if self._in_flight >= transport.max_calls_in_flight:
+                    self._deferred = True
+                    return
                 if not flushed and not any(r.should_send(batch, delay) for r in self._readers):
                     return
                 responses, more = self._take_batch()
@@ -123,9 +138,23 @@ class PartitionRequestQueue(_Connection):
                     return
                 seq = self._seq
                 self._seq = seq + 1
-            self._submitted(self._handle.receive_buffers.remote(self._transport.executor_id, seq, responses))
+                self._in_flight += 1
+                if self._in_flight > self.max_in_flight:
+                    self.max_in_flight = self._in_flight
+            ref = self._handle.receive_buffers.remote(transport.executor_id, seq, responses)
+            self._submitted(ref)
+            ref._on_completed(self._call_done)  # on a Ray thread; a failed call completes too
             if not more:
                 return
+            flushed = False  # the rest of a flush is still marked on its readers
+
+    def _call_done(self, _result: Any) -> None:
+        with self._lock:
+            self._in_flight -= 1
+            deferred = self._deferred
+            self._deferred = False
+        if deferred:
+            self.notify(None)
 
     def _take_batch(self) -> tuple:
         """Round robin over the readers: everything sendable, up to max_batch_bytes."""
@@ -185,11 +214,13 @@ class RayTransport:
         buffer_size: int = 32 * 1024,
         max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
         max_batch_delay_ms: float = DEFAULT_MAX_BATCH_DELAY_MS,
+        max_calls_in_flight: int = DEFAULT_MAX_CALLS_IN_FLIGHT,
     ) -> None:
         self.executor_id = executor_id
         self.partition_lookup = partition_lookup
         self.max_batch_bytes = max_batch_bytes
         self.max_batch_delay_ns = int(max_batch_delay_ms * 1_000_000)
+        self.max_calls_in_flight = max(1, max_calls_in_flight)
         self.batch_buffers = min(MAX_BATCH_BUFFERS, max(1, max_batch_bytes // buffer_size))
         self.peers: dict[str, Any] = {}
         self._lock = threading.Lock()
@@ -319,6 +350,7 @@ class RayTransport:
             "remoteBuffersSent": sum(q.num_buffers for q in self._queues.values()),
             "remoteCalls": sum(q.num_calls for q in self._queues.values()),
             "remoteCreditCalls": sum(a.num_calls for a in self._announcers.values()),
+            "maxCallsInFlight": max((q.max_in_flight for q in self._queues.values()), default=0),
             "remoteChannels": len(self._channels),
             "maxBuffersInFlightPerChannel": max((c.max_buffers_in_flight for c in self._channels.values()), default=0),
             "creditPerChannel": max(

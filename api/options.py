@@ -501,6 +501,14 @@ class RaylinkOptions:
     MAX_BATCH_DELAY = option(
         "raylink.network.max-batch-delay", "duration", 20, "Longest a full buffer waits for its batch.", check=_positive
     )
+    MAX_CALLS_IN_FLIGHT = option(
+        "raylink.network.max-calls-in-flight",
+        "int",
+        1,
+        "Remote calls with buffers a TaskExecutor has under way to one peer; what is flushed meanwhile "
+        "leaves together when one completes.",
+        check=_at_least(1),
+    )
     DEBLOAT_INITIAL_SIZE = option(
         "raylink.network.buffer-debloat.initial-size",
         "memory",

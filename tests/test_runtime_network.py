@@ -319,3 +319,38 @@ def test_remote_buffers_travel_in_batches_within_their_credit(ray_session):
     assert calls * 3 <= sent  # several 32 KiB buffers per Ray call
     consumer = next(s for s in result.executor_stats if s.get("remoteChannels"))
     assert consumer["maxBuffersInFlightPerChannel"] <= consumer["creditPerChannel"]
+
+
+class OneAtATime(SourceFunction):
+    """Collects its records one by one: with buffer timeout 0 each is flushed on its own."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def run(self, ctx):
+        for i in range(self.n):
+            ctx.collect(i)
+
+    def cancel(self):
+        pass
+
+
+def test_records_flushed_one_by_one_share_remote_calls_while_one_is_under_way(ray_session):
+    env = make_env("ray", 1)
+    env.set_buffer_timeout(0)  # every record is flushed as soon as it is emitted
+    n = 20_000
+    (
+        env.add_source(OneAtATime(n))
+        .slot_sharing_group("producer")
+        .rebalance()
+        .map(lambda x: x)
+        .slot_sharing_group("consumer")
+        .collect_sink("out")
+    )
+    result = env.execute()
+    assert sorted(collected(result, "out")) == list(range(n))
+    (producer,) = [s for s in result.executor_stats if s.get("remoteBuffersSent")]
+    assert producer["remoteBuffersSent"] >= n  # a buffer per record: nothing waited for a batch
+    assert producer["maxCallsInFlight"] == 1  # raylink.network.max-calls-in-flight
+    # what was flushed while a call was under way left together with the next one
+    assert producer["remoteCalls"] * 16 <= producer["remoteBuffersSent"]
