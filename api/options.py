@@ -504,7 +504,7 @@ class RaylinkOptions:
     MAX_CALLS_IN_FLIGHT = option(
         "raylink.network.max-calls-in-flight",
         "int",
-        1,
+        2,
         "Remote calls with buffers a TaskExecutor has under way to one peer; what is flushed meanwhile "
         "leaves together when one completes.",
         check=_at_least(1),
@@ -522,6 +522,14 @@ class RaylinkOptions:
         50_000,
         "Allocations between two young-generation collections in a TaskExecutor (0: Python's default).",
         check=_at_least(0),
+    )
+    SWITCH_INTERVAL = option(
+        "raylink.taskmanager.switch-interval",
+        "duration",
+        1,
+        "How long a TaskExecutor thread holds the GIL while another waits (Python's switch interval; "
+        "its default is 5 ms).",
+        check=_positive,
     )
     COLLECT_MAX_BUFFERED_RECORDS = option(
         "raylink.collect.max-buffered-records",

@@ -351,3 +351,19 @@ def test_task_executor_processes_collect_the_young_generation_less_often():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.split() == ["700", "50000", "True"]
+
+
+def switch_interval(_):
+    import sys
+
+    return sys.getswitchinterval()
+
+
+def test_task_executors_hand_the_gil_over_after_the_configured_switch_interval():
+    for interval, expected in ((None, 0.001), ("3 ms", 0.003)):  # raylink's default, then a setting
+        conf = Configuration()
+        if interval:
+            conf.set_string("raylink.taskmanager.switch-interval", interval)
+        env = StreamExecutionEnvironment.get_execution_environment(conf)
+        out = list(env.from_collection([0]).map(switch_interval).execute_and_collect())
+        assert out == [pytest.approx(expected)], interval
