@@ -363,4 +363,18 @@ class RayTransport:
         }
 
     def close(self) -> None:
-        """Nothing runs in the background: calls are made by the threads that send."""
+        """Forget every channel, reader and connection: the executor's tasks are gone.
+
+        Nothing runs in the background (calls are made by the threads that send), so there
+        is nothing to stop; but a channel of a task that failed while suspended on its input
+        leads through its gate's availability future to that task's mailbox, so while the
+        transport keeps it, the task and its state stay reachable."""
+        with self._lock:
+            self._queues.clear()
+            self._announcers.clear()
+            self._readers.clear()
+            self._pending_credit.clear()
+            self._pending_sizes.clear()
+            self._channels.clear()
+        with self._inbound_lock:
+            self._inbound.clear()

@@ -484,6 +484,8 @@ class TaskExecutor:
             for gate in gates:
                 gate.release()
         self.release_resources()
+        if self.transport is not None:  # its channels lead to the tasks that read them
+            self.transport.close()
         self.tasks.clear()
         self.partitions.clear()
         self._gates.clear()

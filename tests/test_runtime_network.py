@@ -26,6 +26,9 @@ SMALL_NETWORK = {
     "taskmanager.network.numberOfBuffers": 32,
     "taskmanager.network.memory.buffers-per-channel": 2,
     "taskmanager.network.memory.floating-buffers-per-gate": 2,
+    # on Ray a remote channel's credit is two batches of buffers: keep it at 2 x 2 buffers,
+    # or the whole output (~60 KiB) fits in the channels' credit and nothing ever waits
+    "raylink.network.max-batch-bytes": 2 * SEGMENT,
 }
 SOURCE_BATCH = 1024  # records a source emits per default action (StreamTask.SOURCE_BATCH_SIZE)
 MAX_RECORD_BYTES = 3  # msgpack of an int <= 65535

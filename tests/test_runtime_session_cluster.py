@@ -201,8 +201,9 @@ def test_cli_start_status_stop(ray_session):
 
 @pytest.mark.xfail(
     reason="the job restores exactly once, but the surviving pooled TaskExecutor's reset after the "
-    "failover finds one task object of the failed attempt still reachable (liveTasks 1, through "
-    "closures of its mailbox and barrier handler; root not found yet), so the reset is not clean",
+    "failover finds one task object of the failed attempt still reachable (liveTasks 1): through a "
+    "list holding its InputGate that no object Python's gc sees refers to (so held from C; the "
+    "transport's own path to it is cut), so the reset is not clean",
     strict=False,
 )
 @pytest.mark.timeout(400)
