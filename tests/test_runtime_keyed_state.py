@@ -250,9 +250,10 @@ class RemembersForAWhile(MapFunction):
     def map(self, value):
         key, action = value
         if action == "write":
-            self.written_at[key] = time.time_ns() // 1_000_000
             self.short.update(f"short-{key}")
             self.long[key] = f"long-{key}"
+            # read the clock after the write: the state's last access is at or before it
+            self.written_at[key] = time.time_ns() // 1_000_000
             return (key, "written")
         # the expiry time is a point on the clock: wait for the clock to pass it (no signal to wait on)
         due = self.written_at[key] + TTL_MS
