@@ -155,6 +155,8 @@ class TaskExecutor:
                 name=f"{tdd.job_vertex.name} -> {rpdd.target_name}",
                 flat_records=rpdd.flat_records,
             )
+            if self.transport is None:  # every reader is a task thread of this process
+                writers[rpdd.edge_id].hand_over_objects()
             if self.transport is not None and settings.debloat.enabled:
                 # buffers for other executors start small, before the consumer's partition
                 # request arrives; its debloater resizes them from its first measurement

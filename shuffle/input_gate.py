@@ -49,7 +49,7 @@ from raylink.shuffle.elements import (
     Watermark,
     WatermarkStatus,
 )
-from raylink.shuffle.serializer import RecordDeserializer
+from raylink.shuffle.serializer import ObjectBuffer, RecordDeserializer
 from raylink.shuffle.watermark_valve import StatusWatermarkValve
 
 __all__ = [
@@ -421,9 +421,15 @@ class StreamTaskNetworkInput:
             return None
         channel, boe = r
         self.last_channel = channel
-        if type(boe) is bytes:
+        t = type(boe)
+        if t is bytes:
             items = self._deserializers[channel].feed(boe)
             if len(items) == 1 and type(items[0]) is list:
+                return items
+            return self._through_valve(items, channel)
+        if t is ObjectBuffer:  # an in-process run: already decoded
+            items = boe.items
+            if type(items[0]) is list:
                 return items
             return self._through_valve(items, channel)
         if type(boe) is EndOfPartition:

@@ -112,6 +112,15 @@ class RecordWriter:
         self._single = self._serializers[0] if (n == 1 or self.is_broadcast) else None
         self._flusher: Optional[OutputFlusher] = None
 
+    def hand_over_objects(self) -> None:
+        """Every reader of this writer's pipelined partition is a thread of this process,
+        alone on its channel: flat batches travel as objects (``RecordSerializer``).
+        A broadcast writer shares its buffers between readers and keeps encoding."""
+        if self.is_broadcast or not self.partition.partition_type.is_pipelined:
+            return
+        for serializer in self._serializers:
+            serializer.hand_over_objects = True
+
     def _set_broadcast_buffer_size(self, index: int, size: int) -> None:
         self._requested_sizes[index] = size
         self._broadcast_serializer.set_buffer_size(min(self._requested_sizes))

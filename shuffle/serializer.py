@@ -31,6 +31,15 @@ timestamp marker followed by the record (``add_timestamped_record``) or, for
 batches, as one ext object holding both lists (``add_timestamped_records``);
 the deserializer pairs markers with their records (also across buffers) and
 merges consecutive timestamped records into one ``TimestampedRecords`` run.
+
+In-process hand-over: a serializer whose reader lives in the same process and reads it
+alone (``hand_over_objects``, set by the TaskExecutor of the local target for pipelined,
+non-broadcast subpartitions) passes a batch of at least ``OBJECT_RUN_MIN`` flat records
+(scalars, or tuples of scalars: immutable, so sharing them is what a copy would give) as
+an :class:`ObjectBuffer` instead of encoding it; the partial byte buffer before it is
+handed over first, so order is kept. It takes a buffer permit like any data buffer. Flink
+always serializes between tasks; here the bytes would only be decoded again by a thread of
+the same interpreter.
 """
 
 from __future__ import annotations
@@ -66,12 +75,38 @@ from raylink.shuffle.elements import (
     TimestampedRecords,
 )
 
-__all__ = ["DEFAULT_BUFFER_SIZE", "RecordSerializer", "RecordDeserializer", "BufferSink"]
+__all__ = ["DEFAULT_BUFFER_SIZE", "ObjectBuffer", "RecordSerializer", "RecordDeserializer", "BufferSink"]
 
 #: Flink's default memory segment size (``taskmanager.memory.segment-size``)
 DEFAULT_BUFFER_SIZE = 32 * 1024
 #: timestamped batches are cut into runs of at most this many records
 TIMESTAMPED_RUN_LENGTH = 1024
+#: the smallest batch handed over in-process as objects (smaller ones are packed into a buffer)
+OBJECT_RUN_MIN = 32
+#: what an in-process run counts per record in the byte metrics (it is never encoded)
+OBJECT_RECORD_BYTES = 16
+
+
+class ObjectBuffer:
+    """A data buffer that holds decoded elements instead of bytes: ``items`` is what
+    ``RecordDeserializer.feed`` would return for the encoded run (``[values]`` or
+    ``[TimestampedRecords]``); ``len()`` is its nominal size in bytes."""
+
+    __slots__ = ("items", "nbytes")
+
+    def __init__(self, items: List[Any], nbytes: int) -> None:
+        self.items = items
+        self.nbytes = nbytes
+
+    def __len__(self) -> int:
+        return self.nbytes
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return f"ObjectBuffer({self.items!r})"
+
 
 BufferSink = Callable[[bytes, bool], None]
 
@@ -108,6 +143,7 @@ class RecordSerializer:
         "_collected",
         "num_buffers",
         "num_bytes",
+        "hand_over_objects",
     )
 
     def __init__(
@@ -131,6 +167,8 @@ class RecordSerializer:
         self._sent_classes: set = set()  # by-value classes this stream already carries (codec.stream_classes)
         self.num_buffers = 0  # buffers handed to the sink (data + events)
         self.num_bytes = 0
+        #: the reader is a thread of this process, alone on this channel: flat batches go as objects
+        self.hand_over_objects = False
 
     # -- sinks -------------------------------------------------------------------
     def _collect(self, buffer: bytes, is_event: bool) -> None:
@@ -168,6 +206,8 @@ class RecordSerializer:
             values = list(values)
         n = len(values)
         if not n:
+            return
+        if n >= OBJECT_RUN_MIN and self.hand_over_objects and self._hand_over_objects(values, None):
             return
         buf = self._buf
         if self._declared is not None:  # checked (or converted) against the declaration, then packed
@@ -209,6 +249,8 @@ class RecordSerializer:
             raise ValueError(f"{n} values but {len(timestamps)} timestamps")
         if n == 1:
             self.add_timestamped_record(values[0], timestamps if shared else timestamps[0])
+            return
+        if n >= OBJECT_RUN_MIN and self.hand_over_objects and self._hand_over_objects(values, timestamps):
             return
         if self._declared is not None:
             values = self._declared.conform_batch(values)
@@ -258,6 +300,32 @@ class RecordSerializer:
         if self._on_flush is not None:
             self._on_flush()
         return handed
+
+    def _hand_over_objects(self, values: List[Any], timestamps: "List[int] | int | None") -> bool:
+        """Hand ``values`` over as an :class:`ObjectBuffer` if they are flat (declared
+        flat types: once conformed); False leaves them to the encoding path."""
+        declared = self._declared
+        if declared is None:
+            if not is_flat_batch(values):
+                return False
+            values = list(values)  # the caller may reuse its list
+        elif isinstance(declared, DeclaredFlatType):
+            values = declared.conform_batch(values)
+            if not is_flat_batch(values):
+                return False
+        else:
+            return False
+        if timestamps is None:
+            items: List[Any] = [values]
+        else:
+            stamps = [timestamps] * len(values) if type(timestamps) is int else list(timestamps)
+            items = [TimestampedRecords(values, stamps)]
+        self._hand_over()
+        nbytes = OBJECT_RECORD_BYTES * len(values)
+        self.num_buffers += 1
+        self.num_bytes += nbytes
+        self._sink(ObjectBuffer(items, nbytes), False)
+        return True
 
     def _hand_over(self) -> bool:
         buf = self._buf

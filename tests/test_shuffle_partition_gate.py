@@ -388,3 +388,43 @@ def test_timestamped_batches_through_a_keyed_writer(stamps):
         seen.extend(recs)
     expect = [(v, 7 if stamps == 7 else 1000 + v[1]) for v in values]
     assert sorted(seen, key=lambda r: r[0][1]) == expect
+
+
+def test_objects_handed_over_through_a_bounded_keyed_exchange_arrive_in_order_with_watermarks():
+    net = NetworkBufferPool(64)
+    part = ResultPartition(2, "PIPELINED_BOUNDED", net.create_buffer_pool(1, 4))
+    w = RecordWriter(part, KeyGroupStreamPartitioner(lambda v: v[0], 128), buffer_timeout_ms=-1)
+    w.hand_over_objects()
+    assert all(s.hand_over_objects for s in w._serializers)
+    gates = [local_gate(part, [i]) for i in range(2)]
+    values = [(f"key{i % 37}", i) for i in range(4000)]
+    results = [None, None]
+
+    def consume(i):
+        results[i] = drain(StreamTaskNetworkInput(gates[i]))
+
+    threads = [threading.Thread(target=consume, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for start in range(0, 4000, 500):  # runs of ~250 per channel: each an object buffer taking a permit
+        w.emit_timestamped_batch(values[start : start + 500], start)
+        w.emit_watermark(start)
+    w.finish()
+    for t in threads:
+        t.join(10)
+    received = sorted(r for recs, _ in results for r in recs)
+    assert received == sorted((v, i // 500 * 500) for i, v in enumerate(values))
+    for recs, others in results:
+        assert [v[1] for v, _ in recs] == sorted(v[1] for v, _ in recs)  # each channel in order
+        assert [it for _, it in others][-1] is END_OF_PARTITION
+    assert part.buffer_pool.num_in_use == 0
+
+
+@pytest.mark.parametrize("kind", ["broadcast", "blocking"])
+def test_broadcast_and_blocking_partitions_keep_encoding(kind):
+    if kind == "broadcast":
+        w = RecordWriter(ResultPartition(3, "PIPELINED"), BroadcastPartitioner())
+    else:
+        w = RecordWriter(ResultPartition(2, "BLOCKING"))
+    w.hand_over_objects()  # their buffers are read by several readers, or several times
+    assert not any(s.hand_over_objects for s in w._serializers)

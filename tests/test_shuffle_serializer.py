@@ -393,3 +393,107 @@ def test_flat_batches_of_every_size_decode_in_order_across_buffers():
         values = [(f"w{i % 97}", i) for i in range(n)]
         s.add_records(values)
         assert decoded(s) == values
+
+
+# -- in-process hand-over (hand_over_objects) ------------------------------------------------------------------
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from raylink.shuffle.serializer import OBJECT_RUN_MIN, ObjectBuffer  # noqa: E402
+
+
+def decode_mixed(buffers):
+    """What a reader gets from a channel: bytes through a deserializer, object runs as they are."""
+    d = RecordDeserializer()
+    items = []
+    for b, is_event in buffers:
+        if is_event:
+            items.append(codec.decode_event(b))
+        elif type(b) is ObjectBuffer:
+            assert not d.has_partial_record  # the bytes before a run were handed over whole
+            items.extend(b.items)
+        else:
+            items.extend(d.feed(b))
+    assert not d.has_partial_record
+    return items
+
+
+def handing_over(buffer_size=DEFAULT_BUFFER_SIZE, flat_type=None):
+    out = []
+    s = RecordSerializer(buffer_size, lambda b, e: out.append((b, e)), flat_records=flat_type)
+    s.hand_over_objects = True
+    return s, out
+
+
+def test_a_flat_batch_is_handed_over_as_objects_after_the_bytes_before_it():
+    s, out = handing_over()
+    s.add_record(("before", 1))
+    batch = [(f"k{i}", i) for i in range(OBJECT_RUN_MIN)]
+    s.add_records(batch)
+    s.add_timestamped_records(batch, 7)
+    s.flush()
+    kinds = [type(b).__name__ for b, _ in out]
+    assert kinds == ["bytes", "ObjectBuffer", "ObjectBuffer"]
+    assert out[1][0].items[0] == batch and out[1][0].items[0] is not batch  # a copy of the caller's list
+    assert out[1][0].items[0][0] is batch[0]  # the records themselves: immutable, shared
+    assert _flatten(decode_mixed(out)) == (
+        [("rec", ("before", 1), None)] + [("rec", v, None) for v in batch] + [("rec", v, 7) for v in batch]
+    )
+
+
+def test_mutable_records_and_small_batches_are_still_encoded():
+    s, out = handing_over()
+    lists = [[i, i] for i in range(OBJECT_RUN_MIN)]  # mutable records: a shared one could change under the reader
+    s.add_records(lists)
+    s.add_records([(i,) for i in range(OBJECT_RUN_MIN - 1)])  # too few to be worth a buffer of their own
+    s.flush()
+    assert all(type(b) is bytes for b, _ in out)
+    lists[0].append("changed later")
+    assert flat_records(decode_mixed(out))[:2] == [[0, 0], [1, 1]]
+
+
+def test_a_declared_flat_type_is_conformed_before_the_hand_over():
+    from raylink.api import Types
+
+    s, out = handing_over(flat_type=Types.TUPLE([Types.STRING(), Types.INT()]))
+    s.add_records([[f"k{i}", i] for i in range(OBJECT_RUN_MIN)])  # lists become tuples, as encoded ones do
+    s.flush()
+    ((run, _),) = out
+    assert type(run) is ObjectBuffer
+    assert run.items == [[(f"k{i}", i) for i in range(OBJECT_RUN_MIN)]]
+
+
+scalars = st.one_of(st.integers(-(2**63), 2**63 - 1), st.text(max_size=5), st.floats(allow_nan=False), st.none())
+records = st.one_of(scalars, st.tuples(scalars, scalars), st.lists(scalars, max_size=2))
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("record"), records),
+        st.tuples(st.just("batch"), st.lists(records, max_size=80)),
+        st.tuples(st.just("flat"), st.lists(st.tuples(scalars, scalars), min_size=OBJECT_RUN_MIN, max_size=80)),
+        st.tuples(st.just("stamped"), st.lists(st.tuples(scalars, scalars), min_size=1, max_size=80)),
+        st.tuples(st.just("watermark"), st.integers(0, 10**6)),
+        st.tuples(st.just("flush"), st.none()),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(operations, st.sampled_from([16, 64, 4096]))
+def test_a_reader_sees_the_same_elements_with_and_without_the_hand_over(ops, buffer_size):
+    plain, plain_out = collect(buffer_size)
+    fast, fast_out = handing_over(buffer_size)
+    for s in (plain, fast):
+        for i, (kind, arg) in enumerate(ops):
+            if kind == "record":
+                s.add_record(arg)
+            elif kind in ("batch", "flat"):
+                s.add_records(arg)
+            elif kind == "stamped":
+                s.add_timestamped_records(arg, [i * 100 + k for k in range(len(arg))])
+            elif kind == "watermark":
+                s.add_element(Watermark(arg))
+            else:
+                s.flush()
+        s.flush()
+    assert _flatten(decode_mixed(fast_out)) == _flatten(decode_stream(plain_out))
