@@ -455,6 +455,11 @@ class TaskExecutor:
     def join(self, timeout: Optional[float] = None) -> bool:
         return all(task.join(timeout) for task in self.tasks.values())
 
+    def _release_gates(self) -> None:
+        for gates in self._gates.values():
+            for gate in gates:
+                gate.release()
+
     def shutdown(self, timeout: float = 5.0) -> None:
         self.cancel()
         self.join(timeout)
@@ -482,9 +487,7 @@ class TaskExecutor:
         refs = [weakref.ref(t) for t in tasks]
         self.cancel()
         self.join(max(0.0, deadline - time.monotonic()))
-        for gates in self._gates.values():
-            for gate in gates:
-                gate.release()
+        self._release_gates()  # in a call of its own: no loop variable here keeps the last gate
         self.release_resources()
         if self.transport is not None:  # its channels lead to the tasks that read them
             self.transport.close()

@@ -199,13 +199,6 @@ def test_cli_start_status_stop(ray_session):
     assert none.returncode == 1 and "no session cluster" in none.stderr
 
 
-@pytest.mark.xfail(
-    reason="the job restores exactly once, but the surviving pooled TaskExecutor's reset after the "
-    "failover finds one task object of the failed attempt still reachable (liveTasks 1): through a "
-    "list holding its InputGate that no object Python's gc sees refers to (so held from C; the "
-    "transport's own path to it is cut), so the reset is not clean",
-    strict=False,
-)
 @pytest.mark.timeout(400)
 def test_a_job_losing_a_pooled_executor_restarts_and_restores_exactly_once(session, tmp_path):
     import ray
