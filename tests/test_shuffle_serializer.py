@@ -4,6 +4,8 @@ import os
 import random
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from raylink.shuffle import codec
 from raylink.shuffle.codec import SerializationError
@@ -15,7 +17,13 @@ from raylink.shuffle.elements import (
     Watermark,
     WatermarkStatus,
 )
-from raylink.shuffle.serializer import DEFAULT_BUFFER_SIZE, RecordDeserializer, RecordSerializer
+from raylink.shuffle.serializer import (
+    DEFAULT_BUFFER_SIZE,
+    OBJECT_RUN_MIN,
+    ObjectBuffer,
+    RecordDeserializer,
+    RecordSerializer,
+)
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -26,11 +34,16 @@ def collect(buffer_size=DEFAULT_BUFFER_SIZE):
 
 
 def decode_stream(buffers):
+    """What a reader gets from a channel: bytes through a deserializer, in-process runs
+    (``ObjectBuffer``) as they are."""
     d = RecordDeserializer()
     items = []
     for b, is_event in buffers:
         if is_event:
             items.append(codec.decode_event(b))
+        elif type(b) is ObjectBuffer:
+            assert not d.has_partial_record  # the bytes before a run were handed over whole
+            items.extend(b.items)
         else:
             items.extend(d.feed(b))
     assert not d.has_partial_record
@@ -396,26 +409,6 @@ def test_flat_batches_of_every_size_decode_in_order_across_buffers():
 
 
 # -- in-process hand-over (hand_over_objects) ------------------------------------------------------------------
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from raylink.shuffle.serializer import OBJECT_RUN_MIN, ObjectBuffer  # noqa: E402
-
-
-def decode_mixed(buffers):
-    """What a reader gets from a channel: bytes through a deserializer, object runs as they are."""
-    d = RecordDeserializer()
-    items = []
-    for b, is_event in buffers:
-        if is_event:
-            items.append(codec.decode_event(b))
-        elif type(b) is ObjectBuffer:
-            assert not d.has_partial_record  # the bytes before a run were handed over whole
-            items.extend(b.items)
-        else:
-            items.extend(d.feed(b))
-    assert not d.has_partial_record
-    return items
 
 
 def handing_over(buffer_size=DEFAULT_BUFFER_SIZE, flat_type=None):
@@ -436,7 +429,7 @@ def test_a_flat_batch_is_handed_over_as_objects_after_the_bytes_before_it():
     assert kinds == ["bytes", "ObjectBuffer", "ObjectBuffer"]
     assert out[1][0].items[0] == batch and out[1][0].items[0] is not batch  # a copy of the caller's list
     assert out[1][0].items[0][0] is batch[0]  # the records themselves: immutable, shared
-    assert _flatten(decode_mixed(out)) == (
+    assert _flatten(decode_stream(out)) == (
         [("rec", ("before", 1), None)] + [("rec", v, None) for v in batch] + [("rec", v, 7) for v in batch]
     )
 
@@ -449,7 +442,7 @@ def test_mutable_records_and_small_batches_are_still_encoded():
     s.flush()
     assert all(type(b) is bytes for b, _ in out)
     lists[0].append("changed later")
-    assert flat_records(decode_mixed(out))[:2] == [[0, 0], [1, 1]]
+    assert flat_records(decode_stream(out))[:2] == [[0, 0], [1, 1]]
 
 
 def test_a_declared_flat_type_is_conformed_before_the_hand_over():
@@ -496,4 +489,4 @@ def test_a_reader_sees_the_same_elements_with_and_without_the_hand_over(ops, buf
             else:
                 s.flush()
         s.flush()
-    assert _flatten(decode_mixed(fast_out)) == _flatten(decode_stream(plain_out))
+    assert _flatten(decode_stream(fast_out)) == _flatten(decode_stream(plain_out))
