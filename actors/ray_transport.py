@@ -143,12 +143,12 @@ class PartitionRequestQueue(_Connection):
                     self.max_in_flight = self._in_flight
             ref = self._handle.receive_buffers.remote(transport.executor_id, seq, responses)
             self._submitted(ref)
-            ref._on_completed(self._call_done)  # on a Ray thread; a failed call completes too
+            ref.future().add_done_callback(self._call_done)  # on a Ray thread; a failed call completes too
             if not more:
                 return
             flushed = False  # the rest of a flush is still marked on its readers
 
-    def _call_done(self, _result: Any) -> None:
+    def _call_done(self, _future: Any) -> None:
         with self._lock:
             self._in_flight -= 1
             deferred = self._deferred

@@ -207,12 +207,15 @@ class RecordSerializer:
         n = len(values)
         if not n:
             return
-        if n >= OBJECT_RUN_MIN and self.hand_over_objects and self._hand_over_objects(values, None):
-            return
         buf = self._buf
         if self._declared is not None:  # checked (or converted) against the declaration, then packed
+            if n >= OBJECT_RUN_MIN and self.hand_over_objects and self._hand_over_objects(values, None):
+                return
             self._declared.pack_batch_into(values, buf, self._pack)
-        elif not (is_flat_batch(values) and pack_flat_batch_into(values, buf)):
+        elif (flat := is_flat_batch(values)) and n >= OBJECT_RUN_MIN and self.hand_over_objects:
+            self._hand_over_run(list(values), None)  # a copy: the caller may reuse its list
+            return
+        elif not (flat and pack_flat_batch_into(values, buf)):
             p = self._bpacker
             try:
                 pk = p.pack
@@ -315,6 +318,11 @@ class RecordSerializer:
                 return False
         else:
             return False
+        self._hand_over_run(values, timestamps)
+        return True
+
+    def _hand_over_run(self, values: List[Any], timestamps: "List[int] | int | None") -> None:
+        """Hand the partial byte buffer over, then ``values`` (flat, owned) as objects."""
         if timestamps is None:
             items: List[Any] = [values]
         else:
@@ -325,7 +333,6 @@ class RecordSerializer:
         self.num_buffers += 1
         self.num_bytes += nbytes
         self._sink(ObjectBuffer(items, nbytes), False)
-        return True
 
     def _hand_over(self) -> bool:
         buf = self._buf
