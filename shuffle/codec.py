@@ -687,9 +687,10 @@ def is_flat_batch(values: List[Any]) -> bool:
     return False
 
 
-def prepare_batch(values: List[Any]) -> List[Any]:
-    """``values`` itself if flat, else a list with every non-flat value prepared."""
-    if is_flat_batch(values):
+def prepare_batch(values: List[Any], flat: Optional[bool] = None) -> List[Any]:
+    """``values`` itself if flat, else a list with every non-flat value prepared
+    (``flat``: ``is_flat_batch(values)`` when the caller knows it already)."""
+    if is_flat_batch(values) if flat is None else flat:
         return values
     return [v if is_flat_value(v) else prepare(v) for v in values]
 
@@ -699,25 +700,28 @@ def _check_run(values: List[Any], timestamps: "List[int] | int") -> None:
         raise ValueError(f"{len(values)} values but {len(timestamps)} timestamps")
 
 
-def _encode_ts_payload(values: List[Any], timestamps: "List[int] | int") -> bytes:
+def _encode_ts_payload(values: List[Any], timestamps: "List[int] | int", flat: Optional[bool] = None) -> bytes:
     _check_run(values, timestamps)
-    return _pack_nested((timestamps, prepare_batch(values)))
+    return _pack_nested((timestamps, prepare_batch(values, flat)))
 
 
-def encode_timestamped(values: List[Any], timestamps: "List[int] | int") -> bytes:
+def encode_timestamped(values: List[Any], timestamps: "List[int] | int", flat: Optional[bool] = None) -> bytes:
     """Encode a timestamped run as one top-level EXT_TIMESTAMPED object.
 
     ``timestamps``: one per value, or a single int shared by all values. A flat run
     (``is_flat_batch``) of int timestamps is written by msgspec, the same bytes as
-    msgpack's packer writes (see ``pack_flat_batch_into``), ~5x faster.
+    msgpack's packer writes (see ``pack_flat_batch_into``), ~5x faster. ``flat``: the
+    result of ``is_flat_batch(values)`` when the caller has it (checked here otherwise).
     """
-    if is_flat_batch(values):
+    if flat is None:
+        flat = is_flat_batch(values)
+    if flat:
         _check_run(values, timestamps)
         try:
             return _flat_encode(_FlatExt(EXT_TIMESTAMPED, _flat_encode((timestamps, values))))
         except (OverflowError, TypeError):
             pass  # an int beyond 64 bits, a timestamp of another type: the codec's own packer
-    return _pack_nested(ExtType(EXT_TIMESTAMPED, _encode_ts_payload(values, timestamps)))
+    return _pack_nested(ExtType(EXT_TIMESTAMPED, _encode_ts_payload(values, timestamps, flat)))
 
 
 def encode(value: Any) -> bytes:

@@ -432,7 +432,7 @@ class StreamTaskNetworkInput:
             if type(items[0]) is list:
                 return items
             return self._through_valve(items, channel)
-        if type(boe) is EndOfPartition:
+        if t is EndOfPartition:
             if self._deserializers[channel].has_partial_record:
                 raise RuntimeError(f"channel {channel}: partial record at end of partition")
             return [END_OF_PARTITION]

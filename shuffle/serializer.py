@@ -101,9 +101,6 @@ class ObjectBuffer:
     def __len__(self) -> int:
         return self.nbytes
 
-    def __bool__(self) -> bool:
-        return True
-
     def __repr__(self) -> str:
         return f"ObjectBuffer({self.items!r})"
 
@@ -209,7 +206,7 @@ class RecordSerializer:
             return
         buf = self._buf
         if self._declared is not None:  # checked (or converted) against the declaration, then packed
-            if n >= OBJECT_RUN_MIN and self.hand_over_objects and self._hand_over_objects(values, None):
+            if n >= OBJECT_RUN_MIN and self.hand_over_objects and self._hand_over_declared(values, None):
                 return
             self._declared.pack_batch_into(values, buf, self._pack)
         elif (flat := is_flat_batch(values)) and n >= OBJECT_RUN_MIN and self.hand_over_objects:
@@ -253,8 +250,14 @@ class RecordSerializer:
         if n == 1:
             self.add_timestamped_record(values[0], timestamps if shared else timestamps[0])
             return
-        if n >= OBJECT_RUN_MIN and self.hand_over_objects and self._hand_over_objects(values, timestamps):
-            return
+        flat = None  # unknown: encode_timestamped checks it
+        if n >= OBJECT_RUN_MIN and self.hand_over_objects:
+            if self._declared is not None:
+                if self._hand_over_declared(values, timestamps):
+                    return
+            elif flat := is_flat_batch(values):
+                self._hand_over_run(list(values), timestamps)  # a copy: the caller may reuse its list
+                return
         if self._declared is not None:
             values = self._declared.conform_batch(values)
         buf = self._buf
@@ -262,7 +265,7 @@ class RecordSerializer:
         with stream_classes(self._sent_classes):
             if n <= step:
                 if n:
-                    buf += encode_timestamped(values, timestamps)
+                    buf += encode_timestamped(values, timestamps, flat)
             else:
                 for i in range(0, n, step):
                     buf += encode_timestamped(values[i : i + step], timestamps if shared else timestamps[i : i + step])
@@ -304,21 +307,17 @@ class RecordSerializer:
             self._on_flush()
         return handed
 
-    def _hand_over_objects(self, values: List[Any], timestamps: "List[int] | int | None") -> bool:
-        """Hand ``values`` over as an :class:`ObjectBuffer` if they are flat (declared
-        flat types: once conformed); False leaves them to the encoding path."""
+    def _hand_over_declared(self, values: List[Any], timestamps: "List[int] | int | None") -> bool:
+        """Hand a batch of a declared flat type over as an :class:`ObjectBuffer`, conformed
+        (a new list); False leaves it to the encoding path (other declarations, or values
+        that are not flat once conformed)."""
         declared = self._declared
-        if declared is None:
-            if not is_flat_batch(values):
-                return False
-            values = list(values)  # the caller may reuse its list
-        elif isinstance(declared, DeclaredFlatType):
-            values = declared.conform_batch(values)
-            if not is_flat_batch(values):
-                return False
-        else:
+        if not isinstance(declared, DeclaredFlatType):
             return False
-        self._hand_over_run(values, timestamps)
+        conformed = declared.conform_batch(values)
+        if not is_flat_batch(conformed):
+            return False
+        self._hand_over_run(conformed, timestamps)
         return True
 
     def _hand_over_run(self, values: List[Any], timestamps: "List[int] | int | None") -> None:
