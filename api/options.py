@@ -796,6 +796,13 @@ class SparkConnectorOptions:
         None,
         "Spark SQL warehouse folder (unset: Spark's default, ./spark-warehouse).",
     )
+    USE_SESSION_CLUSTER = option(
+        "raylink.spark.use-session-cluster",
+        "bool",
+        True,
+        "Attach to the warm Spark session of a running session cluster (raylink cluster start --spark) "
+        "instead of starting one; false: this program starts a Spark session of its own.",
+    )
     CONF = option(
         "raylink.spark.conf.",
         "str",

@@ -29,6 +29,7 @@ from raylink.cli.common import EXIT_CODES_HELP, EXIT_JOB_FAILED, EXIT_OK, CliErr
 EXAMPLES = """examples:
   raylink cluster start --executors 4          # a local Ray and a session with 4 warm TaskExecutors
   raylink cluster start --address HEAD:6379    # a session on an existing Ray cluster
+  raylink cluster start --spark                # and a warm Spark session jobs' get_spark() attach to
   RAY_ADDRESS=HEAD:6379 python job.py          # env.execute() runs on the session's executors
   raylink cluster status
   raylink cluster stop
@@ -58,6 +59,21 @@ def add_parser(sub: Any, fmt: type, handler: Any) -> None:
         default=None,
         help="most idle TaskExecutors kept warm (default: raylink.session.pool-size)",
     )
+    start.add_argument(
+        "--spark",
+        action="store_true",
+        help="also keep a warm Spark-on-Ray session that every job's get_spark() attaches to (needs raylink[spark])",
+    )
+    start.add_argument("--spark-executors", type=int, default=None, help="Spark executors (raylink.spark.executors)")
+    start.add_argument(
+        "--spark-executor-cores", type=int, default=None, help="cores per Spark executor (raylink.spark.executor-cores)"
+    )
+    start.add_argument(
+        "--spark-executor-memory", default=None, help="memory per Spark executor (raylink.spark.executor-memory)"
+    )
+    start.add_argument(
+        "--spark-warehouse", default=None, help="Spark SQL warehouse folder (raylink.spark.warehouse-dir)"
+    )
     start.set_defaults(func=handler("cluster", "cmd_start"))
     stop = action.add_parser("stop", help="stop the session cluster and every TaskExecutor it keeps")
     stop.add_argument("--address", help=address_help)
@@ -77,24 +93,42 @@ def _connect(address: Optional[str], start_local: bool = False) -> Optional[int]
     if address:
         connect_ray(address)
         return None
-    import ray
+    if start_local:
+        # A new head enables Ray's token authentication unless RAY_AUTH_MODE says otherwise, and
+        # Ray sends the token to a cluster named by its address only in token mode, read when Ray
+        # is imported: say so now (a local Ray found instead gets the same token either way).
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
+    from ray._private.services import canonicalize_bootstrap_address
 
     from raylink.actors.ray_executor import init_ray
 
     try:
-        init_ray("auto", configure_logging=False, log_to_driver=False)
-        return None
+        found = canonicalize_bootstrap_address("auto")  # a Ray on this machine (no connection made)
     except ConnectionError:
+        found = None
+    if found is None or not _listening(found):  # a stopped Ray's address file stays behind
         if not start_local:
             raise CliError(
                 EXIT_JOB_FAILED,
                 "raylink cluster: no session cluster (no Ray running on this machine; "
                 "give --address or set RAY_ADDRESS)",
             ) from None
+    else:
+        init_ray("auto", configure_logging=False, log_to_driver=False)
+        return None
     pid, address = _start_local_ray()
-    ray.shutdown()
     connect_ray(address)
     return pid
+
+
+def _listening(address: str) -> bool:
+    """True when something accepts connections at ``host:port``."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=1.0):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 def _start_local_ray() -> tuple[int, str]:
@@ -162,10 +196,55 @@ def cmd_start(args: Any) -> int:
         f"raylink cluster: session cluster started on {info['address']} with {args.executors} warm "
         f"TaskExecutor(s) (pool size {pool_size})" + (" and a local Ray" if ray_pid else "")
     )
+    if args.spark:
+        spark = _start_spark(args)
+        print(
+            f"raylink cluster: warm Spark session {spark['applicationId']} ({spark['executors']} executor(s), "
+            f"warehouse {spark['warehouse']}) started in {spark['startS']:.1f} s; get_spark() attaches to it"
+        )
     if ray_pid is None:
         print(f"run jobs with RAY_ADDRESS={info['address']}")
     ray.shutdown()
     return EXIT_OK
+
+
+def _start_spark(args: Any) -> dict:
+    """``--spark``: the session's warm Spark session (the session cluster is stopped again if it fails)."""
+    options = {
+        key: value
+        for key, value in (
+            ("num_executors", args.spark_executors),
+            ("executor_cores", args.spark_executor_cores),
+            ("executor_memory", args.spark_executor_memory),
+            ("warehouse_dir", os.path.abspath(args.spark_warehouse) if args.spark_warehouse else None),
+        )
+        if value is not None
+    }
+    try:
+        from raylink.connectors.spark.shared_session import start_shared_spark
+
+        return start_shared_spark(options)
+    except (ImportError, RuntimeError) as exc:
+        from raylink.actors.session_cluster import stop_session
+
+        stop_session()
+        raise CliError(EXIT_JOB_FAILED, f"raylink cluster start --spark: {exc}") from None
+
+
+def _shared_spark() -> Any:
+    """``raylink.connectors.spark.shared_session``, or None without the ``raylink[spark]`` extra
+    (no warm Spark session can then have been started)."""
+    try:
+        from raylink.connectors.spark import shared_session
+    except ImportError:
+        return None
+    return shared_session
+
+
+def _stop_spark() -> Optional[dict]:
+    """The warm Spark session, stopped; None when there was none."""
+    shared = _shared_spark()
+    return None if shared is None else shared.stop_shared_spark()
 
 
 def cmd_stop(args: Any) -> int:
@@ -174,11 +253,14 @@ def cmd_stop(args: Any) -> int:
 
     from raylink.actors.session_cluster import stop_session
 
+    spark = _stop_spark()
     status = stop_session()
     ray.shutdown()
     if status is None:
         raise CliError(EXIT_JOB_FAILED, "raylink cluster stop: no session cluster is running on this Ray cluster")
     print(f"raylink cluster: session cluster stopped ({status['killed']} TaskExecutor(s) released)")
+    if spark is not None:
+        print(f"raylink cluster: warm Spark session {spark.get('applicationId', '')} stopped")
     pid = status.get("rayPid")
     if pid and status.get("rayHost") == socket.gethostname():
         try:
@@ -196,6 +278,8 @@ def cmd_status(args: Any) -> int:
     from raylink.actors.session_cluster import session_status
 
     status = session_status()
+    if status is not None:
+        status["spark"] = _spark_status()
     ray.shutdown()
     if status is None:
         raise CliError(EXIT_JOB_FAILED, "raylink cluster status: no session cluster is running on this Ray cluster")
@@ -209,7 +293,26 @@ def cmd_status(args: Any) -> int:
         f"  jobs {status['jobs']}, executors created {status['created']}, reused {status['reused']}, "
         f"discarded {status['discarded']}, lost {status['lost']}"
     )
+    spark = status["spark"]
+    if spark:
+        state = "STOPPED by a job (restart the cluster)" if spark.get("stopped") else "running"
+        print(
+            f"  Spark session {spark.get('applicationId')} {state}, up {spark.get('upS', 0):.0f} s, "
+            f"{spark.get('executors')} executor(s), warehouse {spark.get('warehouse')}"
+        )
     return EXIT_OK
+
+
+def _spark_status() -> Optional[dict]:
+    """The warm Spark session's figures (the gateway's secret left out), else None."""
+    shared = _shared_spark()
+    try:
+        info = None if shared is None else shared.shared_spark_info()
+    except Exception:  # noqa: BLE001 - not answering: reported as none
+        return None
+    if info:
+        info.pop("gatewaySecret", None)
+    return info
 
 
 __all__ = ["add_parser", "cmd_start", "cmd_status", "cmd_stop"]

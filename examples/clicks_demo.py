@@ -231,12 +231,12 @@ def run(
         return summary
     finally:
         stopping = time.perf_counter()
+        from raylink.connectors.spark.session import started_by_raylink
+
+        stopped = "Spark and Ray stopped" if started_by_raylink() else "the session cluster's Spark left running"
         stop()  # the Spark session and the local Ray raylink started; nothing else
         summary_total = time.perf_counter() - started
-        print(
-            f"  total {summary_total:.1f} s; Spark and Ray stopped ({summary_total - (stopping - started):.1f} s)",
-            file=out,
-        )
+        print(f"  total {summary_total:.1f} s; {stopped} ({summary_total - (stopping - started):.1f} s)", file=out)
 
 
 def main(argv: Optional[list] = None) -> int:

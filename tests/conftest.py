@@ -52,8 +52,8 @@ def pytest_collection_modifyitems(config, items):
     def weight(item):
         if item.get_closest_marker("multinode"):
             return 3
-        if item.get_closest_marker("spark"):
-            return 2
+        if item.get_closest_marker("spark"):  # a Spark of the test's own first, then the shared fixture's
+            return 2 if _uses(item, "spark") else 1.5
         return 1 if item.get_closest_marker("ray") else 0
 
     items.sort(key=weight)

@@ -33,7 +33,7 @@ import ray
 
 from raylink.connectors.spark.arrow import RecordEmitter, check_emit_options
 from raylink.connectors.spark.bridge import register_source_release, set_source_release
-from raylink.connectors.spark.session import is_raydp_session, wait_driver_connected
+from raylink.connectors.spark.session import is_raydp_session, spark_namespace, wait_driver_connected
 from raylink.connectors.spark.types import SparkRowType, _java_message, row_type
 from raylink.operators.connector import CONNECTOR_SOURCE as SOURCE_KIND
 from raylink.operators.sources import SourceOperator
@@ -224,8 +224,8 @@ def _cache_partitions(df: Any, source_id: str, bridge: Any, where: str) -> None:
             "schema_json": info.schemaJson(),
             "driver_agent_url": info.driverAgentUrl(),
             "executors": list(info.locations()),
-            "namespace": ray.get_runtime_context().namespace,
-        }  # RayDP's actors live in the driver's
+            "namespace": spark_namespace() or ray.get_runtime_context().namespace,
+        }  # RayDP's actors live in the Spark driver's (the session cluster's, when shared)
     except Exception as exc:
         payload = {
             "error": f"{where}: Spark could not produce the DataFrame's rows: "

@@ -26,7 +26,7 @@ from typing import Any, Dict, List
 import ray
 
 from raylink.connectors.spark.arrow import blocks_to_dataframe
-from raylink.connectors.spark.session import get_spark
+from raylink.connectors.spark.session import get_spark, spark_namespace
 from raylink.connectors.spark.sink import RESULT_PREFIX, SparkSink
 from raylink.runtime.job_result import register_result_reader
 
@@ -37,7 +37,7 @@ def _keep_alive(spark: Any, refs: List[Any]) -> None:
     try:
         from raydp.spark.ray_cluster_master import RAYDP_SPARK_MASTER_SUFFIX
 
-        holder = ray.get_actor(spark.sparkContext.appName + RAYDP_SPARK_MASTER_SUFFIX)
+        holder = ray.get_actor(spark.sparkContext.appName + RAYDP_SPARK_MASTER_SUFFIX, namespace=spark_namespace())
         ray.get(holder.add_objects.remote(uuid.uuid4().hex, list(refs)))
     except Exception:
         _KEPT.append(list(refs))

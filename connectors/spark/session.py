@@ -73,6 +73,7 @@ CONF_EXECUTORS = SparkConnectorOptions.EXECUTORS
 CONF_EXECUTOR_CORES = SparkConnectorOptions.EXECUTOR_CORES
 CONF_EXECUTOR_MEMORY = SparkConnectorOptions.EXECUTOR_MEMORY
 CONF_WAREHOUSE = SparkConnectorOptions.WAREHOUSE_DIR
+CONF_USE_SESSION_CLUSTER = SparkConnectorOptions.USE_SESSION_CLUSTER
 CONF_PREFIX = SparkConnectorOptions.CONF.key  # raylink.spark.conf.<spark key> = value
 
 _SMALL_DEFAULTS = {
@@ -179,6 +180,7 @@ def get_spark(
         ours = _state["spark"]
         if ours is not None:
             return ours
+        use_session_cluster = bool(_conf_value(configuration, CONF_USE_SESSION_CLUSTER))
         num_executors = int(num_executors or _conf_value(configuration, CONF_EXECUTORS))
         executor_cores = int(executor_cores or _conf_value(configuration, CONF_EXECUTOR_CORES))
         executor_memory = executor_memory or _conf_value(configuration, CONF_EXECUTOR_MEMORY)
@@ -220,6 +222,11 @@ def get_spark(
                 )
                 started_ray = True
                 _phases["Ray (started for Spark)" if new_local else "Ray (connected)"] = time.perf_counter() - started
+            if use_session_cluster and driver_jvm is None:
+                shared = _attach_shared_spark(warehouse_dir)
+                if shared is not None:
+                    _state.update(spark=shared, started_spark=False, started_ray=started_ray, shared=True)
+                    return shared
             spark_started = time.perf_counter()
             if driver_jvm is None:
                 driver_jvm = _launch_driver_jvm(configs, num_executors, executor_cores, executor_memory)
@@ -237,6 +244,8 @@ def get_spark(
                 _stop_driver_jvm(driver_jvm)
             if started_ray:
                 ray.shutdown()
+            if isinstance(exc, SparkStartError):  # says itself what is wrong
+                raise
             raise SparkStartError(
                 f"Spark on Ray failed to start ({num_executors} executor(s) x {executor_cores} core(s), "
                 f"{executor_memory}): {type(exc).__name__}: {exc}"
@@ -246,6 +255,34 @@ def get_spark(
         threading.Thread(target=_connect_driver_to_ray, name="raylink-spark-connect", daemon=True).start()
         _state.update(spark=spark, started_spark=True, started_ray=started_ray)
         return spark
+
+
+def _attach_shared_spark(warehouse_dir: Optional[str]) -> Any:
+    """The session cluster's warm Spark session, attached to (None: no session cluster keeps one)."""
+    from raylink.connectors.spark import shared_session
+
+    info = shared_session.shared_spark_info()
+    if info is None or not info.get("running"):
+        return None
+    started = time.perf_counter()
+    spark = shared_session.attach(info)
+    _phases["attached to the session cluster's Spark"] = time.perf_counter() - started
+    _state["namespace"] = info["namespace"]
+    if warehouse_dir and os.path.abspath(warehouse_dir) != info["warehouse"].replace("file:", ""):
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "the session cluster's Spark session keeps its warehouse in %s; %s is not used",
+            info["warehouse"],
+            warehouse_dir,
+        )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def spark_namespace() -> Optional[str]:
+    """The Ray namespace RayDP's actors of the session in use live in (None: this driver's)."""
+    return _state.get("namespace")
 
 
 def _prepare_new_local_ray(address: Optional[str]) -> bool:
@@ -368,6 +405,14 @@ def stop(shutdown_ray: Optional[bool] = None) -> None:
 
     with _lock:
         bridge.shutdown_bridge()
+        if _state.pop("shared", False):
+            from raylink.connectors.spark.shared_session import detach
+
+            try:
+                detach(_state["spark"])
+            finally:
+                _state.update(spark=None)
+                _state.pop("namespace", None)
         if _state["started_spark"]:
             import raydp
 
@@ -397,4 +442,5 @@ __all__ = [
     "is_raydp_session",
     "existing_raydp_session",
     "started_by_raylink",
+    "spark_namespace",
 ]

@@ -1,0 +1,224 @@
+"""The session cluster's warm Spark session: one Spark-on-Ray application that jobs share.
+
+Starting Spark on Ray takes ~10 s (the driver JVM, RayDP's master and its executors), more
+than a small job. ``raylink cluster start --spark`` therefore keeps one warm, as Flink's
+session mode keeps its TaskManagers: a detached named actor (:class:`SharedSparkActor`,
+``raylink-spark`` in the session cluster's namespace) starts it with
+:func:`~raylink.connectors.spark.session.get_spark` in its own process and keeps it. A
+driver's ``get_spark()`` then **attaches** to it instead of starting its own (:func:`attach`):
+pyspark connects to the actor's driver JVM through its py4j gateway (what pyspark does with
+``PYSPARK_GATEWAY_PORT`` in a notebook), wraps the JVM's running ``SparkContext`` and default
+``SparkSession``, and so sees the same catalog, tables and executors as every other job.
+Leaving (:func:`detach`, from ``stop()``) closes the connection and leaves the session running.
+
+Limits, said where they apply: the gateway accepts connections from its own node only, so a
+driver on another node gets a clear error (and ``raylink.spark.use-session-cluster=false``
+starts a session of its own); a job that calls ``spark.stop()`` stops the shared session for
+everyone (``raylink cluster status`` then says so, and ``get_spark()`` refuses to attach).
+
+Thread-safety: the actor runs one call at a time; :func:`attach`/:func:`detach` are called
+under ``session.py``'s lock.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any, Dict, Optional
+
+import ray
+
+#: the actor's name; its namespace is the session cluster's (``actors.session_cluster``)
+SHARED_SPARK_NAME = "raylink-spark"
+SHARED_SPARK_NAMESPACE = "raylink"
+INFO_TIMEOUT_S = 30.0
+
+
+@ray.remote(num_cpus=0)
+class SharedSparkActor:
+    """Holds the session cluster's Spark session in its process (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._spark: Any = None
+        self._started_at = 0.0
+        self._start_s = 0.0
+
+    def start(self, options: Dict[str, Any]) -> dict:
+        """Start Spark on Ray here (``get_spark`` keywords) and wait until its driver JVM is
+        connected to Ray (what ``from_spark`` needs); returns :meth:`info`."""
+        from raylink.api.configuration import Configuration
+        from raylink.api.options import SparkConnectorOptions
+        from raylink.connectors.spark.session import get_spark, wait_driver_connected
+
+        started = time.perf_counter()
+        configuration = Configuration()
+        configuration.set(SparkConnectorOptions.USE_SESSION_CLUSTER, False)  # this is it
+        self._spark = get_spark(configuration=configuration, **options)
+        wait_driver_connected()
+        self._start_s = time.perf_counter() - started
+        self._started_at = time.time()
+        return self.info()
+
+    def info(self) -> dict:
+        """Where the driver JVM's gateway listens, and the application's figures."""
+        from pyspark import SparkContext
+
+        if self._spark is None:
+            return {"running": False}
+        sc = self._spark.sparkContext
+        gateway = SparkContext._gateway.gateway_parameters
+        return {
+            "running": True,
+            "stopped": bool(sc._jsc.sc().isStopped()),
+            "nodeIp": ray.util.get_node_ip_address(),
+            "gatewayPort": gateway.port,
+            "gatewaySecret": gateway.auth_token,
+            "namespace": ray.get_runtime_context().namespace,  # RayDP's actors live in it
+            "applicationId": sc.applicationId,
+            "appName": sc.appName,
+            "master": sc.master,
+            "warehouse": self._spark.conf.get("spark.sql.warehouse.dir"),
+            "executors": int(sc.getConf().get("spark.executor.instances", "0") or 0),
+            "startS": round(self._start_s, 2),
+            "upS": round(time.time() - self._started_at, 1),
+            "driverPid": os.getpid(),
+        }
+
+    def stop(self) -> None:
+        """Stop the Spark session (its executors and RayDP's master) and the driver JVM."""
+        from raylink.connectors.spark.session import stop
+
+        if self._spark is not None:
+            self._spark = None
+            stop(shutdown_ray=False)
+
+
+# -- driver side -------------------------------------------------------------------------------------
+def find_shared_spark() -> Optional[Any]:
+    """The session cluster's Spark holder on the connected Ray, else None."""
+    try:
+        return ray.get_actor(SHARED_SPARK_NAME, namespace=SHARED_SPARK_NAMESPACE)
+    except ValueError:
+        return None
+
+
+def start_shared_spark(options: Optional[Dict[str, Any]] = None) -> dict:
+    """Start the warm Spark session (a detached named actor); returns its :meth:`~SharedSparkActor.info`.
+    ``RuntimeError`` when one is already running or Spark fails to start (the actor is then killed)."""
+    if find_shared_spark() is not None:
+        raise RuntimeError(
+            f"a shared Spark session is already running (actor {SHARED_SPARK_NAME!r} in namespace "
+            f"{SHARED_SPARK_NAMESPACE!r})"
+        )
+    holder = SharedSparkActor.options(
+        name=SHARED_SPARK_NAME, namespace=SHARED_SPARK_NAMESPACE, lifetime="detached"
+    ).remote()
+    try:
+        return ray.get(holder.start.remote(dict(options or {})))
+    except BaseException as exc:
+        ray.kill(holder, no_restart=True)
+        cause = getattr(exc, "cause", None) or exc
+        raise RuntimeError(f"the shared Spark session failed to start: {cause}") from None
+
+
+def shared_spark_info(holder: Optional[Any] = None) -> Optional[dict]:
+    """The warm Spark session's :meth:`~SharedSparkActor.info`, else None (none is running)."""
+    holder = holder or find_shared_spark()
+    return None if holder is None else ray.get(holder.info.remote(), timeout=INFO_TIMEOUT_S)
+
+
+def stop_shared_spark() -> Optional[dict]:
+    """Stop the warm Spark session and kill its actor; returns its last info (None: none ran)."""
+    holder = find_shared_spark()
+    if holder is None:
+        return None
+    try:
+        info = shared_spark_info(holder)
+        ray.get(holder.stop.remote(), timeout=120)
+    except Exception:  # noqa: BLE001 - a broken holder is killed all the same
+        info = {"running": False}
+    ray.kill(holder, no_restart=True)
+    return info
+
+
+def attach(info: dict) -> Any:
+    """(driver, under session.py's lock) A ``SparkSession`` of this process on the shared
+    session's driver JVM; refuses with ``SparkStartError`` what cannot work."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+    from pyspark.sql import SparkSession
+
+    from raylink.connectors.spark.session import SparkStartError
+
+    if info.get("stopped"):
+        raise SparkStartError(
+            f"the session cluster's Spark session ({info.get('applicationId')}) was stopped by a job "
+            "(spark.stop()); restart it: raylink cluster stop, then raylink cluster start --spark"
+        )
+    here = ray.util.get_node_ip_address()
+    if info["nodeIp"] != here:
+        raise SparkStartError(
+            f"the session cluster's Spark session runs its driver on node {info['nodeIp']}, and its "
+            f"gateway accepts connections from that node only (this driver is on {here}): run the "
+            "program there, or set raylink.spark.use-session-cluster=false to start a Spark session of its own"
+        )
+    if SparkContext._active_spark_context is not None or SparkContext._gateway is not None:
+        raise SparkStartError(
+            "this process already runs a Spark driver of its own; it cannot also attach to the "
+            "session cluster's Spark session (set raylink.spark.use-session-cluster=false)"
+        )
+    saved = {key: os.environ.get(key) for key in ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET")}
+    os.environ["PYSPARK_GATEWAY_PORT"] = str(info["gatewayPort"])
+    os.environ["PYSPARK_GATEWAY_SECRET"] = info["gatewaySecret"]
+    try:
+        gateway = launch_gateway()  # connects to the running JVM (pyspark's own imports included)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    jvm = gateway.jvm
+    jsc = jvm.org.apache.spark.api.java.JavaSparkContext.fromSparkContext(
+        jvm.org.apache.spark.SparkContext.getOrCreate()
+    )
+    sc = SparkContext(conf=SparkConf(_jconf=jsc.getConf()), gateway=gateway, jsc=jsc)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    return SparkSession(sc)  # the JVM's default session: the shared catalog
+
+
+def detach(spark: Any) -> None:
+    """(driver) Leave the shared session running: close this process's side of it only."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    sc = spark.sparkContext
+    with SparkContext._lock:
+        server = getattr(sc, "_accumulatorServer", None)
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+            sc._accumulatorServer = None
+        SparkContext._active_spark_context = None
+        gateway, SparkContext._gateway, SparkContext._jvm = SparkContext._gateway, None, None
+    SparkSession._instantiatedSession = None
+    SparkSession._activeSession = None
+    if gateway is not None:
+        try:
+            gateway.close()
+        except Exception:  # noqa: BLE001 - the JVM went away
+            pass
+
+
+__all__ = [
+    "SHARED_SPARK_NAME",
+    "SHARED_SPARK_NAMESPACE",
+    "SharedSparkActor",
+    "attach",
+    "detach",
+    "find_shared_spark",
+    "shared_spark_info",
+    "start_shared_spark",
+    "stop_shared_spark",
+]
