@@ -35,6 +35,7 @@ EXAMPLES = """examples:
   raylink cluster stop
 """
 RAY_START_TIMEOUT_S = 60.0
+RAY_STOP_TIMEOUT_S = 30.0
 
 
 def add_parser(sub: Any, fmt: type, handler: Any) -> None:
@@ -263,12 +264,35 @@ def cmd_stop(args: Any) -> int:
         print(f"raylink cluster: warm Spark session {spark.get('applicationId', '')} stopped")
     pid = status.get("rayPid")
     if pid and status.get("rayHost") == socket.gethostname():
-        try:
-            os.killpg(pid, signal.SIGTERM)  # the `ray start --block` that start launched stops its Ray
-            print(f"raylink cluster: stopped the local Ray (pid {pid})")
-        except ProcessLookupError:
-            pass
+        _stop_local_ray(pid, status.get("address", ""))
     return EXIT_OK
+
+
+def _stop_local_ray(pid: int, address: str) -> None:
+    """End the ``ray start --block`` that ``start`` launched (it stops its Ray) and wait for it;
+    then drop Ray's address file if it still names that Ray, as ``ray stop`` does (a later
+    ``ray.init()`` on this machine would otherwise try the stopped cluster for minutes)."""
+    import psutil
+    from ray._common.utils import get_ray_address_file
+
+    try:
+        group = psutil.Process(pid)
+        os.killpg(pid, signal.SIGTERM)
+    except (ProcessLookupError, psutil.NoSuchProcess):
+        return
+    try:
+        group.wait(RAY_STOP_TIMEOUT_S)
+    except psutil.TimeoutExpired:
+        os.killpg(pid, signal.SIGKILL)
+    print(f"raylink cluster: stopped the local Ray (pid {pid})")
+    path = get_ray_address_file(None)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            stale = fh.read().strip() == address
+        if stale:
+            os.remove(path)
+    except OSError:
+        pass
 
 
 def cmd_status(args: Any) -> int:
