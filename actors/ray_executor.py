@@ -288,12 +288,15 @@ class RayJobClient(JobMasterBase):
                 pending[handles[executor_id].next_events.remote(POLL_TIMEOUT_S)] = executor_id
 
     # -- JobMasterBase hooks -----------------------------------------------------------------------------
-    def _take_collected(self, timeout: float) -> list[tuple[str, str, list, bool]]:
-        """One long poll in flight per executor hosting an open collect sink (the next one is
-        asked for as soon as one answers, so taking overlaps the reader's work)."""
+    def _request_collected(self) -> None:
         for executor_id in {self.executions[a].current_execution.assigned_location for a in self._open_collectors}:
             if executor_id not in self._takes:
                 self._takes[executor_id] = self.handles[executor_id].take_collected.remote(POLL_TIMEOUT_S)
+
+    def _take_collected(self, timeout: float) -> list[tuple[str, str, list, bool]]:
+        """One long poll in flight per executor hosting an open collect sink (the next one is
+        asked for as soon as one answers, before the reader works on these records)."""
+        self._request_collected()
         if not self._takes:
             return []
         by_ref = {ref: e for e, ref in self._takes.items()}

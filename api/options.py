@@ -538,6 +538,14 @@ class RaylinkOptions:
         "Records an execute_and_collect sink subtask holds for its reader before it blocks (back pressure).",
         check=_at_least(1),
     )
+    COLLECT_PARALLEL_SINK = option(
+        "raylink.collect.parallel-sink",
+        "bool",
+        True,
+        "execute_and_collect's sink runs chained to the operator it reads, at its parallelism (each "
+        "subtask's records in order, subtasks interleaved as at one sink); false, and after a "
+        "partitioning (key_by, rebalance, union): one sink subtask, as Flink's CollectStreamSink.",
+    )
     TASK_PLACEMENT = option(
         "raylink.task-placement",
         "enum",

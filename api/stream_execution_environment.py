@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from raylink.api.configuration import Configuration
 from raylink.api.datastream import DataStream
-from raylink.api.options import CoreOptions, ExecutionOptions, PipelineOptions
+from raylink.api.options import CoreOptions, ExecutionOptions, PipelineOptions, RaylinkOptions
 from raylink.graph import transformations as T
 from raylink.graph.execution_graph import ExecutionGraph, build_execution_graph
 from raylink.graph.job_graph import JobGraph
@@ -393,12 +393,19 @@ class StreamExecutionEnvironment:
     def _execute_and_collect(self, stream: DataStream, job_name: Optional[str], limit: Optional[int]):
         """PyFlink's ``execute_and_collect``: a ``CloseableIterator`` over the records, or with
         ``limit`` the list of the first ``limit`` of them (the job is cancelled after them).
-        The collect sink runs at parallelism 1, as Flink's ``CollectStreamSink``, so the
-        records arrive in their upstream order per channel."""
+        The collect sink runs chained to an operator at its parallelism, so the records arrive
+        in their order per upstream subtask without a network exchange of their own; after a
+        partitioning (``key_by``, ``rebalance``, ``union``, ...), or with
+        ``raylink.collect.parallel-sink=false``, it runs at parallelism 1, as Flink's
+        ``CollectStreamSink`` (the records in their order per channel)."""
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0):
             raise ValueError(f"execute_and_collect: limit must be greater than 0, got {limit!r}")
         collect_id = f"collect-{next(self._collect_ids)}"
         sink = stream.collect_sink(collect_id)._transformation
-        sink.parallelism, sink.non_parallel = 1, True
+        upstream = stream._transformation
+        if self.configuration.get(RaylinkOptions.COLLECT_PARALLEL_SINK) and upstream.is_physical:
+            sink.parallelism, sink.max_parallelism = upstream.parallelism, upstream.max_parallelism
+        else:  # after an explicit exchange (key_by, rebalance, union, ...): its one reader, as Flink
+            sink.parallelism, sink.non_parallel = 1, True
         iterator = self._executor().execute_and_collect(self, job_name, collect_id, limit)
         return iterator if limit is None else iterator.read_all()

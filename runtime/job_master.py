@@ -196,6 +196,10 @@ class JobMasterBase:
         """``TaskExecutor.take_collected`` over every executor hosting an open collect sink."""
         raise NotImplementedError
 
+    def _request_collected(self) -> None:
+        """Ask every executor hosting an open collect sink for its next records now, ahead of
+        the next ``_take_collected`` (remote executors: while the reader works on these)."""
+
     def on_task_event(self, event: TaskEvent) -> None:
         """A task reached FINISHED / CANCELED / FAILED, or acknowledged / declined a checkpoint,
         or asks for its final checkpoint."""
@@ -386,6 +390,7 @@ class JobMasterBase:
             if closed and attempt_id in self._open_collectors:
                 self._open_collectors.discard(attempt_id)
                 self._closed_collectors.append(attempt_id)
+        self._request_collected()
         return out
 
     def collect(self, limit: Optional[int] = None) -> CloseableIterator:

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from raylink.api.job_status import JobStatus
 from raylink.errors import RaylinkError
@@ -114,28 +114,59 @@ class CloseableIterator:
         self._exhausted = False
         self._stopped_early = False
 
-    def __iter__(self) -> "CloseableIterator":
-        return self
+    def __iter__(self) -> Iterator[Any]:
+        """A ``for`` loop's iterator: the same records as ``next()``, a batch at a time in a
+        generator (no method call per record); ``next()`` continues where a loop broke off."""
+        return self._records()
+
+    def _records(self) -> Iterator[Any]:
+        while True:
+            if self._index >= len(self._pending) and not self._refill():
+                return
+            pending, start = self._pending, self._index
+            end = len(pending)
+            if self._limit is not None:
+                end = min(end, start + self._limit - self._returned)
+                if end <= start:
+                    self.close()
+                    return
+            count = 0
+            try:
+                while True:  # one cursor with next(): a call of it in the loop's body moves it
+                    i = self._index
+                    if i >= end or self._pending is not pending:  # read, closed or refilled
+                        break
+                    self._index = i + 1
+                    count += 1
+                    yield pending[i]
+            finally:
+                self._returned += count
 
     def __next__(self) -> Any:
         if self._limit is not None and self._returned >= self._limit:
             self.close()
             raise StopIteration
-        while self._index >= len(self._pending):
-            if self._exhausted:
-                raise StopIteration
+        if self._index >= len(self._pending) and not self._refill():
+            raise StopIteration
+        value = self._pending[self._index]
+        self._index += 1
+        self._returned += 1
+        return value
+
+    def _refill(self) -> bool:
+        """The next batch into ``_pending``; False once every record was read."""
+        while not self._exhausted:
             batch = self._client.fetch_collected(FETCH_TIMEOUT_S)
             if batch is None:
                 self._exhausted = True
                 self._client.wait()
                 if self._client.get_job_status() == JobStatus.FAILED:
                     self._client.get_job_execution_result()  # raises with the cause
-                continue
-            self._pending, self._index = batch, 0
-        value = self._pending[self._index]
-        self._index += 1
-        self._returned += 1
-        return value
+                return False
+            if batch:
+                self._pending, self._index = batch, 0
+                return True
+        return False
 
     @property
     def job_client(self) -> Any:

@@ -46,6 +46,9 @@ from raylink.shuffle.partitioners import create_partitioner
 from raylink.shuffle.record_writer import RecordWriter
 from raylink.shuffle.result_partition import ResultPartition
 
+#: how long a take of collected records waits for more once some are queued (see take_collected)
+COLLECT_LINGER_S = 0.02
+
 
 def process_memory() -> dict:
     """This process's resident set now and at its peak, in bytes (Linux; peak only elsewhere)."""
@@ -359,14 +362,35 @@ class TaskExecutor:
             events, self._events = self._events, []
         return events
 
+    def _wait_for_collected(self, timeout: float) -> None:
+        """(holding the collect condition) Until a sink closed, half a buffer's bound is queued,
+        :data:`COLLECT_LINGER_S` passed since the first queued record, or ``timeout``: one answer
+        then carries thousands of records (a remote call costs milliseconds of CPU on each side)."""
+        deadline = time.monotonic() + timeout
+        since = None
+        while True:
+            buffers = [b for bs in self._collect_buffers.values() for b in bs.values()]
+            now = time.monotonic()
+            if not buffers:  # none yet, or reset: one wait, as a plain long poll
+                self._collect_cond.wait(max(0.0, deadline - now))
+                return
+            queued = sum(len(b) for b in buffers)
+            if queued >= max(1, min(b.max_records for b in buffers) // 2) or any(b.closed for b in buffers):
+                return
+            if queued and since is None:
+                since = now
+            until = deadline if since is None else min(deadline, since + COLLECT_LINGER_S)
+            if until <= now:
+                return
+            self._collect_cond.wait(until - now)
+
     def take_collected(self, timeout: float = 1.0) -> list[tuple[str, str, list, bool]]:
         """Long poll of the ``execute_and_collect`` reader: ``(attempt id, collect id, records,
         closed)`` per collect sink with news. Taking frees room, so a blocked sink goes on.
         A closed sink is reported once; its last records travel with its task's report."""
         with self._collect_cond:
+            self._wait_for_collected(timeout)
             buffers = self._collect_buffers
-            if not any(b.has_data() for bs in buffers.values() for b in bs.values()):
-                self._collect_cond.wait(timeout)
             out = []
             for attempt_id, by_id in list(buffers.items()):
                 closed_all = True

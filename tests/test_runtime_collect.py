@@ -38,20 +38,37 @@ def test_limit_returns_a_list_of_the_first_n_records(target):
     assert got.job_client.get_job_status() in ("FINISHED", "CANCELED")
 
 
-def test_the_collect_sink_runs_at_parallelism_1_and_keeps_order_per_channel(target):
-    env = make_env(target, 2)
+@pytest.mark.parametrize(
+    "parallel_sink, shape",
+    [
+        (True, {"Source: Sequence Source -> Map -> Sink: Collect Sink": 2}),  # chained: no exchange of its own
+        (False, {"Source: Sequence Source -> Map": 2, "Sink: Collect Sink": 1}),  # Flink's CollectStreamSink
+    ],
+)
+def test_the_collect_sink_keeps_order_per_channel_chained_or_at_parallelism_1(target, parallel_sink, shape):
+    env = make_env(target, 2, {"raylink.collect.parallel-sink": parallel_sink})
     stream = env.from_sequence(1, N).map(TagSubtask())
     with stream.execute_and_collect("collect p2") as results:
         got = list(results)
     subtasks: dict = {}
     for ev in results.job_client.execution_graph.all_vertices():
         subtasks.setdefault(ev.job_vertex.job_vertex.name, []).append(ev.subtask_index)
-    assert {name: len(s) for name, s in subtasks.items()} == {
-        "Source: Sequence Source -> Map": 2,
-        "Sink: Collect Sink": 1,
-    }
+    assert {name: len(s) for name, s in subtasks.items()} == shape
     channels = _per_channel(got)
     assert channels == {i: list(sequence_split(1, N, i, 2)) for i in range(2)}
+
+
+def test_after_a_partitioning_the_collect_sink_is_one_subtask(target):
+    env = make_env(target, 2)
+    stream = env.from_sequence(1, N).map(TagSubtask()).rebalance()
+    with stream.execute_and_collect() as results:
+        got = list(results)
+    shape = {
+        ev.job_vertex.job_vertex.name: ev.job_vertex.parallelism
+        for ev in results.job_client.execution_graph.all_vertices()
+    }
+    assert shape == {"Source: Sequence Source -> Map": 2, "Sink: Collect Sink": 1}
+    assert _per_channel(got) == {i: list(sequence_split(1, N, i, 2)) for i in range(2)}
 
 
 def test_limit_on_a_parallel_pipeline_is_a_prefix_of_every_channel(target):
