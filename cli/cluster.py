@@ -319,7 +319,7 @@ def cmd_status(args: Any) -> int:
     )
     spark = status["spark"]
     if spark:
-        state = "STOPPED by a job (restart the cluster)" if spark.get("stopped") else "running"
+        state = "STOPPED (restart the cluster)" if spark.get("stopped") else "running"
         print(
             f"  Spark session {spark.get('applicationId')} {state}, up {spark.get('upS', 0):.0f} s, "
             f"{spark.get('executors')} executor(s), warehouse {spark.get('warehouse')}"

@@ -40,7 +40,8 @@ def _uses(item, *fixtures) -> bool:
 def pytest_collection_modifyitems(config, items):
     """Mark what each test needs (``ray``, ``spark``, ``multinode``; see pyproject.toml's
     markers, so ``-m "not ray"`` runs only the in-process tests) and run the in-process
-    tests first, then Ray, then Spark, then multi-node clusters (cheap failures first)."""
+    tests first, then Ray, then Spark (tests starting a Spark of their own before the session-wide
+    ``spark`` fixture starts its one), then multi-node clusters (cheap failures first)."""
     for item in items:
         callspec = getattr(item, "callspec", None)
         on_ray = callspec is not None and callspec.params.get("target") == "ray"

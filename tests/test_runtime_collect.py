@@ -85,3 +85,24 @@ def test_a_bad_limit_is_refused(limit):
     env = make_env("local", 1)
     with pytest.raises(ValueError, match=r"execute_and_collect: limit must be greater than 0"):
         env.from_collection([1, 2]).execute_and_collect(limit=limit)
+
+
+def test_a_for_loop_and_next_share_one_cursor_and_close_ends_both():
+    env = make_env("local", 1)
+    with env.from_sequence(1, N).execute_and_collect() as results:
+        head = []
+        for value in results:  # the loop's iterator reads a batch at a time
+            head.append(value)
+            if len(head) == 10:
+                break
+        assert head == list(range(1, 11))
+        assert next(results) == 11  # next() goes on where the loop broke off
+        body = []
+        for value in results:
+            body.append(value)
+            if value == 20:
+                assert next(results) == 21  # a next() in the loop's body moves the loop on too
+            if value == 100:
+                results.close()  # no record after close, not even the rest of a batch
+        assert body == [v for v in range(12, 101) if v != 21]
+        assert list(results) == []

@@ -22,7 +22,7 @@ from raylink.tests.test_runtime_session_cluster import ROOT, _cli
 JOB = """
 import json, sys
 from raylink.api import StreamExecutionEnvironment
-from raylink.connectors.spark import get_spark, get_spark_dataframe, stop
+from raylink.connectors.spark import get_spark, get_spark_dataframe
 
 spark = get_spark()
 seen = [t.name for t in spark.catalog.listTables()]
@@ -36,7 +36,7 @@ result = env.execute("shared spark")
 small = sorted(tuple(r) for r in get_spark_dataframe(result).collect())
 sums = list(spark.table(table).selectExpr("sum(k)", "sum(v)", "count(*)").collect()[0])
 print(json.dumps({"app": spark.sparkContext.applicationId, "seen": seen, "sums": sums, "small": small}))
-stop()
+spark.stop()  # leaves the shared session; it keeps running for the next program
 """
 
 
@@ -108,7 +108,7 @@ def test_a_stopped_or_unreachable_shared_session_is_refused_with_what_to_do():
     from raylink.connectors.spark.session import SparkStartError
     from raylink.connectors.spark.shared_session import attach
 
-    with pytest.raises(SparkStartError, match="was stopped by a job.*raylink cluster stop"):
+    with pytest.raises(SparkStartError, match="was stopped.*raylink cluster stop"):
         attach({"stopped": True, "applicationId": "app-1", "nodeIp": "10.0.0.1"})
     with pytest.raises(SparkStartError, match="node 203.0.113.9.*use-session-cluster=false"):
         attach({"stopped": False, "applicationId": "app-1", "nodeIp": "203.0.113.9"})

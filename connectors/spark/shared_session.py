@@ -11,10 +11,11 @@ pyspark connects to the actor's driver JVM through its py4j gateway (what pyspar
 ``SparkSession``, and so sees the same catalog, tables and executors as every other job.
 Leaving (:func:`detach`, from ``stop()``) closes the connection and leaves the session running.
 
+A program's own ``spark.stop()`` leaves the session too (it does not stop it for everyone).
 Limits, said where they apply: the gateway accepts connections from its own node only, so a
 driver on another node gets a clear error (and ``raylink.spark.use-session-cluster=false``
-starts a session of its own); a job that calls ``spark.stop()`` stops the shared session for
-everyone (``raylink cluster status`` then says so, and ``get_spark()`` refuses to attach).
+starts a session of its own); should the JVM's context be stopped anyway (through the JVM),
+``raylink cluster status`` says so and ``get_spark()`` refuses to attach.
 
 Thread-safety: the actor runs one call at a time; :func:`attach`/:func:`detach` are called
 under ``session.py``'s lock.
@@ -153,8 +154,8 @@ def attach(info: dict) -> Any:
 
     if info.get("stopped"):
         raise SparkStartError(
-            f"the session cluster's Spark session ({info.get('applicationId')}) was stopped by a job "
-            "(spark.stop()); restart it: raylink cluster stop, then raylink cluster start --spark"
+            f"the session cluster's Spark session ({info.get('applicationId')}) was stopped; "
+            "restart it: raylink cluster stop, then raylink cluster start --spark"
         )
     here = ray.util.get_node_ip_address()
     if info["nodeIp"] != here:
@@ -185,7 +186,17 @@ def attach(info: dict) -> Any:
     )
     sc = SparkContext(conf=SparkConf(_jconf=jsc.getConf()), gateway=gateway, jsc=jsc)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    return SparkSession(sc)  # the JVM's default session: the shared catalog
+    spark = SparkSession(sc)  # the JVM's default session: the shared catalog
+    # A program's own spark.stop() (or ``with spark:``) leaves the shared session, as raylink's
+    # stop() does, instead of stopping it for every other program.
+    spark.stop = sc.stop = _leave
+    return spark
+
+
+def _leave() -> None:
+    from raylink.connectors.spark.session import stop
+
+    stop(shutdown_ray=False)
 
 
 def detach(spark: Any) -> None:
