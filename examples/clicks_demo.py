@@ -231,9 +231,9 @@ def run(
         return summary
     finally:
         stopping = time.perf_counter()
-        from raylink.connectors.spark.session import started_by_raylink
+        from raylink.connectors.spark.session import attached_to_shared_spark
 
-        stopped = "Spark and Ray stopped" if started_by_raylink() else "the session cluster's Spark left running"
+        stopped = "the session cluster's Spark left running" if attached_to_shared_spark() else "Spark and Ray stopped"
         stop()  # the Spark session and the local Ray raylink started; nothing else
         summary_total = time.perf_counter() - started
         print(f"  total {summary_total:.1f} s; {stopped} ({summary_total - (stopping - started):.1f} s)", file=out)

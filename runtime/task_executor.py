@@ -46,7 +46,7 @@ from raylink.shuffle.partitioners import create_partitioner
 from raylink.shuffle.record_writer import RecordWriter
 from raylink.shuffle.result_partition import ResultPartition
 
-#: how long a take of collected records waits for more once some are queued (see take_collected)
+#: how long a remote take of collected records waits for more once some are queued (see take_collected)
 COLLECT_LINGER_S = 0.02
 
 
@@ -365,7 +365,9 @@ class TaskExecutor:
     def _wait_for_collected(self, timeout: float) -> None:
         """(holding the collect condition) Until a sink closed, half a buffer's bound is queued,
         :data:`COLLECT_LINGER_S` passed since the first queued record, or ``timeout``: one answer
-        then carries thousands of records (a remote call costs milliseconds of CPU on each side)."""
+        then carries thousands of records (a remote call costs milliseconds of CPU on each side).
+        Without a transport the reader is a thread of this process: it gets records at once."""
+        linger = COLLECT_LINGER_S if self.transport is not None else 0.0
         deadline = time.monotonic() + timeout
         since = None
         while True:
@@ -379,7 +381,7 @@ class TaskExecutor:
                 return
             if queued and since is None:
                 since = now
-            until = deadline if since is None else min(deadline, since + COLLECT_LINGER_S)
+            until = deadline if since is None else min(deadline, since + linger)
             if until <= now:
                 return
             self._collect_cond.wait(until - now)

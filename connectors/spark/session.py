@@ -280,6 +280,11 @@ def _attach_shared_spark(warehouse_dir: Optional[str]) -> Any:
     return spark
 
 
+def attached_to_shared_spark() -> bool:
+    """True while this process uses the session cluster's shared Spark session."""
+    return bool(_state.get("shared"))
+
+
 def spark_namespace() -> Optional[str]:
     """The Ray namespace RayDP's actors of the session in use live in (None: this driver's)."""
     return _state.get("namespace")
@@ -443,4 +448,5 @@ __all__ = [
     "existing_raydp_session",
     "started_by_raylink",
     "spark_namespace",
+    "attached_to_shared_spark",
 ]

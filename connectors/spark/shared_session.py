@@ -30,9 +30,11 @@ from typing import Any, Dict, Optional
 
 import ray
 
-#: the actor's name; its namespace is the session cluster's (``actors.session_cluster``)
+from raylink.actors.session_cluster import SESSION_NAMESPACE
+
+#: the actor's name; its namespace is the session cluster's
 SHARED_SPARK_NAME = "raylink-spark"
-SHARED_SPARK_NAMESPACE = "raylink"
+SHARED_SPARK_NAMESPACE = SESSION_NAMESPACE
 INFO_TIMEOUT_S = 30.0
 
 
