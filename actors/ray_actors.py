@@ -17,7 +17,6 @@ anything of that job is left.
 from __future__ import annotations
 
 import gc
-import sys
 import threading
 import time
 import weakref
@@ -28,34 +27,8 @@ import ray
 
 from raylink.actors.ray_transport import RayTransport
 from raylink.api.options import RaylinkOptions, read_option
+from raylink.runtime.process_tuning import tune_gc, tune_switch_interval
 from raylink.runtime.task_executor import NetworkSettings, TaskExecutor
-
-
-def tune_switch_interval(interval_ms: float) -> None:
-    """Let a waiting thread take the GIL after ``interval_ms`` (Python's default: 5 ms).
-
-    A busy task thread holds the GIL until the interval runs out whenever another thread
-    wants it, and in a TaskExecutor those are Ray's threads receiving buffers and credit
-    and completing calls: each waits up to the interval, so records queue behind it. With
-    1 ms, ``loadtest wordcount`` flat out went 28-41 -> 7-10 ms p50 latency, and the untyped
-    word count at p=2 (two tasks per process) 0.45-0.54 -> 0.61-0.63x the loop.
-    """
-    sys.setswitchinterval(interval_ms / 1000.0)
-
-
-def tune_gc(threshold: int, freeze: bool = True) -> None:
-    """Collect the young generation every ``threshold`` allocations (0: Python's default).
-
-    A task keeps a batch of thousands of records alive while it processes it;
-    with Python's default every 700 allocations traverse the whole batch again,
-    which costs a keyed task ~10 % of its time. Cycles are still collected.
-    """
-    if threshold > 0:
-        if freeze:
-            gc.freeze()  # what the process imported is never garbage: keep it out of every collection
-        _, gen1, gen2 = gc.get_threshold()
-        gc.set_threshold(threshold, gen1, gen2)
-
 
 #: the Ray namespace of the named TaskExecutor actors
 TASK_EXECUTOR_NAMESPACE = "raylink"

@@ -520,7 +520,8 @@ class RaylinkOptions:
         "raylink.taskmanager.gc-threshold",
         "int",
         50_000,
-        "Allocations between two young-generation collections in a TaskExecutor (0: Python's default).",
+        "Allocations between two young-generation collections in a TaskExecutor, and on the local target "
+        "while a job runs (0: Python's default).",
         check=_at_least(0),
     )
     SWITCH_INTERVAL = option(
@@ -528,8 +529,15 @@ class RaylinkOptions:
         "duration",
         1,
         "How long a TaskExecutor thread holds the GIL while another waits (Python's switch interval; "
-        "its default is 5 ms).",
+        "its default is 5 ms). The local target sets it while a job runs.",
         check=_positive,
+    )
+    LOCAL_PIN_TASK_THREADS = option(
+        "raylink.local.pin-task-threads",
+        "bool",
+        True,
+        "Local target, Linux: run the task threads of this process's jobs on one CPU. They take turns on the "
+        "GIL anyway; on one CPU the objects they pass each other stay in its cache. false: on any CPU.",
     )
     COLLECT_MAX_BUFFERED_RECORDS = option(
         "raylink.collect.max-buffered-records",

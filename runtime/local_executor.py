@@ -1,7 +1,10 @@
 """``execution.target = "local"``: a whole job in this process — Flink's MiniCluster.
 
 One in-process :class:`TaskExecutor` hosts every subtask as a thread with local
-channels only; the JobMaster bookkeeping is shared with the Ray executor.
+channels only; the JobMaster bookkeeping is shared with the Ray executor. While a local
+job runs, this process has a TaskExecutor's switch interval and young-generation threshold,
+and the task threads run on one CPU (:class:`LocalProcessTuning`); the program's own
+settings come back when the last local job ends.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from raylink.runtime.deployment import create_deployment_descriptors
 from raylink.runtime.execution_state import ExecutionState
 from raylink.runtime.job_master import JobExecutor, JobMasterBase
 from raylink.runtime.job_result import JobExecutionResult
+from raylink.runtime.process_tuning import LocalProcessTuning
 from raylink.runtime.python_dependencies import apply_locally
 from raylink.runtime.task_executor import NetworkSettings, TaskExecutor
 
@@ -24,10 +28,17 @@ class LocalJobClient(JobMasterBase):
     def __init__(self, env: Any, job_name: Optional[str]) -> None:
         super().__init__(env, job_name)
         apply_locally(self.configuration)  # env.add_python_file & co.: this interpreter's path
-        self._deploy(None)
+        self._task_cpus = LocalProcessTuning.acquire(self.configuration)
+        try:
+            self._deploy(None)
+        except BaseException:
+            LocalProcessTuning.release()
+            raise
 
     def _deploy(self, restore: Any) -> None:
-        self.task_executor = TaskExecutor(LOCAL, NetworkSettings(self.configuration), on_task_event=self.on_task_event)
+        self.task_executor = TaskExecutor(
+            LOCAL, NetworkSettings(self.configuration), on_task_event=self.on_task_event, task_cpus=self._task_cpus
+        )
         placement = {(ev.job_vertex.id, ev.subtask_index): LOCAL for ev in self.executions.values()}
         with self._lock:
             self._set_all(ExecutionState.SCHEDULED)
@@ -67,7 +78,10 @@ class LocalJobClient(JobMasterBase):
         self.task_executor.shutdown()
 
     def _release_resources(self) -> None:
-        self.task_executor.release_resources()
+        try:
+            self.task_executor.release_resources()
+        finally:
+            LocalProcessTuning.release()
 
     def _take_collected(self, timeout: float) -> list[tuple[str, str, list, bool]]:
         return self.task_executor.take_collected(timeout)

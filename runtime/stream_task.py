@@ -30,6 +30,7 @@ from raylink.runtime.execution_state import ExecutionState
 from raylink.runtime.mailbox import BACK_PRESSURE, IDLE, OPERATOR, SOURCE_THREAD, MailboxExecutor, MailboxProcessor
 from raylink.runtime.metrics import operator_metrics
 from raylink.runtime.operator_chain import OperatorChain, exception_with_operator
+from raylink.runtime.process_tuning import pin_current_thread
 from raylink.runtime.task_canceler import InterruptibleThreads, TaskCanceler, TaskCancellationTimeoutError
 from raylink.shuffle.barrier_handler import CheckpointBarrierHandler
 from raylink.shuffle.elements import (
@@ -97,8 +98,11 @@ class StreamTask:
         checkpoint_sink: Optional[Callable[["StreamTask", int, dict, dict], None]] = None,
         attempt_id: str = "",
         checkpoint_storage: Any = None,
+        cpus: Optional[frozenset] = None,
     ) -> None:
         self.job_vertex = job_vertex
+        #: the CPUs the task thread runs on (None: any; the local target pins its task threads)
+        self.cpus = cpus
         #: the deployment attempt this task runs (Flink's ``ExecutionAttemptID``)
         self.attempt_id = attempt_id
         #: where the TaskExecutor writes this task's snapshots (None: no checkpointing)
@@ -209,6 +213,7 @@ class StreamTask:
     def run(self) -> None:
         mp = self.mailbox_processor
         try:
+            pin_current_thread(self.cpus)
             self._set_state(DEPLOYING)
             if self._canceled:
                 raise CancelTaskException(f"task {self.name} was cancelled")

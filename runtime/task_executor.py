@@ -114,8 +114,11 @@ class TaskExecutor:
         transport: Any = None,
         num_slots: int = 1,
         on_task_event: Optional[Callable[[TaskEvent], None]] = None,
+        task_cpus: Optional[frozenset] = None,
     ) -> None:
         self.executor_id = executor_id
+        #: the CPUs every task thread runs on (None: any)
+        self.task_cpus = task_cpus
         self.settings = settings or NetworkSettings()
         self.num_slots = num_slots
         self.network_pool = NetworkBufferPool(self.settings.num_buffers, self.settings.buffer_size)
@@ -227,6 +230,7 @@ class TaskExecutor:
             checkpoint_sink=self._checkpoint_sink if tdd.checkpoint_storage is not None else None,
             attempt_id=tdd.attempt_id,
             checkpoint_storage=tdd.checkpoint_storage,
+            cpus=self.task_cpus,
         )
         self.tasks[tdd.attempt_id] = task
         self._gates[tdd.attempt_id] = all_gates

@@ -35,7 +35,8 @@ merges consecutive timestamped records into one ``TimestampedRecords`` run.
 In-process hand-over: a serializer whose reader lives in the same process and reads it
 alone (``hand_over_objects``, set by the TaskExecutor of the local target for pipelined,
 non-broadcast subpartitions) passes a batch of at least ``OBJECT_RUN_MIN`` flat records
-(scalars, or tuples of scalars: immutable, so sharing them is what a copy would give) as
+(scalars, or tuples of scalars: immutable, so sharing them is what a copy would give;
+checked by :func:`~raylink.shuffle.shareable.is_shareable_batch`) as
 an :class:`ObjectBuffer` instead of encoding it; the partial byte buffer before it is
 handed over first, so order is kept. It takes a buffer permit like any data buffer. Flink
 always serializes between tasks; here the bytes would only be decoded again by a thread of
@@ -74,6 +75,7 @@ from raylink.shuffle.elements import (
     STREAM_ELEMENT_TYPES,
     TimestampedRecords,
 )
+from raylink.shuffle.shareable import is_shareable_batch
 
 __all__ = ["DEFAULT_BUFFER_SIZE", "ObjectBuffer", "RecordSerializer", "RecordDeserializer", "BufferSink"]
 
@@ -209,10 +211,10 @@ class RecordSerializer:
             if n >= OBJECT_RUN_MIN and self.hand_over_objects and self._hand_over_declared(values, None):
                 return
             self._declared.pack_batch_into(values, buf, self._pack)
-        elif (flat := is_flat_batch(values)) and n >= OBJECT_RUN_MIN and self.hand_over_objects:
+        elif n >= OBJECT_RUN_MIN and self.hand_over_objects and is_shareable_batch(values):
             self._hand_over_run(list(values), None)  # a copy: the caller may reuse its list
             return
-        elif not (flat and pack_flat_batch_into(values, buf)):
+        elif not (is_flat_batch(values) and pack_flat_batch_into(values, buf)):
             p = self._bpacker
             try:
                 pk = p.pack
@@ -250,12 +252,11 @@ class RecordSerializer:
         if n == 1:
             self.add_timestamped_record(values[0], timestamps if shared else timestamps[0])
             return
-        flat = None  # unknown: encode_timestamped checks it
         if n >= OBJECT_RUN_MIN and self.hand_over_objects:
             if self._declared is not None:
                 if self._hand_over_declared(values, timestamps):
                     return
-            elif flat := is_flat_batch(values):
+            elif is_shareable_batch(values):
                 self._hand_over_run(list(values), timestamps)  # a copy: the caller may reuse its list
                 return
         if self._declared is not None:
@@ -265,7 +266,7 @@ class RecordSerializer:
         with stream_classes(self._sent_classes):
             if n <= step:
                 if n:
-                    buf += encode_timestamped(values, timestamps, flat)
+                    buf += encode_timestamped(values, timestamps)
             else:
                 for i in range(0, n, step):
                     buf += encode_timestamped(values[i : i + step], timestamps if shared else timestamps[i : i + step])

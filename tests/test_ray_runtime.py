@@ -346,7 +346,7 @@ def test_execute_and_collect_streams_records_of_an_unbounded_job():
 
 def test_task_executor_processes_collect_the_young_generation_less_often():
     code = (
-        "import gc; from raylink.actors.ray_actors import tune_gc; before = gc.get_threshold(); "
+        "import gc; from raylink.runtime.process_tuning import tune_gc; before = gc.get_threshold(); "
         "tune_gc(50000); print(before[0], gc.get_threshold()[0], gc.get_freeze_count() > 0)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)

@@ -1,7 +1,9 @@
 """RecordSerializer / RecordDeserializer: spanning records, order, grouping, events."""
 
+import enum
 import os
 import random
+from decimal import Decimal
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -24,6 +26,7 @@ from raylink.shuffle.serializer import (
     RecordDeserializer,
     RecordSerializer,
 )
+from raylink.shuffle.shareable import is_shareable_batch
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -490,3 +493,88 @@ def test_a_reader_sees_the_same_elements_with_and_without_the_hand_over(ops, buf
                 s.flush()
         s.flush()
     assert _flatten(decode_stream(fast_out)) == _flatten(decode_stream(plain_out))
+
+
+# -- which batches may be shared (shareable.is_shareable_batch) ------------------------------------------------
+
+
+class Colour(enum.IntEnum):
+    RED = 1
+
+
+class Tag(str, enum.Enum):
+    HOT = "hot"
+
+
+class Name(str):
+    pass
+
+
+class Box:
+    def __init__(self, v):
+        self.v = v
+
+    def __eq__(self, other):
+        return type(other) is Box and other.v == self.v
+
+
+#: values that cannot change once made (sharing one is what a decoded copy gives)
+IMMUTABLE = (str, int, float, bool, bytes, type(None), Colour, Tag, Name, Decimal)
+#: a field's values by kind: the plain ones give a batch its shape, the others break or bend it
+field_kinds = [
+    st.integers(-(2**63), 2**63 - 1),
+    st.text(max_size=3),
+    st.floats(allow_nan=False),
+    st.booleans(),
+    st.binary(max_size=3),
+    st.none(),
+    st.sampled_from([Colour.RED, Tag.HOT, Name("n"), Decimal("1.5")]),
+    st.binary(max_size=3).map(bytearray),
+    st.lists(st.integers(), max_size=2),
+    st.builds(Box, st.integers()),
+    st.tuples(st.integers()),
+]
+
+
+@st.composite
+def batches(draw):
+    """Rows of one shape (each field of one kind), some fields of some rows of another kind."""
+    width = draw(st.integers(1, 3))
+    shape = [draw(st.sampled_from(field_kinds[:6])) for _ in range(width)]
+    rows = []
+    for _ in range(draw(st.integers(1, 12))):
+        kinds = [draw(st.sampled_from(field_kinds)) if draw(st.integers(0, 4)) == 0 else k for k in shape]
+        rows.append(tuple(draw(k) for k in kinds))
+    return rows
+
+
+@settings(max_examples=400, deadline=None)
+@given(batches())
+def test_a_batch_is_shared_only_if_no_field_of_it_can_change(values):
+    shared = is_shareable_batch(values)
+    if shared:
+        assert all(type(f) in IMMUTABLE for row in values for f in row)
+    if codec.is_flat_batch(values):  # every batch the exact check accepts is shared
+        assert shared
+
+
+def test_a_bytearray_or_a_list_record_is_never_shared():
+    assert is_shareable_batch([(b"a", 1)] * 3)
+    assert not is_shareable_batch([(b"a", 1), (bytearray(b"a"), 1)])  # msgspec's bytes would take it
+    assert not is_shareable_batch([("a", 1), ["a", 1]])  # a list record, even one of the shape
+    assert not is_shareable_batch([("a", 1), ("a", [1])])
+    assert is_shareable_batch([("a", 1), ("a", None), (None, 2.5)])  # None in any field, other shapes: exact check
+
+
+def test_enum_members_and_decimals_are_handed_over_and_read_as_decoding_them_would():
+    # a first row of plain types sets the shape; members of int/str enums and a Decimal in a float field fit it
+    rows = [(1, "hot", 2.5, 0)] + [(Colour.RED, Tag.HOT, Decimal("2.5"), i) for i in range(1, OBJECT_RUN_MIN)]
+    plain, plain_out = collect()
+    fast, fast_out = handing_over()
+    for s in (plain, fast):
+        s.add_records(rows)
+        s.flush()
+    assert type(fast_out[0][0]) is ObjectBuffer  # shared, not encoded
+    shared, decoded_rows = flat_records(decode_stream(fast_out)), flat_records(decode_stream(plain_out))
+    assert shared == decoded_rows == rows
+    assert [tuple(map(type, r)) for r in shared] == [tuple(map(type, r)) for r in decoded_rows]

@@ -1,0 +1,121 @@
+"""The interpreter settings of a process that runs task threads (no Flink counterpart: the JVM's
+are command-line flags), and where the local target's task threads run.
+
+Two of CPython's process-wide knobs decide how fast task threads run side by side:
+
+* the switch interval: how long a thread holding the GIL keeps it while another waits
+  (Python's default 5 ms; ``raylink.taskmanager.switch-interval``, 1 ms);
+* the young generation's threshold: allocations between two collections (Python's 700;
+  ``raylink.taskmanager.gc-threshold``, 50 k). A task keeps a batch of thousands of records
+  alive while it works on it; with 700 every collection traverses that batch again.
+
+A TaskExecutor actor owns its process and sets both for good (:func:`tune_gc`,
+:func:`tune_switch_interval`). The ``local`` target runs its TaskExecutor inside the user's
+program, so :class:`LocalProcessTuning` sets them only while at least one local job runs and
+then puts back what the program had (never freezing the program's objects).
+
+The local target also runs its task threads on one CPU (``raylink.local.pin-task-threads``,
+Linux): they take turns on the GIL, so two CPUs give them no more Python time, but on two
+CPUs every record one thread makes and the next reads -- and every reference count both
+touch -- moves between the CPUs' caches. Measured on 2 cores: the untyped local word count
+27 % (p=1) and 37 % (p=2) less time, ``bench/windows.py`` ~20 %. What they lose is overlap
+of work that releases the GIL in two task threads at once (e.g. pyarrow writing Parquet
+while another task runs Python); threads a task starts inherit the CPU. The program's own
+threads are not pinned.
+
+Thread-safety: :class:`LocalProcessTuning` counts running jobs under a lock; the module
+functions change process-wide state and are meant for a process's start.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sys
+import threading
+from typing import Any, Optional
+
+from raylink.api.options import RaylinkOptions, read_option
+
+
+def tune_switch_interval(interval_ms: float) -> None:
+    """Let a waiting thread take the GIL after ``interval_ms`` (Python's default: 5 ms).
+
+    A busy task thread holds the GIL until the interval runs out whenever another thread
+    wants it: in a TaskExecutor actor those are Ray's threads receiving buffers and credit
+    (with 1 ms, ``loadtest wordcount`` flat out went 28-41 -> 7-10 ms p50 latency, and the
+    untyped word count at p=2 0.45-0.54 -> 0.61-0.63x the loop); on the local target the
+    downstream task thread waiting for the batch just handed over (``bench/windows.py``:
+    with the threshold below, ~25 % less time).
+    """
+    sys.setswitchinterval(interval_ms / 1000.0)
+
+
+def tune_gc(threshold: int, freeze: bool = True) -> None:
+    """Collect the young generation every ``threshold`` allocations (0: Python's default).
+
+    ``freeze``: move what the process holds so far (its imports) out of every collection.
+    Cycles are still collected.
+    """
+    if threshold > 0:
+        if freeze:
+            gc.freeze()
+        _, gen1, gen2 = gc.get_threshold()
+        gc.set_threshold(threshold, gen1, gen2)
+
+
+def pin_current_thread(cpus: Optional[frozenset]) -> None:
+    """Run the calling thread (and the threads it starts) on ``cpus`` only (None: as it is)."""
+    if cpus:
+        os.sched_setaffinity(0, cpus)  # Linux: 0 is the calling thread
+
+
+def _one_cpu() -> Optional[frozenset]:
+    """The CPU this thread runs on now (if the process may use several), as a set; None where
+    threads cannot be pinned."""
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    allowed = os.sched_getaffinity(0)
+    if len(allowed) < 2:
+        return None
+    try:
+        with open("/proc/thread-self/stat", "rb") as fh:
+            cpu = int(fh.read().rsplit(b")", 1)[1].split()[36])  # field 39: the CPU it last ran on
+    except (OSError, ValueError, IndexError):
+        cpu = -1
+    return frozenset((cpu if cpu in allowed else min(allowed),))
+
+
+class LocalProcessTuning:
+    """Applies the TaskExecutor settings to this process while local jobs run: the first
+    ``acquire`` saves the program's own settings (and picks the task threads' CPU), the last
+    ``release`` restores them."""
+
+    _lock = threading.Lock()
+    _running = 0
+    _saved: Optional[tuple] = None
+    _cpus: Optional[frozenset] = None
+
+    @classmethod
+    def acquire(cls, settings: Any) -> Optional[frozenset]:
+        """Count one more local job; returns the CPUs its task threads run on (None: any)."""
+        with cls._lock:
+            if cls._running == 0:
+                cls._saved = (sys.getswitchinterval(), gc.get_threshold())
+                tune_gc(read_option(settings, RaylinkOptions.GC_THRESHOLD), freeze=False)
+                tune_switch_interval(float(read_option(settings, RaylinkOptions.SWITCH_INTERVAL)))
+                cls._cpus = _one_cpu()
+            cls._running += 1
+            return cls._cpus if read_option(settings, RaylinkOptions.LOCAL_PIN_TASK_THREADS) else None
+
+    @classmethod
+    def release(cls) -> None:
+        with cls._lock:
+            if cls._running == 0:
+                return
+            cls._running -= 1
+            if cls._running == 0 and cls._saved is not None:
+                interval, threshold = cls._saved
+                sys.setswitchinterval(interval)
+                gc.set_threshold(*threshold)
+                cls._saved = None
