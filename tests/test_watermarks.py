@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 
 from raylink.api import (
+    CoProcessFunction,
     Duration,
     ProcessFunction,
     StreamExecutionEnvironment,
@@ -308,3 +309,70 @@ def test_watermark_gauges_of_the_operator_move():
     op.process_watermark(7)  # upstream: seen, not forwarded
     assert gauges["currentOutputWatermark"]() == 49
     assert gauges["currentInputWatermark"]() == 7
+
+
+class _StampedSource(SourceFunction):
+    """Emits ``(tag, ts)`` records, each followed by the watermark ``ts`` (punctuated), once
+    ``start_after`` is signalled (if given); with ``hold_after`` it then waits for that signal
+    before its last record."""
+
+    def __init__(self, tag, stamps, start_after=None, hold_after=None):
+        self.tag, self.stamps, self.start_after, self.hold_after = tag, stamps, start_after, hold_after
+
+    def run(self, ctx):
+        if self.start_after and not signal(self.start_after).wait(20):
+            raise TimeoutError(f"{self.start_after} was never signalled")
+        *first, last = self.stamps
+        for ts in first:
+            ctx.collect_with_timestamp((self.tag, ts), ts)
+            ctx.emit_watermark(ts)
+        if self.hold_after and not signal(self.hold_after).wait(20):
+            raise TimeoutError(f"{self.hold_after} was never signalled")
+        ctx.collect_with_timestamp((self.tag, last), last)
+        ctx.emit_watermark(last)
+
+
+def _seen(name, value, ctx):
+    """(value, the operator's watermark when it arrived); signals ``name.<tag><ts>``."""
+    signal(f"{name}.{value[0]}{value[1]}").set()
+    return value, ctx.timer_service().current_watermark()
+
+
+class _UnionSees(ProcessFunction):
+    def __init__(self, name):
+        self.name = name
+
+    def process_element(self, value, ctx):
+        yield _seen(self.name, value, ctx)
+
+
+class _BothSee(CoProcessFunction):
+    def __init__(self, name):
+        self.name = name
+
+    def process_element1(self, value, ctx):
+        yield _seen(self.name, value, ctx)
+
+    def process_element2(self, value, ctx):
+        yield _seen(self.name, value, ctx)
+
+
+@pytest.mark.parametrize("shape", ["union", "connect"])
+def test_the_watermark_of_a_union_or_a_two_input_operator_is_the_minimum_of_its_inputs(shape):
+    """B holds at watermark 10 until the operator has seen A's last record: every record of A
+    arrives at a watermark <= 10 (B's, or none yet), never at A's own (up to 49)."""
+    name = f"test_watermarks.minimum.{shape}"
+    for suffix in ("b10", "a50"):
+        reset_signal(f"{name}.{suffix}")
+    env = make_env("local", 1)
+    slow = env.add_source(_StampedSource("b", [10, 60], hold_after=f"{name}.a50"))
+    fast = env.add_source(_StampedSource("a", list(range(1, 51)), start_after=f"{name}.b10"))
+    if shape == "union":
+        rows = list(fast.union(slow).process(_UnionSees(name)).execute_and_collect())
+    else:
+        rows = list(fast.connect(slow).process(_BothSee(name)).execute_and_collect())
+    seen = dict(rows)
+    assert len(seen) == 52
+    assert all(seen[("a", ts)] <= 10 for ts in range(1, 51))  # not A's own (ts - 1), not the latest input's
+    assert seen[("a", 50)] in (MIN_WATERMARK, 10)
+    assert seen[("b", 60)] <= 10  # B's records come before B's own watermark
