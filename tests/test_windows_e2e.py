@@ -3,6 +3,7 @@ timestamp) against a brute-force reference computed here from the input."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import sys
 import zlib
@@ -266,15 +267,15 @@ def test_windows_match_the_brute_force_reference_on_local(assigner, kind, keyed,
     assert got  # windows fired
 
 
-@pytest.mark.parametrize(
-    "assigner,kind,keyed,parallelism",
-    [
-        ("tumbling", "reduce", True, 2),
-        ("sliding", "aggregate_window", True, 3),
-        ("session", "process", False, 2),
-        ("session", "reduce_window", True, 4),
-    ],
-)
+#: every assigner x every window function kind on Ray, each once: keyed and all-window alternate
+#: (per kind across the assigners too), the parallelism goes round 1-4
+RAY_SHAPES = [
+    (assigner, kind, (i // len(FUNCTION_KINDS) + i) % 2 == 0, 1 + i % 4)
+    for i, (assigner, kind) in enumerate(itertools.product(sorted(ASSIGNERS), FUNCTION_KINDS))
+]
+
+
+@pytest.mark.parametrize("assigner,kind,keyed,parallelism", RAY_SHAPES)
 def test_windows_match_the_brute_force_reference_on_ray(ray_session, assigner, kind, keyed, parallelism):
     events = bounded_disorder_events(11, 300, ["a", "b", "c", "d"], 20)
     spec = ASSIGNERS[assigner]
