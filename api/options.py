@@ -537,7 +537,9 @@ class RaylinkOptions:
         "bool",
         True,
         "Local target, Linux: run the task threads of this process's jobs on one CPU. They take turns on the "
-        "GIL anyway; on one CPU the objects they pass each other stay in its cache. false: on any CPU.",
+        "GIL anyway; on one CPU the objects they pass each other stay in its cache. Threads a task starts "
+        "inherit the CPU (a native library's thread pool too); false for functions that compute in native "
+        "threads (numpy, torch) or release the GIL for long.",
     )
     COLLECT_MAX_BUFFERED_RECORDS = option(
         "raylink.collect.max-buffered-records",

@@ -20,8 +20,9 @@ CPUs every record one thread makes and the next reads -- and every reference cou
 touch -- moves between the CPUs' caches. Measured on 2 cores: the untyped local word count
 27 % (p=1) and 37 % (p=2) less time, ``bench/windows.py`` ~20 %. What they lose is overlap
 of work that releases the GIL in two task threads at once (e.g. pyarrow writing Parquet
-while another task runs Python); threads a task starts inherit the CPU. The program's own
-threads are not pinned.
+while another task runs Python), and threads a task starts inherit the CPU -- a native
+library's thread pool too, if a task thread starts it (an OpenMP team of torch's): such jobs
+want the option off. The program's own threads are not pinned.
 
 Thread-safety: :class:`LocalProcessTuning` counts running jobs under a lock; the module
 functions change process-wide state and are meant for a process's start.
