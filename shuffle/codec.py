@@ -127,6 +127,7 @@ __all__ = [
     "prepare",
     "is_flat_value",
     "is_flat_batch",
+    "fields_are_scalars",
     "ext_hook",
     "make_packer",
     "make_unpacker",
@@ -683,8 +684,13 @@ def is_flat_batch(values: List[Any]) -> bool:
     if types <= SCALAR_TYPES:
         return True
     if len(types) == 1 and tuple in types:
-        return _scalars_issuperset(map(type, _chain_from_iterable(values)))
+        return fields_are_scalars(values)
     return False
+
+
+def fields_are_scalars(tuples: List[tuple]) -> bool:
+    """True if every field of every tuple is a scalar (one C-level pass over the fields)."""
+    return _scalars_issuperset(map(type, _chain_from_iterable(tuples)))
 
 
 def prepare_batch(values: List[Any], flat: Optional[bool] = None) -> List[Any]:

@@ -211,10 +211,11 @@ class RecordSerializer:
             if n >= OBJECT_RUN_MIN and self.hand_over_objects and self._hand_over_declared(values, None):
                 return
             self._declared.pack_batch_into(values, buf, self._pack)
-        elif n >= OBJECT_RUN_MIN and self.hand_over_objects and is_shareable_batch(values):
+        elif (handing := n >= OBJECT_RUN_MIN and self.hand_over_objects) and is_shareable_batch(values):
             self._hand_over_run(list(values), None)  # a copy: the caller may reuse its list
             return
-        elif not (is_flat_batch(values) and pack_flat_batch_into(values, buf)):
+        # a batch is_shareable_batch refused is not flat either (it accepts every flat batch)
+        elif handing or not (is_flat_batch(values) and pack_flat_batch_into(values, buf)):
             p = self._bpacker
             try:
                 pk = p.pack
@@ -252,6 +253,7 @@ class RecordSerializer:
         if n == 1:
             self.add_timestamped_record(values[0], timestamps if shared else timestamps[0])
             return
+        flat = None  # unknown: encode_timestamped checks it
         if n >= OBJECT_RUN_MIN and self.hand_over_objects:
             if self._declared is not None:
                 if self._hand_over_declared(values, timestamps):
@@ -259,6 +261,8 @@ class RecordSerializer:
             elif is_shareable_batch(values):
                 self._hand_over_run(list(values), timestamps)  # a copy: the caller may reuse its list
                 return
+            else:
+                flat = False  # is_shareable_batch accepts every flat batch
         if self._declared is not None:
             values = self._declared.conform_batch(values)
         buf = self._buf
@@ -266,7 +270,7 @@ class RecordSerializer:
         with stream_classes(self._sent_classes):
             if n <= step:
                 if n:
-                    buf += encode_timestamped(values, timestamps)
+                    buf += encode_timestamped(values, timestamps, flat)
             else:
                 for i in range(0, n, step):
                     buf += encode_timestamped(values[i : i + step], timestamps if shared else timestamps[i : i + step])

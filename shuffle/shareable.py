@@ -25,12 +25,11 @@ shape twice.
 
 from __future__ import annotations
 
-from itertools import chain
 from typing import Any, Dict, List
 
 import msgspec
 
-from raylink.shuffle.codec import SCALAR_TYPES
+from raylink.shuffle.codec import SCALAR_TYPES, fields_are_scalars
 
 _NoneType = type(None)
 #: field types whose strict msgspec check accepts only values that cannot change
@@ -38,8 +37,6 @@ _CHECKABLE = frozenset((str, int, float, bool, _NoneType))
 _TUPLE = frozenset((tuple,))
 _MAX_SHAPES = 256
 
-_scalars_issuperset = SCALAR_TYPES.issuperset
-_from_iterable = chain.from_iterable
 _convert = msgspec.convert
 _ValidationError = msgspec.ValidationError
 _shapes: Dict[tuple, Any] = {}  # shape of a record -> its batch's msgspec type (None: not checkable)
@@ -71,4 +68,4 @@ def is_shareable_batch(values: List[Any]) -> bool:
             return True
         except _ValidationError:
             pass
-    return _scalars_issuperset(map(type, _from_iterable(values)))
+    return fields_are_scalars(values)
