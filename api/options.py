@@ -576,6 +576,15 @@ class RaylinkOptions:
         "on the Ray cluster the driver connects to; false always starts per-job "
         "TaskExecutors.",
     )
+    SESSION_REST_SUBMISSION = option(
+        "raylink.session.rest-submission",
+        "bool",
+        True,
+        "A driver not connected to Ray submits its job to the session cluster's Dispatcher "
+        "over HTTP (the job's JobMaster runs in the session cluster, so the driver never "
+        "imports or connects to Ray); false connects the driver to Ray and runs the "
+        "JobMaster in it. Only for drivers on the machine that started the session.",
+    )
     SESSION_POOL_SIZE = option(
         "raylink.session.pool-size",
         "int",

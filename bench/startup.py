@@ -5,7 +5,10 @@ Measured as ``/usr/bin/time`` would (elapsed wall clock of the child process), t
 median of ``--runs`` runs, the modes interleaved round by round (this machine's speed
 drifts between minutes):
 
-* ``session``: against a running session cluster (``raylink cluster start``), ``RAY_ADDRESS`` set;
+* ``session cluster``: against a running session cluster (``raylink cluster start``), ``RAY_ADDRESS``
+  set: the driver submits the job to the session's Dispatcher over HTTP, without Ray;
+* ``session cluster, driver on Ray``: the same, ``raylink.session.rest-submission=false`` (the
+  driver connects to Ray and runs the JobMaster itself, leasing the session's executors);
 * ``per-job, running Ray``: the same Ray, ``raylink.session.enabled=false`` (per-job TaskExecutors);
 * ``per-job, own Ray``: ``RAY_ADDRESS=local``, the script starts (and stops) its own Ray;
 * ``local target``: ``execution.target=local`` (threads in the script's process);
@@ -109,6 +112,7 @@ def main() -> None:
     )  # Ray enables its token auth only for a cluster it finds itself
     modes = {
         "session cluster (RAY_ADDRESS)": ([PYTHON, job], on_ray),
+        "session cluster, driver on Ray": ([PYTHON, job, "raylink.session.rest-submission=false"], on_ray),
         "per-job, running Ray (RAY_ADDRESS)": ([PYTHON, job, "raylink.session.enabled=false"], on_ray),
         "per-job, own local Ray": ([PYTHON, job], dict(base, RAY_ADDRESS="local")),
         "local target": ([PYTHON, job, "execution.target=local"], base),

@@ -5,7 +5,8 @@ Ray head, ``ray start --head --block`` in the background, which plain ``ray.init
 calls on this machine then find) and starts the session actor
 (:mod:`raylink.actors.session_cluster`) with ``--executors`` warm TaskExecutors.
 ``env.execute()`` in any driver connected to that Ray then runs its job on the
-session's executors. ``stop`` kills the session actor and its executors (and the
+session's executors; a driver on this machine that is not connected to Ray submits it
+over HTTP to the session's Dispatcher instead (``--rest-bind-address``, ``--rest-port``). ``stop`` kills the session actor and its executors (and the
 local Ray that ``start`` started); ``status`` prints the pool's figures.
 
 :func:`add_parser` declares the sub-commands without importing Ray; the handlers
@@ -60,6 +61,12 @@ def add_parser(sub: Any, fmt: type, handler: Any) -> None:
         default=None,
         help="most idle TaskExecutors kept warm (default: raylink.session.pool-size)",
     )
+    start.add_argument(
+        "--rest-bind-address",
+        default="127.0.0.1",
+        help="address the Dispatcher's HTTP endpoint listens on (127.0.0.1); 'none' for no endpoint",
+    )
+    start.add_argument("--rest-port", type=int, default=0, help="its port (0: any free one)")
     start.add_argument(
         "--spark",
         action="store_true",
@@ -190,13 +197,23 @@ def cmd_start(args: Any) -> int:
     if ray_pid is not None:
         info.update(rayPid=ray_pid, rayHost=socket.gethostname())
     try:
-        start_session(args.executors, pool_size, info, _executor_runtime_env(RaylinkOptions.MAX_BATCH_BYTES.default))
-    except RuntimeError as exc:
+        session = start_session(
+            args.executors,
+            pool_size,
+            info,
+            _executor_runtime_env(RaylinkOptions.MAX_BATCH_BYTES.default),
+            rest_bind_address=None if args.rest_bind_address.lower() == "none" else args.rest_bind_address,
+            rest_port=args.rest_port,
+        )
+    except (RuntimeError, OSError) as exc:
         raise CliError(EXIT_JOB_FAILED, f"raylink cluster start: {exc}") from None
+    rest_url = ray.get(session.status.remote()).get("restUrl")
     print(
         f"raylink cluster: session cluster started on {info['address']} with {args.executors} warm "
         f"TaskExecutor(s) (pool size {pool_size})" + (" and a local Ray" if ray_pid else "")
     )
+    if rest_url:
+        print(f"raylink cluster: jobs of drivers on this machine are submitted to {rest_url} (no Ray in the driver)")
     if args.spark:
         spark = _start_spark(args)
         print(
@@ -317,6 +334,8 @@ def cmd_status(args: Any) -> int:
         f"  jobs {status['jobs']}, executors created {status['created']}, reused {status['reused']}, "
         f"discarded {status['discarded']}, lost {status['lost']}"
     )
+    if status.get("restUrl"):
+        print(f"  Dispatcher (job submission over HTTP) at {status['restUrl']}")
     spark = status["spark"]
     if spark:
         state = "STOPPED (restart the cluster)" if spark.get("stopped") else "running"

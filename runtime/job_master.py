@@ -356,8 +356,8 @@ class JobMasterBase:
         with self._lock:
             self._cancel_requested = True
             self._wake.set()
-            if self._done.is_set():
-                return
+            if self._done.is_set() or self._status.is_globally_terminal_state():
+                return  # ended meanwhile (its resources may still be being released)
             if self._status is not JobStatus.FAILING:  # a failing job is being torn down already
                 self._transition(JobStatus.CANCELLING)
         if self.coordinator is not None:

@@ -167,7 +167,9 @@ def _cli(*args, address):
 def test_cli_start_status_stop(ray_session):
     import ray
 
-    from raylink.actors.session_cluster import find_session, stop_session
+    from raylink.actors.dispatcher import DISPATCHER_NAME
+    from raylink.actors.session_cluster import SESSION_NAMESPACE, find_session, stop_session
+    from raylink.runtime.rest_cluster_client import _endpoint_file
 
     address = ray.get_runtime_context().gcs_address
     assert find_session() is None
@@ -184,16 +186,22 @@ def test_cli_start_status_stop(ray_session):
         assert again.returncode == 1 and "already running" in again.stderr
         assert _run([4, 5], 2) == [8, 10]  # a job of this driver uses the session the CLI started
         session = find_session()
-        actor_ids = set(ray.get(session.idle_actor_ids.remote())) | {session._actor_id.hex()}
+        dispatcher = ray.get_actor(DISPATCHER_NAME, namespace=SESSION_NAMESPACE)
+        actor_ids = set(ray.get(session.idle_actor_ids.remote())) | {
+            session._actor_id.hex(),
+            dispatcher._actor_id.hex(),
+        }
         assert ray.get(session.status.remote())["jobs"] == 1
+        assert os.path.exists(_endpoint_file(address)) and "submitted to http://127.0.0.1:" in started.stdout
         stopped = _cli("stop", address=address)
         assert stopped.returncode == 0, stopped.stderr
         assert "stopped" in stopped.stdout
     finally:
         stop_session()
     assert find_session() is None
-    # stop released every actor: none of the session's is alive
-    assert len(actor_ids) >= 3
+    assert not os.path.exists(_endpoint_file(address))
+    # stop released every actor (executors, the session, its Dispatcher): none is alive
+    assert len(actor_ids) >= 4
     assert _dead(actor_ids)
     none = _cli("status", address=address)
     assert none.returncode == 1 and "no session cluster" in none.stderr

@@ -1,0 +1,289 @@
+"""The session cluster's Dispatcher: jobs submitted over HTTP run here, their JobMasters too.
+
+Flink's session cluster takes jobs through its ``Dispatcher`` behind the REST endpoint
+(``WebMonitorEndpoint``: ``JobSubmitHandler``, ``JobExecutionResultHandler``, ...), so
+a client needs no more than an HTTP connection. Here the Dispatcher is a **detached
+named actor** (``raylink-dispatcher`` next to the session actor, pinned to the node of
+the process that started it) serving an aiohttp application on that node (the bind
+address is ``127.0.0.1`` unless asked otherwise). A driver that is not connected to Ray
+(:mod:`raylink.runtime.rest_cluster_client`) posts its JobGraph and configuration,
+pickled; the Dispatcher runs the job with a ``RayJobClient`` in this process (the same
+JobMaster a connected driver runs in its own), leasing the session's warm
+TaskExecutors, and answers the client's polls: status, collected records, the execution
+result, metrics, cancel. A driver thus starts without importing or connecting to Ray.
+
+Every request carries the session's bearer token (random, written with the endpoint's
+address to a file only the user who started the session can read); others get 401.
+
+A finished job's entry is dropped :data:`FINISHED_JOB_TTL_S` after it ended. A job whose
+client stopped reading its collected records (none asked for in
+:data:`CLIENT_HEARTBEAT_TIMEOUT_S`, Flink's ``client.heartbeat.timeout`` default) is
+cancelled: its driver is gone and its sink's bounded buffer would hold the job forever.
+
+Thread-safety: an asyncio actor; the handlers run on its event loop and hand every blocking
+JobMaster call to a thread pool. The job table is only changed on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import cloudpickle
+import ray
+from aiohttp import web
+
+from raylink.actors.ray_actors import TASK_EXECUTOR_NAMESPACE
+from raylink.api.job_status import JobStatus
+from raylink.runtime.rest_cluster_client import EXCEPTION_CONTENT_TYPE, MAX_POLL_S, PICKLE_CONTENT_TYPE
+
+#: the Dispatcher actor's name (in the session cluster's namespace)
+DISPATCHER_NAME = "raylink-dispatcher"
+FINISHED_JOB_TTL_S = 300.0
+CLIENT_HEARTBEAT_TIMEOUT_S = 180.0
+REAP_INTERVAL_S = 5.0
+
+
+@dataclass
+class SubmittedProgram:
+    """What a JobMaster reads of a program: its JobGraph and configuration (the driver's
+    ``StreamExecutionEnvironment`` stays in the driver)."""
+
+    job_graph: Any
+    configuration: Any
+
+    def get_job_graph(self, job_name: Optional[str] = None) -> Any:
+        return self.job_graph
+
+
+@dataclass
+class _Job:
+    client: Any
+    last_poll: float = field(default_factory=time.monotonic)
+    ended: Optional[float] = None
+
+
+def _pickled(value: Any, status: int = 200) -> web.Response:
+    return web.Response(body=cloudpickle.dumps(value), status=status, content_type=PICKLE_CONTENT_TYPE)
+
+
+def _error(exc: BaseException, status: int = 500) -> web.Response:
+    """The exception itself (pickled) for the client to raise, its text when it does not pickle."""
+    try:
+        body = cloudpickle.dumps(exc)
+    except Exception:  # noqa: BLE001 - an exception holding something that does not pickle
+        body = cloudpickle.dumps(RuntimeError(f"{type(exc).__name__}: {exc}"))
+    return web.Response(body=body, status=status, content_type=EXCEPTION_CONTENT_TYPE)
+
+
+def _not_found(job_id: str) -> web.Response:
+    return web.json_response({"errors": [f"job {job_id} is not known to this session cluster"]}, status=404)
+
+
+@ray.remote(num_cpus=0)
+class DispatcherActor:
+    """The REST endpoint and the JobMasters of jobs submitted through it (see the module docstring)."""
+
+    def __init__(self, token: str) -> None:
+        self._authorization = f"Bearer {token}"
+        self._jobs: dict[str, _Job] = {}
+        self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="dispatcher")
+        self._runner: Optional[web.AppRunner] = None
+        self._reaper: Optional[asyncio.Task] = None
+        self.url = ""
+
+    async def start(self, host: str, port: int) -> str:
+        """Serve on ``host:port`` (0: a free port); returns the endpoint's URL."""
+
+        @web.middleware
+        async def authenticate(request: web.Request, handler: Any) -> web.StreamResponse:
+            if not hmac.compare_digest(request.headers.get("Authorization", ""), self._authorization):
+                return web.json_response({"errors": ["missing or wrong session token"]}, status=401)
+            return await handler(request)
+
+        app = web.Application(middlewares=[authenticate], client_max_size=1 << 30)
+        app.add_routes(
+            [
+                web.get("/v1/overview", self._overview),
+                web.post("/v1/jobs", self._submit),
+                web.get("/v1/jobs/{job_id}", self._status),
+                web.post("/v1/jobs/{job_id}/cancel", self._cancel),
+                web.get("/v1/jobs/{job_id}/collected", self._collected),
+                web.get("/v1/jobs/{job_id}/execution-result", self._result),
+                web.get("/v1/jobs/{job_id}/metrics/{kind}", self._metrics),
+            ]
+        )
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, host, port).start()
+        bound = self._runner.addresses[0]
+        self.url = f"http://{host}:{bound[1]}"
+        self._reaper = asyncio.ensure_future(self._reap())
+        return self.url
+
+    async def _blocking(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    def _job(self, request: web.Request) -> Optional[_Job]:
+        job = self._jobs.get(request.match_info["job_id"])
+        if job is not None:
+            job.last_poll = time.monotonic()
+        return job
+
+    # -- handlers ----------------------------------------------------------------------------------
+    async def _overview(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "pid": os.getpid(),
+                "url": self.url,
+                "jobs": [
+                    {"jobId": job_id, "jobName": job.client.job_name, "status": str(job.client.get_job_status())}
+                    for job_id, job in self._jobs.items()
+                ],
+            }
+        )
+
+    async def _submit(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        try:
+            client = await self._blocking(self._start_job, body)
+        except Exception as exc:  # noqa: BLE001 - the client raises it as a direct submission would
+            return _error(exc)
+        self._jobs[client.job_id] = _Job(client)
+        return web.json_response({"jobId": client.job_id, "jobName": client.job_name}, status=201)
+
+    @staticmethod
+    def _start_job(body: bytes) -> Any:
+        from raylink.actors.ray_executor import RayJobClient
+
+        payload = cloudpickle.loads(body)
+        program = SubmittedProgram(payload["job_graph"], payload["configuration"])
+        return RayJobClient(program, None).start()
+
+    async def _status(self, request: web.Request) -> web.Response:
+        job = self._job(request)
+        if job is None:
+            return _not_found(request.match_info["job_id"])
+        client = job.client
+        return web.json_response(
+            {"jobId": client.job_id, "jobName": client.job_name, "status": str(client.get_job_status())}
+        )
+
+    async def _cancel(self, request: web.Request) -> web.Response:
+        job = self._job(request)
+        if job is None:
+            return _not_found(request.match_info["job_id"])
+        try:
+            await self._blocking(job.client.cancel)
+        except Exception as exc:  # noqa: BLE001 - the client raises it as a direct call would
+            return _error(exc)
+        return web.json_response({}, status=202)
+
+    async def _collected(self, request: web.Request) -> web.Response:
+        job = self._job(request)
+        if job is None:
+            return _not_found(request.match_info["job_id"])
+        timeout = min(float(request.query.get("timeout", "0.5")), MAX_POLL_S)
+        try:
+            return _pickled(await self._blocking(job.client.fetch_collected, timeout))
+        except Exception as exc:  # noqa: BLE001 - e.g. records the Dispatcher cannot unpickle
+            return _error(exc)
+
+    async def _result(self, request: web.Request) -> web.Response:
+        job = self._job(request)
+        if job is None:
+            return _not_found(request.match_info["job_id"])
+        timeout = min(float(request.query.get("timeout", str(MAX_POLL_S))), MAX_POLL_S)
+        if not await self._blocking(job.client.wait, timeout):
+            return web.json_response({"done": False}, status=202)
+        try:
+            return _pickled(job.client.get_job_execution_result(0))
+        except Exception as exc:  # noqa: BLE001 - the job failed or was cancelled: its exception
+            return _error(exc)
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        job = self._job(request)
+        if job is None:
+            return _not_found(request.match_info["job_id"])
+        getter = {
+            "subtasks": job.client.get_metrics,
+            "vertices": job.client.get_vertex_metrics,
+            "checkpoints": job.client.get_checkpoint_stats,
+        }.get(request.match_info["kind"])
+        if getter is None:
+            return web.json_response({"errors": ["metrics kinds: subtasks, vertices, checkpoints"]}, status=404)
+        return _pickled(await self._blocking(getter))
+
+    # -- housekeeping ------------------------------------------------------------------------------
+    async def _reap(self) -> None:
+        """Drop ended jobs after their TTL; cancel a job whose collecting client went away."""
+        while True:
+            await asyncio.sleep(REAP_INTERVAL_S)
+            now = time.monotonic()
+            for job_id, job in list(self._jobs.items()):
+                client = job.client
+                if JobStatus(client.get_job_status()).is_globally_terminal_state():
+                    job.ended = job.ended or now
+                    if now - job.ended > FINISHED_JOB_TTL_S:
+                        del self._jobs[job_id]
+                elif client._open_collectors and now - job.last_poll > CLIENT_HEARTBEAT_TIMEOUT_S:
+                    await self._blocking(client.cancel)
+
+    async def shutdown(self) -> int:
+        """Cancel every running job and stop serving; returns how many jobs were cancelled."""
+        running = [
+            job.client
+            for job in self._jobs.values()
+            if not JobStatus(job.client.get_job_status()).is_globally_terminal_state()
+        ]
+        for client in running:
+            await self._blocking(client.cancel)
+        await asyncio.gather(*[self._blocking(client.wait, 10.0) for client in running])
+        if self._reaper is not None:
+            self._reaper.cancel()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        return len(running)
+
+
+def start_dispatcher(token: str, host: str = "127.0.0.1", port: int = 0) -> tuple[Any, str]:
+    """Start the Dispatcher on this driver's node; returns its handle and URL."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    node = ray.get_runtime_context().get_node_id()
+    handle = DispatcherActor.options(
+        name=DISPATCHER_NAME,
+        namespace=TASK_EXECUTOR_NAMESPACE,
+        lifetime="detached",
+        max_concurrency=1000,
+        # its JobMasters' blocking Ray calls run on worker threads, never on the event loop
+        runtime_env={"env_vars": {"RAY_WARN_BLOCKING_GET_INSIDE_ASYNC": "0"}},
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+    ).remote(token)
+    try:
+        return handle, ray.get(handle.start.remote(host, port))
+    except Exception:
+        ray.kill(handle, no_restart=True)
+        raise
+
+
+def stop_dispatcher() -> Optional[int]:
+    """Cancel the Dispatcher's running jobs and kill it; None when none was running."""
+    try:
+        handle = ray.get_actor(DISPATCHER_NAME, namespace=TASK_EXECUTOR_NAMESPACE)
+    except ValueError:
+        return None
+    try:
+        cancelled = ray.get(handle.shutdown.remote(), timeout=60)
+    except Exception:  # noqa: BLE001 - it died: nothing left to cancel
+        cancelled = 0
+    ray.kill(handle, no_restart=True)
+    return cancelled
+
+
+__all__ = ["DISPATCHER_NAME", "DispatcherActor", "SubmittedProgram", "start_dispatcher", "stop_dispatcher"]

@@ -1,0 +1,380 @@
+"""Jobs submitted to a session cluster over HTTP, from a driver that never imports Ray.
+
+Flink's ``RestClusterClient`` and the ``JobClient`` it hands out: the program's JobGraph
+and configuration, pickled, go to the session cluster's Dispatcher
+(:mod:`raylink.actors.dispatcher`), which runs the job's JobMaster next to the warm
+TaskExecutors; the client then polls it for the job's status, collected records and
+execution result. Starting a Ray driver (importing Ray and connecting to the GCS, about
+1 s) is what this saves a short job.
+
+**Discovery.** ``raylink cluster start`` writes the Dispatcher's URL and token to a file
+readable by its user only (:func:`write_endpoint_file`), named by the Ray cluster's GCS
+port. A driver finds it for the cluster it would connect to: ``RAY_ADDRESS``, else the
+Ray running on this machine (Ray's own ``ray_current_cluster`` file, as ``ray.init()``
+finds it). ``RAY_ADDRESS=local``, a ``ray://`` address, a driver already connected to
+Ray, ``raylink.session.enabled=false`` or ``raylink.session.rest-submission=false`` skip
+it; so does an endpoint that refuses the connection (a stale file): the job then runs as
+before, with its JobMaster in the driver. Drivers on other machines connect through Ray.
+
+**User code.** Functions defined in the program's ``__main__`` travel by value (cloudpickle).
+So do modules imported from the program's own directory: the Dispatcher and the pooled
+TaskExecutors do not have it on their ``sys.path``. Relative local paths the job's
+configuration names (the checkpoint directory, Python files) are made absolute here.
+
+Thread-safety: a client's HTTP connections are per thread, so a job can be cancelled or
+watched from one thread while another reads its records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import socket
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Iterator, Optional
+from urllib.parse import urlsplit
+
+import cloudpickle
+
+from raylink.api.job_status import JobStatus
+from raylink.api.options import CheckpointingOptions, PythonOptions, RaylinkOptions
+from raylink.runtime.executors import PipelineExecutor
+from raylink.runtime.job_result import CloseableIterator, JobExecutionException, JobExecutionResult
+
+PICKLE_CONTENT_TYPE = "application/x-raylink-pickle"
+EXCEPTION_CONTENT_TYPE = "application/x-raylink-exception"
+#: the longest a poll waits at the Dispatcher before answering "not yet"
+MAX_POLL_S = 30.0
+CONNECT_TIMEOUT_S = 5.0
+
+
+class RestClusterError(RuntimeError):
+    """The Dispatcher answered with an error of its own (not the job's)."""
+
+
+@dataclass(frozen=True)
+class RestEndpoint:
+    """A session cluster's Dispatcher: its URL and bearer token."""
+
+    url: str
+    token: str
+
+
+# -- discovery ----------------------------------------------------------------------------------------
+def _system_temp_dir() -> str:
+    """Where Ray keeps its temp files on this machine (Ray's own rule)."""
+    return os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"
+
+
+def endpoint_dir() -> str:
+    """The directory of this user's endpoint files."""
+    return os.path.join(tempfile.gettempdir(), f"raylink-{os.getuid()}", "sessions")
+
+
+def _endpoint_file(gcs_address: str) -> str:
+    return os.path.join(endpoint_dir(), f"gcs-{gcs_address.rpartition(':')[2]}.json")
+
+
+def write_endpoint_file(gcs_address: str, endpoint: RestEndpoint) -> str:
+    """Record the Dispatcher of the session on the Ray cluster at ``gcs_address`` (mode 0600)."""
+    os.makedirs(endpoint_dir(), mode=0o700, exist_ok=True)
+    path = _endpoint_file(gcs_address)
+    fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump({"gcsAddress": gcs_address, "url": endpoint.url, "token": endpoint.token}, fh)
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def remove_endpoint_file(gcs_address: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(_endpoint_file(gcs_address))
+
+
+def _ray_address() -> Optional[str]:
+    """The GCS address ``ray.init()`` would connect to, without importing Ray (None: none, or
+    one this client cannot reach over HTTP)."""
+    address = os.environ.get("RAY_ADDRESS", "").strip()
+    if address in ("", "auto"):
+        try:
+            with open(os.path.join(_system_temp_dir(), "ray", "ray_current_cluster"), encoding="utf-8") as fh:
+                address = fh.read().strip()
+        except OSError:
+            return None
+    if not address or address == "local" or "://" in address or ":" not in address:
+        return None
+    return address
+
+
+def _same_host(host: str, gcs_host: str) -> bool:
+    if host in (gcs_host, "localhost", socket.gethostname()) or host.startswith("127."):
+        return True
+    try:
+        return socket.gethostbyname(host) == gcs_host
+    except OSError:
+        return False
+
+
+def find_endpoint(configuration: Any) -> Optional[RestEndpoint]:
+    """The Dispatcher a job of this driver should be submitted to, else None (see the module
+    docstring for when)."""
+    ray_module = sys.modules.get("ray")
+    if ray_module is not None and getattr(ray_module, "is_initialized", lambda: False)():
+        return None
+    if not configuration.get(RaylinkOptions.SESSION_ENABLED) or not configuration.get(
+        RaylinkOptions.SESSION_REST_SUBMISSION
+    ):
+        return None
+    address = _ray_address()
+    if address is None:
+        return None
+    try:
+        with open(_endpoint_file(address), encoding="utf-8") as fh:
+            recorded = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    if not _same_host(address.rpartition(":")[0], recorded["gcsAddress"].rpartition(":")[0]):
+        return None
+    return RestEndpoint(recorded["url"], recorded["token"])
+
+
+# -- the HTTP client -----------------------------------------------------------------------------------
+class RestClusterClient:
+    """Requests to one Dispatcher; a keep-alive connection per thread."""
+
+    def __init__(self, endpoint: RestEndpoint) -> None:
+        self.endpoint = endpoint
+        parts = urlsplit(endpoint.url)
+        self._host, self._port = parts.hostname or "127.0.0.1", parts.port or 80
+        self._local = threading.local()
+
+    def _connection(self) -> http.client.HTTPConnection:
+        connection = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = http.client.HTTPConnection(self._host, self._port, timeout=CONNECT_TIMEOUT_S)
+            self._local.connection = connection
+        return connection
+
+    def request(self, method: str, path: str, body: Optional[bytes] = None, wait_s: float = 0.0) -> tuple[int, Any]:
+        """``(status, value)``: JSON decoded, pickles loaded; an exception the Dispatcher sent is raised."""
+        headers = {"Authorization": f"Bearer {self.endpoint.token}"}
+        if body is not None:
+            headers["Content-Type"] = PICKLE_CONTENT_TYPE
+        for attempt in (0, 1):  # a kept-alive connection the server closed: once more on a new one
+            connection = self._connection()
+            connection.timeout = CONNECT_TIMEOUT_S + wait_s
+            try:
+                connection.request(method, path, body=body, headers=headers)
+                if connection.sock is not None:
+                    connection.sock.settimeout(CONNECT_TIMEOUT_S + wait_s + 30.0)
+                response = connection.getresponse()
+                data = response.read()
+                break
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                connection.close()
+                self._local.connection = None
+                if attempt:
+                    raise
+        kind = response.getheader("Content-Type", "")
+        if kind.startswith(EXCEPTION_CONTENT_TYPE):
+            raise cloudpickle.loads(data)
+        if kind.startswith(PICKLE_CONTENT_TYPE):
+            return response.status, cloudpickle.loads(data)
+        value = json.loads(data) if kind.startswith("application/json") and data else None
+        if response.status >= 400:
+            errors = "; ".join((value or {}).get("errors", [])) or data.decode(errors="replace")[:500]
+            raise RestClusterError(f"{method} {self.endpoint.url}{path}: HTTP {response.status}: {errors}")
+        return response.status, value
+
+    def close(self) -> None:
+        connection = getattr(self._local, "connection", None)
+        if connection is not None:
+            connection.close()
+            self._local.connection = None
+
+
+# -- submission ------------------------------------------------------------------------------------------
+def _program_modules() -> list[ModuleType]:
+    """Modules loaded from the program's own directory (not installed ones): they go by value."""
+    main = sys.modules.get("__main__")
+    main_file = getattr(main, "__file__", None)
+    if not main_file:
+        return []
+    home = os.path.dirname(os.path.abspath(main_file)) + os.sep
+    installed = tuple(p for p in sys.path if "site-packages" in p or "dist-packages" in p)
+    raylink_home = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    out = []
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if name == "__main__" or not path:
+            continue
+        path = os.path.abspath(path)
+        if path.startswith(home) and not path.startswith(raylink_home) and not path.startswith(installed):
+            out.append(module)
+    return out
+
+
+@contextlib.contextmanager
+def _by_value(modules: list[ModuleType]) -> Iterator[None]:
+    for module in modules:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        yield
+    finally:
+        for module in modules:
+            with contextlib.suppress(ValueError):
+                cloudpickle.unregister_pickle_by_value(module)
+
+
+def _absolute_paths(configuration: Any) -> Any:
+    """A copy of ``configuration`` whose relative local paths are absolute (the Dispatcher
+    runs in another working directory)."""
+    from raylink.runtime.job_master import DEFAULT_CHECKPOINTS_DIR
+
+    conf = type(configuration)().add_all(configuration)
+    key = CheckpointingOptions.CHECKPOINTS_DIRECTORY.key
+    directory = conf.get_string(key, None)
+    if conf.get(CheckpointingOptions.CHECKPOINTING_INTERVAL) and not directory:
+        conf.set_string(key, os.path.abspath(DEFAULT_CHECKPOINTS_DIR))
+    elif directory and "://" not in directory:
+        conf.set_string(key, os.path.abspath(directory.removeprefix("file:")))
+    files = conf.get_string(PythonOptions.PYTHON_FILES.key, None)
+    if files:
+        conf.set_string(PythonOptions.PYTHON_FILES.key, ",".join(os.path.abspath(p) for p in files.split(",") if p))
+    return conf
+
+
+class RestJobClient:
+    """Flink's ``JobClient`` of a job running on a session cluster's Dispatcher."""
+
+    def __init__(self, cluster: RestClusterClient, job_id: str, job_name: str) -> None:
+        self._cluster = cluster
+        self.job_id = job_id
+        self.job_name = job_name
+        self._result: Optional[JobExecutionResult] = None
+        self._failure: Optional[BaseException] = None
+        self._final_status = JobStatus.FINISHED
+        self._done = False
+
+    @classmethod
+    def submit(cls, endpoint: RestEndpoint, env: Any, job_name: Optional[str]) -> "RestJobClient":
+        """Post the program's JobGraph to the Dispatcher; the job is running when this returns."""
+        with _by_value(_program_modules()):  # the JobGraph holds its operators pickled
+            job_graph = env.get_job_graph(job_name)
+            body = cloudpickle.dumps({"job_graph": job_graph, "configuration": _absolute_paths(env.configuration)})
+        cluster = RestClusterClient(endpoint)
+        _, answer = cluster.request("POST", "/v1/jobs", body)
+        return cls(cluster, answer["jobId"], answer["jobName"])
+
+    def get_job_id(self) -> str:
+        return self.job_id
+
+    def get_job_status(self) -> JobStatus:
+        if self._done:
+            return self._final_status
+        _, answer = self._cluster.request("GET", f"/v1/jobs/{self.job_id}")
+        return JobStatus(answer["status"])
+
+    def cancel(self) -> None:
+        if not self._done:
+            self._cluster.request("POST", f"/v1/jobs/{self.job_id}/cancel")
+
+    def _poll_result(self, wait_s: float) -> bool:
+        """Ask for the execution result, waiting up to ``wait_s`` at the Dispatcher; True once ended."""
+        if self._done:
+            return True
+        try:
+            status, value = self._cluster.request(
+                "GET", f"/v1/jobs/{self.job_id}/execution-result?timeout={wait_s:.3f}", wait_s=wait_s
+            )
+        except RestClusterError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the job's own exception (failed, cancelled)
+            if isinstance(exc, JobExecutionException) and exc.__cause__ is None:
+                exc.__cause__ = exc.cause  # what a pickle leaves out
+            self._failure, self._done = exc, True
+            self._final_status = JobStatus(getattr(exc, "status", JobStatus.FAILED))
+            return True
+        if status == 202:
+            return False
+        self._result, self._done = value, True
+        return True
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = MAX_POLL_S if deadline is None else max(0.0, min(MAX_POLL_S, deadline - time.monotonic()))
+            if self._poll_result(remaining):
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+
+    def get_job_execution_result(self, timeout: Optional[float] = None) -> JobExecutionResult:
+        if not self.wait(timeout):
+            raise TimeoutError(f"job '{self.job_name}' did not finish within {timeout} s")
+        if self._failure is not None:
+            raise self._failure
+        assert self._result is not None
+        return self._result
+
+    def fetch_collected(self, timeout: float = 0.5) -> Optional[list]:
+        _, records = self._cluster.request(
+            "GET", f"/v1/jobs/{self.job_id}/collected?timeout={timeout:.3f}", wait_s=timeout
+        )
+        return records
+
+    def collect(self, limit: Optional[int] = None) -> CloseableIterator:
+        return CloseableIterator(self, limit)
+
+    def get_metrics(self) -> list[dict]:
+        return self._cluster.request("GET", f"/v1/jobs/{self.job_id}/metrics/subtasks")[1]
+
+    def get_vertex_metrics(self) -> dict:
+        return self._cluster.request("GET", f"/v1/jobs/{self.job_id}/metrics/vertices")[1]
+
+    def get_checkpoint_stats(self) -> dict:
+        return self._cluster.request("GET", f"/v1/jobs/{self.job_id}/metrics/checkpoints")[1]
+
+
+class SessionClusterExecutor(PipelineExecutor):
+    """``execution.target = "ray"``: Flink's session-cluster executor when a session's
+    Dispatcher is reachable over HTTP (see :func:`find_endpoint`), else the JobMaster in this
+    driver (:mod:`raylink.actors.ray_executor`, which connects to Ray)."""
+
+    def execute_async(self, env: Any, job_name: Optional[str] = None) -> Any:
+        endpoint = find_endpoint(env.configuration)
+        if endpoint is not None:
+            try:
+                client = RestJobClient.submit(endpoint, env, job_name)
+            except ConnectionRefusedError:  # a session stopped without removing its file
+                pass
+            else:
+                env.transformations.clear()  # Flink clears the program once it is submitted
+                return client
+        from raylink.actors.ray_executor import EXECUTOR
+
+        return EXECUTOR.execute_async(env, job_name)
+
+
+#: registered for ``execution.target = "ray"`` through the ``raylink.executors`` entry points
+EXECUTOR = SessionClusterExecutor()
+
+__all__ = [
+    "EXECUTOR",
+    "RestClusterClient",
+    "RestClusterError",
+    "RestEndpoint",
+    "RestJobClient",
+    "SessionClusterExecutor",
+    "endpoint_dir",
+    "find_endpoint",
+    "remove_endpoint_file",
+    "write_endpoint_file",
+]

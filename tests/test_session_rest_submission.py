@@ -1,0 +1,236 @@
+"""Jobs submitted over HTTP to a session cluster's Dispatcher, from drivers that never import Ray.
+
+Each driver is a real ``python job.py`` process with ``RAY_ADDRESS`` naming the test's Ray
+(where the session runs); it reports its results and whether Ray was imported. Results are
+compared with a brute-force reference computed here; the session's own figures show that
+the warm executors were reused and went back clean.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+PRELUDE = """
+import json, sys
+from raylink.api import Configuration, StreamExecutionEnvironment
+conf = Configuration()
+for item in sys.argv[1:]:
+    key, value = item.split("=", 1)
+    conf.set_string(key, value)
+env = StreamExecutionEnvironment.get_execution_environment(conf)
+env.set_parallelism(2)
+out = {}
+"""
+REPORT = """
+out["ray_imported"] = "ray" in sys.modules
+print("REPORT " + json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def session(ray_session):
+    from raylink.actors.session_cluster import find_session, start_session, stop_session
+
+    assert find_session() is None, "a session cluster is already running on the test's Ray"
+    handle = start_session(executors=2, pool_size=8)
+    try:
+        yield handle
+    finally:
+        stop_session(handle)
+
+
+def _address() -> str:
+    import ray
+
+    return ray.get_runtime_context().gcs_address
+
+
+def _driver(tmp_path: Path, body: str, *conf: str, timeout: float = 180) -> dict:
+    """Run ``body`` as a job script in ``tmp_path``; the dict it reported."""
+    script = tmp_path / "job.py"
+    script.write_text(PRELUDE + textwrap.dedent(body) + REPORT)
+    env = dict(os.environ, RAY_ADDRESS=_address())
+    env["PYTHONPATH"] = str(ROOT.parent) + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.run(
+        [sys.executable, str(script), *conf], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    line = [x for x in proc.stdout.splitlines() if x.startswith("REPORT ")][-1]
+    return json.loads(line[len("REPORT ") :])
+
+
+def _status(session) -> dict:
+    import ray
+
+    ray.get(session.wait_idle.remote())
+    return ray.get(session.status.remote())
+
+
+WORDCOUNT = """
+from words import split  # a module of the program's own folder: it travels by value
+lines = ["a b c a", "b a d", "c c c", "e"] * 25
+stream = (
+    env.from_collection(lines)
+    .flat_map(split)
+    .key_by(lambda t: t[0])
+    .reduce(lambda x, y: (x[0], x[1] + y[1]))
+)
+with stream.execute_and_collect() as results:
+    out["counts"] = [list(r) for r in results]
+"""
+
+
+def _wordcount_reference() -> dict:
+    final: dict = defaultdict(int)
+    for line in ["a b c a", "b a d", "c c c", "e"] * 25:
+        for word in line.split():
+            final[word] += 1
+    return dict(final)
+
+
+def _last_counts(counts: list) -> dict:
+    running: dict = {}
+    for word, count in counts:
+        assert count == running.get(word, 0) + 1, (word, count)  # every update, in order per key
+        running[word] = count
+    return running
+
+
+@pytest.mark.timeout(300)
+def test_a_driver_without_ray_runs_its_job_on_the_warm_executors(session, tmp_path):
+    (tmp_path / "words.py").write_text("def split(line):\n    return [(w, 1) for w in line.split()]\n")
+    _driver(tmp_path, WORDCOUNT)  # the pool grows to the job's size
+    before = _status(session)
+    out = _driver(tmp_path, WORDCOUNT)
+    assert out["ray_imported"] is False
+    assert _last_counts(out["counts"]) == _wordcount_reference()
+    assert len(out["counts"]) == sum(_wordcount_reference().values())
+    after = _status(session)
+    assert after["jobs"] == before["jobs"] + 1
+    assert after["created"] == before["created"], "the job started new executors instead of the warm ones"
+    assert after["leased"] == {}
+    reports = session_reset_reports(session)
+    assert reports and all(r["clean"] for r in reports)
+
+
+def session_reset_reports(session) -> list:
+    import ray
+
+    return ray.get(session.reset_reports.remote())
+
+
+@pytest.mark.timeout(300)
+def test_two_drivers_at_once_then_one_more(session, tmp_path):
+    (tmp_path / "words.py").write_text("def split(line):\n    return [(w, 1) for w in line.split()]\n")
+    script = tmp_path / "job.py"
+    script.write_text(PRELUDE + textwrap.dedent(WORDCOUNT) + REPORT)
+    env = dict(os.environ, RAY_ADDRESS=_address())
+    env["PYTHONPATH"] = str(ROOT.parent) + os.pathsep + env.get("PYTHONPATH", "")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script)],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=180)
+        assert proc.returncode == 0, stderr[-4000:]
+        report = json.loads([x for x in stdout.splitlines() if x.startswith("REPORT ")][-1][7:])
+        assert report["ray_imported"] is False
+        assert _last_counts(report["counts"]) == _wordcount_reference()
+    out = _driver(tmp_path, WORDCOUNT)
+    assert _last_counts(out["counts"]) == _wordcount_reference()
+    status = _status(session)
+    assert status["leased"] == {}
+    assert all(r["clean"] for r in session_reset_reports(session))
+
+
+@pytest.mark.timeout(300)
+def test_execute_results_failures_and_limits_reach_the_driver(session, tmp_path):
+    out = _driver(
+        tmp_path,
+        """
+        from raylink.runtime.job_result import JobExecutionException
+
+        def check(x):
+            if x == 7:
+                raise ValueError("bad record 7")
+            return x
+
+        env.from_collection(list(range(10))).map(check).print()
+        try:
+            env.execute("failing job")
+        except JobExecutionException as exc:
+            out["error"] = str(exc)
+            out["cause"] = type(exc.__cause__).__name__
+        env.from_collection(list(range(100))).map(lambda x: x + 1).print()
+        client = env.execute_async("async job")
+        result = client.get_job_execution_result(120)
+        out["name"] = result.job_name
+        out["status"] = str(client.get_job_status())
+        first = env.from_sequence(1, 10_000_000).map(lambda x: -x).execute_and_collect(limit=5)
+        out["first"] = list(first)
+        out["after_limit"] = str(first.job_client.get_job_status())
+        """,
+    )
+    assert out["ray_imported"] is False
+    assert "failing job" in out["error"] and "bad record 7" in out["error"] and out["cause"]
+    assert out["name"] == "async job" and out["status"] == "FINISHED"
+    assert len(out["first"]) == 5 and all(x < 0 for x in out["first"])
+    assert out["after_limit"] in ("CANCELED", "CANCELLING")
+    status = _status(session)
+    assert status["leased"] == {}, "a cancelled job kept its executors"
+
+
+@pytest.mark.timeout(300)
+def test_without_an_endpoint_or_when_asked_the_driver_connects_to_ray(session, tmp_path):
+    from raylink.runtime.rest_cluster_client import _endpoint_file
+
+    body = "out['r'] = sorted(env.from_collection([1, 2, 3]).map(lambda x: x * 2).execute_and_collect())\n"
+    out = _driver(tmp_path, body, "raylink.session.rest-submission=false")
+    assert out == {"r": [2, 4, 6], "ray_imported": True}
+    path = _endpoint_file(_address())
+    recorded = Path(path).read_text()
+    stale = json.loads(recorded)
+    stale["url"] = "http://127.0.0.1:9"  # nothing listens there: a session stopped without cleaning up
+    Path(path).write_text(json.dumps(stale))
+    try:
+        out = _driver(tmp_path, body)
+    finally:
+        Path(path).write_text(recorded)
+    assert out == {"r": [2, 4, 6], "ray_imported": True}
+
+
+@pytest.mark.timeout(120)
+def test_requests_without_the_token_or_for_unknown_jobs_are_refused(session):
+    import ray
+
+    from raylink.runtime.rest_cluster_client import RestClusterClient, RestClusterError, RestEndpoint
+
+    url = ray.get(session.status.remote())["restUrl"]
+    assert url.startswith("http://127.0.0.1:")
+    with pytest.raises(RestClusterError, match="HTTP 401"):
+        RestClusterClient(RestEndpoint(url, "wrong")).request("GET", "/v1/overview")
+    from raylink.runtime.rest_cluster_client import _endpoint_file
+
+    token = json.loads(Path(_endpoint_file(_address())).read_text())["token"]
+    assert oct(os.stat(_endpoint_file(_address())).st_mode & 0o777) == "0o600"
+    client = RestClusterClient(RestEndpoint(url, token))
+    assert client.request("GET", "/v1/overview")[0] == 200
+    with pytest.raises(RestClusterError, match="HTTP 404.*not known"):
+        client.request("GET", "/v1/jobs/0123/execution-result")
