@@ -16,9 +16,9 @@ Every request carries the session's bearer token (random, written with the endpo
 address to a file only the user who started the session can read); others get 401.
 
 A finished job's entry is dropped :data:`FINISHED_JOB_TTL_S` after it ended. A job whose
-client stopped reading its collected records (none asked for in
-:data:`CLIENT_HEARTBEAT_TIMEOUT_S`, Flink's ``client.heartbeat.timeout`` default) is
-cancelled: its driver is gone and its sink's bounded buffer would hold the job forever.
+client stopped reading its collected records (none asked for in the job's
+``client.heartbeat.timeout``, Flink's option, 180 s by default) is cancelled: its driver is
+gone and its sink's bounded buffer would hold the job forever.
 
 Thread-safety: an asyncio actor; the handlers run on its event loop and hand every blocking
 JobMaster call to a thread pool. The job table is only changed on the loop.
@@ -40,13 +40,13 @@ from aiohttp import web
 
 from raylink.actors.ray_actors import TASK_EXECUTOR_NAMESPACE
 from raylink.api.job_status import JobStatus
+from raylink.api.options import ClientOptions
 from raylink.runtime.rest_cluster_client import EXCEPTION_CONTENT_TYPE, MAX_POLL_S, PICKLE_CONTENT_TYPE
 
 #: the Dispatcher actor's name (in the session cluster's namespace)
 DISPATCHER_NAME = "raylink-dispatcher"
 FINISHED_JOB_TTL_S = 300.0
-CLIENT_HEARTBEAT_TIMEOUT_S = 180.0
-REAP_INTERVAL_S = 5.0
+REAP_INTERVAL_S = 1.0
 
 
 @dataclass
@@ -64,6 +64,7 @@ class SubmittedProgram:
 @dataclass
 class _Job:
     client: Any
+    heartbeat_timeout_s: float
     last_poll: float = field(default_factory=time.monotonic)
     ended: Optional[float] = None
 
@@ -154,7 +155,8 @@ class DispatcherActor:
             client = await self._blocking(self._start_job, body)
         except Exception as exc:  # noqa: BLE001 - the client raises it as a direct submission would
             return _error(exc)
-        self._jobs[client.job_id] = _Job(client)
+        timeout_s = client.configuration.get(ClientOptions.HEARTBEAT_TIMEOUT) / 1000.0
+        self._jobs[client.job_id] = _Job(client, timeout_s)
         return web.json_response({"jobId": client.job_id, "jobName": client.job_name}, status=201)
 
     @staticmethod
@@ -231,7 +233,7 @@ class DispatcherActor:
                     job.ended = job.ended or now
                     if now - job.ended > FINISHED_JOB_TTL_S:
                         del self._jobs[job_id]
-                elif client._open_collectors and now - job.last_poll > CLIENT_HEARTBEAT_TIMEOUT_S:
+                elif client._open_collectors and now - job.last_poll > job.heartbeat_timeout_s:
                     await self._blocking(client.cancel)
 
     async def shutdown(self) -> int:

@@ -381,6 +381,17 @@ class ExecutionOptions:
     )
 
 
+class ClientOptions:
+    HEARTBEAT_TIMEOUT = option(
+        "client.heartbeat.timeout",
+        "duration",
+        180_000,
+        "A job submitted to the session cluster over HTTP whose driver has not read its "
+        "execute_and_collect results for this long is cancelled (its driver is gone).",
+        check=_positive,
+    )
+
+
 class TaskManagerOptions:
     NUM_TASK_SLOTS = option(
         "taskmanager.numberOfTaskSlots", "int", 1, "Slots per TaskExecutor actor.", check=_at_least(1)
@@ -844,6 +855,7 @@ OPTION_GROUPS = (
     CoreOptions,
     PipelineOptions,
     ExecutionOptions,
+    ClientOptions,
     TaskManagerOptions,
     NettyShuffleEnvironmentOptions,
     MetricOptions,

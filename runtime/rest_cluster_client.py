@@ -177,7 +177,12 @@ class RestClusterClient:
                 response = connection.getresponse()
                 data = response.read()
                 break
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+            except (
+                http.client.RemoteDisconnected,
+                http.client.CannotSendRequest,
+                BrokenPipeError,
+                ConnectionResetError,
+            ):
                 connection.close()
                 self._local.connection = None
                 if attempt:
@@ -333,6 +338,10 @@ class RestJobClient:
     def collect(self, limit: Optional[int] = None) -> CloseableIterator:
         return CloseableIterator(self, limit)
 
+    def close(self) -> None:
+        """Drop this thread's connection to the Dispatcher (the next call opens a new one)."""
+        self._cluster.close()
+
     def get_metrics(self) -> list[dict]:
         return self._cluster.request("GET", f"/v1/jobs/{self.job_id}/metrics/subtasks")[1]
 
@@ -347,6 +356,18 @@ class SessionClusterExecutor(PipelineExecutor):
     """``execution.target = "ray"``: Flink's session-cluster executor when a session's
     Dispatcher is reachable over HTTP (see :func:`find_endpoint`), else the JobMaster in this
     driver (:mod:`raylink.actors.ray_executor`, which connects to Ray)."""
+
+    def execute(self, env: Any, job_name: Optional[str] = None) -> Any:
+        """Run the job to its end; Ctrl-C in the driver cancels a job it submitted over HTTP
+        (its JobMaster does not end with the driver)."""
+        client = self.execute_async(env, job_name)
+        try:
+            return client.get_job_execution_result()
+        except KeyboardInterrupt:
+            if isinstance(client, RestJobClient):
+                client.close()  # the interrupted poll's answer is still on its connection
+                client.cancel()
+            raise
 
     def execute_async(self, env: Any, job_name: Optional[str] = None) -> Any:
         endpoint = find_endpoint(env.configuration)

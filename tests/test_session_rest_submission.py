@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -234,3 +235,77 @@ def test_requests_without_the_token_or_for_unknown_jobs_are_refused(session):
     assert client.request("GET", "/v1/overview")[0] == 200
     with pytest.raises(RestClusterError, match="HTTP 404.*not known"):
         client.request("GET", "/v1/jobs/0123/execution-result")
+
+
+def _eventually(predicate, timeout: float) -> bool:
+    """``predicate()`` became true within ``timeout`` s (polls the session: a lease has no event to wait on)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def _leased(session) -> dict:
+    import ray
+
+    return ray.get(session.status.remote())["leased"]
+
+
+def _start_driver(tmp_path: Path, body: str) -> subprocess.Popen:
+    script = tmp_path / "job.py"
+    script.write_text(PRELUDE + textwrap.dedent(body))
+    env = dict(os.environ, RAY_ADDRESS=_address())
+    env["PYTHONPATH"] = str(ROOT.parent) + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.Popen(
+        [sys.executable, "-u", str(script)],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_collecting_driver_or_ctrl_c_ends_its_job_and_frees_the_executors(session, tmp_path):
+    assert _eventually(lambda: _leased(session) == {}, 60)
+    collecting = _start_driver(
+        tmp_path,
+        """
+        conf.set_string("client.heartbeat.timeout", "2 s")
+        env = StreamExecutionEnvironment.get_execution_environment(conf)
+        results = env.from_sequence(1, 10**12).map(lambda x: x).execute_and_collect()
+        print("READ", next(results), flush=True)
+        sys.stdin.read()  # holds the job, reading nothing more, until killed
+        """,
+    )
+    try:
+        assert collecting.stdout.readline().startswith("READ 1"), collecting.stderr.read()[-3000:]
+        assert _leased(session), "the running job holds no executors"
+        collecting.kill()  # SIGKILL: no close(), no cancel from the driver
+        collecting.wait(30)
+        assert _eventually(lambda: _leased(session) == {}, 60), "the orphaned job was not cancelled"
+    finally:
+        collecting.kill()
+    attached = _start_driver(
+        tmp_path,
+        """
+        env.from_sequence(1, 10**12).map(lambda x: x).add_sink(lambda x: None)
+        print("SUBMITTING", flush=True)
+        env.execute("until ctrl-c")
+        """,
+    )
+    try:
+        assert attached.stdout.readline().startswith("SUBMITTING")
+        assert _eventually(lambda: bool(_leased(session)), 60), "the job did not start"
+        attached.send_signal(signal.SIGINT)
+        _, stderr = attached.communicate(timeout=60)
+        assert attached.returncode != 0 and "KeyboardInterrupt" in stderr
+        assert _eventually(lambda: _leased(session) == {}, 60), "Ctrl-C did not cancel the job"
+    finally:
+        attached.kill()
