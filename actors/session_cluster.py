@@ -65,6 +65,7 @@ class SessionClusterActor:
         self._runtime_envs: dict[str, Optional[dict]] = {}
         self._leased: dict[str, list] = {}  # job id -> [(handle, env key)]
         self._resetting: set = set()  # asyncio tasks resetting released executors
+        self._locations: dict[str, Any] = {}  # actor id -> {node_id, pid} of executors leased
         self.counters = {"created": 0, "reused": 0, "discarded": 0, "lost": 0, "jobs": 0}
         self.last_resets: list[dict] = []
 
@@ -103,6 +104,7 @@ class SessionClusterActor:
         locations = await asyncio.gather(*[h.location.remote() for h in handles])
         leased = taken + list(zip(handles, locations))
         self._leased.setdefault(job_id, []).extend((h, key) for h, _ in leased)
+        self._locations.update((h._actor_id.hex(), location) for h, location in leased)
         self.counters["jobs"] += 1
         return leased
 
@@ -116,6 +118,7 @@ class SessionClusterActor:
         if not self._leased[job_id]:
             del self._leased[job_id]
         for handle, key in back:
+            self._locations.pop(handle._actor_id.hex(), None)
             task = asyncio.ensure_future(self._reset(handle, key))
             self._resetting.add(task)
             task.add_done_callback(self._resetting.discard)
@@ -141,6 +144,11 @@ class SessionClusterActor:
         if self._resetting:
             await asyncio.wait(set(self._resetting), timeout=timeout)
         return sum(len(v) for v in self._idle.values())
+
+    def leased_locations(self, job_id: str) -> list[dict]:
+        """Where job ``job_id``'s executors run: ``{"node_id", "pid"}`` each (what an operator
+        needs to find, or a failover test to kill, a job's TaskExecutor processes)."""
+        return [self._locations.get(h._actor_id.hex()) or {} for h, _ in self._leased.get(job_id, [])]
 
     def idle_actor_ids(self) -> list[str]:
         return [h._actor_id.hex() for v in self._idle.values() for h, _ in v]

@@ -309,3 +309,55 @@ def test_a_killed_collecting_driver_or_ctrl_c_ends_its_job_and_frees_the_executo
         assert _eventually(lambda: _leased(session) == {}, 60), "Ctrl-C did not cancel the job"
     finally:
         attached.kill()
+
+
+@pytest.mark.timeout(400)
+def test_a_job_submitted_over_http_survives_a_killed_executor_exactly_once(session, tmp_path):
+    import ray
+
+    from raylink.bench.failover import committed_lines
+    from raylink.runtime.rest_cluster_client import RestClusterClient, RestEndpoint, _endpoint_file
+    from raylink.tests.test_runtime_checkpointing import N, expected_counts
+
+    out = tmp_path / "out"
+    driver = _start_driver(
+        tmp_path,
+        textwrap.dedent(f"""
+        from raylink.tests.test_runtime_checkpointing import build, checkpointing_env
+        from pathlib import Path
+
+        env = checkpointing_env("ray", 2, Path({str(tmp_path)!r}))
+        build(env, Path({str(out)!r}), n={2 * N})
+        client = env.execute_async()
+        print("JOB", client.get_job_id(), flush=True)
+        client.get_job_execution_result(300)
+        out["status"] = str(client.get_job_status())
+        out["restarts"] = client.get_checkpoint_stats()["numRestarts"]
+        out["ray_connected"] = "ray" in sys.modules and sys.modules["ray"].is_initialized()
+        """)
+        + REPORT,
+    )
+    try:
+        line = driver.stdout.readline()
+        assert line.startswith("JOB "), driver.stderr.read()[-3000:]
+        job_id = line.split()[1]
+        recorded = json.loads(Path(_endpoint_file(_address())).read_text())
+        rest = RestClusterClient(RestEndpoint(recorded["url"], recorded["token"]))
+
+        def checkpointed() -> bool:
+            stats = rest.request("GET", f"/v1/jobs/{job_id}/metrics/checkpoints")[1]
+            return stats.get("numberOfCompletedCheckpoints", 0) > 0
+
+        assert _eventually(checkpointed, 120), "no checkpoint completed"
+        pids = [where["pid"] for where in ray.get(session.leased_locations.remote(job_id))]
+        assert pids, "the job holds no executors"
+        os.kill(pids[0], signal.SIGKILL)
+        stdout, stderr = driver.communicate(timeout=300)
+        assert driver.returncode == 0, stderr[-4000:]
+    finally:
+        driver.kill()
+    report = json.loads([x for x in stdout.splitlines() if x.startswith("REPORT ")][-1][7:])
+    assert report["status"] == "FINISHED" and report["restarts"] >= 1, report
+    assert report["ray_connected"] is False  # the test module it imports imports Ray, unused
+    assert committed_lines(out) == expected_counts(2 * N)
+    assert _eventually(lambda: _leased(session) == {}, 60)
