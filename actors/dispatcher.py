@@ -137,17 +137,23 @@ class DispatcherActor:
         return job
 
     # -- handlers ----------------------------------------------------------------------------------
+    def jobs(self) -> list[dict]:
+        """The jobs submitted here that have not been dropped yet: id, name, status."""
+        return [
+            {"jobId": job_id, "jobName": job.client.job_name, "status": str(job.client.get_job_status())}
+            for job_id, job in self._jobs.items()
+        ]
+
+    async def cancel_job(self, job_id: str) -> Optional[str]:
+        """Cancel a job submitted here (``raylink cluster cancel``); its status, None if unknown."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            return None
+        await self._blocking(job.client.cancel)
+        return str(job.client.get_job_status())
+
     async def _overview(self, request: web.Request) -> web.Response:
-        return web.json_response(
-            {
-                "pid": os.getpid(),
-                "url": self.url,
-                "jobs": [
-                    {"jobId": job_id, "jobName": job.client.job_name, "status": str(job.client.get_job_status())}
-                    for job_id, job in self._jobs.items()
-                ],
-            }
-        )
+        return web.json_response({"pid": os.getpid(), "url": self.url, "jobs": self.jobs()})
 
     async def _submit(self, request: web.Request) -> web.Response:
         body = await request.read()
@@ -274,11 +280,18 @@ def start_dispatcher(token: str, host: str = "127.0.0.1", port: int = 0) -> tupl
         raise
 
 
+def find_dispatcher() -> Optional[Any]:
+    """The running Dispatcher's actor handle on the connected Ray, else None."""
+    try:
+        return ray.get_actor(DISPATCHER_NAME, namespace=TASK_EXECUTOR_NAMESPACE)
+    except ValueError:
+        return None
+
+
 def stop_dispatcher() -> Optional[int]:
     """Cancel the Dispatcher's running jobs and kill it; None when none was running."""
-    try:
-        handle = ray.get_actor(DISPATCHER_NAME, namespace=TASK_EXECUTOR_NAMESPACE)
-    except ValueError:
+    handle = find_dispatcher()
+    if handle is None:
         return None
     try:
         cancelled = ray.get(handle.shutdown.remote(), timeout=60)
@@ -288,4 +301,11 @@ def stop_dispatcher() -> Optional[int]:
     return cancelled
 
 
-__all__ = ["DISPATCHER_NAME", "DispatcherActor", "SubmittedProgram", "start_dispatcher", "stop_dispatcher"]
+__all__ = [
+    "DISPATCHER_NAME",
+    "DispatcherActor",
+    "SubmittedProgram",
+    "find_dispatcher",
+    "start_dispatcher",
+    "stop_dispatcher",
+]

@@ -32,7 +32,8 @@ EXAMPLES = """examples:
   raylink cluster start --address HEAD:6379    # a session on an existing Ray cluster
   raylink cluster start --spark                # and a warm Spark session jobs' get_spark() attach to
   RAY_ADDRESS=HEAD:6379 python job.py          # env.execute() runs on the session's executors
-  raylink cluster status
+  raylink cluster status                       # the pool, and the jobs submitted over HTTP
+  raylink cluster cancel JOB_ID
   raylink cluster stop
 """
 RAY_START_TIMEOUT_S = 60.0
@@ -90,6 +91,10 @@ def add_parser(sub: Any, fmt: type, handler: Any) -> None:
     status.add_argument("--address", help=address_help)
     status.add_argument("--json", action="store_true", help="print the status as JSON")
     status.set_defaults(func=handler("cluster", "cmd_status"))
+    cancel = action.add_parser("cancel", help="cancel a job submitted to the session cluster over HTTP")
+    cancel.add_argument("job_id", help="the job's id (raylink cluster status lists them)")
+    cancel.add_argument("--address", help=address_help)
+    cancel.set_defaults(func=handler("cluster", "cmd_cancel"))
 
 
 def _connect(address: Optional[str], start_local: bool = False) -> Optional[int]:
@@ -316,11 +321,14 @@ def cmd_status(args: Any) -> int:
     _connect(args.address)
     import ray
 
+    from raylink.actors.dispatcher import find_dispatcher
     from raylink.actors.session_cluster import session_status
 
     status = session_status()
     if status is not None:
         status["spark"] = _spark_status()
+        dispatcher = find_dispatcher()
+        status["submittedJobs"] = ray.get(dispatcher.jobs.remote()) if dispatcher is not None else []
     ray.shutdown()
     if status is None:
         raise CliError(EXIT_JOB_FAILED, "raylink cluster status: no session cluster is running on this Ray cluster")
@@ -336,6 +344,8 @@ def cmd_status(args: Any) -> int:
     )
     if status.get("restUrl"):
         print(f"  Dispatcher (job submission over HTTP) at {status['restUrl']}")
+    for job in status["submittedJobs"]:
+        print(f"    {job['jobId']}  {job['status']:<10} {job['jobName']}")
     spark = status["spark"]
     if spark:
         state = "STOPPED (restart the cluster)" if spark.get("stopped") else "running"
@@ -343,6 +353,23 @@ def cmd_status(args: Any) -> int:
             f"  Spark session {spark.get('applicationId')} {state}, up {spark.get('upS', 0):.0f} s, "
             f"{spark.get('executors')} executor(s), warehouse {spark.get('warehouse')}"
         )
+    return EXIT_OK
+
+
+def cmd_cancel(args: Any) -> int:
+    _connect(args.address)
+    import ray
+
+    from raylink.actors.dispatcher import find_dispatcher
+
+    dispatcher = find_dispatcher()
+    status = ray.get(dispatcher.cancel_job.remote(args.job_id)) if dispatcher is not None else None
+    ray.shutdown()
+    if status is None:
+        raise CliError(
+            EXIT_JOB_FAILED, f"raylink cluster cancel: no job {args.job_id} was submitted to this session cluster"
+        )
+    print(f"raylink cluster: job {args.job_id} {status}")
     return EXIT_OK
 
 
@@ -358,4 +385,4 @@ def _spark_status() -> Optional[dict]:
     return info
 
 
-__all__ = ["add_parser", "cmd_start", "cmd_status", "cmd_stop"]
+__all__ = ["add_parser", "cmd_cancel", "cmd_start", "cmd_status", "cmd_stop"]

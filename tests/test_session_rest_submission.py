@@ -361,3 +361,45 @@ def test_a_job_submitted_over_http_survives_a_killed_executor_exactly_once(sessi
     assert report["ray_connected"] is False  # the test module it imports imports Ray, unused
     assert committed_lines(out) == expected_counts(2 * N)
     assert _eventually(lambda: _leased(session) == {}, 60)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    address = _address()
+    return subprocess.run(
+        [sys.executable, "-m", "raylink", "cluster", *args, "--address", address],
+        capture_output=True,
+        text=True,
+        cwd=ROOT.parent,
+        env=dict(os.environ, RAY_ADDRESS=address),
+        timeout=120,
+    )
+
+
+@pytest.mark.timeout(300)
+def test_cluster_status_lists_submitted_jobs_and_cancel_ends_one(session, tmp_path):
+    driver = _start_driver(
+        tmp_path,
+        """
+        env.from_sequence(1, 10**12).map(lambda x: x).add_sink(lambda x: None)
+        env.execute("endless")
+        """,
+    )
+    try:
+
+        def running() -> list:
+            status = _cli("status", "--json")
+            assert status.returncode == 0, status.stderr
+            return [j for j in json.loads(status.stdout)["submittedJobs"] if j["status"] == "RUNNING"]
+
+        assert _eventually(lambda: bool(running()), 120), "the job is not listed as running"
+        (job,) = running()
+        assert job["jobName"] == "endless"
+        cancelled = _cli("cancel", job["jobId"])
+        assert cancelled.returncode == 0, cancelled.stderr
+        _, stderr = driver.communicate(timeout=60)
+        assert driver.returncode != 0 and "Job 'endless' canceled" in stderr, stderr[-3000:]
+    finally:
+        driver.kill()
+    unknown = _cli("cancel", "0123")
+    assert unknown.returncode == 1 and "no job 0123" in unknown.stderr
+    assert _eventually(lambda: _leased(session) == {}, 60)
