@@ -240,7 +240,10 @@ class DispatcherActor:
                     if now - job.ended > FINISHED_JOB_TTL_S:
                         del self._jobs[job_id]
                 elif client._open_collectors and now - job.last_poll > job.heartbeat_timeout_s:
-                    await self._blocking(client.cancel)
+                    try:
+                        await self._blocking(client.cancel)
+                    except Exception:  # noqa: BLE001 - it ended meanwhile; keep reaping the others
+                        pass
 
     async def shutdown(self) -> int:
         """Cancel every running job and stop serving; returns how many jobs were cancelled."""
@@ -250,7 +253,10 @@ class DispatcherActor:
             if not JobStatus(job.client.get_job_status()).is_globally_terminal_state()
         ]
         for client in running:
-            await self._blocking(client.cancel)
+            try:
+                await self._blocking(client.cancel)
+            except Exception:  # noqa: BLE001 - it ended meanwhile
+                pass
         await asyncio.gather(*[self._blocking(client.wait, 10.0) for client in running])
         if self._reaper is not None:
             self._reaper.cancel()

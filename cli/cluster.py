@@ -6,8 +6,10 @@ calls on this machine then find) and starts the session actor
 (:mod:`raylink.actors.session_cluster`) with ``--executors`` warm TaskExecutors.
 ``env.execute()`` in any driver connected to that Ray then runs its job on the
 session's executors; a driver on this machine that is not connected to Ray submits it
-over HTTP to the session's Dispatcher instead (``--rest-bind-address``, ``--rest-port``). ``stop`` kills the session actor and its executors (and the
-local Ray that ``start`` started); ``status`` prints the pool's figures.
+over HTTP to the session's Dispatcher instead (``--rest-bind-address``, ``--rest-port``).
+``stop`` kills the session actor and its executors (and the local Ray that ``start``
+started); ``status`` prints the pool's figures and the jobs submitted over HTTP, which
+``cancel`` cancels.
 
 :func:`add_parser` declares the sub-commands without importing Ray; the handlers
 import it. Not thread-safe (a command line runs once per process).

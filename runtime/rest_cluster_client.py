@@ -53,6 +53,8 @@ EXCEPTION_CONTENT_TYPE = "application/x-raylink-exception"
 #: the longest a poll waits at the Dispatcher before answering "not yet"
 MAX_POLL_S = 30.0
 CONNECT_TIMEOUT_S = 5.0
+#: the longest the Dispatcher may take to deploy a job (new executors, a runtime env to build)
+SUBMIT_TIMEOUT_S = 600.0
 
 
 class RestClusterError(RuntimeError):
@@ -162,8 +164,12 @@ class RestClusterClient:
             self._local.connection = connection
         return connection
 
-    def request(self, method: str, path: str, body: Optional[bytes] = None, wait_s: float = 0.0) -> tuple[int, Any]:
-        """``(status, value)``: JSON decoded, pickles loaded; an exception the Dispatcher sent is raised."""
+    def request(
+        self, method: str, path: str, body: Optional[bytes] = None, wait_s: float = 0.0, raise_remote: bool = True
+    ) -> tuple[int, Any]:
+        """``(status, value)``: JSON decoded, pickles loaded. An exception the Dispatcher sent
+        is raised (with ``raise_remote=False`` returned as the value); ``wait_s``: how long
+        the Dispatcher may take to answer."""
         headers = {"Authorization": f"Bearer {self.endpoint.token}"}
         if body is not None:
             headers["Content-Type"] = PICKLE_CONTENT_TYPE
@@ -189,7 +195,10 @@ class RestClusterClient:
                     raise
         kind = response.getheader("Content-Type", "")
         if kind.startswith(EXCEPTION_CONTENT_TYPE):
-            raise cloudpickle.loads(data)
+            error = cloudpickle.loads(data)
+            if raise_remote:
+                raise error
+            return response.status, error
         if kind.startswith(PICKLE_CONTENT_TYPE):
             return response.status, cloudpickle.loads(data)
         value = json.loads(data) if kind.startswith("application/json") and data else None
@@ -275,7 +284,7 @@ class RestJobClient:
             job_graph = env.get_job_graph(job_name)
             body = cloudpickle.dumps({"job_graph": job_graph, "configuration": _absolute_paths(env.configuration)})
         cluster = RestClusterClient(endpoint)
-        _, answer = cluster.request("POST", "/v1/jobs", body)
+        _, answer = cluster.request("POST", "/v1/jobs", body, wait_s=SUBMIT_TIMEOUT_S)
         return cls(cluster, answer["jobId"], answer["jobName"])
 
     def get_job_id(self) -> str:
@@ -295,20 +304,17 @@ class RestJobClient:
         """Ask for the execution result, waiting up to ``wait_s`` at the Dispatcher; True once ended."""
         if self._done:
             return True
-        try:
-            status, value = self._cluster.request(
-                "GET", f"/v1/jobs/{self.job_id}/execution-result?timeout={wait_s:.3f}", wait_s=wait_s
-            )
-        except RestClusterError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the job's own exception (failed, cancelled)
-            if isinstance(exc, JobExecutionException) and exc.__cause__ is None:
-                exc.__cause__ = exc.cause  # what a pickle leaves out
-            self._failure, self._done = exc, True
-            self._final_status = JobStatus(getattr(exc, "status", JobStatus.FAILED))
-            return True
+        status, value = self._cluster.request(
+            "GET", f"/v1/jobs/{self.job_id}/execution-result?timeout={wait_s:.3f}", wait_s=wait_s, raise_remote=False
+        )
         if status == 202:
             return False
+        if isinstance(value, BaseException):  # the job's own exception (failed, cancelled)
+            if isinstance(value, JobExecutionException) and value.__cause__ is None:
+                value.__cause__ = value.cause  # what a pickle leaves out
+            self._failure, self._done = value, True
+            self._final_status = JobStatus(getattr(value, "status", JobStatus.FAILED))
+            return True
         self._result, self._done = value, True
         return True
 
