@@ -45,7 +45,6 @@ import cloudpickle
 
 from raylink.api.job_status import JobStatus
 from raylink.api.options import CheckpointingOptions, PythonOptions, RaylinkOptions
-from raylink.runtime.executors import PipelineExecutor
 from raylink.runtime.job_result import CloseableIterator, JobExecutionException, JobExecutionResult
 
 PICKLE_CONTENT_TYPE = "application/x-raylink-pickle"
@@ -358,48 +357,11 @@ class RestJobClient:
         return self._cluster.request("GET", f"/v1/jobs/{self.job_id}/metrics/checkpoints")[1]
 
 
-class SessionClusterExecutor(PipelineExecutor):
-    """``execution.target = "ray"``: Flink's session-cluster executor when a session's
-    Dispatcher is reachable over HTTP (see :func:`find_endpoint`), else the JobMaster in this
-    driver (:mod:`raylink.actors.ray_executor`, which connects to Ray)."""
-
-    def execute(self, env: Any, job_name: Optional[str] = None) -> Any:
-        """Run the job to its end; Ctrl-C in the driver cancels a job it submitted over HTTP
-        (its JobMaster does not end with the driver)."""
-        client = self.execute_async(env, job_name)
-        try:
-            return client.get_job_execution_result()
-        except KeyboardInterrupt:
-            if isinstance(client, RestJobClient):
-                client.close()  # the interrupted poll's answer is still on its connection
-                client.cancel()
-            raise
-
-    def execute_async(self, env: Any, job_name: Optional[str] = None) -> Any:
-        endpoint = find_endpoint(env.configuration)
-        if endpoint is not None:
-            try:
-                client = RestJobClient.submit(endpoint, env, job_name)
-            except ConnectionRefusedError:  # a session stopped without removing its file
-                pass
-            else:
-                env.transformations.clear()  # Flink clears the program once it is submitted
-                return client
-        from raylink.actors.ray_executor import EXECUTOR
-
-        return EXECUTOR.execute_async(env, job_name)
-
-
-#: registered for ``execution.target = "ray"`` through the ``raylink.executors`` entry points
-EXECUTOR = SessionClusterExecutor()
-
 __all__ = [
-    "EXECUTOR",
     "RestClusterClient",
     "RestClusterError",
     "RestEndpoint",
     "RestJobClient",
-    "SessionClusterExecutor",
     "endpoint_dir",
     "find_endpoint",
     "remove_endpoint_file",
