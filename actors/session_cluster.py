@@ -14,7 +14,8 @@ when the report is clean and the pool holds fewer than
 ``raylink.session.pool-size`` idle executors; otherwise it is killed. A lost
 executor is dropped, and the next lease starts a new one (a restarting job gets a
 full deployment again). Executors are created by the session actor, so they are
-owned by it: stopping the session (:func:`stop_session`) kills them all.
+owned by it: stopping the session
+(:func:`~raylink.actors.session_entrypoint.stop_session`) kills them all.
 
 Executors are pooled by Ray runtime environment (a job with Python dependencies
 gets executors started in its environment; the plain ones are shared). They
@@ -22,20 +23,18 @@ reserve no CPUs (a pool of idle processes must not block other Ray work) and
 are spread over the nodes.
 
 Jobs also reach the session over HTTP, from drivers that never connect to Ray: its
-Dispatcher (:mod:`raylink.actors.dispatcher`, started and stopped with it) runs their
-JobMasters, which lease from this pool as a connected driver's do.
+Dispatcher (:mod:`raylink.actors.dispatcher`) runs their JobMasters, which lease from this
+pool as a connected driver's do. :mod:`raylink.actors.session_entrypoint` starts and stops
+the two together.
 
-Driver-side helpers (:func:`find_session`, :func:`start_session`,
-:func:`stop_session`, :func:`session_status`) need a connected Ray. The actor is
-an asyncio actor: its calls interleave on one event loop, so its bookkeeping
-needs no locks.
+:func:`find_session` needs a connected Ray. The actor is an asyncio actor: its calls
+interleave on one event loop, so its bookkeeping needs no locks.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import secrets
 import time
 from typing import Any, Optional
 
@@ -193,81 +192,9 @@ def find_session() -> Optional[Any]:
         return None
 
 
-def start_session(
-    executors: int = 0,
-    pool_size: int = 16,
-    info: Optional[dict] = None,
-    runtime_env: Optional[dict] = None,
-    rest_bind_address: Optional[str] = "127.0.0.1",
-    rest_port: int = 0,
-) -> Any:
-    """Start the session cluster (a detached named actor) with ``executors`` warm TaskExecutors
-    and, unless ``rest_bind_address`` is None, its Dispatcher (:mod:`raylink.actors.dispatcher`)
-    on this node, recorded for drivers on this machine; raises ``RuntimeError`` when a session
-    is already running."""
-    if find_session() is not None:
-        raise RuntimeError(
-            f"a session cluster is already running on this Ray cluster "
-            f"(actor {SESSION_NAME!r} in namespace {SESSION_NAMESPACE!r})"
-        )
-    info = dict(info or {})
-    gcs_address = ray.get_runtime_context().gcs_address
-    from raylink.actors.dispatcher import start_dispatcher, stop_dispatcher
-    from raylink.runtime.rest_cluster_client import RestEndpoint, remove_endpoint_file, write_endpoint_file
-
-    stop_dispatcher()  # one a session that died left behind
-    session = None
-    try:
-        if rest_bind_address is not None:
-            token = secrets.token_urlsafe(32)
-            _, url = start_dispatcher(token, rest_bind_address, rest_port)
-            info["restUrl"] = url
-        session = SessionClusterActor.options(
-            name=SESSION_NAME, namespace=SESSION_NAMESPACE, lifetime="detached"
-        ).remote(max(pool_size, executors), info)
-        ray.get(session.prewarm.remote(executors, runtime_env))
-    except BaseException:
-        stop_dispatcher()
-        if session is not None:
-            ray.kill(session, no_restart=True)
-        raise
-    if rest_bind_address is not None:
-        write_endpoint_file(gcs_address, RestEndpoint(url, token))
-    else:
-        remove_endpoint_file(gcs_address)
-    return session
-
-
-def stop_session(session: Optional[Any] = None) -> Optional[dict]:
-    """Cancel the Dispatcher's jobs and stop it, kill the session cluster's executors and the
-    session actor; returns the session's last status (None when none was running)."""
-    from raylink.actors.dispatcher import stop_dispatcher
-    from raylink.runtime.rest_cluster_client import remove_endpoint_file
-
-    cancelled = stop_dispatcher()
-    remove_endpoint_file(ray.get_runtime_context().gcs_address)
-    session = session or find_session()
-    if session is None:
-        return None
-    status = ray.get(session.status.remote())
-    status["killed"] = ray.get(session.shutdown.remote())
-    status["cancelledJobs"] = cancelled or 0
-    ray.kill(session, no_restart=True)
-    return status
-
-
-def session_status() -> Optional[dict]:
-    """The running session cluster's status, else None."""
-    session = find_session()
-    return None if session is None else ray.get(session.status.remote())
-
-
 __all__ = [
     "SESSION_NAME",
     "SESSION_NAMESPACE",
     "SessionClusterActor",
     "find_session",
-    "session_status",
-    "start_session",
-    "stop_session",
 ]

@@ -232,7 +232,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     session = None
     if "  same, session" in pipelines:
         try:
-            from raylink.actors.session_cluster import start_session
+            from raylink.actors.session_entrypoint import start_session
 
             session = start_session(executors=args.parallelism)
         except Exception as exc:  # no session cluster here: skip the row
@@ -288,7 +288,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         )
     finally:
         if session is not None:
-            from raylink.actors.session_cluster import stop_session
+            from raylink.actors.session_entrypoint import stop_session
 
             stop_session(session)
         shutil.rmtree(work, ignore_errors=True)

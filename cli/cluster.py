@@ -198,7 +198,7 @@ def cmd_start(args: Any) -> int:
     import ray
 
     from raylink.actors.ray_executor import _executor_runtime_env
-    from raylink.actors.session_cluster import start_session
+    from raylink.actors.session_entrypoint import start_session
 
     info = {"address": ray.get_runtime_context().gcs_address}
     if ray_pid is not None:
@@ -250,7 +250,7 @@ def _start_spark(args: Any) -> dict:
 
         return start_shared_spark(options)
     except (ImportError, RuntimeError) as exc:
-        from raylink.actors.session_cluster import stop_session
+        from raylink.actors.session_entrypoint import stop_session
 
         stop_session()
         raise CliError(EXIT_JOB_FAILED, f"raylink cluster start --spark: {exc}") from None
@@ -276,7 +276,7 @@ def cmd_stop(args: Any) -> int:
     _connect(args.address)
     import ray
 
-    from raylink.actors.session_cluster import stop_session
+    from raylink.actors.session_entrypoint import stop_session
 
     spark = _stop_spark()
     status = stop_session()
@@ -324,7 +324,7 @@ def cmd_status(args: Any) -> int:
     import ray
 
     from raylink.actors.dispatcher import find_dispatcher
-    from raylink.actors.session_cluster import session_status
+    from raylink.actors.session_entrypoint import session_status
 
     status = session_status()
     if status is not None:

@@ -33,7 +33,8 @@ def _run(values, factor, parallelism=2, config=None):
 
 @pytest.fixture
 def session(ray_session):
-    from raylink.actors.session_cluster import find_session, start_session, stop_session
+    from raylink.actors.session_cluster import find_session
+    from raylink.actors.session_entrypoint import start_session, stop_session
 
     assert find_session() is None, "a session cluster is already running on the test's Ray"
     handle = start_session(executors=2, pool_size=8)
@@ -168,7 +169,8 @@ def test_cli_start_status_stop(ray_session):
     import ray
 
     from raylink.actors.dispatcher import DISPATCHER_NAME
-    from raylink.actors.session_cluster import SESSION_NAMESPACE, find_session, stop_session
+    from raylink.actors.session_cluster import SESSION_NAMESPACE, find_session
+    from raylink.actors.session_entrypoint import stop_session
     from raylink.runtime.rest_cluster_client import _endpoint_file
 
     address = ray.get_runtime_context().gcs_address

@@ -40,7 +40,8 @@ print("REPORT " + json.dumps(out))
 
 @pytest.fixture(scope="module")
 def session(ray_session):
-    from raylink.actors.session_cluster import find_session, start_session, stop_session
+    from raylink.actors.session_cluster import find_session
+    from raylink.actors.session_entrypoint import start_session, stop_session
 
     assert find_session() is None, "a session cluster is already running on the test's Ray"
     handle = start_session(executors=2, pool_size=8)

@@ -1,0 +1,87 @@
+"""Starting and stopping a session cluster: its pool of warm TaskExecutors and its Dispatcher.
+
+Flink's ``SessionClusterEntrypoint``: it brings up the ResourceManager side (here the pool,
+:class:`~raylink.actors.session_cluster.SessionClusterActor`) and the Dispatcher behind its
+REST endpoint (:class:`~raylink.actors.dispatcher.DispatcherActor`, on this node), and
+records the endpoint for drivers on this machine
+(:func:`~raylink.runtime.rest_cluster_client.write_endpoint_file`). ``raylink cluster
+start / stop / status`` and tests call these; they need a connected Ray. Not thread-safe
+(one start or stop at a time per Ray cluster).
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any, Optional
+
+import ray
+
+from raylink.actors.dispatcher import start_dispatcher, stop_dispatcher
+from raylink.actors.session_cluster import SESSION_NAME, SESSION_NAMESPACE, SessionClusterActor, find_session
+from raylink.runtime.rest_cluster_client import RestEndpoint, remove_endpoint_file, write_endpoint_file
+
+
+def start_session(
+    executors: int = 0,
+    pool_size: int = 16,
+    info: Optional[dict] = None,
+    runtime_env: Optional[dict] = None,
+    rest_bind_address: Optional[str] = "127.0.0.1",
+    rest_port: int = 0,
+) -> Any:
+    """Start the session cluster (a detached named actor) with ``executors`` warm TaskExecutors
+    and, unless ``rest_bind_address`` is None, its Dispatcher (:mod:`raylink.actors.dispatcher`)
+    on this node, recorded for drivers on this machine; raises ``RuntimeError`` when a session
+    is already running."""
+    if find_session() is not None:
+        raise RuntimeError(
+            f"a session cluster is already running on this Ray cluster "
+            f"(actor {SESSION_NAME!r} in namespace {SESSION_NAMESPACE!r})"
+        )
+    info = dict(info or {})
+    gcs_address = ray.get_runtime_context().gcs_address
+    stop_dispatcher()  # one a session that died left behind
+    session = None
+    try:
+        if rest_bind_address is not None:
+            token = secrets.token_urlsafe(32)
+            _, url = start_dispatcher(token, rest_bind_address, rest_port)
+            info["restUrl"] = url
+        session = SessionClusterActor.options(
+            name=SESSION_NAME, namespace=SESSION_NAMESPACE, lifetime="detached"
+        ).remote(max(pool_size, executors), info)
+        ray.get(session.prewarm.remote(executors, runtime_env))
+    except BaseException:
+        stop_dispatcher()
+        if session is not None:
+            ray.kill(session, no_restart=True)
+        raise
+    if rest_bind_address is not None:
+        write_endpoint_file(gcs_address, RestEndpoint(url, token))
+    else:
+        remove_endpoint_file(gcs_address)
+    return session
+
+
+def stop_session(session: Optional[Any] = None) -> Optional[dict]:
+    """Cancel the Dispatcher's jobs and stop it, kill the session cluster's executors and the
+    session actor; returns the session's last status (None when none was running)."""
+    cancelled = stop_dispatcher()
+    remove_endpoint_file(ray.get_runtime_context().gcs_address)
+    session = session or find_session()
+    if session is None:
+        return None
+    status = ray.get(session.status.remote())
+    status["killed"] = ray.get(session.shutdown.remote())
+    status["cancelledJobs"] = cancelled or 0
+    ray.kill(session, no_restart=True)
+    return status
+
+
+def session_status() -> Optional[dict]:
+    """The running session cluster's status, else None."""
+    session = find_session()
+    return None if session is None else ray.get(session.status.remote())
+
+
+__all__ = ["session_status", "start_session", "stop_session"]
