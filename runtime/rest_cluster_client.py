@@ -45,6 +45,7 @@ import cloudpickle
 
 from raylink.api.job_status import JobStatus
 from raylink.api.options import CheckpointingOptions, PythonOptions, RaylinkOptions
+from raylink.errors import RaylinkError
 from raylink.runtime.job_result import CloseableIterator, JobExecutionException, JobExecutionResult
 
 PICKLE_CONTENT_TYPE = "application/x-raylink-pickle"
@@ -56,7 +57,7 @@ CONNECT_TIMEOUT_S = 5.0
 SUBMIT_TIMEOUT_S = 600.0
 
 
-class RestClusterError(RuntimeError):
+class RestClusterError(RaylinkError, RuntimeError):
     """The Dispatcher answered with an error of its own (not the job's)."""
 
 
