@@ -172,3 +172,17 @@ def wait_for(condition: Any, client: Any, timeout: float = 10.0, interval: float
             return True
         if time.monotonic() >= deadline or client.wait(interval):
             return bool(condition())
+
+
+def running_session(executors: int = 2, pool_size: int = 8) -> Iterable[Any]:
+    """A session cluster (pool and Dispatcher) on the test's Ray for the fixture's lifetime:
+    the body of a ``session`` fixture (the session actor is detached, so it is always stopped)."""
+    from raylink.actors.session_cluster import find_session
+    from raylink.actors.session_entrypoint import start_session, stop_session
+
+    assert find_session() is None, "a session cluster is already running on the test's Ray"
+    handle = start_session(executors=executors, pool_size=pool_size)
+    try:
+        yield handle
+    finally:
+        stop_session(handle)

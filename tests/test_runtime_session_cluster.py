@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from raylink.tests.runtime_jobs import make_env
+from raylink.tests.runtime_jobs import make_env, running_session
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,15 +33,7 @@ def _run(values, factor, parallelism=2, config=None):
 
 @pytest.fixture
 def session(ray_session):
-    from raylink.actors.session_cluster import find_session
-    from raylink.actors.session_entrypoint import start_session, stop_session
-
-    assert find_session() is None, "a session cluster is already running on the test's Ray"
-    handle = start_session(executors=2, pool_size=8)
-    try:
-        yield handle
-    finally:
-        stop_session(handle)
+    yield from running_session()
 
 
 def _idle_ids(session):

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from raylink.tests.runtime_jobs import running_session
+
 ROOT = Path(__file__).resolve().parent.parent
 
 PRELUDE = """
@@ -40,15 +42,7 @@ print("REPORT " + json.dumps(out))
 
 @pytest.fixture(scope="module")
 def session(ray_session):
-    from raylink.actors.session_cluster import find_session
-    from raylink.actors.session_entrypoint import start_session, stop_session
-
-    assert find_session() is None, "a session cluster is already running on the test's Ray"
-    handle = start_session(executors=2, pool_size=8)
-    try:
-        yield handle
-    finally:
-        stop_session(handle)
+    yield from running_session()
 
 
 def _address() -> str:
