@@ -15,7 +15,10 @@ result, metrics, cancel. A driver thus starts without importing or connecting to
 Every request carries the session's bearer token (random, written with the endpoint's
 address to a file only the user who started the session can read); others get 401.
 
-A finished job's entry is dropped :data:`FINISHED_JOB_TTL_S` after it ended. A job whose
+An ended job's entry is dropped :data:`FINISHED_JOB_GRACE_S` after the last request about
+it once its client has read every collected record and the result, else
+:data:`FINISHED_JOB_TTL_S` after it (idle time is counted in the reaper's rounds, not read
+from a clock, so a paused machine does not age a job whose client is reading). A job whose
 client stopped reading its collected records (none asked for in the job's
 ``client.heartbeat.timeout``, Flink's option, 180 s by default) is cancelled: its driver is
 gone and its sink's bounded buffer would hold the job forever.
@@ -29,9 +32,8 @@ from __future__ import annotations
 import asyncio
 import hmac
 import os
-import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import cloudpickle
@@ -45,6 +47,8 @@ from raylink.runtime.rest_cluster_client import EXCEPTION_CONTENT_TYPE, MAX_POLL
 
 #: the Dispatcher actor's name (in the session cluster's namespace)
 DISPATCHER_NAME = "raylink-dispatcher"
+#: how long an ended job is kept after the last request about it (its result taken / not yet)
+FINISHED_JOB_GRACE_S = 60.0
 FINISHED_JOB_TTL_S = 300.0
 REAP_INTERVAL_S = 1.0
 
@@ -65,8 +69,8 @@ class SubmittedProgram:
 class _Job:
     client: Any
     heartbeat_timeout_s: float
-    last_poll: float = field(default_factory=time.monotonic)
-    ended: Optional[float] = None
+    idle_ticks: int = 0  # reaper rounds since the last request about this job
+    result_taken: bool = False  # the client has read the execution result (or the failure)
 
 
 def _pickled(value: Any, status: int = 200) -> web.Response:
@@ -133,7 +137,7 @@ class DispatcherActor:
     def _job(self, request: web.Request) -> Optional[_Job]:
         job = self._jobs.get(request.match_info["job_id"])
         if job is not None:
-            job.last_poll = time.monotonic()
+            job.idle_ticks = 0
         return job
 
     # -- handlers ----------------------------------------------------------------------------------
@@ -209,6 +213,7 @@ class DispatcherActor:
         timeout = min(float(request.query.get("timeout", str(MAX_POLL_S))), MAX_POLL_S)
         if not await self._blocking(job.client.wait, timeout):
             return web.json_response({"done": False}, status=202)
+        job.result_taken = True
         try:
             return _pickled(job.client.get_job_execution_result(0))
         except Exception as exc:  # noqa: BLE001 - the job failed or was cancelled: its exception
@@ -229,17 +234,21 @@ class DispatcherActor:
 
     # -- housekeeping ------------------------------------------------------------------------------
     async def _reap(self) -> None:
-        """Drop ended jobs after their TTL; cancel a job whose collecting client went away."""
+        """Drop ended jobs nobody asks about any more; cancel a job whose collecting client went away."""
         while True:
             await asyncio.sleep(REAP_INTERVAL_S)
-            now = time.monotonic()
             for job_id, job in list(self._jobs.items()):
+                # idle time in reaper rounds, not clock readings: a clock that jumps (a paused
+                # VM) must not make a job whose client is reading look abandoned
+                job.idle_ticks += 1
+                idle_s = job.idle_ticks * REAP_INTERVAL_S
                 client = job.client
                 if JobStatus(client.get_job_status()).is_globally_terminal_state():
-                    job.ended = job.ended or now
-                    if now - job.ended > FINISHED_JOB_TTL_S:
+                    # a client still reading the last collected records keeps asking (idle 0)
+                    done_with = job.result_taken and not (client._open_collectors or client._closed_collectors)
+                    if idle_s > (FINISHED_JOB_GRACE_S if done_with else FINISHED_JOB_TTL_S):
                         del self._jobs[job_id]
-                elif client._open_collectors and now - job.last_poll > job.heartbeat_timeout_s:
+                elif client._open_collectors and idle_s > job.heartbeat_timeout_s:
                     try:
                         await self._blocking(client.cancel)
                     except Exception:  # noqa: BLE001 - it ended meanwhile; keep reaping the others

@@ -171,8 +171,8 @@ class TaskExecutorActor:
     def next_events(self, timeout: float) -> bytes:
         return cloudpickle.dumps(self.te.next_events(timeout))
 
-    def take_collected(self, timeout: float) -> bytes:
-        return cloudpickle.dumps(self.te.take_collected(timeout))
+    def take_collected(self, timeout: float, attempt_ids: Optional[list] = None) -> bytes:
+        return cloudpickle.dumps(self.te.take_collected(timeout, attempt_ids))
 
     def trigger_checkpoint(self, checkpoint_id: int, timestamp: int) -> None:
         self.te.trigger_checkpoint(checkpoint_id, timestamp)

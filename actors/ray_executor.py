@@ -289,9 +289,12 @@ class RayJobClient(JobMasterBase):
 
     # -- JobMasterBase hooks -----------------------------------------------------------------------------
     def _request_collected(self) -> None:
-        for executor_id in {self.executions[a].current_execution.assigned_location for a in self._open_collectors}:
-            if executor_id not in self._takes:
-                self._takes[executor_id] = self.handles[executor_id].take_collected.remote(POLL_TIMEOUT_S)
+        hosted: dict[str, list] = {}
+        for attempt_id in self._open_collectors:
+            hosted.setdefault(self.executions[attempt_id].current_execution.assigned_location, []).append(attempt_id)
+        for executor_id, attempt_ids in hosted.items():
+            if executor_id not in self._takes:  # only this job's sinks: the executor may be pooled again
+                self._takes[executor_id] = self.handles[executor_id].take_collected.remote(POLL_TIMEOUT_S, attempt_ids)
 
     def _take_collected(self, timeout: float) -> list[tuple[str, str, list, bool]]:
         """One long poll in flight per executor hosting an open collect sink (the next one is

@@ -384,12 +384,21 @@ class JobMasterBase:
             return [r for cid in self._collect_ids[attempt_id] for r in accumulators.get(cid, ())]
         if not self._open_collectors:
             return None
+        done = self._done.is_set()  # before the take: what it returns is then all there is
         out: list = []
         for attempt_id, _collect_id, records, closed in self._take_collected(timeout):
             out.extend(records)
             if closed and attempt_id in self._open_collectors:
                 self._open_collectors.discard(attempt_id)
                 self._closed_collectors.append(attempt_id)
+        if done and not out:
+            # Every task has reported, so every sink has closed and its last records are in its
+            # task's report. A sink whose closing no take saw (its executor was reset for the
+            # session's pool first) would otherwise be asked forever, answered with nothing.
+            for attempt_id in [a for a in self._collect_ids if a in self._open_collectors]:
+                self._open_collectors.discard(attempt_id)
+                self._closed_collectors.append(attempt_id)
+            return out
         self._request_collected()
         return out
 

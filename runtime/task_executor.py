@@ -20,7 +20,7 @@ import threading
 import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Collection, Optional
 
 import cloudpickle
 
@@ -366,7 +366,11 @@ class TaskExecutor:
             events, self._events = self._events, []
         return events
 
-    def _wait_for_collected(self, timeout: float) -> None:
+    def _collect_buffers_of(self, attempt_ids: Optional[Collection[str]]) -> list:
+        """``(attempt id, {collect id: buffer})`` of ``attempt_ids`` (every attempt's when None)."""
+        return [(a, bs) for a, bs in self._collect_buffers.items() if attempt_ids is None or a in attempt_ids]
+
+    def _wait_for_collected(self, timeout: float, attempt_ids: Optional[Collection[str]] = None) -> None:
         """(holding the collect condition) Until a sink closed, half a buffer's bound is queued,
         :data:`COLLECT_LINGER_S` passed since the first queued record, or ``timeout``: one answer
         then carries thousands of records (a remote call costs milliseconds of CPU on each side).
@@ -375,7 +379,7 @@ class TaskExecutor:
         deadline = time.monotonic() + timeout
         since = None
         while True:
-            buffers = [b for bs in self._collect_buffers.values() for b in bs.values()]
+            buffers = [b for _, bs in self._collect_buffers_of(attempt_ids) for b in bs.values()]
             now = time.monotonic()
             if not buffers:  # none yet, or reset: one wait, as a plain long poll
                 self._collect_cond.wait(max(0.0, deadline - now))
@@ -390,15 +394,19 @@ class TaskExecutor:
                 return
             self._collect_cond.wait(until - now)
 
-    def take_collected(self, timeout: float = 1.0) -> list[tuple[str, str, list, bool]]:
+    def take_collected(
+        self, timeout: float = 1.0, attempt_ids: Optional[Collection[str]] = None
+    ) -> list[tuple[str, str, list, bool]]:
         """Long poll of the ``execute_and_collect`` reader: ``(attempt id, collect id, records,
         closed)`` per collect sink with news. Taking frees room, so a blocked sink goes on.
-        A closed sink is reported once; its last records travel with its task's report."""
+        A closed sink is reported once; its last records travel with its task's report.
+        ``attempt_ids`` limits it to those subtasks: a session's executor may run another job's
+        sinks by the time a late take of the previous job reaches it."""
         with self._collect_cond:
-            self._wait_for_collected(timeout)
+            self._wait_for_collected(timeout, attempt_ids)
             buffers = self._collect_buffers
             out = []
-            for attempt_id, by_id in list(buffers.items()):
+            for attempt_id, by_id in self._collect_buffers_of(attempt_ids):
                 closed_all = True
                 for collect_id, buffer in by_id.items():
                     records, closed = buffer.take()
