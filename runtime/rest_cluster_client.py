@@ -222,27 +222,33 @@ def _program_modules() -> list[ModuleType]:
     if not main_file:
         return []
     home = os.path.dirname(os.path.abspath(main_file)) + os.sep
-    installed = tuple(p for p in sys.path if "site-packages" in p or "dist-packages" in p)
-    raylink_home = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    raylink_home = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    # the interpreter's own and installed code (a venv or pyenv may live under the program's folder)
+    roots = [sys.prefix, sys.base_prefix, sys.exec_prefix, raylink_home]
+    roots += [p for p in sys.path if "site-packages" in p or "dist-packages" in p]
+    installed = tuple(os.path.abspath(root) + os.sep for root in roots if root)
     out = []
     for name, module in list(sys.modules.items()):
         path = getattr(module, "__file__", None)
         if name == "__main__" or not path:
             continue
         path = os.path.abspath(path)
-        if path.startswith(home) and not path.startswith(raylink_home) and not path.startswith(installed):
+        if path.startswith(home) and not path.startswith(installed):
             out.append(module)
     return out
 
 
 @contextlib.contextmanager
 def _by_value(modules: list[ModuleType]) -> Iterator[None]:
-    for module in modules:
+    """Pickle ``modules`` by value within the block (those the program registered stay so)."""
+    registered = cloudpickle.list_registry_pickle_by_value()
+    added = [m for m in modules if m.__name__ not in registered]
+    for module in added:
         cloudpickle.register_pickle_by_value(module)
     try:
         yield
     finally:
-        for module in modules:
+        for module in added:
             with contextlib.suppress(ValueError):
                 cloudpickle.unregister_pickle_by_value(module)
 
