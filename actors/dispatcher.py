@@ -86,6 +86,11 @@ def _error(exc: BaseException, status: int = 500) -> web.Response:
     return web.Response(body=body, status=status, content_type=EXCEPTION_CONTENT_TYPE)
 
 
+def _summary(client: Any) -> dict:
+    """A job as the REST API lists it (Flink's job overview fields)."""
+    return {"jobId": client.job_id, "jobName": client.job_name, "status": str(client.get_job_status())}
+
+
 def _not_found(job_id: str) -> web.Response:
     return web.json_response({"errors": [f"job {job_id} is not known to this session cluster"]}, status=404)
 
@@ -143,10 +148,7 @@ class DispatcherActor:
     # -- handlers ----------------------------------------------------------------------------------
     def jobs(self) -> list[dict]:
         """The jobs submitted here that have not been dropped yet: id, name, status."""
-        return [
-            {"jobId": job_id, "jobName": job.client.job_name, "status": str(job.client.get_job_status())}
-            for job_id, job in self._jobs.items()
-        ]
+        return [_summary(job.client) for job in self._jobs.values()]
 
     async def cancel_job(self, job_id: str) -> Optional[str]:
         """Cancel a job submitted here (``raylink cluster cancel``); its status, None if unknown."""
@@ -181,10 +183,7 @@ class DispatcherActor:
         job = self._job(request)
         if job is None:
             return _not_found(request.match_info["job_id"])
-        client = job.client
-        return web.json_response(
-            {"jobId": client.job_id, "jobName": client.job_name, "status": str(client.get_job_status())}
-        )
+        return web.json_response(_summary(job.client))
 
     async def _cancel(self, request: web.Request) -> web.Response:
         job = self._job(request)
@@ -245,10 +244,10 @@ class DispatcherActor:
                 client = job.client
                 if JobStatus(client.get_job_status()).is_globally_terminal_state():
                     # a client still reading the last collected records keeps asking (idle 0)
-                    done_with = job.result_taken and not (client._open_collectors or client._closed_collectors)
+                    done_with = job.result_taken and not client.collected_unread
                     if idle_s > (FINISHED_JOB_GRACE_S if done_with else FINISHED_JOB_TTL_S):
                         del self._jobs[job_id]
-                elif client._open_collectors and idle_s > job.heartbeat_timeout_s:
+                elif client.collect_sinks_open and idle_s > job.heartbeat_timeout_s:
                     try:
                         await self._blocking(client.cancel)
                     except Exception:  # noqa: BLE001 - it ended meanwhile; keep reaping the others

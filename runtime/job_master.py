@@ -402,6 +402,16 @@ class JobMasterBase:
         self._request_collected()
         return out
 
+    @property
+    def collect_sinks_open(self) -> bool:
+        """Some collect sink has not been seen to close: its reader is still expected."""
+        return bool(self._open_collectors)
+
+    @property
+    def collected_unread(self) -> bool:
+        """Some collect sink's records are not read yet (open, or closed with its last records)."""
+        return bool(self._open_collectors or self._closed_collectors)
+
     def collect(self, limit: Optional[int] = None) -> CloseableIterator:
         """The records of the job's collect sink as they arrive."""
         return CloseableIterator(self, limit)

@@ -44,9 +44,10 @@ from urllib.parse import urlsplit
 import cloudpickle
 
 from raylink.api.job_status import JobStatus
-from raylink.api.options import CheckpointingOptions, PythonOptions, RaylinkOptions
+from raylink.api.options import CheckpointingOptions, RaylinkOptions
 from raylink.errors import RaylinkError
 from raylink.runtime.job_result import CloseableIterator, JobExecutionException, JobExecutionResult
+from raylink.runtime.python_dependencies import FILE_DELIMITER, PYTHON_FILES, PythonDependencyInfo
 
 PICKLE_CONTENT_TYPE = "application/x-raylink-pickle"
 EXCEPTION_CONTENT_TYPE = "application/x-raylink-exception"
@@ -265,9 +266,9 @@ def _absolute_paths(configuration: Any) -> Any:
         conf.set_string(key, os.path.abspath(DEFAULT_CHECKPOINTS_DIR))
     elif directory and "://" not in directory:
         conf.set_string(key, os.path.abspath(directory.removeprefix("file:")))
-    files = conf.get_string(PythonOptions.PYTHON_FILES.key, None)
+    files = PythonDependencyInfo.from_configuration(conf).files
     if files:
-        conf.set_string(PythonOptions.PYTHON_FILES.key, ",".join(os.path.abspath(p) for p in files.split(",") if p))
+        conf.set_string(PYTHON_FILES, FILE_DELIMITER.join(os.path.abspath(f) for f in files))
     return conf
 
 
