@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from raylink.tests.runtime_jobs import running_session
+from raylink.tests.test_runtime_session_cluster import _cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,18 +52,39 @@ def _address() -> str:
     return ray.get_runtime_context().gcs_address
 
 
-def _driver(tmp_path: Path, body: str, *conf: str, timeout: float = 180) -> dict:
-    """Run ``body`` as a job script in ``tmp_path``; the dict it reported."""
-    script = tmp_path / "job.py"
-    script.write_text(PRELUDE + textwrap.dedent(body) + REPORT)
+def _start_driver(tmp_path: Path, body: str, *conf: str, name: str = "job.py") -> subprocess.Popen:
+    """Start ``body`` as the job script ``name`` in ``tmp_path``, a driver with ``RAY_ADDRESS``
+    naming the test's Ray (``conf``: ``key=value`` options)."""
+    script = tmp_path / name
+    script.write_text(PRELUDE + textwrap.dedent(body))
     env = dict(os.environ, RAY_ADDRESS=_address())
     env["PYTHONPATH"] = str(ROOT.parent) + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run(
-        [sys.executable, str(script), *conf], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
+    return subprocess.Popen(
+        [sys.executable, "-u", str(script), *conf],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    line = [x for x in proc.stdout.splitlines() if x.startswith("REPORT ")][-1]
+
+
+def _report(stdout: str) -> dict:
+    """What a job script ending in ``REPORT`` reported."""
+    line = [x for x in stdout.splitlines() if x.startswith("REPORT ")][-1]
     return json.loads(line[len("REPORT ") :])
+
+
+def _driver(tmp_path: Path, body: str, *conf: str, timeout: float = 180) -> dict:
+    """Run ``body`` as a job script in ``tmp_path`` to its end; the dict it reported."""
+    proc = _start_driver(tmp_path, textwrap.dedent(body) + REPORT, *conf)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr[-4000:]
+    return _report(stdout)
 
 
 def _status(session) -> dict:
@@ -128,25 +150,11 @@ def session_reset_reports(session) -> list:
 @pytest.mark.timeout(300)
 def test_two_drivers_at_once_then_one_more(session, tmp_path):
     (tmp_path / "words.py").write_text("def split(line):\n    return [(w, 1) for w in line.split()]\n")
-    script = tmp_path / "job.py"
-    script.write_text(PRELUDE + textwrap.dedent(WORDCOUNT) + REPORT)
-    env = dict(os.environ, RAY_ADDRESS=_address())
-    env["PYTHONPATH"] = str(ROOT.parent) + os.pathsep + env.get("PYTHONPATH", "")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(script)],
-            cwd=tmp_path,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
+    procs = [_start_driver(tmp_path, WORDCOUNT + REPORT, name=f"job{i}.py") for i in range(2)]
     for proc in procs:
         stdout, stderr = proc.communicate(timeout=180)
         assert proc.returncode == 0, stderr[-4000:]
-        report = json.loads([x for x in stdout.splitlines() if x.startswith("REPORT ")][-1][7:])
+        report = _report(stdout)
         assert report["ray_imported"] is False
         assert _last_counts(report["counts"]) == _wordcount_reference()
     out = _driver(tmp_path, WORDCOUNT)
@@ -250,22 +258,6 @@ def _leased(session) -> dict:
     return ray.get(session.status.remote())["leased"]
 
 
-def _start_driver(tmp_path: Path, body: str) -> subprocess.Popen:
-    script = tmp_path / "job.py"
-    script.write_text(PRELUDE + textwrap.dedent(body))
-    env = dict(os.environ, RAY_ADDRESS=_address())
-    env["PYTHONPATH"] = str(ROOT.parent) + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.Popen(
-        [sys.executable, "-u", str(script)],
-        cwd=tmp_path,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 @pytest.mark.timeout(300)
 def test_a_killed_collecting_driver_or_ctrl_c_ends_its_job_and_frees_the_executors(session, tmp_path):
     assert _eventually(lambda: _leased(session) == {}, 60)
@@ -351,23 +343,11 @@ def test_a_job_submitted_over_http_survives_a_killed_executor_exactly_once(sessi
         assert driver.returncode == 0, stderr[-4000:]
     finally:
         driver.kill()
-    report = json.loads([x for x in stdout.splitlines() if x.startswith("REPORT ")][-1][7:])
+    report = _report(stdout)
     assert report["status"] == "FINISHED" and report["restarts"] >= 1, report
     assert report["ray_connected"] is False  # the test module it imports imports Ray, unused
     assert committed_lines(out) == expected_counts(2 * N)
     assert _eventually(lambda: _leased(session) == {}, 60)
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    address = _address()
-    return subprocess.run(
-        [sys.executable, "-m", "raylink", "cluster", *args, "--address", address],
-        capture_output=True,
-        text=True,
-        cwd=ROOT.parent,
-        env=dict(os.environ, RAY_ADDRESS=address),
-        timeout=120,
-    )
 
 
 @pytest.mark.timeout(300)
@@ -382,19 +362,19 @@ def test_cluster_status_lists_submitted_jobs_and_cancel_ends_one(session, tmp_pa
     try:
 
         def running() -> list:
-            status = _cli("status", "--json")
+            status = _cli("status", "--json", address=_address())
             assert status.returncode == 0, status.stderr
             return [j for j in json.loads(status.stdout)["submittedJobs"] if j["status"] == "RUNNING"]
 
         assert _eventually(lambda: bool(running()), 120), "the job is not listed as running"
         (job,) = running()
         assert job["jobName"] == "endless"
-        cancelled = _cli("cancel", job["jobId"])
+        cancelled = _cli("cancel", job["jobId"], address=_address())
         assert cancelled.returncode == 0, cancelled.stderr
         _, stderr = driver.communicate(timeout=60)
         assert driver.returncode != 0 and "Job 'endless' canceled" in stderr, stderr[-3000:]
     finally:
         driver.kill()
-    unknown = _cli("cancel", "0123")
+    unknown = _cli("cancel", "0123", address=_address())
     assert unknown.returncode == 1 and "no job 0123" in unknown.stderr
     assert _eventually(lambda: _leased(session) == {}, 60)
