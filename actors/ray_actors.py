@@ -27,7 +27,7 @@ import ray
 
 from raylink.actors.ray_transport import RayTransport
 from raylink.api.options import RaylinkOptions, read_option
-from raylink.runtime.process_tuning import tune_gc, tune_switch_interval
+from raylink.runtime.process_tuning import NodeCpuRegistry, tune_gc, tune_switch_interval
 from raylink.runtime.task_executor import NetworkSettings, TaskExecutor
 
 #: the Ray namespace of the named TaskExecutor actors
@@ -105,6 +105,7 @@ class TaskExecutorActor:
             max_calls_in_flight=int(read_option(settings, RaylinkOptions.MAX_CALLS_IN_FLIGHT)),
         )
         self.te = TaskExecutor(executor_id, network, self.transport)
+        self._pin = bool(read_option(settings, RaylinkOptions.TASK_MANAGER_PIN_TASK_THREADS))
 
     def _partition(self, partition_id: str) -> Any:
         return self.te.partitions[partition_id]
@@ -127,6 +128,8 @@ class TaskExecutorActor:
         connections dropped; the report (``TaskExecutor.reset``'s, plus ``connections``) says
         whether anything is left (``clean``)."""
         report = self.te.reset(timeout)
+        if self.te.task_cpus is not None:
+            NodeCpuRegistry().release()  # the next job decides again (a new TaskExecutor)
         report["previous"]["connections"] = len(self.transport.peers)
         self.transport.close()
         gone = threading.Event()
@@ -158,6 +161,8 @@ class TaskExecutorActor:
         self.transport.register_peers(peers)
 
     def deploy(self, descriptors: list) -> list:
+        if self._pin and self.te.task_cpus is None and len(self.te.tasks) + len(descriptors) >= 2:
+            self.te.task_cpus = NodeCpuRegistry().claim()  # its task threads take turns on the GIL anyway
         return [self.te.deploy(tdd) for tdd in descriptors]
 
     def start(self) -> None:

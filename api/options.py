@@ -543,6 +543,16 @@ class RaylinkOptions:
         "its default is 5 ms). The local target sets it while a job runs.",
         check=_positive,
     )
+    TASK_MANAGER_PIN_TASK_THREADS = option(
+        "raylink.taskmanager.pin-task-threads",
+        "bool",
+        True,
+        "Linux: a TaskExecutor process that runs two or more tasks runs their threads on one CPU, the one "
+        "the fewest other pinned processes of the node use. They take turns on the GIL anyway; on one CPU the "
+        "objects they pass each other stay in its cache. Threads a task starts inherit the CPU (a native "
+        "library's thread pool too); false for functions that compute in native threads (numpy, torch) or "
+        "release the GIL for long.",
+    )
     LOCAL_PIN_TASK_THREADS = option(
         "raylink.local.pin-task-threads",
         "bool",

@@ -14,27 +14,43 @@ A TaskExecutor actor owns its process and sets both for good (:func:`tune_gc`,
 program, so :class:`LocalProcessTuning` sets them only while at least one local job runs and
 then puts back what the program had (never freezing the program's objects).
 
-The local target also runs its task threads on one CPU (``raylink.local.pin-task-threads``,
-Linux): they take turns on the GIL, so two CPUs give them no more Python time, but on two
-CPUs every record one thread makes and the next reads -- and every reference count both
-touch -- moves between the CPUs' caches. Measured on 2 cores: the untyped local word count
-27 % (p=1) and 37 % (p=2) less time, ``bench/windows.py`` ~20 %. What they lose is overlap
-of work that releases the GIL in two task threads at once (e.g. pyarrow writing Parquet
-while another task runs Python), and threads a task starts inherit the CPU -- a native
-library's thread pool too, if a task thread starts it (an OpenMP team of torch's): such jobs
-want the option off. The program's own threads are not pinned.
+Task threads that share a process run on one CPU (Linux): the local target's
+(``raylink.local.pin-task-threads``) and those of a TaskExecutor actor that runs two or more
+tasks (``raylink.taskmanager.pin-task-threads``). They take turns on the GIL, so two CPUs
+give them no more Python time, but on two CPUs every record one thread makes and the next
+reads -- and every reference count both touch -- moves between the CPUs' caches. Measured
+on 2 cores: the untyped local word count 27 % (p=1) and 37 % (p=2) less time,
+``bench/windows.py`` ~20 %; the untyped word count on Ray at p=2 (two TaskExecutors of two
+tasks each) ~15 %. What they lose is overlap of work that releases the GIL in two task
+threads at once (e.g. pyarrow writing Parquet while another task runs Python), and threads
+a task starts inherit the CPU -- a native library's thread pool too, if a task thread
+starts it (an OpenMP team of torch's): such jobs want the option off. The program's own
+threads and Ray's are not pinned.
 
-Thread-safety: :class:`LocalProcessTuning` counts running jobs under a lock; the module
-functions change process-wide state and are meant for a process's start.
+Which CPU: :class:`NodeCpuRegistry`, a small file per user on the node that every pinning
+process writes its CPU to (under ``flock``), gives each the allowed CPU that the fewest live
+pinned processes use -- so two executors of a node, of one job or of two, spread over its CPUs.
+
+Thread-safety: :class:`LocalProcessTuning` counts running jobs under a lock; the registry is
+safe across processes (a file lock); the tuning functions change process-wide state and are
+meant for a process's start.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import json
 import os
 import sys
+import tempfile
 import threading
-from typing import Any, Optional
+from typing import Any, Dict, Iterator, Optional
+
+try:
+    import fcntl
+except ImportError:  # Windows: no pinning there (no sched_setaffinity either)
+    fcntl = None  # type: ignore[assignment]
 
 from raylink.api.options import RaylinkOptions, read_option
 
@@ -71,20 +87,70 @@ def pin_current_thread(cpus: Optional[frozenset]) -> None:
         os.sched_setaffinity(0, cpus)  # Linux: 0 is the calling thread
 
 
-def _one_cpu() -> Optional[frozenset]:
-    """The CPU this thread runs on now (if the process may use several), as a set; None where
-    threads cannot be pinned."""
-    if not hasattr(os, "sched_setaffinity"):
-        return None
-    allowed = os.sched_getaffinity(0)
-    if len(allowed) < 2:
-        return None
+class NodeCpuRegistry:
+    """Which CPU each pinning process of this node (and user) took: ``{pid: cpu}`` in a JSON
+    file, read and written under an exclusive ``flock``; entries of processes that are gone
+    are dropped on every claim."""
+
+    def __init__(self, path: Optional[str] = None) -> None:
+        self.path = path or os.path.join(tempfile.gettempdir(), f"raylink-pinned-cpus-{os.getuid()}.json")
+
+    def claim(self, pid: Optional[int] = None) -> Optional[frozenset]:
+        """Give process ``pid`` (this one) the allowed CPU the fewest live others use, as a
+        set; None where threads cannot be pinned (not Linux, one CPU, no registry file)."""
+        if fcntl is None or not hasattr(os, "sched_setaffinity"):
+            return None
+        allowed = sorted(os.sched_getaffinity(0))
+        if len(allowed) < 2:
+            return None
+        pid = os.getpid() if pid is None else pid
+        try:
+            with self._locked() as claims:
+                claims.pop(pid, None)
+                used = {cpu: 0 for cpu in allowed}
+                for cpu in claims.values():
+                    if cpu in used:
+                        used[cpu] += 1
+                cpu = min(allowed, key=lambda c: (used[c], c))
+                claims[pid] = cpu
+        except OSError:
+            return None
+        return frozenset((cpu,))
+
+    def release(self, pid: Optional[int] = None) -> None:
+        """Drop ``pid``'s (this process's) claim."""
+        if fcntl is None:
+            return
+        try:
+            with self._locked() as claims:
+                claims.pop(os.getpid() if pid is None else pid, None)
+        except OSError:
+            pass
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[Dict[int, int]]:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "r+") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)  # released when the file closes
+            try:
+                claims = {int(p): int(c) for p, c in json.loads(fh.read() or "{}").items()}
+            except (ValueError, AttributeError):
+                claims = {}  # a torn or foreign file: start over
+            claims = {p: c for p, c in claims.items() if _alive(p)}
+            yield claims
+            fh.seek(0)
+            fh.truncate()
+            fh.write(json.dumps({str(p): c for p, c in claims.items()}))
+
+
+def _alive(pid: int) -> bool:
     try:
-        with open("/proc/thread-self/stat", "rb") as fh:
-            cpu = int(fh.read().rsplit(b")", 1)[1].split()[36])  # field 39: the CPU it last ran on
-    except (OSError, ValueError, IndexError):
-        cpu = -1
-    return frozenset((cpu if cpu in allowed else min(allowed),))
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process (a recycled pid): alive
+        return True
+    return True
 
 
 class LocalProcessTuning:
@@ -105,7 +171,7 @@ class LocalProcessTuning:
                 cls._saved = (sys.getswitchinterval(), gc.get_threshold())
                 tune_gc(read_option(settings, RaylinkOptions.GC_THRESHOLD), freeze=False)
                 tune_switch_interval(float(read_option(settings, RaylinkOptions.SWITCH_INTERVAL)))
-                cls._cpus = _one_cpu()
+                cls._cpus = NodeCpuRegistry().claim()
             cls._running += 1
             return cls._cpus if read_option(settings, RaylinkOptions.LOCAL_PIN_TASK_THREADS) else None
 
@@ -120,3 +186,6 @@ class LocalProcessTuning:
                 sys.setswitchinterval(interval)
                 gc.set_threshold(*threshold)
                 cls._saved = None
+                if cls._cpus is not None:
+                    NodeCpuRegistry().release()
+                    cls._cpus = None

@@ -33,7 +33,7 @@ from __future__ import annotations
 import random
 import threading
 from concurrent.futures import Future
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Iterable, List, Optional
 
 from raylink.shuffle.codec import DeclaredFlatType
 from raylink.shuffle.elements import STREAM_ELEMENT_TYPES, Watermark
@@ -112,14 +112,16 @@ class RecordWriter:
         self._single = self._serializers[0] if (n == 1 or self.is_broadcast) else None
         self._flusher: Optional[OutputFlusher] = None
 
-    def hand_over_objects(self) -> None:
-        """Every reader of this writer's pipelined partition is a thread of this process,
-        alone on its channel: flat batches travel as objects (``RecordSerializer``).
-        A broadcast writer shares its buffers between readers and keeps encoding."""
+    def hand_over_objects(self, subpartitions: Optional[Iterable[int]] = None) -> None:
+        """The readers of these subpartitions (None: all) of this writer's pipelined
+        partition are threads of this process, each alone on its channel: flat batches for
+        them travel as objects (``RecordSerializer``). A broadcast writer shares its buffers
+        between readers and keeps encoding."""
         if self.is_broadcast or not self.partition.partition_type.is_pipelined:
             return
-        for serializer in self._serializers:
-            serializer.hand_over_objects = True
+        serializers = self._serializers
+        for index in range(len(serializers)) if subpartitions is None else subpartitions:
+            serializers[index].hand_over_objects = True
 
     def _set_broadcast_buffer_size(self, index: int, size: int) -> None:
         self._requested_sizes[index] = size

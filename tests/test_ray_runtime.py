@@ -367,3 +367,67 @@ def test_task_executors_hand_the_gil_over_after_the_configured_switch_interval()
         env = StreamExecutionEnvironment.get_execution_environment(conf)
         out = list(env.from_collection([0]).map(switch_interval).execute_and_collect())
         assert out == [pytest.approx(expected)], interval
+
+
+def pid_and_cpus(value):
+    return value % 2, os.getpid(), tuple(sorted(os.sched_getaffinity(0)))
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2, reason="pinning: Linux, 2+ CPUs"
+)
+def test_a_task_executor_running_two_tasks_runs_their_threads_on_one_cpu():
+    """Slot placement at p=2 puts a source and a map subtask in each TaskExecutor: both threads
+    of one process report the same single CPU; with the option off, any CPU."""
+    for pin in ("true", "false"):
+        conf = Configuration().set_string("raylink.task-placement", "slot")
+        conf.set_string("raylink.taskmanager.pin-task-threads", pin)
+        env = StreamExecutionEnvironment.get_execution_environment(conf)
+        env.set_parallelism(2)
+        rows = set(env.from_sequence(0, 199).rebalance().map(pid_and_cpus).execute_and_collect())
+        by_process = collections.defaultdict(set)
+        for _, pid, cpus in rows:
+            by_process[pid].add(cpus)
+        assert len(by_process) == 2, rows  # two TaskExecutors, both map subtasks reported
+        if pin == "true":
+            assert all(len(seen) == 1 and len(next(iter(seen))) == 1 for seen in by_process.values()), by_process
+        else:
+            assert all(len(next(iter(seen))) >= 2 for seen in by_process.values()), by_process
+
+
+def _emitted() -> dict:
+    """Records a TaskExecutor process emitted, by id: kept in ``sys`` (the one namespace
+    both tasks' by-value functions share), so no id is reused while the job runs."""
+    return sys.__dict__.setdefault("_raylink_test_emitted", {})
+
+
+def emit_tracked(value):
+    record = (value % 7, value) if value < 20_000 else [value % 7, value]  # runs of each
+    _emitted()[id(record)] = record
+    return record
+
+
+def received_as_emitted(record):
+    return record[1], type(record).__name__, _emitted().get(id(record)) is record, os.getpid()
+
+
+def test_a_reader_in_the_writer_s_task_executor_gets_immutable_records_as_the_objects_emitted():
+    """Slot placement at p=2: each TaskExecutor runs a source subtask and a keyed subtask, so
+    half the keyed exchange stays in one process. Tuples of scalars for a reader there arrive
+    as the very objects emitted (not encoded); lists are copied, as between processes; every
+    record arrives once."""
+    conf = Configuration().set_string("raylink.task-placement", "slot")
+    env = StreamExecutionEnvironment.get_execution_environment(conf)
+    env.set_parallelism(2)
+    rows = list(
+        env.from_sequence(0, 39_999)
+        .map(emit_tracked)
+        .key_by(lambda r: r[0])
+        .map(received_as_emitted)
+        .execute_and_collect()
+    )
+    assert sorted(v for v, *_ in rows) == list(range(40_000))
+    assert len({pid for *_, pid in rows}) == 2
+    assert not [v for v, kind, same, _ in rows if kind == "list" and same]  # lists: copies
+    tuples = [same for _, kind, same, _ in rows if kind == "tuple"]
+    assert any(tuples) and not all(tuples), (sum(tuples), len(tuples))  # in-process ones shared, remote decoded

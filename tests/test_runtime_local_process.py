@@ -91,3 +91,24 @@ def test_the_program_s_settings_come_back_only_when_the_last_of_two_running_jobs
         release_long_job.set()
     assert long_job.get_job_execution_result(30) is not None
     assert program_settings() == before
+
+
+def test_the_node_registry_spreads_pinned_processes_over_the_cpus_and_forgets_ended_ones(tmp_path):
+    import subprocess
+
+    from raylink.runtime.process_tuning import NodeCpuRegistry
+
+    if not CAN_PIN:
+        assert NodeCpuRegistry(str(tmp_path / "claims.json")).claim() is None
+        return
+    allowed = sorted(os.sched_getaffinity(0))
+    registry = NodeCpuRegistry(str(tmp_path / "claims.json"))
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    gone = int(ended.stdout)
+    live = [os.getpid(), os.getppid()]  # two processes that outlive the test
+    assert registry.claim(gone) == frozenset(allowed[:1])
+    assert registry.claim(live[0]) == frozenset(allowed[:1])  # the ended process's claim is dropped
+    assert registry.claim(live[1]) == frozenset(allowed[1:2])  # the least used CPU
+    registry.release(live[0])
+    assert registry.claim(live[0]) == frozenset(allowed[:1])  # free again
+    assert registry.claim(live[0]) == frozenset(allowed[:1])  # claiming again replaces its own claim

@@ -428,3 +428,11 @@ def test_broadcast_and_blocking_partitions_keep_encoding(kind):
         w = RecordWriter(ResultPartition(2, "BLOCKING"))
     w.hand_over_objects()  # their buffers are read by several readers, or several times
     assert not any(s.hand_over_objects for s in w._serializers)
+
+
+def test_only_the_named_subpartitions_hand_objects_over():
+    """A TaskExecutor on Ray names the subpartitions whose readers it hosts; the others
+    (read by other processes) keep encoding."""
+    w = RecordWriter(ResultPartition(3, "PIPELINED"), KeyGroupStreamPartitioner(lambda v: v, 128))
+    w.hand_over_objects(i for i in (0, 2))
+    assert [s.hand_over_objects for s in w._serializers] == [True, False, True]
