@@ -201,8 +201,9 @@ class DispatcherActor:
             return _not_found(request.match_info["job_id"])
         timeout = min(float(request.query.get("timeout", "0.5")), MAX_POLL_S)
         try:
-            return _pickled(await self._blocking(job.client.fetch_collected, timeout))
-        except Exception as exc:  # noqa: BLE001 - e.g. records the Dispatcher cannot unpickle
+            # the executors' pickled chunks as they are: the client unpickles them
+            return _pickled(await self._blocking(job.client.fetch_collected_chunks, timeout))
+        except Exception as exc:  # noqa: BLE001 - e.g. a task's last records it cannot unpickle
             return _error(exc)
 
     async def _result(self, request: web.Request) -> web.Response:

@@ -177,7 +177,11 @@ class TaskExecutorActor:
         return cloudpickle.dumps(self.te.next_events(timeout))
 
     def take_collected(self, timeout: float, attempt_ids: Optional[list] = None) -> bytes:
-        return cloudpickle.dumps(self.te.take_collected(timeout, attempt_ids))
+        # each sink's records pickled on their own: a Dispatcher passes them on as they are
+        taken = self.te.take_collected(timeout, attempt_ids)
+        return cloudpickle.dumps(
+            [(a, c, cloudpickle.dumps(records) if records else [], closed) for a, c, records, closed in taken]
+        )
 
     def trigger_checkpoint(self, checkpoint_id: int, timestamp: int) -> None:
         self.te.trigger_checkpoint(checkpoint_id, timestamp)

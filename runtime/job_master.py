@@ -42,6 +42,7 @@ from raylink.runtime.job_result import (
     JobExecutionException,
     JobExecutionResult,
     collect_ids,
+    collected_records,
 )
 from raylink.runtime.restart_strategy import create_restart_strategy
 from raylink.runtime.task_events import (
@@ -371,6 +372,13 @@ class JobMasterBase:
         """The next records of the job's collect sinks, ``[]`` if none came within ``timeout``
         seconds, ``None`` once every collect sink has ended and all its records were read.
         One reader at a time (the CloseableIterator)."""
+        chunks = self.fetch_collected_chunks(timeout)
+        return None if chunks is None else collected_records(chunks)
+
+    def fetch_collected_chunks(self, timeout: float = 0.5) -> Optional[list]:
+        """``fetch_collected``'s records as they came: chunks of records, each a list or the
+        bytes a remote TaskExecutor pickled them into (``collected_records`` reads them), so
+        a Dispatcher passes them on to its client without unpickling and pickling again."""
         if self._closed_collectors:  # a closed sink's last records come with its task's report
             attempt_id = self._closed_collectors[0]
             with self._lock:
@@ -381,13 +389,14 @@ class JobMasterBase:
                     return []
             self._closed_collectors.pop(0)
             accumulators = report.accumulators if report is not None else {}
-            return [r for cid in self._collect_ids[attempt_id] for r in accumulators.get(cid, ())]
+            return [[r for cid in self._collect_ids[attempt_id] for r in accumulators.get(cid, ())]]
         if not self._open_collectors:
             return None
         done = self._done.is_set()  # before the take: what it returns is then all there is
         out: list = []
         for attempt_id, _collect_id, records, closed in self._take_collected(timeout):
-            out.extend(records)
+            if records:
+                out.append(records)
             if closed and attempt_id in self._open_collectors:
                 self._open_collectors.discard(attempt_id)
                 self._closed_collectors.append(attempt_id)

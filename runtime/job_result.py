@@ -95,6 +95,17 @@ def collect_ids(job_vertex: Any) -> list[str]:
 FETCH_TIMEOUT_S = 0.5  # one long poll of the collect sinks
 
 
+def collected_records(chunks: list) -> list:
+    """The records of ``fetch_collected_chunks``' chunks, in order: a chunk is a list of
+    records, or the bytes of one cloudpickled by the TaskExecutor that took it."""
+    import cloudpickle
+
+    out: list = []
+    for chunk in chunks:
+        out.extend(chunk if type(chunk) is list else cloudpickle.loads(chunk))
+    return out
+
+
 class CloseableIterator:
     """The records of ``execute_and_collect`` while the job runs (PyFlink's CloseableIterator).
 
@@ -108,54 +119,39 @@ class CloseableIterator:
     def __init__(self, client: Any, limit: Optional[int] = None) -> None:
         self._client = client
         self._limit = limit
-        self._pending: list = []
-        self._index = 0
-        self._returned = 0
+        self._pending: list = []  # the batch being read (cut to what ``limit`` still allows)
+        self._cursor: Iterator[Any] = iter(self._pending)  # the reading position in it
+        self._returned = 0  # records handed to the cursor so far
         self._exhausted = False
         self._stopped_early = False
 
     def __iter__(self) -> Iterator[Any]:
         """A ``for`` loop's iterator: the same records as ``next()``, a batch at a time in a
-        generator (no method call per record); ``next()`` continues where a loop broke off."""
+        generator (no Python code per record); ``next()`` continues where a loop broke off."""
         return self._records()
 
     def _records(self) -> Iterator[Any]:
         while True:
-            if self._index >= len(self._pending) and not self._refill():
+            # one cursor for the loop and next(): a call of it in the loop's body moves it,
+            # and close() empties the batch it reads
+            yield from self._cursor
+            if not self._refill():
                 return
-            pending, start = self._pending, self._index
-            end = len(pending)
-            if self._limit is not None:
-                end = min(end, start + self._limit - self._returned)
-                if end <= start:
-                    self.close()
-                    return
-            count = 0
-            try:
-                while True:  # one cursor with next(): a call of it in the loop's body moves it
-                    i = self._index
-                    if i >= end or self._pending is not pending:  # read, closed or refilled
-                        break
-                    self._index = i + 1
-                    count += 1
-                    yield pending[i]
-            finally:
-                self._returned += count
 
     def __next__(self) -> Any:
-        if self._limit is not None and self._returned >= self._limit:
-            self.close()
+        for value in self._cursor:
+            return value
+        if not self._refill():
             raise StopIteration
-        if self._index >= len(self._pending) and not self._refill():
-            raise StopIteration
-        value = self._pending[self._index]
-        self._index += 1
-        self._returned += 1
-        return value
+        return next(self._cursor)
 
     def _refill(self) -> bool:
-        """The next batch into ``_pending``; False once every record was read."""
+        """The next batch into ``_pending``; False once every record was read (or ``limit``
+        records were: the job is then closed)."""
         while not self._exhausted:
+            if self._limit is not None and self._returned >= self._limit:
+                self.close()
+                return False
             batch = self._client.fetch_collected(FETCH_TIMEOUT_S)
             if batch is None:
                 self._exhausted = True
@@ -164,7 +160,12 @@ class CloseableIterator:
                     self._client.get_job_execution_result()  # raises with the cause
                 return False
             if batch:
-                self._pending, self._index = batch, 0
+                if type(batch) is not list:
+                    batch = list(batch)
+                if self._limit is not None:
+                    batch = batch[: self._limit - self._returned]
+                self._returned += len(batch)
+                self._pending, self._cursor = batch, iter(batch)
                 return True
         return False
 
@@ -184,7 +185,7 @@ class CloseableIterator:
             self._stopped_early = True
             self._client.cancel()
         self._exhausted = True
-        self._pending, self._index = [], 0
+        self._pending.clear()  # ends a loop reading it; the batch is this iterator's own
 
     def __enter__(self) -> "CloseableIterator":
         return self

@@ -46,7 +46,12 @@ import cloudpickle
 from raylink.api.job_status import JobStatus
 from raylink.api.options import CheckpointingOptions, RaylinkOptions
 from raylink.errors import RaylinkError
-from raylink.runtime.job_result import CloseableIterator, JobExecutionException, JobExecutionResult
+from raylink.runtime.job_result import (
+    CloseableIterator,
+    JobExecutionException,
+    JobExecutionResult,
+    collected_records,
+)
 from raylink.runtime.python_dependencies import FILE_DELIMITER, PYTHON_FILES, PythonDependencyInfo
 
 PICKLE_CONTENT_TYPE = "application/x-raylink-pickle"
@@ -343,10 +348,10 @@ class RestJobClient:
         return self._result
 
     def fetch_collected(self, timeout: float = 0.5) -> Optional[list]:
-        _, records = self._cluster.request(
+        _, chunks = self._cluster.request(
             "GET", f"/v1/jobs/{self.job_id}/collected?timeout={timeout:.3f}", wait_s=timeout
         )
-        return records
+        return None if chunks is None else collected_records(chunks)
 
     def collect(self, limit: Optional[int] = None) -> CloseableIterator:
         return CloseableIterator(self, limit)
