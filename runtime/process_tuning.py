@@ -21,7 +21,7 @@ give them no more Python time, but on two CPUs every record one thread makes and
 reads -- and every reference count both touch -- moves between the CPUs' caches. Measured
 on 2 cores: the untyped local word count 27 % (p=1) and 37 % (p=2) less time,
 ``bench/windows.py`` ~20 %; the untyped word count on Ray at p=2 (two TaskExecutors of two
-tasks each) ~15 %. What they lose is overlap of work that releases the GIL in two task
+tasks each) ~9 %. What they lose is overlap of work that releases the GIL in two task
 threads at once (e.g. pyarrow writing Parquet while another task runs Python), and threads
 a task starts inherit the CPU -- a native library's thread pool too, if a task thread
 starts it (an OpenMP team of torch's): such jobs want the option off. The program's own

@@ -33,8 +33,8 @@ the deserializer pairs markers with their records (also across buffers) and
 merges consecutive timestamped records into one ``TimestampedRecords`` run.
 
 In-process hand-over: a serializer whose reader lives in the same process and reads it
-alone (``hand_over_objects``, set by the TaskExecutor of the local target for pipelined,
-non-broadcast subpartitions) passes a batch of at least ``OBJECT_RUN_MIN`` flat records
+alone (``hand_over_objects``, set by the TaskExecutor for the pipelined, non-broadcast
+subpartitions whose reader it runs: all of them on the local target) passes a batch of at least ``OBJECT_RUN_MIN`` flat records
 (scalars, or tuples of scalars: immutable, so sharing them is what a copy would give;
 checked by :func:`~raylink.shuffle.shareable.is_shareable_batch`) as
 an :class:`ObjectBuffer` instead of encoding it; the partial byte buffer before it is
