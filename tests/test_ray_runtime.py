@@ -50,6 +50,17 @@ def alive_task_executors(client) -> int:
     return alive
 
 
+def task_executors_gone(client, timeout: float = 30.0) -> bool:
+    """Whether every TaskExecutor actor of the ended job stops answering within ``timeout``
+    seconds: the job kills them as it ends, and Ray's kill takes effect asynchronously
+    (a live actor's answer paces the next check)."""
+    deadline = time.monotonic() + timeout
+    while alive_task_executors(client):
+        if time.monotonic() >= deadline:
+            return False
+    return True
+
+
 LINES = [f"w{i % 7} w{i % 3} w{i % 11} w{i % 5}" for i in range(400)]
 
 
@@ -89,7 +100,7 @@ def test_word_count_over_several_task_executors(parallelism, placement):
     assert len(executors) == {"slot": parallelism, "task": len(tasks), "auto": auto}[placement]
     if parallelism > 1:  # the keyed exchange crossed actors through remote channels
         assert sum(s["remoteBuffersSent"] for s in result.executor_stats) > 0
-    assert alive_task_executors(it.job_client) == 0
+    assert task_executors_gone(it.job_client)
 
 
 def test_chain_union_side_output_and_rebalance_on_ray():
@@ -206,7 +217,7 @@ def test_cancel_stops_an_unbounded_job_within_5s():
     assert client.wait(5.0), "job did not stop within 5 s"
     assert time.monotonic() - started < 5.0
     assert client.get_job_status() == "CANCELED"
-    assert alive_task_executors(client) == 0
+    assert task_executors_gone(client)
 
 
 def test_killed_task_executor_fails_the_job_naming_the_lost_task():
@@ -226,7 +237,7 @@ def test_killed_task_executor_fails_the_job_naming_the_lost_task():
         client.get_job_execution_result(timeout=1)
     message = str(info.value)
     assert victim in message and lost_tasks[0] in message
-    assert alive_task_executors(client) == 0
+    assert task_executors_gone(client)
 
 
 def test_user_exception_on_ray_names_the_operator():
@@ -244,7 +255,7 @@ def test_user_exception_on_ray_names_the_operator():
     assert "exploding map" in str(info.value)
     assert "KeyError" in str(info.value)
     assert isinstance(info.value.__cause__.__cause__, KeyError)  # the cause survived the actor boundary
-    assert alive_task_executors(client) == 0
+    assert task_executors_gone(client)
 
 
 TWO_NODE_SCRIPT = textwrap.dedent(
@@ -341,7 +352,7 @@ def test_execute_and_collect_streams_records_of_an_unbounded_job():
     assert all(x % 2 == 0 for x in got)
     assert results.job_client.wait(10), "the job was not cancelled after the limit"
     assert results.job_client.get_job_status() == "CANCELED"
-    assert alive_task_executors(results.job_client) == 0
+    assert task_executors_gone(results.job_client)
 
 
 def test_task_executor_processes_collect_the_young_generation_less_often():
