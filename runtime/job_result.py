@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
+import cloudpickle
+
 from raylink.api.job_status import JobStatus
 from raylink.errors import RaylinkError
 
@@ -98,8 +100,6 @@ FETCH_TIMEOUT_S = 0.5  # one long poll of the collect sinks
 def collected_records(chunks: list) -> list:
     """The records of ``fetch_collected_chunks``' chunks, in order: a chunk is a list of
     records, or the bytes of one cloudpickled by the TaskExecutor that took it."""
-    import cloudpickle
-
     out: list = []
     for chunk in chunks:
         out.extend(chunk if type(chunk) is list else cloudpickle.loads(chunk))

@@ -161,12 +161,11 @@ class TaskExecutor:
                 name=f"{tdd.job_vertex.name} -> {rpdd.target_name}",
                 flat_records=rpdd.flat_records,
             )
-            if self.transport is None:  # every reader is a task thread of this process
-                writers[rpdd.edge_id].hand_over_objects()
-            else:  # the readers placed on this executor are
-                writers[rpdd.edge_id].hand_over_objects(
-                    i for i, consumer in enumerate(rpdd.consumer_executors) if consumer == self.executor_id
-                )
+            # readers placed on this executor (all of them, on the local target) are task threads
+            # of this process
+            writers[rpdd.edge_id].hand_over_objects(
+                i for i, consumer in enumerate(rpdd.consumer_executors) if consumer == self.executor_id
+            )
             if self.transport is not None and settings.debloat.enabled:
                 # buffers for other executors start small, before the consumer's partition
                 # request arrives; its debloater resizes them from its first measurement
