@@ -140,6 +140,9 @@ class TwoNodeCluster:
         self.dashboard = f"http://127.0.0.1:{free_port()}"
         self.procs: list[subprocess.Popen] = []
         self.logs: list = []
+        # the nodes' daemons and workers, seen as they stopped: Ray renames workers ("ray::IDLE"), so their
+        # command lines do not name the temp dir
+        self.descendants: list[psutil.Process] = []
 
     def _start(self, name: str, args: list[str]) -> None:
         env = clean_env()
@@ -220,17 +223,23 @@ class TwoNodeCluster:
         return self
 
     def processes(self) -> list[psutil.Process]:
-        """Every live process that belongs to this cluster (its temp dir or session in the command line)."""
-        out = []
+        """Every live process that belongs to this cluster: its temp dir in the command line, or started
+        under one of its nodes."""
+        out = [proc for proc in self.descendants if proc.is_running()]
         for proc in psutil.process_iter(["pid", "cmdline"]):
             try:
-                if any(self.temp_dir in part for part in proc.info["cmdline"] or []):
+                if any(self.temp_dir in part for part in proc.info["cmdline"] or []) and proc not in out:
                     out.append(proc)
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 pass
         return out
 
     def stop(self) -> None:
+        for proc in self.procs:
+            try:
+                self.descendants += psutil.Process(proc.pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                pass
         for proc in reversed(self.procs):  # worker first, then head
             if proc.poll() is None:
                 proc.terminate()
@@ -468,7 +477,7 @@ def test_submit_logs_run_fail_and_cancel_on_two_nodes(cluster, tmp_path):
     cluster.stop()
     deadline = time.monotonic() + 30
     while cluster.processes():
-        assert time.monotonic() < deadline, [p.info for p in cluster.processes()]
+        assert time.monotonic() < deadline, [p.pid for p in cluster.processes()]
         time.sleep(0.5)
     shutil.rmtree(cluster.temp_dir)
     assert not os.path.exists(cluster.temp_dir)
