@@ -225,7 +225,7 @@ class TwoNodeCluster:
     def processes(self) -> list[psutil.Process]:
         """Every live process that belongs to this cluster: its temp dir in the command line, or started
         under one of its nodes."""
-        out = [proc for proc in self.descendants if proc.is_running()]
+        out = [proc for proc in self.descendants if _alive(proc)]
         for proc in psutil.process_iter(["pid", "cmdline"]):
             try:
                 if any(self.temp_dir in part for part in proc.info["cmdline"] or []) and proc not in out:
@@ -252,6 +252,14 @@ class TwoNodeCluster:
         for log in self.logs:
             log.close()
         self.logs = []
+
+
+def _alive(proc: psutil.Process) -> bool:
+    """Running and not a zombie (an exited process its parent has not reaped holds no files)."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def raylink(*args: str, timeout: float = 120, cwd: Path = ROOT, script: bool = False) -> subprocess.CompletedProcess:
