@@ -34,10 +34,10 @@ merges consecutive timestamped records into one ``TimestampedRecords`` run.
 
 In-process hand-over: a serializer whose reader lives in the same process and reads it
 alone (``hand_over_objects``, set by the TaskExecutor for the pipelined, non-broadcast
-subpartitions whose reader it runs: all of them on the local target) passes a batch of at least ``OBJECT_RUN_MIN`` flat records
-(scalars, or tuples of scalars: immutable, so sharing them is what a copy would give;
-checked by :func:`~raylink.shuffle.shareable.is_shareable_batch`) as
-an :class:`ObjectBuffer` instead of encoding it; the partial byte buffer before it is
+subpartitions whose reader it runs: all of them on the local target) passes a batch of at
+least ``OBJECT_RUN_MIN`` flat records (scalars, or tuples of scalars: immutable, so sharing
+them is what a copy would give; checked by :func:`~raylink.shuffle.shareable.is_shareable_batch`)
+as an :class:`ObjectBuffer` instead of encoding it; the partial byte buffer before it is
 handed over first, so order is kept. It takes a buffer permit like any data buffer. Flink
 always serializes between tasks; here the bytes would only be decoded again by a thread of
 the same interpreter.
