@@ -293,10 +293,21 @@ def _count_window(stream: Any, size: int, slide: int, all_windows: bool) -> Any:
 
 
 def count_window(keyed_stream: "KeyedStream", size: int, slide: int = 0) -> WindowedStream:
+    """Flink's ``KeyedStream.countWindow``: ``slide`` 0 fires every ``size`` elements of a key with
+    exactly them (``GlobalWindows`` + ``PurgingTrigger(CountTrigger(size))``); otherwise every
+    ``slide`` elements of a key with its last ``size`` elements (``GlobalWindows`` +
+    ``CountEvictor(size)`` + ``CountTrigger(slide)``: every element is kept until evicted, and a
+    reduce / aggregate runs over what the evictor leaves when the window fires).
+
+    The contents follow the order in which a key's elements reach the window operator: it is the
+    input order when they come from one upstream subtask (or each key from one), but a
+    ``rebalance`` before the ``key_by`` interleaves the upstream subtasks, in Flink as well."""
     return _count_window(keyed_stream, size, slide, False)
 
 
 def count_window_all(data_stream: "DataStream", size: int, slide: int = 0) -> AllWindowedStream:
+    """Flink's ``DataStream.countWindowAll``: :func:`count_window` over the whole stream, in one
+    subtask (in the order elements reach it: interleaved when several upstream subtasks feed it)."""
     return _count_window(data_stream, size, slide, True)
 
 

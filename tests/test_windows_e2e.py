@@ -360,6 +360,219 @@ def test_count_windows_follow_flink_java(size, slide, keyed):
         assert rows == [r for r in expected if r[0] == key]
 
 
+# -- count windows x every window function kind, against the brute-force reference -------------------
+#: (size, slide): slide 0 is a tumbling count window (Flink: GlobalWindows + PurgingTrigger(CountTrigger(size))),
+#: otherwise sliding (GlobalWindows + CountEvictor(size) + CountTrigger(slide)); slide > size skips elements
+COUNT_SHAPES = [(3, 0), (1, 0), (5, 2), (4, 2), (2, 3), (3, 3), (1, 1)]
+COUNT_FUNCTION_KINDS = [
+    "reduce",
+    "reduce+window_function",
+    "reduce+process_window_function",
+    "aggregate",
+    "aggregate+window_function",
+    "aggregate+process_window_function",
+    "apply",
+    "process",
+]
+
+
+def count_events(seed, n, keys):
+    """``(key, (value,), arrival index)`` with distinct values, so a firing's contents name it."""
+    rnd = random.Random(seed)
+    values = rnd.sample(range(-1000, 1000), n)
+    return [(rnd.choice(keys), (v,), i) for i, v in enumerate(values)]
+
+
+def count_window_reference(events, size, slide, kind, keyed):
+    """Sorted (row, output timestamp) of a count-window job, by brute force: per key (one group for
+    ``count_window_all``), in arrival order, every ``slide``-th element (``size``-th when tumbling)
+    fires the last ``size`` elements so far, at ``Long.MAX_VALUE`` (the global window's end)."""
+    groups = defaultdict(list)
+    for e in events:
+        groups[e[0] if keyed else None].append(e)
+    every = slide or size
+    out = []
+    for key, elements in groups.items():
+        for i in range(every, len(elements) + 1, every):
+            fired = elements[max(0, i - size) : i]
+            values = tuple(v for e in fired for v in e[1])
+            if kind in ("reduce", "aggregate"):  # the reduced / aggregated element itself
+                row = (fired[0][0], values, fired[-1][2])
+            else:
+                row = (kind, key, values, LONG_MAX)
+            out.append((row, LONG_MAX))
+    return sorted(out, key=repr)
+
+
+def concat_values(a, b):
+    """ReduceFunction: the first element's key, the values in arrival order, the last index."""
+    return (a[0], a[1] + b[1], b[2])
+
+
+class ConcatValues(AggregateFunction):
+    def create_accumulator(self):
+        return (None, (), -1)
+
+    def add(self, value, acc):
+        return (value[0] if acc[0] is None else acc[0], acc[1] + value[1], value[2])
+
+    def get_result(self, acc):
+        return acc
+
+    def merge(self, a, b):
+        return (a[0] if a[0] is not None else b[0], a[1] + b[1], b[2])
+
+
+def _count_row(kind, key, window, inputs):
+    return (kind, key, tuple(v for e in inputs for v in e[1]), window.max_timestamp())
+
+
+class CountWindowRows(WindowFunction):
+    def __init__(self, kind):
+        self.kind = kind
+
+    def apply(self, key, window, inputs):
+        yield _count_row(self.kind, key, window, inputs)
+
+
+class CountAllWindowRows(AllWindowFunction):
+    def __init__(self, kind):
+        self.kind = kind
+
+    def apply(self, window, inputs):
+        yield _count_row(self.kind, None, window, inputs)
+
+
+class CountProcessRows(ProcessWindowFunction):
+    def __init__(self, kind):
+        self.kind = kind
+
+    def process(self, key, context, elements):
+        yield _count_row(self.kind, key, context.window(), elements)
+
+
+class CountProcessAllRows(ProcessAllWindowFunction):
+    def __init__(self, kind):
+        self.kind = kind
+
+    def process(self, context, elements):
+        yield _count_row(self.kind, None, context.window(), elements)
+
+
+def apply_count_kind(windowed, kind, keyed):
+    window_function = CountWindowRows(kind) if keyed else CountAllWindowRows(kind)
+    process_function = CountProcessRows(kind) if keyed else CountProcessAllRows(kind)
+    if kind == "reduce":
+        return windowed.reduce(concat_values)
+    if kind == "reduce+window_function":
+        return windowed.reduce(concat_values, window_function)
+    if kind == "reduce+process_window_function":
+        return windowed.reduce(concat_values, process_function)
+    if kind == "aggregate":
+        return windowed.aggregate(ConcatValues())
+    if kind == "aggregate+window_function":
+        return windowed.aggregate(ConcatValues(), window_function)
+    if kind == "aggregate+process_window_function":
+        return windowed.aggregate(ConcatValues(), process_function)
+    if kind == "apply":
+        return windowed.apply(window_function)
+    return windowed.process(process_function)
+
+
+def arrival_timestamp(event, record_timestamp):
+    return event[2]
+
+
+def run_count_window_job(target, parallelism, events, shapes, kind, keyed, timestamps):
+    """One job, a count-window branch per (size, slide) of ``shapes``, the rows tagged by shape.
+
+    Count windows follow the arrival order per key, so it is made deterministic: one source
+    subtask; keyed at parallelism > 1 the elements first go through a keyed map (the window
+    subtasks then read several channels, but every key comes through one, in order). A
+    ``rebalance`` would interleave a key's elements in any order, in Flink as well."""
+    env = env_for(target, parallelism)
+    source = env.from_collection(events)
+    if timestamps:  # elements with timestamps (and watermarks, which global windows ignore)
+        source = source.assign_timestamps_and_watermarks(
+            WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(arrival_timestamp)
+        )
+    if keyed and parallelism > 1:
+        source = source.key_by(first).map(identity)
+    branches = []
+    for size, slide in shapes:
+        windowed = source.key_by(first).count_window(size, slide) if keyed else source.count_window_all(size, slide)
+        rows = apply_count_kind(windowed, kind, keyed).process(WithTimestamp())
+        branches.append(rows.map(lambda r, shape=(size, slide): (shape,) + r))
+    got = branches[0].union(*branches[1:]) if len(branches) > 1 else branches[0]
+    return sorted(got.execute_and_collect(), key=repr)
+
+
+def count_window_expected(events, shapes, kind, keyed):
+    return sorted(
+        (
+            ((size, slide),) + row
+            for size, slide in shapes
+            for row in count_window_reference(events, size, slide, kind, keyed)
+        ),
+        key=repr,
+    )
+
+
+def test_count_window_reference_is_flinks_definition():
+    """The reference on the issue's example: a key whose inputs are 88, 42, -22, -18."""
+    events = [("k", (v,), i) for i, v in enumerate((88, 42, -22, -18))]
+    assert [r[0][2] for r in count_window_reference(events, 5, 2, "apply", True)] == [(88, 42), (88, 42, -22, -18)]
+    assert count_window_reference(events, 2, 3, "reduce", True) == [(("k", (42, -22), 2), LONG_MAX)]
+    assert count_window_reference(events, 3, 0, "apply", False) == [
+        (("apply", None, (88, 42, -22), LONG_MAX), LONG_MAX)
+    ]
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("parallelism", [1, 2, 3, 4])
+@pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "all"])
+@pytest.mark.parametrize("kind", COUNT_FUNCTION_KINDS)
+def test_count_windows_match_the_brute_force_reference_on_local(kind, keyed, parallelism):
+    """Every count-window shape x every window function kind; elements carry timestamps at even
+    parallelism."""
+    events = count_events(zlib.crc32(f"count/{kind}/{keyed}".encode()), 120, ["a", "b", "c", "d", "e"])
+    got = run_count_window_job("local", parallelism, events, COUNT_SHAPES, kind, keyed, parallelism % 2 == 0)
+    assert got == count_window_expected(events, COUNT_SHAPES, kind, keyed)
+    assert got  # windows fired
+
+
+#: every window function kind on Ray once: keyed and all-window alternate, the parallelism goes round 1-4
+COUNT_RAY_SHAPES = [(kind, i % 2 == 0, 1 + i % 4) for i, kind in enumerate(COUNT_FUNCTION_KINDS)]
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("kind,keyed,parallelism", COUNT_RAY_SHAPES)
+def test_count_windows_match_the_brute_force_reference_on_ray(ray_session, kind, keyed, parallelism):
+    events = count_events(29, 80, ["a", "b", "c", "d"])
+    got = run_count_window_job("ray", parallelism, events, COUNT_SHAPES, kind, keyed, True)
+    assert got == count_window_expected(events, COUNT_SHAPES, kind, keyed)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10_000),
+    n=st.integers(0, 60),
+    keys=st.integers(1, 4),
+    size=st.integers(1, 6),
+    slide=st.integers(0, 7),
+    kind=st.sampled_from(COUNT_FUNCTION_KINDS),
+    keyed=st.booleans(),
+    parallelism=st.integers(1, 3),
+    timestamps=st.booleans(),
+)
+def test_property_random_count_windows_match_the_reference(
+    seed, n, keys, size, slide, kind, keyed, parallelism, timestamps
+):
+    events = count_events(seed, n, ["k%d" % i for i in range(keys)])
+    got = run_count_window_job("local", parallelism, events, [(size, slide)], kind, keyed, timestamps)
+    assert got == count_window_expected(events, [(size, slide)], kind, keyed)
+
+
 # -- late data, made deterministic by a source that emits its own watermarks ---------------------------
 class ScriptedSource(SourceFunction):
     """Emits ("value", key, v, ts) records with timestamps and ("wm", ts) watermarks, in order."""

@@ -1,12 +1,14 @@
 """The window operator in one process: Flink's WindowOperator / EvictingWindowOperator
 semantics (firing, output timestamps, lateness, merging, triggers, evictors, state)."""
 
+import pickle
 import random
 
 import pytest
 
 from raylink.api import (
     AggregateFunction,
+    AllWindowFunction,
     ContinuousEventTimeTrigger,
     CountEvictor,
     CountTrigger,
@@ -15,6 +17,7 @@ from raylink.api import (
     GlobalWindow,
     GlobalWindows,
     OutputTag,
+    ProcessAllWindowFunction,
     ProcessingTimeSessionWindows,
     ProcessWindowFunction,
     PurgingTrigger,
@@ -26,6 +29,7 @@ from raylink.api import (
     TumblingEventTimeWindows,
     TumblingProcessingTimeWindows,
     ValueStateDescriptor,
+    WindowFunction,
 )
 from raylink.api.configuration import Configuration
 from raylink.api.window import DynamicEventTimeSessionWindows, NeverTrigger
@@ -396,6 +400,164 @@ def test_time_evictor_and_evict_after_with_reduce():
     assert out2.records == [6]  # all 3 in the function, then all but the last evicted
     op2.process_batch([("a", 30)])
     assert out2.records == [6, 3 + 10 + 20 + 30]  # the one kept after the first firing, and 3 new
+
+
+# -- count windows x every window function kind, against a brute-force reference -----------------------
+def concat_values(a, b):
+    """ReduceFunction: the first element's key and the values in arrival order."""
+    return (a[0], a[1] + b[1])
+
+
+class ConcatValues(AggregateFunction):
+    def create_accumulator(self):
+        return (None, ())
+
+    def add(self, value, acc):
+        return (value[0] if acc[0] is None else acc[0], acc[1] + value[1])
+
+    def get_result(self, acc):
+        return acc
+
+    def merge(self, a, b):
+        return (a[0] if a[0] is not None else b[0], a[1] + b[1])
+
+
+def _values(inputs):
+    return tuple(v for e in inputs for v in e[1])
+
+
+class CountRows(WindowFunction):
+    def apply(self, key, window, inputs):
+        yield ("window", key, _values(inputs), window.max_timestamp())
+
+
+class CountAllRows(AllWindowFunction):
+    def apply(self, window, inputs):
+        yield ("window", None, _values(inputs), window.max_timestamp())
+
+
+class CountProcessRows(ProcessWindowFunction):
+    def process(self, key, context, elements):
+        yield ("process", key, _values(elements), context.window().max_timestamp())
+
+
+class CountProcessAllRows(ProcessAllWindowFunction):
+    def process(self, context, elements):
+        yield ("process", None, _values(elements), context.window().max_timestamp())
+
+
+#: window function kind -> (WindowedStream method, its arguments keyed, its arguments for all-windows)
+COUNT_KINDS = {
+    "reduce": ("reduce", (concat_values,), (concat_values,)),
+    "reduce+window_function": ("reduce", (concat_values, CountRows()), (concat_values, CountAllRows())),
+    "reduce+process_window_function": (
+        "reduce",
+        (concat_values, CountProcessRows()),
+        (concat_values, CountProcessAllRows()),
+    ),
+    "aggregate": ("aggregate", (ConcatValues(),), (ConcatValues(),)),
+    "aggregate+window_function": ("aggregate", (ConcatValues(), CountRows()), (ConcatValues(), CountAllRows())),
+    "aggregate+process_window_function": (
+        "aggregate",
+        (ConcatValues(), CountProcessRows()),
+        (ConcatValues(), CountProcessAllRows()),
+    ),
+    "apply": ("apply", (CountRows(),), (CountAllRows(),)),
+    "process": ("process", (CountProcessRows(),), (CountProcessAllRows(),)),
+}
+COUNT_SHAPES = [(3, 0), (1, 0), (5, 2), (4, 2), (2, 3), (3, 3), (1, 1), (2, 1)]
+
+
+def count_window_operator(size, slide, kind, keyed, backend_snapshot=None, timers=None):
+    """The window operator ``count_window(size, slide).<kind>(...)`` builds (``count_window_all``
+    when not keyed), set up and opened; restored from the snapshots when given."""
+    env = StreamExecutionEnvironment(Configuration().set_string("execution.target", "local"))
+    stream = env.from_collection([("a", (0,))])
+    windowed = stream.key_by(first).count_window(size, slide) if keyed else stream.count_window_all(size, slide)
+    method, keyed_args, all_args = COUNT_KINDS[kind]
+    spec = getattr(windowed, method)(*(keyed_args if keyed else all_args)).get_transformation().operator
+    op = create_window_operator(spec.function, spec.key_selector)
+    rc = StreamingRuntimeContext(processing_time_service=ManualProcessingTimeService())
+    out = CollectingOutput(rc.record_context)
+    op.setup(out, rc)
+    if backend_snapshot is not None:
+        op.keyed_state_backend.restore(backend_snapshot)
+        op.timer_service.restore(timers)
+    op.open()
+    return op, out
+
+
+def count_window_firings(events, size, slide, keyed):
+    """By brute force, in firing order: (key, fired elements, arrival index of the firing). Per key
+    (one group for all-windows), in arrival order, every ``slide``-th element (``size``-th when
+    tumbling) fires the last ``size`` elements so far."""
+    seen = {}
+    every = slide or size
+    firings = []
+    for i, e in enumerate(events):
+        key = e[0] if keyed else None
+        elements = seen.setdefault(key, [])
+        elements.append(e)
+        if len(elements) % every == 0:
+            firings.append((key, elements[max(0, len(elements) - size) :], i))
+    return firings, seen
+
+
+def count_window_rows(firings, kind):
+    rows = []
+    for key, fired, _i in firings:
+        if kind in ("reduce", "aggregate"):
+            rows.append((fired[0][0], _values(fired)))
+        else:
+            rows.append(("process" if "process" in kind else "window", key, _values(fired), MAX_WATERMARK))
+    return rows
+
+
+def feed_in_runs(op, events, first_index, rnd):
+    """``events`` in random runs, each through one of the operator's input paths (one element at a
+    time, a batch of one timestamp, a run with a timestamp per element: the arrival index)."""
+    i = 0
+    while i < len(events):
+        run = events[i : i + rnd.randint(1, 7)]
+        path = rnd.choice(("element", "batch", "timestamped"))
+        if path == "element":
+            for e in run:
+                op.process_element(e)
+        elif path == "batch":
+            op.process_batch(run)
+        else:
+            op.process_timestamped_batch(run, [first_index + i + j for j in range(len(run))])
+        i += len(run)
+
+
+@pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "all"])
+@pytest.mark.parametrize("kind", sorted(COUNT_KINDS))
+@pytest.mark.parametrize("size,slide", COUNT_SHAPES)
+def test_count_windows_fire_flinks_contents_for_every_window_function_kind(size, slide, kind, keyed):
+    """Flink's count windows (GlobalWindows + PurgingTrigger(CountTrigger(size)) tumbling,
+    GlobalWindows + CountEvictor(size) + CountTrigger(slide) sliding): the firings in order, each with
+    the last ``size`` elements of its key (reduced / aggregated over exactly those), at Long.MAX_VALUE;
+    the operator state is snapshotted and restored half-way."""
+    rnd = random.Random(f"{size}/{slide}/{kind}/{keyed}")
+    values = rnd.sample(range(-100, 100), 60)
+    events = [(rnd.choice("abc"), (v,)) for v in values]
+    half = len(events) // 2
+    op, out = count_window_operator(size, slide, kind, keyed)
+    feed_in_runs(op, events[:half], 0, rnd)
+    snapshot = pickle.loads(pickle.dumps((op.keyed_state_backend.snapshot(), op.timer_service.snapshot())))
+    restored, out2 = count_window_operator(size, slide, kind, keyed, *snapshot)
+    feed_in_runs(restored, events[half:], half, rnd)
+    restored.process_watermark(MAX_WATERMARK)  # global windows do not fire at the end of time
+    firings, seen = count_window_firings(events, size, slide, keyed)
+    assert out.records + out2.records == count_window_rows(firings, kind)
+    assert set(out.timestamps + out2.timestamps) <= {MAX_WATERMARK}
+    assert len(out.records) == sum(1 for f in firings if f[2] < half)
+    if slide:  # FIRE, not FIRE_AND_PURGE: a key keeps the last `size` elements of its last firing and newer ones
+        contents = restored.keyed_state_backend.get_namespaced_table(CONTENTS_STATE, "list").values
+        kept = {key: [v for v, _ts in elements] for key, elements in contents.get(GlobalWindow(), {}).items()}
+        last = {key: len(elements) - len(elements) % slide for key, elements in seen.items()}
+        expected = {key: elements[max(0, last[key] - size) :] for key, elements in seen.items()}
+        assert kept == {(0 if key is None else key): e for key, e in expected.items() if e}
 
 
 # -- window functions ---------------------------------------------------------------------------------
