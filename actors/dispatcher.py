@@ -12,8 +12,14 @@ JobMaster a connected driver runs in its own), leasing the session's warm
 TaskExecutors, and answers the client's polls: status, collected records, the execution
 result, metrics, cancel. A driver thus starts without importing or connecting to Ray.
 
-Every request carries the session's bearer token (random, written with the endpoint's
-address to a file only the user who started the session can read); others get 401.
+Every request is signed with the session's token (random, written with the endpoint's
+address to a file only the user who started the session can read): an HMAC of a fresh
+nonce, the method, path and body digest (:func:`~raylink.runtime.rest_cluster_client.request_signature`);
+others get 401 before their body is read, a body that does not match its digest 400. Every answer, a 401 too, is signed in turn (the HMAC of that nonce, the
+status, content type and body), so the client knows it talks to this Dispatcher before
+it unpickles anything; the token itself never crosses the wire. The endpoint listens on a
+loopback address unless the caller opts in explicitly (``allow_insecure_bind``): it speaks
+pickle over plain HTTP.
 
 An ended job's entry is dropped :data:`FINISHED_JOB_GRACE_S` after the last request about
 it once its client has read every collected record and the result, else
@@ -30,7 +36,6 @@ JobMaster call to a thread pool. The job table is only changed on the loop.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -42,8 +47,21 @@ from aiohttp import web
 
 from raylink.actors.ray_actors import TASK_EXECUTOR_NAMESPACE
 from raylink.api.job_status import JobStatus
-from raylink.api.options import ClientOptions
-from raylink.runtime.rest_cluster_client import EXCEPTION_CONTENT_TYPE, MAX_POLL_S, PICKLE_CONTENT_TYPE
+from raylink.api.options import ClientOptions, validate_enumerated_values
+from raylink.runtime.rest_cluster_client import (
+    AUTH_SCHEME,
+    DIGEST_HEADER,
+    EXCEPTION_CONTENT_TYPE,
+    MAX_POLL_S,
+    NONCE_HEADER,
+    PICKLE_CONTENT_TYPE,
+    SIGNATURE_HEADER,
+    body_digest,
+    check_rest_bind_address,
+    request_signature,
+    response_signature,
+    signature_matches,
+)
 
 #: the Dispatcher actor's name (in the session cluster's namespace)
 DISPATCHER_NAME = "raylink-dispatcher"
@@ -100,7 +118,7 @@ class DispatcherActor:
     """The REST endpoint and the JobMasters of jobs submitted through it (see the module docstring)."""
 
     def __init__(self, token: str) -> None:
-        self._authorization = f"Bearer {token}"
+        self._token = token
         self._jobs: dict[str, _Job] = {}
         self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="dispatcher")
         self._runner: Optional[web.AppRunner] = None
@@ -112,9 +130,20 @@ class DispatcherActor:
 
         @web.middleware
         async def authenticate(request: web.Request, handler: Any) -> web.StreamResponse:
-            if not hmac.compare_digest(request.headers.get("Authorization", ""), self._authorization):
-                return web.json_response({"errors": ["missing or wrong session token"]}, status=401)
-            return await handler(request)
+            nonce = request.headers.get(NONCE_HEADER, "")
+            digest = request.headers.get(DIGEST_HEADER, "")
+            scheme, _, mac = request.headers.get("Authorization", "").partition(" ")
+            expected = request_signature(self._token, nonce, request.method, request.raw_path, digest)
+            if not nonce or scheme != AUTH_SCHEME or not signature_matches(expected, mac):
+                response: web.Response = web.json_response({"errors": ["missing or wrong session token"]}, status=401)
+            elif not signature_matches(body_digest(await request.read()), digest):  # read() is kept for the handler
+                response = web.json_response({"errors": ["the body does not match its signed digest"]}, status=400)
+            else:
+                try:
+                    response = await handler(request)
+                except web.HTTPException as exc:  # no such route, ...: answered, and signed, as a response
+                    response = web.Response(status=exc.status, text=exc.text)
+            return self._signed(response, nonce)
 
         app = web.Application(middlewares=[authenticate], client_max_size=1 << 30)
         app.add_routes(
@@ -135,6 +164,14 @@ class DispatcherActor:
         self.url = f"http://{host}:{bound[1]}"
         self._reaper = asyncio.ensure_future(self._reap())
         return self.url
+
+    def _signed(self, response: web.Response, nonce: str) -> web.Response:
+        """``response`` with its signature: the proof for the client that this Dispatcher answered."""
+        body = response.body
+        response.headers[SIGNATURE_HEADER] = response_signature(
+            self._token, nonce, response.status, response.headers.get("Content-Type", ""), bytes(body or b"")
+        )
+        return response
 
     async def _blocking(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
@@ -176,6 +213,7 @@ class DispatcherActor:
         from raylink.actors.ray_executor import RayJobClient
 
         payload = cloudpickle.loads(body)
+        validate_enumerated_values(payload["configuration"])  # as the driver did: no unknown value runs
         program = SubmittedProgram(payload["job_graph"], payload["configuration"])
         return RayJobClient(program, None).start()
 
@@ -274,9 +312,14 @@ class DispatcherActor:
         return len(running)
 
 
-def start_dispatcher(token: str, host: str = "127.0.0.1", port: int = 0) -> tuple[Any, str]:
-    """Start the Dispatcher on this driver's node; returns its handle and URL."""
+def start_dispatcher(
+    token: str, host: str = "127.0.0.1", port: int = 0, allow_insecure_bind: bool = False
+) -> tuple[Any, str]:
+    """Start the Dispatcher on this driver's node; returns its handle and URL. A ``host`` that
+    is not a loopback address raises ``InsecureBindError`` unless ``allow_insecure_bind``."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    check_rest_bind_address(host, allow_insecure_bind)
 
     node = ray.get_runtime_context().get_node_id()
     handle = DispatcherActor.options(

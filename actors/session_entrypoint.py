@@ -18,7 +18,12 @@ import ray
 
 from raylink.actors.dispatcher import start_dispatcher, stop_dispatcher
 from raylink.actors.session_cluster import SESSION_NAME, SESSION_NAMESPACE, SessionClusterActor, find_session
-from raylink.runtime.rest_cluster_client import RestEndpoint, remove_endpoint_file, write_endpoint_file
+from raylink.runtime.rest_cluster_client import (
+    RestEndpoint,
+    check_rest_bind_address,
+    remove_endpoint_file,
+    write_endpoint_file,
+)
 
 
 def start_session(
@@ -28,11 +33,15 @@ def start_session(
     runtime_env: Optional[dict] = None,
     rest_bind_address: Optional[str] = "127.0.0.1",
     rest_port: int = 0,
+    allow_insecure_rest_bind: bool = False,
 ) -> Any:
     """Start the session cluster (a detached named actor) with ``executors`` warm TaskExecutors
     and, unless ``rest_bind_address`` is None, its Dispatcher (:mod:`raylink.actors.dispatcher`)
     on this node, recorded for drivers on this machine; raises ``RuntimeError`` when a session
-    is already running."""
+    is already running, ``InsecureBindError`` for a non-loopback ``rest_bind_address`` without
+    ``allow_insecure_rest_bind`` (the endpoint speaks pickle over plain HTTP)."""
+    if rest_bind_address is not None:
+        check_rest_bind_address(rest_bind_address, allow_insecure_rest_bind)
     if find_session() is not None:
         raise RuntimeError(
             f"a session cluster is already running on this Ray cluster "
@@ -45,7 +54,7 @@ def start_session(
     try:
         if rest_bind_address is not None:
             token = secrets.token_urlsafe(32)
-            _, url = start_dispatcher(token, rest_bind_address, rest_port)
+            _, url = start_dispatcher(token, rest_bind_address, rest_port, allow_insecure_rest_bind)
             info["restUrl"] = url
         session = SessionClusterActor.options(
             name=SESSION_NAME, namespace=SESSION_NAMESPACE, lifetime="detached"

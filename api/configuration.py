@@ -5,6 +5,11 @@
 convert the value to the option's type. The string-key getters (``get_integer`` ...)
 return the stored value as that type, else the caller's default, else the registered
 option's default -- the registry is where defaults live; this module keeps none.
+
+A known key with enumerated values (``execution.runtime-mode``, ``state.backend.type``,
+...) is checked when it is set -- by every setter and by ``RAYLINK_CONF`` -- and a value
+outside its accepted set raises ``IllegalConfigurationError`` naming the key and the
+accepted values; other values are converted (and checked) when read.
 Not thread-safe: a ``Configuration`` is built by one thread, then read.
 """
 
@@ -14,7 +19,7 @@ import json
 import os
 from typing import Any, Optional
 
-from raylink.api.options import ConfigOption, find_option
+from raylink.api.options import ConfigOption, IllegalConfigurationError, check_enumerated_value, find_option
 
 # A JSON object of configuration keys for every environment created in this
 # process (the CLI sets it); explicit settings win over it.
@@ -30,21 +35,22 @@ class Configuration:
     def __init__(self, other: Optional["Configuration"] = None) -> None:
         self._data: dict[str, Any] = dict(other._data) if other is not None else {}
 
-    def set_string(self, key: str, value: str) -> "Configuration":
-        self._data[key] = str(value)
+    def _put(self, key: str, value: Any) -> "Configuration":
+        check_enumerated_value(key, value)  # an enumerated key's value outside its accepted set fails here
+        self._data[key] = value
         return self
+
+    def set_string(self, key: str, value: str) -> "Configuration":
+        return self._put(key, str(value))
 
     def set_integer(self, key: str, value: int) -> "Configuration":
-        self._data[key] = int(value)
-        return self
+        return self._put(key, int(value))
 
     def set_boolean(self, key: str, value: bool) -> "Configuration":
-        self._data[key] = bool(value)
-        return self
+        return self._put(key, bool(value))
 
     def set_float(self, key: str, value: float) -> "Configuration":
-        self._data[key] = float(value)
-        return self
+        return self._put(key, float(value))
 
     def _get(self, key: str, default_value: Any, fallback: Any) -> Any:
         """The set value; else the caller's default; else the registered option's default."""
@@ -111,7 +117,8 @@ class Configuration:
 
     @staticmethod
     def from_environment() -> "Configuration":
-        """The configuration in ``RAYLINK_CONF`` (JSON object), empty when unset."""
+        """The configuration in ``RAYLINK_CONF`` (JSON object), empty when unset; an enumerated
+        key's value outside its accepted set raises ``IllegalConfigurationError``."""
         conf = Configuration()
         text = os.environ.get(CONF_ENV_VAR)
         if text:
@@ -121,7 +128,11 @@ class Configuration:
                 raise ValueError(f"{CONF_ENV_VAR} is not valid JSON: {text[:80]!r}") from None
             if not isinstance(data, dict):
                 raise ValueError(f"{CONF_ENV_VAR} must be a JSON object, got {type(data).__name__}")
-            conf._data.update(data)
+            for key, value in data.items():
+                try:
+                    conf._put(key, value)
+                except IllegalConfigurationError as exc:
+                    raise IllegalConfigurationError(f"{CONF_ENV_VAR}: {exc}") from None
         return conf
 
     def __repr__(self) -> str:

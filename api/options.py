@@ -4,8 +4,8 @@ Each key is a :class:`ConfigOption` — Flink's shape: key, type, default,
 description, fallback (deprecated) keys — grouped in classes named after Flink's
 option classes (``CoreOptions``, ``PipelineOptions``, ``ExecutionOptions``,
 ``TaskManagerOptions``, ``NettyShuffleEnvironmentOptions``, ``MetricOptions``,
-``CheckpointingOptions``, ``RestartStrategyOptions``) plus raylink's own
-(``RaylinkOptions``, ``SparkConnectorOptions``). ``Configuration.get(option)``, the
+``CheckpointingOptions``, ``StateBackendOptions``, ``RestartStrategyOptions``) plus
+raylink's own (``RaylinkOptions``, ``SparkConnectorOptions``). ``Configuration.get(option)``, the
 defaults of a ``Configuration``, the CLI's ``--conf`` validation, ``raylink config``
 and the README's option table all read this module; a key read anywhere else is a
 bug (``tests/test_options_registry.py`` walks the code for string keys). A *prefix*
@@ -15,6 +15,17 @@ Values are stored as given (text from a YAML file or ``--conf``, Python values
 from code) and converted when read: durations (``100``, ``"100 ms"``, ``"2 s"``)
 to milliseconds, memory sizes (``"32kb"``, ``"512m"``; binary units as in Flink)
 to bytes. Conversion errors name the key.
+
+**Enumerated values.** An ``enum`` option declares the values it accepts (``choices``,
+matched case-insensitively, as Flink parses enums) and, apart, Flink's values raylink does
+not support yet (``unsupported``: ``state.backend.type: rocksdb``). Any other value of a
+known key is an error naming the key and the accepted values
+(:class:`IllegalConfigurationError`) -- never silently something else. It is checked where
+a value enters: ``Configuration``'s setters and ``RAYLINK_CONF``
+(:func:`check_enumerated_value`), the CLI's ``--conf`` / ``--conf-file``, and again when a
+job is submitted (:func:`validate_enumerated_values`). An ``extensible`` option
+(``execution.target``, whose values are the registered executors) is checked where it is
+looked up instead.
 
 Pure data and functions; import-light (no Ray, no graph). The registry is filled at
 import; :func:`register` (adding a connector's option class) is not thread-safe.
@@ -155,9 +166,13 @@ class ConfigOption:
 
     ``type`` is one of ``int float bool str duration memory enum``: durations read
     as milliseconds, memory sizes as bytes. ``check(value)`` validates a converted
-    value (raises ValueError); ``choices`` lists an enum's values (lower case).
-    A ``prefix`` option's key ends with ``.`` and stands for every longer key
-    starting with it (``raylink.spark.conf.spark.sql.shuffle.partitions``).
+    value (raises ValueError); ``choices`` lists an enum's accepted values (lower case;
+    a value is matched case-insensitively), ``unsupported`` the values Flink accepts that
+    raylink does not support yet (refused, with that said). ``extensible``: code may
+    register more values than ``choices`` (``execution.target``'s executors), so only the
+    CLI and the value's reader check it, not every setter. A ``prefix`` option's key ends
+    with ``.`` and stands for every longer key starting with it
+    (``raylink.spark.conf.spark.sql.shuffle.partitions``).
     """
 
     key: str
@@ -168,6 +183,13 @@ class ConfigOption:
     choices: tuple[str, ...] = ()
     check: Optional[Callable[[Any], None]] = None
     prefix: bool = False
+    unsupported: tuple[str, ...] = ()
+    extensible: bool = False
+
+    @property
+    def enumerated(self) -> bool:
+        """True for an option whose every value is checked against its ``choices`` on entry."""
+        return self.type == "enum" and not self.extensible
 
     @property
     def display_key(self) -> str:
@@ -180,25 +202,33 @@ class ConfigOption:
             return key.startswith(self.key) and len(key) > len(self.key)
         return key == self.key or key in self.fallback_keys
 
-    def convert(self, value: Any) -> Any:
-        """``value`` as this option's type, validated; errors name the key."""
-        return self._convert(value, True)
+    def convert(self, value: Any, key: Optional[str] = None) -> Any:
+        """``value`` as this option's type, validated; errors name the key (``key``: the
+        fallback key the value was given under)."""
+        return self._convert(value, True, key)
 
-    def parse(self, value: Any) -> Any:
-        """``value`` as this option's type without the range check (``check``); errors name the key."""
-        return self._convert(value, False)
+    def parse(self, value: Any, key: Optional[str] = None) -> Any:
+        """``value`` as this option's type without the range check (``check``); errors name the
+        key (``key``: the fallback key the value was given under)."""
+        return self._convert(value, False, key)
 
-    def _convert(self, value: Any, validate: bool) -> Any:
+    def _convert(self, value: Any, validate: bool, key: Optional[str] = None) -> Any:
         try:
             out = _PARSERS[self.type](value)
             if self.type == "enum":
                 out = out.strip().lower()
+                if out in self.unsupported:
+                    raise ValueError(f"{value!r} is not supported yet; accepted: {', '.join(self.choices)}")
                 if out not in self.choices:
                     raise ValueError(f"{value!r} is not one of {', '.join(self.choices)}")
             if validate and self.check is not None:
                 self.check(out)
         except ValueError as exc:
-            raise IllegalConfigurationError(f"configuration key {self.key!r}: {exc}") from None
+            if key is None or key == self.key or self.prefix:
+                name = repr(key or self.key)
+            else:
+                name = f"{key!r} (a fallback key of {self.key!r})"
+            raise IllegalConfigurationError(f"configuration key {name}: {exc}") from None
         return out
 
     @property
@@ -363,6 +393,7 @@ class ExecutionOptions:
         "ray",
         "Where a job runs: ray (TaskExecutor actors) or local (threads in this process).",
         choices=("ray", "local"),
+        extensible=True,  # an installed package may register more executors (raylink.executors)
     )
     SHUFFLE_MODE = option(
         "execution.shuffle-mode",
@@ -702,6 +733,20 @@ class CheckpointingOptions:
     )
 
 
+class StateBackendOptions:
+    STATE_BACKEND = option(
+        "state.backend.type",
+        "enum",
+        "hashmap",
+        "The state backend: hashmap (keyed state as Python objects on the TaskExecutors' heap, "
+        "snapshotted into checkpoints). Flink's rocksdb and forst are not supported yet: a job "
+        "naming them fails instead of running on the heap.",
+        fallback_keys=("state.backend",),
+        choices=("hashmap",),
+        unsupported=("rocksdb", "forst"),
+    )
+
+
 class RestartStrategyOptions:
     RESTART_STRATEGY = option(
         "restart-strategy.type",
@@ -870,6 +915,7 @@ OPTION_GROUPS = (
     NettyShuffleEnvironmentOptions,
     MetricOptions,
     CheckpointingOptions,
+    StateBackendOptions,
     RestartStrategyOptions,
     PythonOptions,
     RaylinkOptions,
@@ -930,6 +976,23 @@ def read_option(settings: Any, option: ConfigOption, *, validate: bool = True) -
     return option.default
 
 
+def check_enumerated_value(key: str, value: Any) -> None:
+    """Raise :class:`IllegalConfigurationError` (naming the key and the accepted values) when
+    ``key`` is a known key with enumerated values and ``value`` is not one of them; other keys
+    and types are checked when read."""
+    found = find_option(key)
+    if found is not None and found.enumerated:
+        found.parse(value, key)
+
+
+def validate_enumerated_values(settings: Any) -> None:
+    """:func:`check_enumerated_value` for every key of ``settings`` (a ``Configuration`` or a
+    dict): a job is not submitted with a value its options do not accept."""
+    items = settings.items() if isinstance(settings, dict) else settings.to_dict().items()
+    for key, value in items:
+        check_enumerated_value(key, value)
+
+
 def find_option(key: str) -> Optional[ConfigOption]:
     """The option registered for ``key`` (or one of its fallback keys, or a prefix of it)."""
     found = _BY_KEY.get(key)
@@ -962,8 +1025,10 @@ __all__ = [
     "RaylinkOptions",
     "RestartStrategyOptions",
     "SparkConnectorOptions",
+    "StateBackendOptions",
     "TaskManagerOptions",
     "all_options",
+    "check_enumerated_value",
     "closest_key",
     "find_option",
     "group_options",
@@ -972,4 +1037,5 @@ __all__ = [
     "read_option",
     "register",
     "unknown_key_message",
+    "validate_enumerated_values",
 ]

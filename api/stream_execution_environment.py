@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 from raylink.api.configuration import Configuration
 from raylink.api.datastream import DataStream
-from raylink.api.options import CoreOptions, ExecutionOptions, PipelineOptions, RaylinkOptions
+from raylink.api.options import (
+    CoreOptions,
+    ExecutionOptions,
+    PipelineOptions,
+    RaylinkOptions,
+    validate_enumerated_values,
+)
 from raylink.graph import transformations as T
 from raylink.graph.execution_graph import ExecutionGraph, build_execution_graph
 from raylink.graph.job_graph import JobGraph
@@ -349,6 +355,7 @@ class StreamExecutionEnvironment:
     def get_stream_graph(self, job_name: Optional[str] = None) -> StreamGraph:
         if not self.transformations:
             raise RuntimeError("No operators defined in streaming topology. Cannot execute.")
+        validate_enumerated_values(self.configuration)  # every job is built (and submitted) through here
         mode = self.configuration.get(ExecutionOptions.SHUFFLE_MODE)
         graph = StreamGraphGenerator(
             self.transformations,

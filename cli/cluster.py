@@ -6,7 +6,10 @@ calls on this machine then find) and starts the session actor
 (:mod:`raylink.actors.session_cluster`) with ``--executors`` warm TaskExecutors.
 ``env.execute()`` in any driver connected to that Ray then runs its job on the
 session's executors; a driver on this machine that is not connected to Ray submits it
-over HTTP to the session's Dispatcher instead (``--rest-bind-address``, ``--rest-port``).
+over HTTP to the session's Dispatcher instead (``--rest-bind-address``, ``--rest-port``;
+an address other than a loopback one is refused without ``--allow-insecure-rest-bind``: the
+endpoint speaks pickle over plain HTTP). The local Ray's log goes to the user's private
+runtime folder (:mod:`raylink.runtime.runtime_dir`).
 ``stop`` kills the session actor and its executors (and the local Ray that ``start``
 started); ``status`` prints the pool's figures and the jobs submitted over HTTP, which
 ``cancel`` cancels.
@@ -23,7 +26,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from typing import Any, Optional
 
@@ -70,6 +72,12 @@ def add_parser(sub: Any, fmt: type, handler: Any) -> None:
         help="address the Dispatcher's HTTP endpoint listens on (127.0.0.1); 'none' for no endpoint",
     )
     start.add_argument("--rest-port", type=int, default=0, help="its port (0: any free one)")
+    start.add_argument(
+        "--allow-insecure-rest-bind",
+        action="store_true",
+        help="let --rest-bind-address be a non-loopback address although the endpoint speaks pickle over "
+        "plain HTTP without TLS (only on a network you trust)",
+    )
     start.add_argument(
         "--spark",
         action="store_true",
@@ -146,6 +154,15 @@ def _listening(address: str) -> bool:
         return False
 
 
+def open_ray_log(port: int) -> Any:
+    """The log of the local Ray ``start`` starts (Ray on ``port``), opened for writing in the
+    user's private runtime folder: created 0600, never through a symbolic link."""
+    from raylink.runtime.runtime_dir import open_private_file, runtime_dir
+
+    path = os.path.join(runtime_dir("logs"), f"cluster-ray-{port}.log")
+    return open(path, "w", opener=open_private_file)
+
+
 def _start_local_ray() -> tuple[int, str]:
     """``ray start --head --block`` in the background (its own session, so it outlives this
     command) with raylink's system config; returns its process id and the head's address."""
@@ -155,7 +172,7 @@ def _start_local_ray() -> tuple[int, str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
-    log = open(os.path.join(tempfile.gettempdir(), f"raylink-cluster-ray-{port}.log"), "w")
+    log = open_ray_log(port)
     proc = subprocess.Popen(
         [
             ray_cli,
@@ -190,9 +207,16 @@ def _start_local_ray() -> tuple[int, str]:
 
 def cmd_start(args: Any) -> int:
     from raylink.api.options import RaylinkOptions
+    from raylink.runtime.rest_cluster_client import InsecureBindError, check_rest_bind_address
 
     if args.executors < 0:
         raise CliError(2, f"raylink cluster start: --executors must be >= 0, got {args.executors}")
+    rest_bind_address = None if args.rest_bind_address.lower() == "none" else args.rest_bind_address
+    if rest_bind_address is not None:
+        try:  # before any Ray is started
+            check_rest_bind_address(rest_bind_address, args.allow_insecure_rest_bind)
+        except InsecureBindError as exc:
+            raise CliError(2, f"raylink cluster start: {exc}") from None
     pool_size = RaylinkOptions.SESSION_POOL_SIZE.default if args.pool_size is None else args.pool_size
     ray_pid = _connect(args.address, start_local=True)
     import ray
@@ -209,8 +233,9 @@ def cmd_start(args: Any) -> int:
             pool_size,
             info,
             _executor_runtime_env(RaylinkOptions.MAX_BATCH_BYTES.default),
-            rest_bind_address=None if args.rest_bind_address.lower() == "none" else args.rest_bind_address,
+            rest_bind_address=rest_bind_address,
             rest_port=args.rest_port,
+            allow_insecure_rest_bind=args.allow_insecure_rest_bind,
         )
     except (RuntimeError, OSError) as exc:
         raise CliError(EXIT_JOB_FAILED, f"raylink cluster start: {exc}") from None
@@ -387,4 +412,4 @@ def _spark_status() -> Optional[dict]:
     return info
 
 
-__all__ = ["add_parser", "cmd_cancel", "cmd_start", "cmd_status", "cmd_stop"]
+__all__ = ["add_parser", "cmd_cancel", "cmd_start", "cmd_status", "cmd_stop", "open_ray_log"]

@@ -50,7 +50,7 @@ def normalize(key: str, value: Any) -> Any:
     if option is None:
         return value if isinstance(value, (str, int, float, bool)) else str(value)
     try:
-        return option.convert(value)
+        return option.convert(value, key)
     except IllegalConfigurationError as exc:
         raise ConfError(str(exc)) from None
 

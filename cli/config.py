@@ -73,6 +73,8 @@ def option_details(key: str) -> str:
     fields.append(("type", option.type))
     if option.choices:
         fields.append(("values", ", ".join(option.choices)))
+    if option.unsupported:
+        fields.append(("not supported yet", ", ".join(option.unsupported)))
     fields += [("default", option.default_text()), ("group", group_of(option))]
     if option.fallback_keys:
         fields.append(("fallback keys", ", ".join(option.fallback_keys)))

@@ -30,6 +30,9 @@ threads and Ray's are not pinned.
 Which CPU: :class:`NodeCpuRegistry`, a small file per user on the node that every pinning
 process writes its CPU to (under ``flock``), gives each the allowed CPU that the fewest live
 pinned processes use -- so two executors of a node, of one job or of two, spread over its CPUs.
+The file is ``pinned-cpus.json`` in the user's private runtime folder
+(:mod:`raylink.runtime.runtime_dir`), opened with ``O_NOFOLLOW``; a folder or file another
+user could control raises ``UnsafePathError``.
 
 Thread-safety: :class:`LocalProcessTuning` counts running jobs under a lock; the registry is
 safe across processes (a file lock); the tuning functions change process-wide state and are
@@ -43,7 +46,6 @@ import gc
 import json
 import os
 import sys
-import tempfile
 import threading
 from typing import Any, Dict, Iterator, Optional
 
@@ -53,6 +55,7 @@ except ImportError:  # Windows: no pinning there (no sched_setaffinity either)
     fcntl = None  # type: ignore[assignment]
 
 from raylink.api.options import RaylinkOptions, read_option
+from raylink.runtime.runtime_dir import open_private_file, runtime_dir
 
 
 def tune_switch_interval(interval_ms: float) -> None:
@@ -90,14 +93,21 @@ def pin_current_thread(cpus: Optional[frozenset]) -> None:
 class NodeCpuRegistry:
     """Which CPU each pinning process of this node (and user) took: ``{pid: cpu}`` in a JSON
     file, read and written under an exclusive ``flock``; entries of processes that are gone
-    are dropped on every claim."""
+    are dropped on every claim. The file is ``pinned-cpus.json`` in the user's private runtime
+    folder unless ``path`` names another."""
 
     def __init__(self, path: Optional[str] = None) -> None:
-        self.path = path or os.path.join(tempfile.gettempdir(), f"raylink-pinned-cpus-{os.getuid()}.json")
+        self._path = path
+
+    @property
+    def path(self) -> str:
+        """The registry's file (its folder created and checked when it is the runtime folder)."""
+        return self._path or os.path.join(runtime_dir(), "pinned-cpus.json")
 
     def claim(self, pid: Optional[int] = None) -> Optional[frozenset]:
         """Give process ``pid`` (this one) the allowed CPU the fewest live others use, as a
-        set; None where threads cannot be pinned (not Linux, one CPU, no registry file)."""
+        set; None where threads cannot be pinned (not Linux, one CPU, no registry file).
+        Raises ``UnsafePathError`` for a registry another user could control."""
         if fcntl is None or not hasattr(os, "sched_setaffinity"):
             return None
         allowed = sorted(os.sched_getaffinity(0))
@@ -129,7 +139,7 @@ class NodeCpuRegistry:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[Dict[int, int]]:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = open_private_file(self.path, os.O_RDWR | os.O_CREAT)  # no symbolic link, only this user's
         with os.fdopen(fd, "r+") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)  # released when the file closes
             try:

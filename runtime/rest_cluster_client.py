@@ -9,12 +9,28 @@ execution result. Starting a Ray driver (importing Ray and connecting to the GCS
 
 **Discovery.** ``raylink cluster start`` writes the Dispatcher's URL and token to a file
 readable by its user only (:func:`write_endpoint_file`), named by the Ray cluster's GCS
-port. A driver finds it for the cluster it would connect to: ``RAY_ADDRESS``, else the
-Ray running on this machine (Ray's own ``ray_current_cluster`` file, as ``ray.init()``
-finds it). ``RAY_ADDRESS=local``, a ``ray://`` address, a driver already connected to
-Ray, ``raylink.session.enabled=false`` or ``raylink.session.rest-submission=false`` skip
-it; so does an endpoint that refuses the connection (a stale file): the job then runs as
-before, with its JobMaster in the driver. Drivers on other machines connect through Ray.
+port, in the user's private runtime folder (:mod:`raylink.runtime.runtime_dir`: mode 0700,
+owner and mode checked before use, files opened with ``O_NOFOLLOW`` and replaced
+atomically; a folder or file another user could control raises ``UnsafePathError``). A
+driver finds it for the cluster it would connect to: ``RAY_ADDRESS``, else the Ray running
+on this machine (Ray's own ``ray_current_cluster`` file, as ``ray.init()`` finds it).
+``RAY_ADDRESS=local``, a ``ray://`` address, a driver already connected to Ray,
+``raylink.session.enabled=false`` or ``raylink.session.rest-submission=false`` skip it; so
+does an endpoint that refuses the connection (a stale file): the job then runs as before,
+with its JobMaster in the driver. Drivers on other machines connect through Ray.
+
+**Authentication, both ways.** The token never crosses the wire. Every request carries a
+fresh random nonce (``X-Raylink-Nonce``), its body's SHA-256 (``X-Raylink-Content-SHA256``)
+and ``Authorization: Raylink-HMAC-SHA256 <mac>``, an HMAC-SHA256 under the token of the
+nonce, method, path and body digest (:func:`request_signature`); the Dispatcher refuses
+others with 401 before it reads their body. Every answer carries
+``X-Raylink-Signature``, the HMAC of that nonce, the status, the content type and the body
+(:func:`response_signature`); the client checks it (``hmac.compare_digest``) before it reads
+a byte of the answer -- before any unpickling -- and raises
+:class:`UnauthenticatedServerError` otherwise (a program that took a stopped session's port
+cannot sign, and learns nothing it could sign with). The job's JobGraph is sent only after
+an authenticated answer. The traffic itself is plain HTTP: the Dispatcher binds to a
+loopback address unless asked explicitly (:func:`check_rest_bind_address`).
 
 **User code.** Functions defined in the program's ``__main__`` travel by value (cloudpickle).
 So do modules imported from the program's own directory: the Dispatcher and the pooled
@@ -28,12 +44,15 @@ watched from one thread while another reads its records.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import http.client
+import ipaddress
 import json
 import os
+import secrets
 import socket
 import sys
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -53,6 +72,7 @@ from raylink.runtime.job_result import (
     collected_records,
 )
 from raylink.runtime.python_dependencies import FILE_DELIMITER, PYTHON_FILES, PythonDependencyInfo
+from raylink.runtime.runtime_dir import read_private_file, remove_private_file, runtime_dir, write_private_file
 
 PICKLE_CONTENT_TYPE = "application/x-raylink-pickle"
 EXCEPTION_CONTENT_TYPE = "application/x-raylink-exception"
@@ -61,10 +81,102 @@ MAX_POLL_S = 30.0
 CONNECT_TIMEOUT_S = 5.0
 #: the longest the Dispatcher may take to deploy a job (new executors, a runtime env to build)
 SUBMIT_TIMEOUT_S = 600.0
+#: the request's fresh random nonce, which the answer's signature covers
+NONCE_HEADER = "X-Raylink-Nonce"
+#: the SHA-256 of the request's body (:func:`body_digest`), which the request's signature covers
+DIGEST_HEADER = "X-Raylink-Content-SHA256"
+#: the answer's HMAC (:func:`response_signature`)
+SIGNATURE_HEADER = "X-Raylink-Signature"
+#: the scheme of the request's ``Authorization`` header (:func:`request_signature`)
+AUTH_SCHEME = "Raylink-HMAC-SHA256"
+#: the option of ``raylink cluster start`` that lets the Dispatcher listen beyond this machine
+INSECURE_BIND_FLAG = "--allow-insecure-rest-bind"
 
 
 class RestClusterError(RaylinkError, RuntimeError):
     """The Dispatcher answered with an error of its own (not the job's)."""
+
+
+class UnauthenticatedServerError(RestClusterError):
+    """The server at a session's endpoint did not prove that it holds the session's token (its
+    answer is unsigned or wrongly signed); nothing of the answer was read."""
+
+
+class InsecureBindError(RaylinkError, ValueError):
+    """The Dispatcher was asked to listen on a non-loopback address without the explicit
+    opt-in (:data:`INSECURE_BIND_FLAG`)."""
+
+
+# -- the wire protocol's signatures (the client's and the Dispatcher's) --------------------------------
+def _mac(token: str, *parts: bytes) -> str:
+    return hmac.new(token.encode("utf-8"), b"\n".join(parts), hashlib.sha256).hexdigest()
+
+
+def body_digest(body: bytes) -> str:
+    """What a request's ``X-Raylink-Content-SHA256`` carries: the SHA-256 of its body (hex)."""
+    return hashlib.sha256(body).hexdigest()
+
+
+def request_signature(token: str, nonce: str, method: str, path: str, digest: str) -> str:
+    """What a request's ``Authorization`` carries: the HMAC-SHA256 under ``token`` of its nonce,
+    method, path (with the query) and body digest (:func:`body_digest`) -- checkable before
+    the body is read, so a request without the token is refused before its body is taken."""
+    return _mac(
+        token,
+        b"raylink-request",
+        nonce.encode("utf-8", "surrogateescape"),
+        method.encode("ascii", "replace"),
+        path.encode("utf-8", "surrogateescape"),
+        digest.encode("utf-8", "surrogateescape"),
+    )
+
+
+def response_signature(token: str, nonce: str, status: int, content_type: str, body: bytes) -> str:
+    """What an answer's ``X-Raylink-Signature`` carries: the HMAC-SHA256 under ``token`` of the
+    request's nonce, the answer's status, its ``Content-Type`` and its body."""
+    return _mac(
+        token,
+        b"raylink-response",
+        nonce.encode("utf-8", "surrogateescape"),
+        str(status).encode("ascii"),
+        content_type.encode("utf-8", "surrogateescape"),
+        body,
+    )
+
+
+def signature_matches(expected: str, received: Optional[str]) -> bool:
+    """``received`` (a header's text, maybe None or not ASCII) is ``expected``, compared in constant time."""
+    if not received:
+        return False
+    return hmac.compare_digest(expected.encode("ascii"), received.encode("utf-8", "surrogateescape"))
+
+
+def is_loopback(host: str) -> bool:
+    """True when ``host`` (an address or a name) is this machine's loopback only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(info[4][0]).is_loopback for info in infos)
+
+
+def check_rest_bind_address(host: str, allow_insecure: bool = False) -> None:
+    """Refuse a non-loopback bind address for the Dispatcher unless ``allow_insecure``
+    (:data:`INSECURE_BIND_FLAG`): it speaks pickle over plain HTTP."""
+    if allow_insecure or is_loopback(host):
+        return
+    raise InsecureBindError(
+        f"the Dispatcher's REST endpoint would listen on {host!r}, which is not a loopback address: it speaks "
+        f"pickle over plain HTTP without TLS, so anyone on the network could read the jobs, records and "
+        f"results it exchanges and replay requests to it. Bind to 127.0.0.1 (the default), or pass "
+        f"{INSECURE_BIND_FLAG} (allow_insecure_rest_bind=True in code) on a network you trust"
+    )
 
 
 @dataclass(frozen=True)
@@ -82,8 +194,9 @@ def _system_temp_dir() -> str:
 
 
 def endpoint_dir() -> str:
-    """The directory of this user's endpoint files."""
-    return os.path.join(tempfile.gettempdir(), f"raylink-{os.getuid()}", "sessions")
+    """The folder of this user's endpoint files, created and checked
+    (:func:`raylink.runtime.runtime_dir.runtime_dir`; raises ``UnsafePathError``)."""
+    return runtime_dir("sessions")
 
 
 def _endpoint_file(gcs_address: str) -> str:
@@ -91,19 +204,16 @@ def _endpoint_file(gcs_address: str) -> str:
 
 
 def write_endpoint_file(gcs_address: str, endpoint: RestEndpoint) -> str:
-    """Record the Dispatcher of the session on the Ray cluster at ``gcs_address`` (mode 0600)."""
-    os.makedirs(endpoint_dir(), mode=0o700, exist_ok=True)
+    """Record the Dispatcher of the session on the Ray cluster at ``gcs_address`` (mode 0600,
+    replaced atomically)."""
     path = _endpoint_file(gcs_address)
-    fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump({"gcsAddress": gcs_address, "url": endpoint.url, "token": endpoint.token}, fh)
-    os.replace(path + ".tmp", path)
+    recorded = {"gcsAddress": gcs_address, "url": endpoint.url, "token": endpoint.token}
+    write_private_file(path, json.dumps(recorded).encode("utf-8"))
     return path
 
 
 def remove_endpoint_file(gcs_address: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(_endpoint_file(gcs_address))
+    remove_private_file(_endpoint_file(gcs_address))
 
 
 def _ray_address() -> Optional[str]:
@@ -143,9 +253,8 @@ def find_endpoint(configuration: Any) -> Optional[RestEndpoint]:
     address = _ray_address()
     if address is None:
         return None
-    try:
-        with open(_endpoint_file(address), encoding="utf-8") as fh:
-            recorded = json.load(fh)
+    try:  # an unsafe folder or file raises UnsafePathError (not an OSError)
+        recorded = json.loads(read_private_file(_endpoint_file(address)))
     except (OSError, ValueError):
         return None
     if not _same_host(address.rpartition(":")[0], recorded["gcsAddress"].rpartition(":")[0]):
@@ -173,10 +282,15 @@ class RestClusterClient:
     def request(
         self, method: str, path: str, body: Optional[bytes] = None, wait_s: float = 0.0, raise_remote: bool = True
     ) -> tuple[int, Any]:
-        """``(status, value)``: JSON decoded, pickles loaded. An exception the Dispatcher sent
-        is raised (with ``raise_remote=False`` returned as the value); ``wait_s``: how long
-        the Dispatcher may take to answer."""
-        headers = {"Authorization": f"Bearer {self.endpoint.token}"}
+        """``(status, value)``: JSON decoded, pickles loaded -- once the answer's signature
+        proved the server holds the session's token (else :class:`UnauthenticatedServerError`).
+        An exception the Dispatcher sent is raised (with ``raise_remote=False`` returned as the
+        value); ``wait_s``: how long the Dispatcher may take to answer."""
+        token = self.endpoint.token
+        nonce = secrets.token_urlsafe(24)
+        digest = body_digest(body or b"")
+        mac = request_signature(token, nonce, method, path, digest)
+        headers = {"Authorization": f"{AUTH_SCHEME} {mac}", NONCE_HEADER: nonce, DIGEST_HEADER: digest}
         if body is not None:
             headers["Content-Type"] = PICKLE_CONTENT_TYPE
         for attempt in (0, 1):  # a kept-alive connection the server closed: once more on a new one
@@ -200,6 +314,15 @@ class RestClusterClient:
                 if attempt:
                     raise
         kind = response.getheader("Content-Type", "")
+        received = response.getheader(SIGNATURE_HEADER)
+        if not signature_matches(response_signature(token, nonce, response.status, kind, data), received):
+            self.close()  # whoever answered: not this connection again
+            how = "an unsigned answer" if not received else "an answer not signed with this session's token"
+            raise UnauthenticatedServerError(
+                f"{method} {self.endpoint.url}{path}: HTTP {response.status}, {how}: the server did not prove it "
+                f"is this session's Dispatcher, so nothing of its answer was read (a stale endpoint file whose "
+                f"port another program took, or a wrong token)"
+            )
         if kind.startswith(EXCEPTION_CONTENT_TYPE):
             error = cloudpickle.loads(data)
             if raise_remote:
@@ -296,6 +419,7 @@ class RestJobClient:
             job_graph = env.get_job_graph(job_name)
             body = cloudpickle.dumps({"job_graph": job_graph, "configuration": _absolute_paths(env.configuration)})
         cluster = RestClusterClient(endpoint)
+        cluster.request("GET", "/v1/overview")  # the server proves it holds the token before it gets the job
         _, answer = cluster.request("POST", "/v1/jobs", body, wait_s=SUBMIT_TIMEOUT_S)
         return cls(cluster, answer["jobId"], answer["jobName"])
 
@@ -371,12 +495,25 @@ class RestJobClient:
 
 
 __all__ = [
+    "AUTH_SCHEME",
+    "DIGEST_HEADER",
+    "INSECURE_BIND_FLAG",
+    "NONCE_HEADER",
+    "SIGNATURE_HEADER",
+    "InsecureBindError",
     "RestClusterClient",
     "RestClusterError",
     "RestEndpoint",
     "RestJobClient",
+    "UnauthenticatedServerError",
+    "body_digest",
+    "check_rest_bind_address",
     "endpoint_dir",
     "find_endpoint",
+    "is_loopback",
     "remove_endpoint_file",
+    "request_signature",
+    "response_signature",
+    "signature_matches",
     "write_endpoint_file",
 ]

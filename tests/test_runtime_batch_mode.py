@@ -321,11 +321,10 @@ def test_batch_with_an_unbounded_source_fails_naming_the_rule():
 
 
 def test_runtime_mode_option_values_and_errors():
-    conf = Configuration().set_string("execution.runtime-mode", "fast")
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.from_sequence(1, 3).print()
     with pytest.raises(IllegalConfigurationError, match="execution.runtime-mode.*streaming, batch, automatic"):
-        env.get_stream_graph()
+        Configuration().set_string("execution.runtime-mode", "fast")  # refused where it is set
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.from_sequence(1, 3).print()
     env.set_runtime_mode(RuntimeExecutionMode.BATCH)
     assert env.configuration.get_string("execution.runtime-mode") == "BATCH"
     assert env.get_stream_graph().job_type == "BATCH"

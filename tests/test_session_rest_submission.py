@@ -8,6 +8,7 @@ the warm executors were reused and went back clean.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import sys
 import textwrap
 from collections import defaultdict
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -228,14 +230,48 @@ def test_requests_without_the_token_or_for_unknown_jobs_are_refused(session):
 
     url = ray.get(session.status.remote())["restUrl"]
     assert url.startswith("http://127.0.0.1:")
-    with pytest.raises(RestClusterError, match="HTTP 401"):
+    with pytest.raises(RestClusterError, match="HTTP 401, an answer not signed with this session's token"):
         RestClusterClient(RestEndpoint(url, "wrong")).request("GET", "/v1/overview")
-    from raylink.runtime.rest_cluster_client import _endpoint_file
+    from raylink.runtime.rest_cluster_client import (
+        AUTH_SCHEME,
+        DIGEST_HEADER,
+        NONCE_HEADER,
+        SIGNATURE_HEADER,
+        _endpoint_file,
+        body_digest,
+        request_signature,
+        response_signature,
+    )
 
     token = json.loads(Path(_endpoint_file(_address())).read_text())["token"]
     assert oct(os.stat(_endpoint_file(_address())).st_mode & 0o777) == "0o600"
+    # the token itself as a bearer token is refused (it never crosses the wire); the 401 is signed
+    parts = urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    connection.request("GET", "/v1/overview", headers={"Authorization": f"Bearer {token}", NONCE_HEADER: "n0"})
+    response = connection.getresponse()
+    body = response.read()
+    connection.close()
+    assert response.status == 401 and json.loads(body) == {"errors": ["missing or wrong session token"]}
+    kind = response.getheader("Content-Type")
+    assert response.getheader(SIGNATURE_HEADER) == response_signature(token, "n0", 401, kind, body)
+    # a signed request whose body is not the one it signed is refused too
+    digest = body_digest(b"signed body")
+    headers = {
+        "Authorization": f"{AUTH_SCHEME} {request_signature(token, 'n1', 'POST', '/v1/jobs', digest)}",
+        NONCE_HEADER: "n1",
+        DIGEST_HEADER: digest,
+    }
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    connection.request("POST", "/v1/jobs", body=b"another body", headers=headers)
+    response = connection.getresponse()
+    body = response.read()
+    connection.close()
+    assert response.status == 400 and json.loads(body) == {"errors": ["the body does not match its signed digest"]}
     client = RestClusterClient(RestEndpoint(url, token))
     assert client.request("GET", "/v1/overview")[0] == 200
+    with pytest.raises(RestClusterError, match="HTTP 404: 404: Not Found"):  # aiohttp's own answer, signed too
+        client.request("GET", "/v1/no-such-route")
     with pytest.raises(RestClusterError, match="HTTP 404.*not known"):
         client.request("GET", "/v1/jobs/0123/execution-result")
 
