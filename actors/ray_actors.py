@@ -27,6 +27,7 @@ import ray
 
 from raylink.actors.ray_transport import RayTransport
 from raylink.api.options import RaylinkOptions, read_option
+from raylink.runtime.deployment import load_big_data
 from raylink.runtime.process_tuning import NodeCpuRegistry, tune_gc, tune_switch_interval
 from raylink.runtime.task_executor import NetworkSettings, TaskExecutor
 
@@ -161,6 +162,9 @@ class TaskExecutorActor:
         self.transport.register_peers(peers)
 
     def deploy(self, descriptors: list) -> list:
+        """Deploy a call's descriptors; what the JobMaster offloaded (``ray.put``: group
+        descriptors shared by many subtasks) is fetched once per call (one ``ray.get``)."""
+        load_big_data(descriptors, ray.get)
         if self._pin and self.te.task_cpus is None and len(self.te.tasks) + len(descriptors) >= 2:
             self.te.task_cpus = NodeCpuRegistry().claim()  # its task threads take turns on the GIL anyway
         return [self.te.deploy(tdd) for tdd in descriptors]

@@ -17,6 +17,7 @@ process start) and gives them back to its pool when the job ends or restarts.
 from __future__ import annotations
 
 import os
+import queue
 import threading
 from typing import Any, Optional
 
@@ -29,7 +30,7 @@ from raylink.actors.ray_actors import TASK_EXECUTOR_NAMESPACE, TaskExecutorActor
 from raylink.actors.ray_transport import RAY_SYSTEM_CONFIG, inline_call_limit
 from raylink.api.options import RaylinkOptions, TaskManagerOptions
 from raylink.errors import RaylinkError
-from raylink.runtime.deployment import assign_slots, assign_task_executors, create_deployment_descriptors
+from raylink.runtime.deployment import TaskDeploymentDescriptorFactory, assign_slots, assign_task_executors
 from raylink.runtime.execution_state import ExecutionState
 from raylink.runtime.job_master import JobExecutor, JobMasterBase
 from raylink.runtime.job_result import JobExecutionResult
@@ -160,10 +161,11 @@ class RayJobClient(JobMasterBase):
         if self._session is not None:
             leased = ray.get(self._session.lease.remote(self.job_id, count, _executor_runtime_env(batch, conf)))
             self.handles = {e: h for e, (h, _) in zip(self.executor_ids, leased)}
+            peers = ray.put(self.handles)  # the handles once on the wire, not once per executor
             self.locations = dict(
                 zip(
                     self.executor_ids,
-                    ray.get([h.bind.remote(e, settings, batch, self.handles) for e, h in self.handles.items()]),
+                    ray.get([h.bind.remote(e, settings, batch, peers) for e, h in self.handles.items()]),
                 )
             )
             self._deploy_tasks(placement, settings, restore, registered=True)
@@ -199,15 +201,20 @@ class RayJobClient(JobMasterBase):
         for ev in self.executions.values():
             ev.current_execution.assigned_location = placement[(ev.job_vertex.id, ev.subtask_index)]
         if not registered:
-            ray.get([h.register_peers.remote(self.handles) for h in self.handles.values()])
+            peers = ray.put(self.handles)  # the handles once on the wire, not once per executor
+            ray.get([h.register_peers.remote(peers) for h in self.handles.values()])
+        # group descriptors shared by many subtasks are put once into the object store; the
+        # factory holds their references until every executor has deployed (fetched them)
+        factory = TaskDeploymentDescriptorFactory(
+            self.job_id, self.execution_graph, placement, settings, self.checkpoint_storage, restore, offload=ray.put
+        )
         per_executor: dict[str, list] = {e: [] for e in self.executor_ids}
-        for tdd in create_deployment_descriptors(
-            self.job_id, self.execution_graph, placement, settings, self.checkpoint_storage, restore
-        ):
-            per_executor[placement[(tdd.job_vertex.id, tdd.subtask_index)]].append(tdd)
+        for tdd in factory.create_deployment_descriptors():
+            per_executor[placement[(tdd.job_vertex_id, tdd.subtask_index)]].append(tdd)
         with self._lock:
             self._set_all(ExecutionState.DEPLOYING)
         ray.get([self.handles[e].deploy.remote(tdds) for e, tdds in per_executor.items()])
+        del factory
 
     def _bundles(self, mode: str, executor_of: dict, count: int) -> list[dict]:
         """Ray resources of each TaskExecutor. A slot reserves ``taskmanager.cpu.cores`` (and
@@ -253,39 +260,51 @@ class RayJobClient(JobMasterBase):
         self._monitor.start()
 
     def _monitor_loop(self, generation: int, handles: dict) -> None:
-        """Long-polls one deployment's executors until the job ends or a restart replaces them."""
-        pending = {h.next_events.remote(POLL_TIMEOUT_S): e for e, h in handles.items()}
-        while pending and not self._done.is_set() and generation == self._generation:
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_TIMEOUT_S * 5)
-            for ref in ready:
-                executor_id = pending.pop(ref)
-                try:
-                    data = ray.get(ref)
-                except Exception as exc:  # the actor (or its node) is gone
-                    if generation != self._generation or self._restarting:
-                        return  # killed on purpose: a restart tears this deployment down
-                    node = self.locations.get(executor_id, {}).get("node_id", "?")
-                    lost = TaskExecutorLostError(
-                        f"TaskExecutor {executor_id} on node {node[:12]} was lost "
-                        f"({type(exc).__name__}); tasks: {', '.join(self.tasks_on(executor_id))}"
+        """Long-polls one deployment's executors until the job ends or a restart replaces them.
+
+        Each answer queues itself as it arrives (a done-callback on its reference), so an
+        answer costs O(1) however many executors there are (a ``ray.wait`` over every
+        executor's poll per answer would cost O(executors²) per poll interval)."""
+        answers: queue.SimpleQueue = queue.SimpleQueue()
+
+        def poll(executor_id: str) -> None:
+            ref = handles[executor_id].next_events.remote(POLL_TIMEOUT_S)
+            ref.future().add_done_callback(lambda _future: answers.put((executor_id, ref)))
+
+        for executor_id in handles:
+            poll(executor_id)
+        while not self._done.is_set() and generation == self._generation:
+            try:
+                executor_id, ref = answers.get(timeout=POLL_TIMEOUT_S * 5)
+            except queue.Empty:
+                continue
+            try:
+                data = ray.get(ref)
+            except Exception as exc:  # the actor (or its node) is gone
+                if generation != self._generation or self._restarting:
+                    return  # killed on purpose: a restart tears this deployment down
+                node = self.locations.get(executor_id, {}).get("node_id", "?")
+                lost = TaskExecutorLostError(
+                    f"TaskExecutor {executor_id} on node {node[:12]} was lost "
+                    f"({type(exc).__name__}); tasks: {', '.join(self.tasks_on(executor_id))}"
+                )
+                self.fail(lost)
+                return
+            try:
+                events = cloudpickle.loads(data)
+            except Exception as exc:  # e.g. an accumulator of a class the driver cannot load
+                self.fail(
+                    RuntimeError(
+                        f"the reports of TaskExecutor {executor_id} could not be read "
+                        f"in the driver: {type(exc).__name__}: {exc}"
                     )
-                    self.fail(lost)
-                    return
-                try:
-                    events = cloudpickle.loads(data)
-                except Exception as exc:  # e.g. an accumulator of a class the driver cannot load
-                    self.fail(
-                        RuntimeError(
-                            f"the reports of TaskExecutor {executor_id} could not be read "
-                            f"in the driver: {type(exc).__name__}: {exc}"
-                        )
-                    )
-                    return
-                for event in events:
-                    self.on_task_event(event)
-                if self._done.is_set():
-                    return
-                pending[handles[executor_id].next_events.remote(POLL_TIMEOUT_S)] = executor_id
+                )
+                return
+            for event in events:
+                self.on_task_event(event)
+            if self._done.is_set():
+                return
+            poll(executor_id)
 
     # -- JobMasterBase hooks -----------------------------------------------------------------------------
     def _request_collected(self) -> None:

@@ -4,8 +4,9 @@
 Holds: the transformations the API records (``transformations``), the StreamGraph and its generator
 (``stream_graph``, ``stream_graph_generator``), operator chaining and the JobGraph (``chaining``,
 ``job_graph``, ``job_graph_generator``), stable operator ids (``hashing``) and the ExecutionGraph of
-subtasks and partitions (``execution_graph``); ``operator_spec`` and ``output_tag`` are the plain
-descriptions the graphs carry. Pure data and functions: no threads, no I/O.
+subtasks and partitions (``execution_graph``), connected by shared partition groups (``edge_manager``,
+``edge_manager_build_util``); ``operator_spec`` and ``output_tag`` are the plain descriptions the
+graphs carry. Pure data and functions: no threads, no I/O.
 
 May import: the standard library and ``raylink.errors``. Never imports Ray, ``api``, ``operators``,
 ``runtime``, ``shuffle`` or ``actors``: every other layer builds on these graphs.

@@ -28,6 +28,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections import deque
 from typing import Any, Optional
 
 from raylink.api.job_status import JobStatus
@@ -97,7 +98,7 @@ class JobMasterBase:
             if (ids := collect_ids(ev.job_vertex.job_vertex))
         }
         self._open_collectors: set[str] = set(self._collect_ids)
-        self._closed_collectors: list[str] = []
+        self._closed_collectors: deque[str] = deque()  # popped from the left: O(1) per sink
         self._started = time.perf_counter()
         self._ended: Optional[float] = None
         self.metrics_server: Any = None  # optional Prometheus endpoint (``metrics.port``)
@@ -293,7 +294,7 @@ class JobMasterBase:
                         a: ids for a, ev in self.executions.items() if (ids := collect_ids(ev.job_vertex.job_vertex))
                     }
                     self._open_collectors = set(self._collect_ids)
-                    self._closed_collectors = []
+                    self._closed_collectors = deque()
                     self.num_restarts += 1
             if cancelled:
                 self._finish()
@@ -387,7 +388,7 @@ class JobMasterBase:
                 report = self._reports.get(attempt_id)
                 if report is None and not self._done.is_set():
                     return []
-            self._closed_collectors.pop(0)
+            self._closed_collectors.popleft()
             accumulators = report.accumulators if report is not None else {}
             return [[r for cid in self._collect_ids[attempt_id] for r in accumulators.get(cid, ())]]
         if not self._open_collectors:
