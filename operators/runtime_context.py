@@ -58,6 +58,7 @@ class StreamingRuntimeContext(RuntimeContext):
         job_parameters: Optional[Dict[str, str]] = None,
         metrics_group: Optional[MetricGroup] = None,
         mailbox_executor: Any = None,
+        checkpointing_enabled: bool = False,
     ) -> None:
         if not 0 <= subtask_index < parallelism:
             raise ValueError(f"subtask index {subtask_index} out of range for parallelism {parallelism}")
@@ -82,6 +83,12 @@ class StreamingRuntimeContext(RuntimeContext):
         #: the task's mailbox (Flink's ``MailboxExecutor``: ``execute(mail)`` from any thread,
         #: ``yield_()`` on the task thread); None outside a task
         self.mailbox_executor = mailbox_executor
+        #: the task takes checkpoints (Flink's ``isCheckpointingEnabled``): a two-phase-commit
+        #: sink then commits only on completed checkpoints, the final one included
+        self.checkpointing_enabled = checkpointing_enabled
+
+    def is_checkpointing_enabled(self) -> bool:
+        return self.checkpointing_enabled
 
     def derive(self, operator_name: str, operator_id: str = "") -> "StreamingRuntimeContext":
         """Context for another operator of the same task: shares record context,
@@ -99,6 +106,7 @@ class StreamingRuntimeContext(RuntimeContext):
             processing_time_service=self.processing_time_service,
             job_parameters=self.job_parameters,
             mailbox_executor=self.mailbox_executor,
+            checkpointing_enabled=self.checkpointing_enabled,
         )
 
     # -- RuntimeContext ---------------------------------------------------------------

@@ -8,8 +8,12 @@ when the checkpoint completes (``notify_checkpoint_complete``) does the committe
 commit them, so the output shows exactly the records of completed checkpoints. A
 restored subtask commits what its checkpoint had kept (committing is idempotent) and
 the writer continues from its state (a FileSink truncates its in-progress file back).
-At the end of a bounded input everything left is committed at once (raylink does not
-take Flink 2's final checkpoint).
+At the end of a bounded input the writer flushes everything (``flush(True)``); with
+checkpointing on, the task then waits for its final checkpoint (Flink 2, FLIP-147), whose
+snapshot holds the last committables and whose completion commits them, so a failover at
+any moment (before, during or after this subtask's end of input) ends in the same
+committed output. Without checkpointing everything left is committed at the end of input
+(Flink's ``CommitterOperator.endInput``).
 
 Thread-safety: the task thread only (timers of the writer arrive as mails).
 """
@@ -85,8 +89,9 @@ class SinkWriterOperator(StreamOperator):
 
     def end_input(self) -> None:
         self.writer.flush(True)
-        self._prepare(_ALL)
-        self._commit(_ALL)
+        if not self.runtime_context.checkpointing_enabled:  # else the final checkpoint commits
+            self._prepare(_ALL)
+            self._commit(_ALL)
 
     def close(self) -> None:
         if self.writer is not None:

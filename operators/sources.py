@@ -263,7 +263,11 @@ class _SourceContext(SourceContext):
             return False
         rc = self._record_context
         rc.timestamp = self._timestamp
-        operator._collect_batch(buffer)
+        try:
+            operator._collect_batch(buffer)
+        except BaseException as exc:  # seen by the task before it could checkpoint past these records
+            operator.failure = exc
+            raise
         rc.timestamp = None
         return True
 
@@ -343,6 +347,9 @@ class SourceFunctionOperator(SourceOperator):
     def __init__(self, function: Any, name: str = "", operator_id: str = "") -> None:
         super().__init__(function, name, operator_id)
         self.on_batch_flushed: Optional[Callable[[], None]] = None
+        #: what the chain raised on the source thread (legacy mode): the records it was handed
+        #: are lost, so no checkpoint may be taken after it (the task fails instead)
+        self.failure: Optional[BaseException] = None
         # set by the task to run ``run`` on its own thread under this (re-entrant) lock
         self.checkpoint_lock: Any = None
         self._context: Optional[_SourceContext] = None

@@ -107,7 +107,7 @@ class CheckpointCoordinator:
         self._last_end = 0.0
         self._consecutive_failures = 0
         self._running = False
-        self._requested = False  # a source at the end of its input asks for its final checkpoint
+        self._requested = False  # a task at the end of its input asks for its final checkpoint
         self._thread: Optional[threading.Thread] = None
 
     # -- lifecycle -------------------------------------------------------------------------------------
@@ -180,7 +180,7 @@ class CheckpointCoordinator:
             next_at = time.monotonic() + interval
 
     def request_checkpoint(self) -> None:
-        """A source reached the end of its input: take its final checkpoint as soon as the
+        """A task reached the end of its input: take its final checkpoint as soon as the
         limits allow instead of at the next interval (a bounded job ends sooner)."""
         with self._lock:
             self._requested = True

@@ -212,10 +212,16 @@ class OperatorChain:
             operator.open()
 
     def finish(self, head_inputs_ended: bool = True) -> None:
-        """End the input of every operator head-first, closing each after its end_input."""
+        """End the input of every operator head-first (Flink's ``endInput`` + ``finish``): what
+        they emit at the end goes downstream now, before the task's final checkpoint."""
         for index, operator in enumerate(self.operators):
             if index > 0 or not head_inputs_ended:
                 operator.end_input()
+
+    def close(self) -> None:
+        """Release every operator head-first, after ``finish`` (and after the final checkpoint
+        completed, where the task takes one: a two-phase-commit sink has committed by then)."""
+        for operator in self.operators:
             operator.close()
 
     def close_quietly(self) -> None:

@@ -1,8 +1,10 @@
 """Flink's ``StreamTask`` family: one subtask running its OperatorChain on a mailbox thread.
 
 ``StreamTask.run`` (the task thread) builds the chain, opens it tail-first,
-runs the mailbox loop until the input ends, then ends and closes the operators
-head-first, flushes and finishes every output partition (EndOfPartition).
+runs the mailbox loop until the input ends, then ends the operators' input
+head-first (they emit what they hold), with checkpointing waits for a checkpoint
+taken after that (Flink 2's final checkpoint, FLIP-147), then closes the
+operators and finishes every output partition (EndOfPartition).
 The default action is Flink's ``processInput``: a source emits one batch, a
 one-input task processes the items of one buffer, a two-input task the next
 available input. With no input or no output buffer the action suspends on the
@@ -54,6 +56,9 @@ CREATED, DEPLOYING, INITIALIZING, RUNNING = (
     ExecutionState.RUNNING,
 )
 FINISHED, CANCELED, FAILED = ExecutionState.FINISHED, ExecutionState.CANCELED, ExecutionState.FAILED
+#: the key an operator's snapshot carries when its task took it after its end of input
+#: (Flink's ``FinishedOperatorSubtaskState``): restored, the operator is not finished again
+FINISHED_MARK = "finished"
 
 
 class CancelTaskException(BaseException):
@@ -141,8 +146,11 @@ class StreamTask:
         self._time_service: Optional[SystemProcessingTimeService] = None
         self._flushers: list = []
         self._step_bound_ns = 0  # a source step ends after this long (0: when its batch is full)
-        # a source at the end of its input: -1 waiting for a trigger, then the final checkpoint's id
+        # at the end of its input (FLIP-147): -1 waiting for a trigger, then the final checkpoint's id
         self._final_checkpoint: Optional[int] = None
+        self._last_checkpoint_id = 0  # the newest checkpoint this task took part in
+        self._missed_trigger: Optional[tuple] = None  # the newest trigger that reached it while inputs were open
+        self._finished_on_restore = False  # restored from a snapshot taken after its end of input
         self._interruptible = InterruptibleThreads(CancelTaskException)
         self._state_lock = threading.Lock()
         self.done = threading.Event()
@@ -231,6 +239,7 @@ class StreamTask:
                 processing_time_service=self._time_service,
                 job_parameters=self.job_parameters,
                 mailbox_executor=MailboxExecutor(mp),
+                checkpointing_enabled=self.checkpoint_sink is not None,
             )
             self.record_context = context.record_context
             self._set_state(INITIALIZING)  # building, opening and restoring the operators
@@ -245,6 +254,10 @@ class StreamTask:
             restore = self.restore or {}
             for operator, config in zip(self.chain.operators, jv.chain):
                 initialize_operator(operator, restore.get(config.operator_id))
+            self._finished_on_restore = bool(restore) and all(
+                any(restore.get(c.operator_id) or ()) and all(s.get(FINISHED_MARK) for s in restore[c.operator_id] if s)
+                for c in jv.chain
+            )
             self.restore = None  # the snapshots are in the operators now
             if self.inputs:
                 self._barrier_handler = self._create_barrier_handler()
@@ -449,6 +462,9 @@ class StreamTask:
             blocked = self._unavailable_output()
 
     def _default_action(self, mp: MailboxProcessor) -> None:
+        if self._finished_on_restore and not self.inputs:  # a source whose input ended before its checkpoint
+            self._end_of_input(mp)
+            return
         if self._legacy_lock is not None:
             if self._source_thread is None:
                 self._source_thread = threading.Thread(
@@ -559,10 +575,20 @@ class StreamTask:
         )
 
     def trigger_checkpoint(self, checkpoint_id: int, timestamp: int) -> None:
-        """Any thread, source tasks: take checkpoint ``checkpoint_id`` between two records."""
-        self.mailbox_processor.mailbox.put(
-            lambda: self._perform_checkpoint(CheckpointBarrier(checkpoint_id, timestamp))
-        )
+        """Any thread: the JobMaster triggers checkpoint ``checkpoint_id``. A source takes it
+        between two records; a task whose every input has ended and that waits for its final
+        checkpoint takes it too (its barriers can no longer come through its inputs; Flink
+        triggers the running tasks whose predecessors all finished). Any other task takes it
+        when the barrier arrives on its inputs."""
+        self.mailbox_processor.mailbox.put(lambda: self._on_trigger(checkpoint_id, timestamp))
+
+    def _on_trigger(self, checkpoint_id: int, timestamp: int) -> None:
+        if checkpoint_id <= self._last_checkpoint_id:
+            return  # taken already (its barrier came first)
+        if self.inputs and self._final_checkpoint is None:
+            self._missed_trigger = (checkpoint_id, timestamp)  # it may end its input before the barrier
+            return
+        self._perform_checkpoint(CheckpointBarrier(checkpoint_id, timestamp))
 
     def _perform_checkpoint(self, barrier: CheckpointBarrier) -> None:
         """Task thread: snapshot every operator (copies only), send the barrier on before any
@@ -573,7 +599,10 @@ class StreamTask:
                     self, barrier.checkpoint_id, None, {"declined": f"task {self.name} has already finished"}
                 )
             return
+        if self._legacy_lock is not None and self._source.failure is not None:
+            raise self._source.failure  # the source thread failed inside the chain: no checkpoint past it
         started = time.perf_counter()
+        self._last_checkpoint_id = max(self._last_checkpoint_id, barrier.checkpoint_id)
         if self._final_checkpoint == -1:
             self._final_checkpoint = barrier.checkpoint_id
         if self._legacy_lock is not None:
@@ -582,6 +611,9 @@ class StreamTask:
             config.operator_id: snapshot_operator(operator, barrier.checkpoint_id, barrier.timestamp)
             for operator, config in zip(self.chain.operators, self.job_vertex.chain)
         }
+        if self._final_checkpoint is not None:  # taken after the end of input: restored, it stays finished
+            for snapshot in snapshots.values():
+                snapshot[FINISHED_MARK] = True
         for writer in self.writers:
             writer.broadcast_event(barrier)
         handler = self._barrier_handler
@@ -614,17 +646,29 @@ class StreamTask:
         self.mailbox_processor.mailbox.put(mail)
 
     def _end_of_input(self, mp: MailboxProcessor) -> None:
-        if self.checkpoint_sink is not None and not self.inputs and self._final_checkpoint is None:
-            # Flink 2's final checkpoint (FLIP-147): a source ends only once a checkpoint taken
-            # after its last record completed, so every record is in a completed checkpoint
-            # (two-phase sinks commit them) and a restore never emits them again
-            self._final_checkpoint = -1
-            mp.suspend_default_action(IDLE)  # nothing left to emit; mails (triggers, notifications) run
-            self.checkpoint_sink(self, -1, None, {"final_checkpoint_requested": True})
-            return
+        """Every input ended (a source: its input is exhausted). The operators finish (emit what
+        they hold); with checkpointing the task then waits for a checkpoint taken after that
+        (Flink 2's final checkpoint, FLIP-147) before it releases the operators and finishes its
+        partitions, so everything it and its upstream produced is in a completed checkpoint
+        (two-phase-commit sinks commit there) and a restore neither loses nor repeats any of it.
+        Called again once that checkpoint completed."""
+        if self._final_checkpoint is None:
+            if not self._finished_on_restore:  # it ended before the checkpoint it was restored from
+                self.chain.finish(head_inputs_ended=len(self.inputs) == 2)
+            if self.checkpoint_sink is not None:
+                self._stop_timers()  # Flink quiesces the timer service once the operators finished
+                for writer in self.writers:
+                    writer.flush_all()
+                self._final_checkpoint = -1
+                mp.suspend_default_action(IDLE)  # nothing left to do but mails (triggers, notifications)
+                self.checkpoint_sink(self, -1, None, {"final_checkpoint_requested": True})
+                missed, self._missed_trigger = self._missed_trigger, None
+                if missed is not None:
+                    self._on_trigger(*missed)
+                return
         self._ended = True
         self._stop_timers()
-        self.chain.finish(head_inputs_ended=len(self.inputs) == 2)
+        self.chain.close()
         for writer in self.writers:
             writer.finish()
         mp.all_actions_completed()

@@ -4,8 +4,9 @@
   sent by ``TaskExecutor.updateTaskExecutionState``), with its accumulators and last metrics;
 * :class:`AcknowledgeCheckpoint` / :class:`DeclineCheckpoint` — a task's part of a
   checkpoint is written / cannot be taken (Flink's messages of the same names);
-* :class:`FinalCheckpointRequest` — a source reached the end of its input and waits for a
-  checkpoint to complete before it ends (Flink 2's final checkpoint, FLIP-147).
+* :class:`FinalCheckpointRequest` — a task reached the end of its input, its operators
+  finished, and it waits for a checkpoint to complete before it ends (Flink 2's final
+  checkpoint, FLIP-147).
 
 Plain dataclasses: they cross Ray inside the TaskExecutor's cloudpickled long-poll answer.
 A failed task's error travels as cloudpickle bytes (:func:`portable_error`: an exception
@@ -95,7 +96,7 @@ class DeclineCheckpoint:
 
 @dataclass(frozen=True)
 class FinalCheckpointRequest:
-    """A source task has emitted its last record and ends once a checkpoint completes."""
+    """A task's input has ended and its operators finished; it ends once a checkpoint completes."""
 
     attempt_id: str
 

@@ -296,10 +296,11 @@ class TaskExecutor:
         self._report(AcknowledgeCheckpoint(task.attempt_id, checkpoint_id, handles, stats))
 
     def trigger_checkpoint(self, checkpoint_id: int, timestamp: int) -> None:
-        """The JobMaster's trigger: the source tasks here inject barrier ``checkpoint_id``."""
+        """The JobMaster's trigger: the source tasks here inject barrier ``checkpoint_id``, and
+        so do tasks waiting for their final checkpoint with every input ended
+        (``StreamTask.trigger_checkpoint``)."""
         for task in self.tasks.values():
-            if task.job_vertex.invokable == "SourceStreamTask":
-                task.trigger_checkpoint(checkpoint_id, timestamp)
+            task.trigger_checkpoint(checkpoint_id, timestamp)
 
     def notify_checkpoint(self, checkpoint_id: int, complete: bool) -> None:
         for task in self.tasks.values():

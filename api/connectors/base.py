@@ -12,8 +12,9 @@ The runtime drives it like this, per sink subtask, all on the task thread:
 4. when ``notify_checkpoint_complete(n)`` arrives: ``committer.commit(committables of every
    checkpoint <= n)``; on restore from ``n``: ``committer.commit(committables of <= n)``
    again — committers are idempotent, so a commit repeated after a failure is a no-op;
-5. at the end of bounded input: ``writer.flush(end_of_input=True)``, then the final
-   checkpoint (FLIP-147) prepares and commits everything.
+5. at the end of bounded input: ``writer.flush(end_of_input=True)``; with checkpointing
+   the task's final checkpoint (FLIP-147) then prepares and, once complete, commits what
+   is left; without checkpointing it is prepared and committed at once.
 
 ``raylink.runtime.committable_collector.CommittableCollector`` keeps the committables per
 checkpoint for step 4. Writers and committers are not thread-safe: one task thread each.

@@ -18,7 +18,9 @@ while sources and sinks run in TaskExecutor actors. The bridge connects them:
   cannot hang the job), the last one triggers *one* commit of all of them (so
   ``mode="overwrite"`` means the whole output) and waits for it; a restarted subtask's
   new final commit replaces its old one (whose files are deleted). A continuous sink
-  (``flush_interval``) commits every interval, each an append. A commit fails (instead
+  (``flush_interval``) commits every interval, each an append. With checkpointing, each
+  subtask commits the files of every completed checkpoint (``checkpoint`` in the request),
+  each (checkpoint, subtask) once (``SparkSink.commit_checkpoint``). A commit fails (instead
   of waiting for ever) when the driver's thread has not polled for ``DRIVER_GONE_S``.
 
 The actor is created by (and so owned by) the driver; ``shutdown_bridge`` (from
@@ -283,6 +285,9 @@ def _driver_loop(actor: Any, stop: threading.Event) -> None:
             if target is None:
                 _ack(actor, [request], f"unknown Spark sink {sink_id} (created in another driver?)")
                 continue
+            if request.get("checkpoint") is not None:  # exactly-once: one completed checkpoint's files
+                _commit_and_ack(actor, target, [request], "checkpoint", commit=target.commit_checkpoint)
+                continue
             if request.get("continuous"):
                 mode = target.mode if sink_id not in started else "append"
                 started.add(sink_id)
@@ -316,13 +321,23 @@ def _discard(target: Any, requests: List[dict]) -> None:
         log.warning("raylink Spark bridge: could not delete staged files of %s: %s", target.name, exc)
 
 
-def _commit_and_ack(actor: Any, target: Any, requests: List[dict], mode: str, ack: Optional[List[dict]] = None) -> None:
+def _commit_and_ack(
+    actor: Any,
+    target: Any,
+    requests: List[dict],
+    mode: str,
+    ack: Optional[List[dict]] = None,
+    commit: Optional[Callable[[dict], str]] = None,
+) -> None:
+    """Commit ``requests`` with ``mode`` (or one checkpoint's request with ``commit``) and
+    acknowledge; a failed commit's files are discarded, except a checkpoint's (its restored
+    subtask commits them again)."""
     rows = sum(r["rows"] for r in requests)
     files = sum(len(r["files"]) for r in requests)
     error = None
     start = time.perf_counter()
     try:
-        how = target.commit(requests, mode)
+        how = commit(requests[0]) if commit is not None else target.commit(requests, mode)
     except Exception as exc:  # report to every waiting subtask
         from raylink.connectors.spark.types import _java_message
 
@@ -331,7 +346,8 @@ def _commit_and_ack(actor: Any, target: Any, requests: List[dict], mode: str, ac
             f"(mode {mode!r}): {type(exc).__name__}: {_java_message(exc)}"
         )
         log.warning("%s", error)
-        _discard(target, requests)
+        if commit is None:
+            _discard(target, requests)
     else:
         target.commits.append(
             {"rows": rows, "files": files, "mode": mode, "how": how, "seconds": round(time.perf_counter() - start, 3)}

@@ -11,8 +11,12 @@ straight from the Spark executor actors that hold them (a Ray cross-language cal
 ahead of the one being emitted) -- no Ray Data, no driver in the data path, at most two
 partitions in a subtask's memory. Rows are built from Arrow columns
 (:class:`~raylink.connectors.spark.arrow.RecordEmitter`: tuples, dicts or PyFlink
-``Row``\\ s). A restarted subtask reads its share again; once every subtask has finished,
-the cached RDD is released (and at ``raylink.connectors.spark.stop()``).
+``Row``\\ s). Without checkpointing a restarted subtask reads its share again, and once
+every subtask has finished the cached RDD is released. With checkpointing, checkpoints
+hold the partitions emitted and the row reached in the one being emitted; a restored
+subtask goes on from there, and a subtask releases its share once a completed
+checkpoint holds its end (a restore never reads it again). ``raylink.connectors.spark.stop()``
+releases whatever is left (a cancelled or failed job's).
 
 With ``timestamp_column`` every record carries that column as its event timestamp
 (ms), and with ``watermark_delay_ms`` the source emits bounded-out-of-orderness
@@ -100,6 +104,13 @@ class SparkBlockSourceOperator(SourceOperator):
         self._released = False
         self._executors: dict = {}  # Spark executor id -> its RayDP actor
         self.num_blocks_read = 0
+        # checkpoints: partitions emitted whole, the one being emitted and its rows emitted so far
+        self._done: List[int] = []
+        self._partition: Optional[int] = None
+        self._emitted = 0
+        self._skip = 0  # rows of the partition being opened that the restored checkpoint had emitted
+        self._restored: Optional[dict] = None
+        self._end_checkpoint: Optional[int] = None  # the first checkpoint taken after the last row
 
     def open(self) -> None:
         source = self.source
@@ -118,6 +129,15 @@ class SparkBlockSourceOperator(SourceOperator):
         rc = self.runtime_context
         self._info = info
         self._todo = list(block_range(info["num_partitions"], rc.subtask_index, rc.parallelism))
+        restored = self._restored
+        if restored is not None:  # resume: the partition being read first, then those not begun
+            done = set(restored["done"])
+            self._done = sorted(done)
+            self._todo = [p for p in self._todo if p not in done]
+            current = restored["partition"]
+            if current in self._todo:
+                self._todo.remove(current)
+                self._todo.insert(0, current)
         if self._todo:
             _enable_cross_language_calls()
             self._fetch_ahead()
@@ -154,6 +174,9 @@ class SparkBlockSourceOperator(SourceOperator):
             ) from None
         self._batches = iter(pa.ipc.open_stream(pa.BufferReader(data)))
         self.num_blocks_read += 1
+        restored = self._restored
+        self._skip = restored["rows"] if restored is not None and restored["partition"] == partition else 0
+        self._partition, self._emitted = partition, self._skip
         return True
 
     def _release(self) -> None:
@@ -175,20 +198,47 @@ class SparkBlockSourceOperator(SourceOperator):
         while self._batch is None or self._offset >= self._batch.num_rows:
             batch = next(self._batches, None) if self._batches is not None else None
             if batch is None:
+                if self._partition is not None:
+                    self._done.append(self._partition)
+                    self._partition = None
                 if not self._open_next_partition():
-                    self._release()
+                    if not self.runtime_context.checkpointing_enabled:
+                        self._release()  # else once a checkpoint holds the end (a restore reads again)
                     self._finish()
                     return False
                 continue
             self._batch, self._offset = batch, 0
+            if self._skip:  # rows the restored checkpoint had emitted already
+                self._offset = min(self._skip, batch.num_rows)
+                self._skip -= self._offset
         n = min(max(1, max_records), self._batch.num_rows - self._offset)
         chunk = self._batch if n == self._batch.num_rows else self._batch.slice(self._offset, n)
         self._offset += n
+        self._emitted += n
         self._emitter.emit(chunk)
         return True
 
+    # -- checkpoints: the partitions emitted and the rows reached in the one being emitted -------------
+    def snapshot_operator_state(self, checkpoint_id: int) -> dict:
+        if self.finished and self._end_checkpoint is None:
+            self._end_checkpoint = checkpoint_id
+        if self._info is None and self._restored is not None:  # not started since the restore
+            return dict(self._restored)
+        return {"done": list(self._done), "partition": self._partition, "rows": self._emitted, "ended": self.finished}
+
+    def restore_operator_state(self, state: dict) -> None:
+        self._restored = dict(state)
+        if state.get("ended"):  # restored finished (it reads nothing): released at the next completed checkpoint
+            self._end_checkpoint = 0
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """A completed checkpoint holds this subtask's end: no restore reads its partitions again."""
+        if self._end_checkpoint is not None and checkpoint_id >= self._end_checkpoint:
+            self._release()
+
     def close(self) -> None:
-        self._release()
+        if not self.runtime_context.checkpointing_enabled:  # else at the checkpoint that holds the end
+            self._release()
         super().close()
 
 

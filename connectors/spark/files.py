@@ -73,7 +73,8 @@ class PartFileWriter:
     def __init__(self, staging: str, schema: pa.Schema, subtask_index: int) -> None:
         self.fs, self.folder = filesystem_of(staging)
         self.schema = schema
-        self.prefix = f"part-{subtask_index:05d}-{uuid.uuid4().hex}"
+        self.subtask_prefix = f"part-{subtask_index:05d}-"
+        self.prefix = f"{self.subtask_prefix}{uuid.uuid4().hex}"
         self._seq = 0
         self._writer: Optional[pq.ParquetWriter] = None
         self._path: Optional[str] = None
@@ -98,6 +99,19 @@ class PartFileWriter:
             self._writer, self._path = None, None
         finished, self._finished = self._finished, []
         return finished
+
+    def delete_stale(self, keep: List[str]) -> None:
+        """Delete this subtask's staged files that are not in ``keep`` (left by a failed attempt
+        and held by no completed checkpoint; its rows are replayed)."""
+        mine = self.subtask_prefix
+        keep_set = set(keep)
+        for entry in self.fs.get_file_info(pafs.FileSelector(self.folder, allow_not_found=True)):
+            name = posixpath.basename(entry.path)
+            if name.startswith(mine) and name not in keep_set and not name.startswith(self.prefix):
+                try:
+                    self.fs.delete_file(entry.path)
+                except (FileNotFoundError, OSError):
+                    pass
 
     def abort(self) -> None:
         """Close and delete what was never handed to a commit."""
@@ -186,7 +200,12 @@ def commit_files(location: str, staging: str, names: List[str], mode: str, schem
         empty = f"{folder}/part-00000-{uuid.uuid4().hex}-c000.snappy.parquet"
         pq.write_table(schema.empty_table(), empty, filesystem=fs, compression="snappy")
     for name in names:
-        _move(fs, f"{staged}/{name}", f"{folder}/{name}")
+        source, destination = f"{staged}/{name}", f"{folder}/{name}"
+        if fs.get_file_info(source).type == pafs.FileType.NotFound and (
+            fs.get_file_info(destination).type != pafs.FileType.NotFound
+        ):
+            continue  # moved by an earlier try of this commit
+        _move(fs, source, destination)
     with fs.open_output_stream(f"{folder}/{SUCCESS_MARKER}"):
         pass
     return len(names)

@@ -8,7 +8,8 @@ value), and seals the batches into blocks of about ``block_bytes`` (Arrow IPC
 streams). Then, by target:
 
 * **no path/table — a result DataFrame.** At end of input the blocks go *by
-  value* into the task's accumulators (``spark-sink:<id>``; the JobMaster
+  value* into the task's accumulators (with checkpointing they are also the
+  operator's state, so a restored subtask has them back) (``spark-sink:<id>``; the JobMaster
   concatenates the lists). TaskExecutor actors die with the job, so objects
   they ``ray.put`` would die with them; bytes returned to the driver are owned
   by the driver. ``get_spark_dataframe(result)`` (:mod:`.results`) turns them
@@ -16,11 +17,28 @@ streams). Then, by target:
 * **path or table — a Spark write.** The subtask writes its batches with pyarrow
   into Parquet part files in the sink's staging folder (a hidden sibling of the
   target, :mod:`.files`; one row group per ``block_bytes``) and commits them
-  through the driver's bridge (:mod:`.bridge`): bounded, one commit of the whole
-  output with ``mode`` when every subtask finished (two-phase: nothing is visible
-  before, a failed job leaves nothing); with ``flush_interval`` (seconds) a
-  processing-time timer commits what arrived every interval as one append, so a
-  long-running job keeps the table current. The driver commits a plain Parquet
+  through the driver's bridge (:mod:`.bridge`).
+
+  *With checkpointing* (exactly-once, Flink's Sink V2 writer + committer): at every
+  checkpoint the subtask closes its part file and keeps the checkpoint's files as a
+  committable in its state; only when that checkpoint completes does it ask the
+  driver to commit them (``notify_checkpoint_complete``), so Spark sees exactly the
+  rows of completed checkpoints. The driver commits each (checkpoint, subtask) once:
+  a commit replayed after a restore adds nothing. A restored subtask commits what its
+  checkpoint kept and deletes the staged files of its failed attempt that no completed
+  checkpoint holds (the sources replay those rows). ``mode`` applies to the sink's
+  first commit, later ones append; ``flush_interval`` is ignored (commits follow the
+  checkpoints). A bounded job commits its last rows through its final checkpoint.
+
+  *Without checkpointing*: bounded, one commit of the whole output with ``mode``
+  when every subtask finished (two-phase: nothing is visible before, a failed job
+  leaves nothing; a restart re-runs the job from the start and replaces the failed
+  attempt's files); with ``flush_interval`` (seconds) a processing-time timer
+  commits what arrived every interval as one append, so a long-running job keeps
+  the table current -- a failure then re-runs the job from the start and appends
+  its rows again (at-least-once: nothing is lost, rows committed before the failure
+  come twice). Result DataFrames (no target) keep their blocks in the checkpoints
+  with checkpointing on, so a restore neither loses nor repeats a row. The driver commits a plain Parquet
   target (a path, or a non-partitioned Parquet table with the same columns, in
   ``append``/``overwrite``) by moving the files in (then ``REFRESH``); any other
   target (another format, ``partition_by``, ``options``, a new schema) with ONE Spark
@@ -55,6 +73,7 @@ from raylink.connectors.spark.files import (
     PartFileWriter,
     commit_files,
     delete_files,
+    directory_exists,
     file_schema,
     remove_folder,
     staging_location,
@@ -89,6 +108,10 @@ class SparkSinkOperator(StreamOperator):
         self._records = 0
         self._timer: Any = None
         self._closed = False
+        self._ended = False  # end of input seen
+        self._exactly_once = False  # commits follow completed checkpoints
+        #: checkpoint id -> (staged files, rows, ended) not committed yet (the committables)
+        self._pending: Dict[int, tuple] = {}
         self.commits = 0
 
     def open(self) -> None:
@@ -96,9 +119,10 @@ class SparkSinkOperator(StreamOperator):
         if sink.writes:
             self._converter = RecordConverter(sink.file_schema, sink.spark_types, self.name)
             self._files = PartFileWriter(sink.staging, sink.file_schema, self.runtime_context.subtask_index)
+            self._exactly_once = self.runtime_context.checkpointing_enabled
         else:
             self._converter = RecordConverter(sink.arrow_schema, sink.spark_types, self.name)
-        if sink.flush_interval:
+        if sink.flush_interval and not self._exactly_once:
             self._schedule()
 
     # -- input ------------------------------------------------------------------------------------
@@ -140,22 +164,18 @@ class SparkSinkOperator(StreamOperator):
 
     # -- delivery ---------------------------------------------------------------------------------
     def _commit(self, final: bool) -> None:
-        sink = self.sink
-        rc = self.runtime_context
         files, rows = self._files.roll(), self._block_rows
         self._block_rows = 0
-        request = {
-            "id": uuid.uuid4().hex,
-            "sink_id": sink.sink_id,
-            "subtask": rc.subtask_index,
-            "parallelism": rc.parallelism,
-            "final": final,
-            "continuous": bool(sink.flush_interval),
-            "files": files,
-            "rows": rows,
-        }
+        self._send({"final": final, "continuous": bool(self.sink.flush_interval), "files": files, "rows": rows})
+
+    def _send(self, request: dict) -> None:
+        """Hand ``request`` (the files to commit) to the driver's bridge; returns once committed."""
+        rc = self.runtime_context
+        request.update(
+            id=uuid.uuid4().hex, sink_id=self.sink.sink_id, subtask=rc.subtask_index, parallelism=rc.parallelism
+        )
         try:
-            ray.get(sink.bridge.commit.remote(request))
+            ray.get(self.sink.bridge.commit.remote(request))
         except ray.exceptions.RayTaskError as exc:
             cause = getattr(exc, "cause", None)
             if isinstance(cause, CommitError):
@@ -185,18 +205,59 @@ class SparkSinkOperator(StreamOperator):
     def end_input(self) -> None:
         self._convert()
         self._seal()
+        self._ended = True
         sink = self.sink
+        if self._exactly_once:
+            return  # the final checkpoint holds the last files; its completion commits them
         if sink.writes:
             if self._block_rows or not sink.flush_interval:
                 self._commit(final=True)
             return
+        self._publish()
+
+    def _publish(self) -> None:
+        """A result DataFrame's blocks go into the task's accumulators (read by the driver)."""
+        sink = self.sink
         accumulators = self.runtime_context.accumulators
         key = RESULT_PREFIX + sink.sink_id
-        accumulators.setdefault(key, []).extend(self._blocks)
-        accumulators[key + "#rows"] = accumulators.get(key + "#rows", 0) + self._block_rows
+        accumulators[key] = list(self._blocks)  # kept: a checkpoint after the end of input holds them
+        accumulators[key + "#rows"] = self._block_rows
         accumulators[key + "#schema"] = sink.schema_json
         accumulators[key + "#name"] = sink.name
-        self._blocks, self._block_rows = [], 0
+
+    # -- checkpoints (Flink's SinkWriterOperator + CommitterOperator) --------------------------------------
+    def snapshot_operator_state(self, checkpoint_id: int) -> dict:
+        self._convert()
+        self._seal()
+        if not self.sink.writes:  # a result DataFrame: the blocks so far are the state
+            return {"blocks": list(self._blocks), "rows": self._block_rows, "ended": self._ended}
+        if self._exactly_once:
+            files = self._files.roll()
+            if files or self._ended:  # the end is committed even without rows (an empty target is created)
+                self._pending[checkpoint_id] = (files, self._block_rows, self._ended)
+                self._block_rows = 0
+        return {"pending": dict(self._pending)}
+
+    def restore_operator_state(self, state: dict) -> None:
+        if not self.sink.writes:
+            self._blocks, self._block_rows, self._ended = list(state["blocks"]), state["rows"], state["ended"]
+            if self._ended:  # restored after its end of input: the end is not run again
+                self._publish()
+            return
+        self._pending = dict(state.get("pending", {}))
+        keep = [name for files, _rows, _ended in self._pending.values() for name in files]
+        self._files.delete_stale(keep)  # a failed attempt's files no completed checkpoint holds
+        self._commit_pending(max(self._pending, default=0))  # that checkpoint completed (idempotent)
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        if self._exactly_once:
+            self._commit_pending(checkpoint_id)
+
+    def _commit_pending(self, up_to: int) -> None:
+        for checkpoint_id in sorted(c for c in self._pending if c <= up_to):
+            files, rows, ended = self._pending[checkpoint_id]
+            self._send({"checkpoint": checkpoint_id, "final": ended, "continuous": True, "files": files, "rows": rows})
+            del self._pending[checkpoint_id]
 
     def close(self) -> None:
         self._closed = True
@@ -284,6 +345,12 @@ class SparkSink:
         self.arrow_schema = arrow_schema_of(spark_schema)
         self.spark_types = [f.dataType.simpleString() for f in spark_schema.fields]
         self.commits: List[dict] = []  # driver side: what the driver's thread committed
+        # driver side, checkpointed commits: (checkpoint id, subtask) committed, subtasks ended,
+        # the first commit made (``mode`` applies to it) and whether ``ignore`` dropped the output
+        self._committed: set = set()
+        self._ended_subtasks: set = set()
+        self._first_done = False
+        self._ignored = False
         self.bridge = None
         self.location: Optional[str] = None  # a path target, absolute
         self.staging: Optional[str] = None
@@ -312,8 +379,7 @@ class SparkSink:
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state["commits"] = []
-        state["_table_dir"] = None
+        state.update(commits=[], _table_dir=None, _committed=set(), _ended_subtasks=set())
         return state
 
     def describe(self) -> str:
@@ -352,11 +418,37 @@ class SparkSink:
                     self._table_dir = location  # a continuous sink's next appends go straight there
                     return "files"
             self._spark_write(spark, names, mode)
+            delete_files(self.staging, names)
             return "spark"
         finally:
-            delete_files(self.staging, names)
             if not any(r.get("continuous") for r in requests):  # a bounded sink's one commit
                 self.cleanup()
+
+    def commit_checkpoint(self, request: dict) -> str:
+        """Commit one subtask's files of one completed checkpoint (the driver's thread), once:
+        a request replayed after a restore commits nothing again. ``mode`` applies to the
+        sink's first commit, later ones append; the staging folder goes when every subtask
+        committed its end of input."""
+        key = (request["checkpoint"], request["subtask"])
+        if key in self._committed:
+            how = "duplicate"
+        elif self._ignored or (not self._first_done and self.mode == "ignore" and self._target_exists()):
+            self._ignored, how = True, "ignored"
+        else:  # a failure raises with the staged files kept: the restored subtask commits them again
+            how = self.commit([request], "append" if self._first_done else self.mode)
+            self._first_done = True
+        self._committed.add(key)
+        delete_files(self.staging, request["files"])  # what a duplicate or an ignored commit left
+        if request["final"]:
+            self._ended_subtasks.add(request["subtask"])
+            if len(self._ended_subtasks) >= request["parallelism"]:
+                self.cleanup()
+        return how
+
+    def _target_exists(self) -> bool:
+        if self.table is not None:
+            return get_spark().catalog.tableExists(quote_table_name(self.table))
+        return directory_exists(self.location)
 
     def _plain_parquet(self) -> bool:
         return (self.format or "parquet").lower() == "parquet" and not self.partition_by and not self.options
