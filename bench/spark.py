@@ -1,7 +1,8 @@
-"""The Spark bridge against Spark itself: ``from_spark -> map -> sink_to_spark`` next to Spark's
-own Python-UDF pipeline and Spark's native pipeline, on the same data, in the same run.
+"""The Spark bridge against Spark itself, on equal cores: ``from_spark -> map -> sink_to_spark``
+next to Spark's own row-wise Python UDF, its ``pandas_udf`` and its native expressions, on
+the same data, in the same run.
 
-The data: ``--rows`` rows (default 1 M and 10 M) of ``(k int, v double)``, cached in Spark.
+The data: ``--rows`` rows (default 1 M and 5 M) of ``(k int, v double)``, cached in Spark.
 The pipelines, each writing ``(k, v * 2.0)`` as Parquet (``mode="overwrite"``):
 
 * **raylink → path** (the program as a user writes it, untuned, first)::
@@ -12,21 +13,27 @@ The pipelines, each writing ``(k, v * 2.0)`` as Parquet (``mode="overwrite"``):
 * **raylink → table**: the same into a managed table (``table=``);
 * **same, session**: raylink → path on a session cluster (``raylink cluster start``: warm
   TaskExecutors, no per-job process start), when one can be started;
-* **Spark Python UDF**: ``df.select("k", udf(lambda v: v * 2.0)("v"))`` written to a path;
-* **Spark native**: ``df.select("k", col("v") * 2.0)`` written to a path.
+* **Spark Python UDF**: ``df.select("k", udf(lambda v: v * 2.0)("v"))`` (row by row);
+* **Spark pandas_udf**: ``df.select("k", pandas_udf(lambda s: s * 2.0)("v"))`` (Series to
+  Series over Arrow batches);
+* **Spark native**: ``df.select("k", col("v") * 2.0)``.
 
-Every pipeline is checked once (row count and ``sum(v)`` read back by Spark). Runs are
-interleaved round by round (this machine's speed drifts between minutes) and the median
-of ``--rounds`` is printed, with the ratio of raylink's speed to each Spark baseline of the
-same run (> 1: raylink is faster). Peak RSS (VmHWM, reset before each run through
-``/proc/<pid>/clear_refs``) of the driver process, of the TaskExecutor processes (largest)
-and of Spark's JVMs (driver and executor, largest) is the largest over the rounds.
+Equal cores: Spark runs on Ray through RayDP (``raylink.connectors.spark.get_spark``) with one
+executor of ``--executor-cores`` cores, by default as many as raylink's ``--parallelism``
+(its subtasks per operator).
 
-Spark runs on Ray through RayDP (``raylink.connectors.spark.get_spark``) with
-``--executor-cores`` cores in one executor; raylink runs at ``--parallelism``. The first
-lines print how long Spark took to start, by phase.
+Every pipeline is checked once (row count and ``sum(v)`` read back by Spark), and run once on
+a small frame before timing (Spark's Python workers and JIT, Ray's worker pool). Runs are
+interleaved round by round, the order rotated each round (this machine's speed swings by
+±40 % within minutes); the table gives medians of ``--rounds``: the wall clock of each run
+(a raylink run from submission to its result: TaskExecutor start and deployment included)
+and, for raylink, the time its tasks ran; and the ratio of each pipeline's wall clock to
+Spark's three of the same run (> 1: faster than that baseline). Peak RSS (VmHWM, reset before
+each run through ``/proc/<pid>/clear_refs``) of the driver process, of the TaskExecutor
+processes (largest) and of Spark's JVMs (driver and executor, largest) is the largest over
+the rounds. The first line says how long Ray and Spark took to start, by phase.
 
-    python bench/spark.py [--rows 1000000 10000000] [--rounds 3] [--parallelism 2]
+    python bench/spark.py [--rows 1000000 5000000] [--rounds 3] [--parallelism 2]
 """
 
 from __future__ import annotations
@@ -143,8 +150,8 @@ def raylink_pipeline(df, out: str, parallelism: int, table: bool, session: bool 
         stream.sink_to_spark(out, schema=SCHEMA, mode="overwrite", format="parquet")
     client = env.execute_async("bench spark")
     watcher.watch(client)
-    client.get_job_execution_result(3600)
-    return watcher.done()
+    result = client.get_job_execution_result(3600)
+    return {**watcher.done(), "tasks_s": result.net_runtime_ms / 1000}
 
 
 def spark_udf_pipeline(df, out: str) -> dict:
@@ -152,6 +159,15 @@ def spark_udf_pipeline(df, out: str) -> dict:
 
     watcher = PeakWatcher()
     twice = udf(lambda v: v * 2.0, "double")
+    df.select("k", twice("v").alias("v")).write.mode("overwrite").format("parquet").save(out)
+    return watcher.done()
+
+
+def spark_pandas_udf_pipeline(df, out: str) -> dict:
+    from pyspark.sql.functions import pandas_udf
+
+    watcher = PeakWatcher()
+    twice = pandas_udf(lambda v: v * 2.0, "double")  # pd.Series -> pd.Series, Arrow batches
     df.select("k", twice("v").alias("v")).write.mode("overwrite").format("parquet").save(out)
     return watcher.done()
 
@@ -176,12 +192,39 @@ def _fmt_mb(mb: float) -> str:
     return f"{mb:,.0f}" if mb else "-"
 
 
+BASELINES = (("Spark Python UDF", "vs UDF"), ("Spark pandas_udf", "vs pandas"), ("Spark native", "vs native"))
+
+
+def table(rows_list: List[int], names: List[str], times: dict, tasks: dict, peaks: dict) -> str:
+    """One line per (rows, pipeline): median wall clock and tasks-running seconds, rows/s, the
+    wall clock's ratio to each Spark baseline of the same run, peak RSS."""
+    head = f"{'rows':>11}  {'pipeline':18s} {'wall s':>7} {'tasks s':>7} {'rows/s':>10}"
+    head += "".join(f" {label:>9}" for _, label in BASELINES)
+    lines = [head + f"  {'peak RSS MB: driver':>19} {'TaskExec':>8} {'Spark JVM':>9}"]
+    for rows in rows_list:
+        medians = {name: statistics.median(times[(rows, name)]) for name in names}
+        for name in names:
+            median = medians[name]
+            task_s = tasks.get((rows, name))
+            line = f"{rows:>11,}  {name:18s} {median:7.2f} "
+            line += f"{statistics.median(task_s):7.2f}" if task_s else f"{'-':>7}"
+            line += f" {rows / median:10,.0f}"
+            for base, _label in BASELINES:
+                line += f" {medians[base] / median:8.2f}x" if base in medians else f" {'-':>9}"
+            peak = peaks[(rows, name)]
+            line += f"  {_fmt_mb(peak['driver']):>19} {_fmt_mb(peak['executors']):>8} {_fmt_mb(peak['spark']):>9}"
+            lines.append(line)
+    return "\n".join(lines)
+
+
 def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 5_000_000])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--parallelism", type=int, default=2)
-    parser.add_argument("--executor-cores", type=int, default=1)
+    parser.add_argument(
+        "--executor-cores", type=int, default=0, help="cores of Spark's executor (default: --parallelism)"
+    )
     parser.add_argument(
         "--partitions",
         type=int,
@@ -192,9 +235,12 @@ def main(argv: Optional[List[str]] = None) -> None:
         "--only",
         nargs="*",
         default=None,
-        help="run only these pipelines (raylink-path raylink-table raylink-session spark-udf spark-native)",
+        help="run only these pipelines (raylink-path raylink-table raylink-session spark-udf spark-pandas "
+        "spark-native)",
     )
+    parser.add_argument("--no-warmup", action="store_true", help="time the first run of each pipeline too")
     args = parser.parse_args(argv)
+    cores = args.executor_cores or args.parallelism
 
     from pyspark.sql import functions as F
 
@@ -207,8 +253,17 @@ def main(argv: Optional[List[str]] = None) -> None:
         os.environ.get("RAY_ADDRESS") or "local", include_dashboard=False, configure_logging=False, log_to_driver=False
     )
     ray_s = time.perf_counter() - started
+    from raylink.actors.cluster import available_cpus
+
+    # Spark runs ``cores`` tasks at once in its executor whatever Ray reserves for the executor's
+    # actor; Ray reserves at most all CPUs but one, or raylink's TaskExecutors could not be placed
+    reserved = max(1, min(cores, int(available_cpus()) - 1))
     started = time.perf_counter()
-    spark = get_spark(num_executors=1, executor_cores=args.executor_cores)
+    spark = get_spark(
+        num_executors=1,
+        executor_cores=cores,
+        configs={"spark.ray.raydp_spark_executor.actor.resource.cpu": str(reserved)},
+    )
     spark_s = time.perf_counter() - started
     phases = ", ".join(f"{k} {v:.1f} s" for k, v in getattr(session, "start_phases", dict)().items())
     print(f"Ray {ray_s:.1f} s; Spark on Ray {spark_s:.1f} s ({phases})", flush=True)
@@ -218,6 +273,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         "raylink -> table": lambda df, out: raylink_pipeline(df, out, args.parallelism, table=True),
         "  same, session": lambda df, out: raylink_pipeline(df, out, args.parallelism, table=False, session=True),
         "Spark Python UDF": spark_udf_pipeline,
+        "Spark pandas_udf": spark_pandas_udf_pipeline,
         "Spark native": spark_native_pipeline,
     }
     keys = {
@@ -225,72 +281,74 @@ def main(argv: Optional[List[str]] = None) -> None:
         "raylink-table": "raylink -> table",
         "raylink-session": "  same, session",
         "spark-udf": "Spark Python UDF",
+        "spark-pandas": "Spark pandas_udf",
         "spark-native": "Spark native",
     }
     if args.only:
         pipelines = {keys[o]: pipelines[keys[o]] for o in args.only}
-    session = None
+    session_cluster = None
     if "  same, session" in pipelines:
         try:
             from raylink.actors.session_entrypoint import start_session
 
-            session = start_session(executors=args.parallelism)
+            session_cluster = start_session(executors=args.parallelism)
         except Exception as exc:  # no session cluster here: skip the row
             print(f"(no session cluster: {type(exc).__name__}: {exc})")
             del pipelines["  same, session"]
+    names = list(pipelines)
     times: Dict[tuple, List[float]] = {}
+    tasks: Dict[tuple, List[float]] = {}
     peaks: Dict[tuple, dict] = {}
+
+    def frame(rows: int):
+        partitions = args.partitions or max(4, 4 * rows // 1_000_000)
+        df = (
+            spark.range(0, rows, 1, partitions)
+            .select((F.col("id") % 1000).cast("int").alias("k"), (F.col("id") * 0.5).alias("v"))
+            .cache()
+        )
+        df.count()
+        return df, float(sum(range(rows))) * 0.5 * 2.0
+
+    def out_path(name: str, rows: int) -> str:
+        return os.path.join(work, f"{name.strip().replace(' ', '_').replace(',', '')}-{rows}")
+
     try:
-        frames = {}
-        for rows in args.rows:
-            partitions = args.partitions or max(4, 4 * rows // 1_000_000)
-            df = (
-                spark.range(0, rows, 1, partitions)
-                .select((F.col("id") % 1000).cast("int").alias("k"), (F.col("id") * 0.5).alias("v"))
-                .cache()
-            )
-            df.count()
-            frames[rows] = (df, float(sum(range(rows))) * 0.5 * 2.0)
+        if not args.no_warmup:
+            small, _ = frame(10_000)
+            for name, run in pipelines.items():
+                run(small, out_path(name, 10_000))
+            small.unpersist()
+        frames = {rows: frame(rows) for rows in args.rows}
         for round_no in range(args.rounds):
+            order = names[round_no % len(names) :] + names[: round_no % len(names)]  # rotated each round
             for rows, (df, expected_sum) in frames.items():
-                for name, run in pipelines.items():
-                    out = os.path.join(work, f"{name.strip().replace(' ', '_').replace(',', '')}-{rows}")
+                for name in order:
+                    out = out_path(name, rows)
                     start = time.perf_counter()
-                    peak = run(df, out)
+                    peak = pipelines[name](df, out)
                     elapsed = time.perf_counter() - start
                     if round_no == 0:
                         check(spark, rows, None if name.endswith("table") else out, expected_sum, name.strip())
                     times.setdefault((rows, name), []).append(elapsed)
+                    if "tasks_s" in peak:
+                        tasks.setdefault((rows, name), []).append(peak.pop("tasks_s"))
                     best = peaks.setdefault((rows, name), {})
                     for key, value in peak.items():
                         best[key] = max(best.get(key, 0.0), value)
                     print(f"  round {round_no + 1}: {rows:>11,} rows  {name:18s} {elapsed:7.2f} s", flush=True)
         print()
+        print(table(args.rows, names, times, tasks, peaks))
         print(
-            f"{'rows':>11}  {'pipeline':18s} {'median s':>9} {'rows/s':>10} {'vs UDF':>7} "
-            f"{'vs native':>9}  {'peak RSS MB: driver':>19} {'TaskExec':>8} {'Spark JVM':>9}"
-        )
-        for rows in args.rows:
-            medians = {name: statistics.median(times[(rows, name)]) for name in pipelines}
-            for name, median in medians.items():
-                udf_s, native_s = medians.get("Spark Python UDF"), medians.get("Spark native")
-                vs_udf = f"{udf_s / median:6.2f}x" if udf_s else "-"
-                vs_native = f"{native_s / median:8.2f}x" if native_s else "-"
-                peak = peaks[(rows, name)]
-                print(
-                    f"{rows:>11,}  {name:18s} {median:9.2f} {rows / median:10,.0f} {vs_udf:>7} {vs_native:>9}  "
-                    f"{_fmt_mb(peak['driver']):>19} {_fmt_mb(peak['executors']):>8} "
-                    f"{_fmt_mb(peak['spark']):>9}"
-                )
-        print(
-            f"\n(medians of {args.rounds} interleaved rounds; raylink at parallelism {args.parallelism}, "
-            f"Spark: 1 executor x {args.executor_cores} core(s))"
+            f"\n(medians of {args.rounds} interleaved rounds; wall s: submission to result, tasks s: the job's tasks "
+            f"running; vs X: X's wall s / this wall s; raylink at parallelism {args.parallelism}, "
+            f"Spark: 1 executor x {spark.sparkContext.getConf().get('spark.executor.cores', '?')} core(s))"
         )
     finally:
-        if session is not None:
+        if session_cluster is not None:
             from raylink.actors.session_entrypoint import stop_session
 
-            stop_session(session)
+            stop_session(session_cluster)
         shutil.rmtree(work, ignore_errors=True)
         try:
             spark.sql(f"DROP TABLE IF EXISTS {TABLE}")

@@ -2,10 +2,12 @@
 local target, print what PyFlink prints (``tests/pyflink_examples``: the cases, how output
 is compared, and the recorded PyFlink output).
 
-The programs come from the installed ``apache-flink`` wheel (``$RAYLINK_PYFLINK_VENV``,
-default ``/tmp/pyflink-venv``, or an importable ``pyflink``); without it these tests are
-skipped — PyFlink's code is not part of this repository. When PyFlink can run here, the
-``slow`` tests also check that it still prints the recorded output.
+The programs come from the ``apache-flink`` wheel (fetched once with ``pip download
+--no-deps``, 2.8 MB, only its examples unpacked; PyFlink's code is not part of this
+repository). No PyFlink runs here: the recordings in ``tests/pyflink_examples/expected`` are
+what it printed, checked against (or recorded again from) a live PyFlink by
+``scripts/pyflink_oracle.py`` outside the suite, since that needs the whole apache-flink
+install (~850 MB with its dependencies) and a JVM per program.
 """
 
 from __future__ import annotations
@@ -19,18 +21,11 @@ from raylink.migrate import main as migrate
 from raylink.tests.pyflink_examples.cases import (
     CASES,
     EXCLUDED,
-    pyflink_env,
+    example_programs,
     pyflink_examples_dir,
-    pyflink_python,
     raylink_env,
     read_expected,
     run_program,
-)
-
-EXAMPLES = pyflink_examples_dir()
-NO_WHEEL = (
-    "the apache-flink 2.3 wheel is not installed (python3 -m venv /tmp/pyflink-venv && "
-    "/tmp/pyflink-venv/bin/pip install apache-flink==2.3.0)"
 )
 
 
@@ -42,12 +37,17 @@ def _params(cases):
 
 
 @pytest.fixture(scope="module")
-def migrated(tmp_path_factory):
+def examples():
+    """The wheel's ``pyflink/examples/datastream`` folder (downloaded on first use; a failure
+    to download fails the tests, it does not skip them)."""
+    return pyflink_examples_dir()
+
+
+@pytest.fixture(scope="module")
+def migrated(examples, tmp_path_factory):
     """The wheel's examples folder, migrated by ``raylink migrate -o``."""
-    if EXAMPLES is None:
-        pytest.skip(NO_WHEEL)
     out = tmp_path_factory.mktemp("migrated-examples")
-    assert migrate(["-q", "-o", str(out), EXAMPLES]) == 0
+    assert migrate(["-q", "-o", str(out), examples]) == 0
     return out
 
 
@@ -61,7 +61,7 @@ def _diff(expected: str, got: str) -> str:
 @pytest.mark.parametrize("case", _params(CASES))
 def test_the_migrated_example_prints_what_pyflink_prints(case, migrated, tmp_path):
     expected = read_expected(case)
-    assert expected is not None, f"no recorded output: python tests/pyflink_examples/record.py {case.name}"
+    assert expected is not None, f"no recorded output: python scripts/pyflink_oracle.py --record {case.name}"
     program = os.path.join(str(migrated), case.path)
     with open(program) as f:
         assert "pyflink" not in "".join(line for line in f if line.startswith(("import ", "from ")))
@@ -70,25 +70,10 @@ def test_the_migrated_example_prints_what_pyflink_prints(case, migrated, tmp_pat
     assert run.output == expected, _diff(expected, run.output) + "\n" + run.stderr[-2000:]
 
 
-def test_every_example_of_the_wheel_is_a_case_or_excluded_with_a_reason():
-    if EXAMPLES is None:
-        pytest.skip(NO_WHEEL)
-    found = set()
-    for folder, _dirs, files in os.walk(EXAMPLES):
-        for name in files:
-            if name.endswith(".py") and name != "__init__.py":
-                found.add(os.path.relpath(os.path.join(folder, name), EXAMPLES))
-    assert found == {c.path for c in CASES} | set(EXCLUDED)
+def test_every_example_of_the_wheel_is_a_case_or_excluded_with_a_reason(examples):
+    assert example_programs(examples) == {c.path for c in CASES} | set(EXCLUDED)
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-@pytest.mark.parametrize("case", [pytest.param(c, id=c.name) for c in CASES])
-def test_pyflink_still_prints_the_recorded_output(case, tmp_path):
-    python = pyflink_python()
-    if python is None or EXAMPLES is None:
-        pytest.skip(NO_WHEEL)
-    run = run_program(case, os.path.join(EXAMPLES, case.path), python, str(tmp_path), pyflink_env(python), timeout=840)
-    assert run.returncode == 0, run.stderr[-4000:]
-    expected = read_expected(case)
-    assert run.output == expected, _diff(expected, run.output)
+def test_every_case_has_a_recorded_pyflink_output():
+    missing = [c.name for c in CASES if read_expected(c) is None]
+    assert not missing, f"record them: python scripts/pyflink_oracle.py --record {' '.join(missing)}"

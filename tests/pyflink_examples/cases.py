@@ -2,11 +2,13 @@
 wheel) as test cases: which ones run here, with which arguments, and how their output
 is compared.
 
-The programs are never copied into this repository: they are read from an installed
-wheel (an importable ``pyflink`` or the venv in ``$RAYLINK_PYFLINK_VENV``, default
-``/tmp/pyflink-venv``), migrated with ``raylink migrate`` into a temporary folder and
-run there. What PyFlink printed for each case is recorded in ``expected/<name>.txt``
-(``record.py`` re-records it from a live PyFlink).
+The programs are never copied into this repository: :func:`pyflink_examples_dir` takes them
+from the ``apache-flink`` wheel itself (2.8 MB, fetched once with ``pip download --no-deps``
+into a cache folder; only the example files are unpacked; no JVM, no PyFlink install). The
+suite migrates them with ``raylink migrate`` into a temporary folder and runs them there.
+What PyFlink printed for each case is recorded in ``expected/<name>.txt``;
+``scripts/pyflink_oracle.py`` runs the cases under a live PyFlink (a venv with the whole
+``apache-flink`` and Java) to check those recordings or record them again.
 
 Output comparison: the lines PyFlink's and Beam's loggers print at import (the programs
 point ``logging`` at stdout) are dropped; an ``ordered`` case (a parallelism-1 program)
@@ -24,6 +26,8 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
+import zipfile
 from dataclasses import dataclass, field
 from typing import Optional, Sequence, Tuple
 
@@ -101,37 +105,64 @@ _NOISE = (
 _SUBTASK_PREFIX = re.compile(r"^(?:[^\s>]*:)?\d+> ")
 
 
-# -- finding PyFlink -------------------------------------------------------------------------------
-def pyflink_venv() -> str:
-    return os.environ.get("RAYLINK_PYFLINK_VENV", "/tmp/pyflink-venv")
+# -- the example programs -------------------------------------------------------------------------
+#: the apache-flink release the cases and the recordings are from
+PYFLINK_VERSION = "2.3.0"
+_EXAMPLES = "pyflink/examples/datastream/"
 
 
-def pyflink_python() -> Optional[str]:
-    """A Python interpreter that can run PyFlink programs (a venv with apache-flink, or this
-    interpreter when it imports pyflink), or None."""
-    venv_python = os.path.join(pyflink_venv(), "bin", "python")
-    if glob.glob(os.path.join(pyflink_venv(), "lib", "python*", "site-packages", "pyflink", "__init__.py")):
-        return venv_python
-    try:
-        import pyflink  # noqa: F401
-    except ImportError:
-        return None
-    return sys.executable
+def examples_cache_dir() -> str:
+    """Where the examples of the wheel are unpacked (``$RAYLINK_PYFLINK_EXAMPLES_CACHE``, else
+    ``$XDG_CACHE_HOME/raylink`` or ``~/.cache/raylink``)."""
+    base = os.environ.get("RAYLINK_PYFLINK_EXAMPLES_CACHE")
+    if not base:
+        base = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "raylink")
+    return os.path.join(base, f"apache-flink-{PYFLINK_VERSION}-examples")
 
 
-def pyflink_examples_dir() -> Optional[str]:
-    """``pyflink/examples/datastream`` of the installed wheel, or None."""
-    found = glob.glob(
-        os.path.join(pyflink_venv(), "lib", "python*", "site-packages", "pyflink", "examples", "datastream")
-    )
-    if found:
-        return found[0]
-    try:
-        import pyflink
-    except ImportError:
-        return None
-    path = os.path.join(os.path.dirname(pyflink.__file__), "examples", "datastream")
-    return path if os.path.isdir(path) else None
+def pyflink_examples_dir() -> str:
+    """``pyflink/examples/datastream`` of the apache-flink wheel, unpacked from the wheel the
+    first time (``pip download --no-deps`` of the pinned release; one wheel of it, whatever
+    this machine's platform: only its ``.py`` examples are read). Raises ``RuntimeError``
+    with pip's output when the wheel cannot be had."""
+    target = os.path.join(examples_cache_dir(), "datastream")
+    if os.path.isdir(target):
+        return target
+    os.makedirs(examples_cache_dir(), exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=examples_cache_dir()) as tmp:
+        pip = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:"]
+        pip += ["--platform", "manylinux2014_x86_64", "--python-version", "3.11", "--dest", tmp]
+        proc = subprocess.run([*pip, f"apache-flink=={PYFLINK_VERSION}"], capture_output=True, text=True, timeout=600)
+        wheels = glob.glob(os.path.join(tmp, "apache_flink-*.whl"))
+        if proc.returncode != 0 or not wheels:
+            raise RuntimeError(
+                f"could not download the apache-flink {PYFLINK_VERSION} wheel for its example programs "
+                f"(exit {proc.returncode}):\n{proc.stderr[-3000:]}"
+            )
+        staged = os.path.join(tmp, "datastream")
+        with zipfile.ZipFile(wheels[0]) as wheel:
+            for name in wheel.namelist():
+                if name.startswith(_EXAMPLES) and name.endswith(".py"):
+                    path = os.path.join(staged, *name[len(_EXAMPLES) :].split("/"))
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
+                    with wheel.open(name) as src, open(path, "wb") as dst:
+                        dst.write(src.read())
+        try:
+            os.rename(staged, target)  # atomic: a concurrent run sees all of it or nothing
+        except OSError:
+            if not os.path.isdir(target):
+                raise
+    return target
+
+
+def example_programs(folder: str) -> set:
+    """The example programs under ``folder`` (paths relative to it)."""
+    found = set()
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            if name.endswith(".py") and name != "__init__.py":
+                found.add(os.path.relpath(os.path.join(root, name), folder))
+    return found
 
 
 # -- running a case ----------------------------------------------------------------------------------
@@ -197,15 +228,6 @@ def raylink_env(target: str = "local") -> dict:
     ``RAYLINK_CONF`` (the target and PyFlink's recorded default parallelism)."""
     env = dict(os.environ)
     env["RAYLINK_CONF"] = json.dumps({"execution.target": target, "parallelism.default": RECORDED_PARALLELISM})
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-def pyflink_env(python: str) -> dict:
-    """PyFlink starts its Python workers with ``python`` from PATH: put the venv first."""
-    env = dict(os.environ)
-    env.pop("RAYLINK_CONF", None)
-    env["PATH"] = os.path.dirname(python) + os.pathsep + env.get("PATH", "")
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
