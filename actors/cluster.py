@@ -4,7 +4,8 @@ Benchmarks, examples and demo scripts run jobs on Ray but never import Ray
 themselves (Ray lives in ``actors/``); they use these few helpers instead:
 
 * :func:`ensure_ray` / :func:`shutdown_ray`: connect to ``RAY_ADDRESS`` (else start
-  or reuse a local Ray, with raylink's system config), and disconnect;
+  or reuse a local Ray, with raylink's system config), and disconnect; :func:`connect_to`
+  an existing cluster, :func:`ray_connected`, :func:`gcs_address` (the CLI's admin commands);
 * :func:`available_cpus`: the cluster's CPUs (0 when not connected);
 * :func:`ship_by_value`: pickle a module's functions by value (both ``cloudpickle``
   and Ray's vendored copy), for a script whose module Ray workers cannot import;
@@ -23,6 +24,22 @@ from typing import Any
 import ray
 
 from raylink.actors.ray_executor import ensure_ray, init_ray
+
+
+def ray_connected() -> bool:
+    """True when this process is connected to a Ray cluster."""
+    return ray.is_initialized()
+
+
+def connect_to(address: str) -> None:
+    """Connect this process to the Ray cluster at ``address`` (``auto``: the one on this machine),
+    without Ray's log lines; the exception ``ray.init`` raises when it cannot."""
+    ray.init(address=address, log_to_driver=False, configure_logging=False)
+
+
+def gcs_address() -> str:
+    """The address of the connected Ray cluster's GCS (``HOST:PORT``)."""
+    return ray.get_runtime_context().gcs_address
 
 
 def shutdown_ray() -> None:
@@ -57,4 +74,14 @@ def task_executor_pids(client: Any) -> list[int]:
     return [location["pid"] for location in ray.get([h.location.remote() for h in handles])]
 
 
-__all__ = ["available_cpus", "ensure_ray", "init_ray", "ship_by_value", "shutdown_ray", "task_executor_pids"]
+__all__ = [
+    "available_cpus",
+    "connect_to",
+    "ensure_ray",
+    "gcs_address",
+    "init_ray",
+    "ray_connected",
+    "ship_by_value",
+    "shutdown_ray",
+    "task_executor_pids",
+]

@@ -6,7 +6,7 @@ a client needs no more than an HTTP connection. Here the Dispatcher is a **detac
 named actor** (``raylink-dispatcher`` next to the session actor, pinned to the node of
 the process that started it) serving an aiohttp application on that node (the bind
 address is ``127.0.0.1`` unless asked otherwise). A driver that is not connected to Ray
-(:mod:`raylink.runtime.rest_cluster_client`) posts its JobGraph and configuration,
+(:mod:`raylink.runtime.client.rest_cluster_client`) posts its JobGraph and configuration,
 pickled; the Dispatcher runs the job with a ``RayJobClient`` in this process (the same
 JobMaster a connected driver runs in its own), leasing the session's warm
 TaskExecutors, and answers the client's polls: status, collected records, the execution
@@ -14,7 +14,7 @@ result, metrics, cancel. A driver thus starts without importing or connecting to
 
 Every request is signed with the session's token (random, written with the endpoint's
 address to a file only the user who started the session can read): an HMAC of a fresh
-nonce, the method, path and body digest (:func:`~raylink.runtime.rest_cluster_client.request_signature`);
+nonce, the method, path and body digest (:func:`~raylink.runtime.client.rest_endpoint.request_signature`);
 others get 401 before their body is read, a body that does not match its digest 400. Every answer, a 401 too, is signed in turn (the HMAC of that nonce, the
 status, content type and body), so the client knows it talks to this Dispatcher before
 it unpickles anything; the token itself never crosses the wire. The endpoint listens on a
@@ -46,9 +46,10 @@ import ray
 from aiohttp import web
 
 from raylink.actors.ray_actors import TASK_EXECUTOR_NAMESPACE
-from raylink.api.job_status import JobStatus
-from raylink.api.options import ClientOptions, validate_enumerated_values
-from raylink.runtime.rest_cluster_client import (
+from raylink.actors.ray_executor import RayJobClient
+from raylink.core.job_status import JobStatus
+from raylink.core.options import ClientOptions, validate_enumerated_values
+from raylink.runtime.client.rest_endpoint import (
     AUTH_SCHEME,
     DIGEST_HEADER,
     EXCEPTION_CONTENT_TYPE,
@@ -210,8 +211,6 @@ class DispatcherActor:
 
     @staticmethod
     def _start_job(body: bytes) -> Any:
-        from raylink.actors.ray_executor import RayJobClient
-
         payload = cloudpickle.loads(body)
         validate_enumerated_values(payload["configuration"])  # as the driver did: no unknown value runs
         program = SubmittedProgram(payload["job_graph"], payload["configuration"])
@@ -359,11 +358,26 @@ def stop_dispatcher() -> Optional[int]:
     return cancelled
 
 
+def submitted_jobs() -> list:
+    """The jobs submitted to the running Dispatcher over HTTP (empty when none runs)."""
+    handle = find_dispatcher()
+    return ray.get(handle.jobs.remote()) if handle is not None else []
+
+
+def cancel_submitted_job(job_id: str) -> Optional[str]:
+    """Cancel job ``job_id`` submitted to the Dispatcher over HTTP; its status, None when the
+    Dispatcher does not know it (or none runs)."""
+    handle = find_dispatcher()
+    return ray.get(handle.cancel_job.remote(job_id)) if handle is not None else None
+
+
 __all__ = [
     "DISPATCHER_NAME",
     "DispatcherActor",
     "SubmittedProgram",
+    "cancel_submitted_job",
     "find_dispatcher",
     "start_dispatcher",
     "stop_dispatcher",
+    "submitted_jobs",
 ]

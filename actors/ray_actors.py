@@ -26,10 +26,11 @@ import cloudpickle
 import ray
 
 from raylink.actors.ray_transport import RayTransport
-from raylink.api.options import RaylinkOptions, read_option
-from raylink.runtime.deployment import load_big_data
+from raylink.core.options import RaylinkOptions, read_option
+from raylink.runtime.job.deployment import load_big_data
+from raylink.runtime.memory_report import trim_heap
 from raylink.runtime.process_tuning import NodeCpuRegistry, tune_gc, tune_switch_interval
-from raylink.runtime.task_executor import NetworkSettings, TaskExecutor
+from raylink.runtime.task.task_executor import NetworkSettings, TaskExecutor
 
 #: the Ray namespace of the named TaskExecutor actors
 TASK_EXECUTOR_NAMESPACE = "raylink"
@@ -76,6 +77,20 @@ def memory_reports(
         except Exception as exc:  # noqa: BLE001 - an executor that ended meanwhile
             out.append({"executor": refs[ref], "error": f"{type(exc).__name__}: {exc}"})
     return sorted(out, key=lambda r: r.get("executor", ""))
+
+
+def trim_heaps(handles: dict, timeout: float) -> dict:
+    """``malloc_trim`` in every executor: ``{executor: RSS change in bytes}`` (those that answer
+    within ``timeout``)."""
+    refs = {h.trim_heap.remote(): e for e, h in handles.items()}
+    ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
+    out = {}
+    for ref in ready:
+        try:
+            out[refs[ref]] = ray.get(ref)
+        except Exception:  # noqa: BLE001 - an executor that ended meanwhile
+            pass
+    return out
 
 
 @ray.remote
@@ -204,8 +219,6 @@ class TaskExecutorActor:
 
     def trim_heap(self) -> Any:
         """``malloc_trim``: free heap pages back to the OS; the RSS change in bytes (None: not glibc)."""
-        from raylink.runtime.memory_report import trim_heap
-
         return trim_heap()
 
     def shutdown(self) -> None:

@@ -28,12 +28,14 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from raylink.actors.ray_actors import TASK_EXECUTOR_NAMESPACE, TaskExecutorActor, task_executor_actor_name
 from raylink.actors.ray_transport import RAY_SYSTEM_CONFIG, inline_call_limit
-from raylink.api.options import RaylinkOptions, TaskManagerOptions
+from raylink.actors.session_cluster import find_session
+from raylink.core.options import RaylinkOptions, TaskManagerOptions
 from raylink.errors import RaylinkError
-from raylink.runtime.deployment import TaskDeploymentDescriptorFactory, assign_slots, assign_task_executors
+from raylink.runtime.client.job_result import JobExecutionResult
+from raylink.runtime.client.python_dependencies import ray_runtime_env
 from raylink.runtime.execution_state import ExecutionState
-from raylink.runtime.job_master import JobExecutor, JobMasterBase
-from raylink.runtime.job_result import JobExecutionResult
+from raylink.runtime.job.deployment import TaskDeploymentDescriptorFactory, assign_slots, assign_task_executors
+from raylink.runtime.job.job_master import JobExecutor, JobMasterBase
 
 POLL_TIMEOUT_S = 0.5
 PLACEMENT_TIMEOUT_S = 60.0
@@ -95,12 +97,10 @@ def _upload_local_packages(env: dict) -> dict:
 
 def _executor_runtime_env(max_batch_bytes: int, conf: Any = None) -> Optional[dict]:
     """The TaskExecutor actors' runtime environment: the job's Python dependencies
-    (``add_python_file`` & co., :mod:`raylink.runtime.python_dependencies`) and, unless the
+    (``add_python_file`` & co., :mod:`raylink.runtime.client.python_dependencies`) and, unless the
     cluster already inlines call arguments of a batch's size (a Ray raylink started), the
     per-actor inline limit. None when neither is needed (a runtime env costs a fresh worker
     process)."""
-    from raylink.runtime.python_dependencies import ray_runtime_env
-
     env = _upload_local_packages(ray_runtime_env(conf)) if conf is not None else {}
     try:
         limit = ray._private.worker._global_node._config.get("max_direct_call_object_size", 0)
@@ -132,8 +132,6 @@ class RayJobClient(JobMasterBase):
         self._pg: Any = None
         self._session: Any = None
         if conf.get(RaylinkOptions.SESSION_ENABLED):
-            from raylink.actors.session_cluster import find_session
-
             self._session = find_session()
         self._generation = 0  # deployments so far (a restart makes a new one)
         self._monitor: Optional[threading.Thread] = None

@@ -36,7 +36,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from raylink.api.options import RaylinkOptions
+from raylink.core.options import RaylinkOptions
 from raylink.shuffle.credit import (
     BufferResponse,
     CreditBasedInputChannel,

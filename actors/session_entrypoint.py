@@ -4,7 +4,7 @@ Flink's ``SessionClusterEntrypoint``: it brings up the ResourceManager side (her
 :class:`~raylink.actors.session_cluster.SessionClusterActor`) and the Dispatcher behind its
 REST endpoint (:class:`~raylink.actors.dispatcher.DispatcherActor`, on this node), and
 records the endpoint for drivers on this machine
-(:func:`~raylink.runtime.rest_cluster_client.write_endpoint_file`). ``raylink cluster
+(:func:`~raylink.runtime.client.rest_endpoint.write_endpoint_file`). ``raylink cluster
 start / stop / status`` and tests call these; they need a connected Ray. Not thread-safe
 (one start or stop at a time per Ray cluster).
 """
@@ -18,7 +18,7 @@ import ray
 
 from raylink.actors.dispatcher import start_dispatcher, stop_dispatcher
 from raylink.actors.session_cluster import SESSION_NAME, SESSION_NAMESPACE, SessionClusterActor, find_session
-from raylink.runtime.rest_cluster_client import (
+from raylink.runtime.client.rest_endpoint import (
     RestEndpoint,
     check_rest_bind_address,
     remove_endpoint_file,
@@ -87,9 +87,9 @@ def stop_session(session: Optional[Any] = None) -> Optional[dict]:
     return status
 
 
-def session_status() -> Optional[dict]:
-    """The running session cluster's status, else None."""
-    session = find_session()
+def session_status(session: Optional[Any] = None) -> Optional[dict]:
+    """The status of ``session`` (default: the running session cluster), else None."""
+    session = session or find_session()
     return None if session is None else ray.get(session.status.remote())
 
 

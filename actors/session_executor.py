@@ -1,7 +1,7 @@
 """``execution.target = "ray"``: the session cluster's Dispatcher over HTTP when one is
 reachable, else the JobMaster in the driver on Ray (Flink's ``AbstractSessionClusterExecutor``).
 
-The choice (:func:`raylink.runtime.rest_cluster_client.find_endpoint`) is made per job, and
+The choice (:func:`raylink.runtime.client.rest_endpoint.find_endpoint`) is made per job, and
 this module imports no Ray: a driver whose job goes to the Dispatcher never loads it.
 :mod:`raylink.actors.ray_executor` (which connects to Ray) is imported only for a job that
 runs its JobMaster here. Stateless, so thread-safe.
@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from raylink.runtime.executors import PipelineExecutor
-from raylink.runtime.rest_cluster_client import RestJobClient, find_endpoint
+from raylink.runtime.client.executors import PipelineExecutor
+from raylink.runtime.client.rest_cluster_client import RestJobClient
+from raylink.runtime.client.rest_endpoint import find_endpoint
 
 
 class SessionClusterExecutor(PipelineExecutor):

@@ -1,23 +1,19 @@
-"""The PyFlink-style DataStream API of raylink.
+"""The PyFlink-style DataStream API of raylink: the user's top floor.
 
 Everything a PyFlink program imports from ``pyflink.common`` or ``pyflink.datastream``
 that raylink supports is importable from here; the submodules mirror PyFlink's
 (``raylink.api.window`` ~ ``pyflink.datastream.window``, ``raylink.api.time`` ~
 ``pyflink.common.time``, ``raylink.api.watermark_strategy`` ~
 ``pyflink.common.watermark_strategy``, ``raylink.api.functions``, ``raylink.api.state``).
+The environment, the streams and ``ExecutionConfig`` live here; the rest is re-exported
+from the floors below (mostly :mod:`raylink.core`). What raylink has only as stand-ins
+(Flink's Java connectors and formats, the Table API) comes from :mod:`raylink.api.pyflink_compat`.
 """
 
 from raylink.api import functions as _functions
+from raylink.api import pyflink_compat  # noqa: F401 - installs the stand-in modules (kafka, formats, table)
 from raylink.api import state as _state
 from raylink.api.async_data_stream import AsyncDataStream
-from raylink.api.checkpointing import (
-    CheckpointConfig,
-    CheckpointedFunction,
-    CheckpointingMode,
-    CheckpointListener,
-    FunctionInitializationContext,
-    FunctionSnapshotContext,
-)
 from raylink.api.configuration import Configuration
 from raylink.api.connectors.file_system import (
     BucketAssigner,
@@ -39,6 +35,7 @@ from raylink.api.execution_config import ExecutionConfig
 from raylink.api.execution_mode import RuntimeExecutionMode
 from raylink.api.functions import *  # noqa: F401,F403 - every user function class, as pyflink.datastream
 from raylink.api.job_status import JobStatus
+from raylink.api.output_tag import OutputTag
 from raylink.api.serialization import ByteArraySchema, DeserializationSchema, SerializationSchema, SimpleStringSchema
 from raylink.api.slot_sharing_group import MemorySize, SlotSharingGroup
 from raylink.api.state import *  # noqa: F401,F403 - state descriptors and interfaces
@@ -80,8 +77,15 @@ from raylink.api.window import (
     WindowAssigner,
 )
 from raylink.api.windowed_stream import AllWindowedStream, WindowedStream
+from raylink.core.checkpointing import (
+    CheckpointConfig,
+    CheckpointedFunction,
+    CheckpointingMode,
+    CheckpointListener,
+    FunctionInitializationContext,
+    FunctionSnapshotContext,
+)
 from raylink.errors import RaylinkError
-from raylink.graph.output_tag import OutputTag
 from raylink.graph.stream_graph import GraphError
 
 __all__ = (

@@ -16,9 +16,9 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from raylink.api import async_retry_strategies
 from raylink.api.datastream import DataStream
-from raylink.api.time import to_millis
+from raylink.core.async_retry import NO_RETRY_STRATEGY
+from raylink.core.time import to_millis
 
 OPERATOR_NAME = "async wait operator"  # the transformation's name, as in Flink and PyFlink
 
@@ -35,7 +35,7 @@ class AsyncDataStream:
             data_stream,
             async_function,
             timeout,
-            async_retry_strategies.NO_RETRY_STRATEGY,
+            NO_RETRY_STRATEGY,
             capacity,
             output_type,
             "UNORDERED",
@@ -72,7 +72,7 @@ class AsyncDataStream:
             data_stream,
             async_function,
             timeout,
-            async_retry_strategies.NO_RETRY_STRATEGY,
+            NO_RETRY_STRATEGY,
             capacity,
             output_type,
             "ORDERED",
@@ -134,7 +134,7 @@ class AsyncDataStream:
             raise ValueError(
                 f"{where}: the async retry strategy must not be None (AsyncRetryStrategy.no_restart() retries nothing)"
             )
-        if strategy is not async_retry_strategies.NO_RETRY_STRATEGY and timeout_ms <= 0:
+        if strategy is not NO_RETRY_STRATEGY and timeout_ms <= 0:
             raise ValueError(
                 f"{where}: a timeout is needed with an async retry strategy (it bounds all attempts of a record)"
             )

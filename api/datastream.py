@@ -1,6 +1,10 @@
 """PyFlink's ``DataStream``, ``KeyedStream``, ``ConnectedStreams``, ``BroadcastStream``,
 ``BroadcastConnectedStream`` and ``DataStreamSink``.
 
+As PyFlink's ``data_stream`` module (where ``raylink migrate`` sends its imports), it also
+has the windowed streams (``WindowedStream``, ``AllWindowedStream``) and the collect iterator
+(``CloseableIterator``).
+
 Every call only records a :class:`~raylink.graph.transformations.Transformation`
 in the environment; nothing runs until ``execute``. Function arguments may be
 plain callables or PyFlink-style function objects (``MapFunction`` …); they are
@@ -14,12 +18,24 @@ from enum import Enum
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
-from raylink.api.state import MapStateDescriptor
+from raylink.api.slot_sharing_group import SlotSharingGroup
+from raylink.api.windowed_stream import (
+    AllWindowedStream,
+    WindowedStream,
+    assign_timestamps_and_watermarks,
+    count_window,
+    count_window_all,
+)
+from raylink.core.functions import BroadcastProcessFunction, KeyedBroadcastProcessFunction
+from raylink.core.output_tag import OutputTag
+from raylink.core.state import MapStateDescriptor
+from raylink.core.types import Row, TypeInformation, Types, declared_type
 from raylink.graph import transformations as T
 from raylink.graph.operator_spec import OperatorSpec, PartitionerSpec
-from raylink.graph.output_tag import OutputTag
 from raylink.graph.stream_graph import GraphError
 from raylink.graph.stream_graph_generator import validate_max_parallelism, validate_parallelism
+from raylink.operators.aggregation import check_declared_field
+from raylink.runtime.client.job_result import CloseableIterator  # noqa: F401 - in PyFlink's data_stream too
 
 if TYPE_CHECKING:
     from raylink.api.stream_execution_environment import StreamExecutionEnvironment
@@ -87,8 +103,6 @@ class _Configurable:
     def slot_sharing_group(self, slot_sharing_group: Any):
         """Put this operator into a slot sharing group: a name, or a ``SlotSharingGroup``
         (whose resources are registered with the environment, see :mod:`raylink.api.slot_sharing_group`)."""
-        from raylink.api.slot_sharing_group import SlotSharingGroup
-
         t = self._require_physical("slot_sharing_group()")
         if isinstance(slot_sharing_group, SlotSharingGroup):
             env = getattr(self, "_env", None)
@@ -138,6 +152,11 @@ class DataStream(_Configurable):
 
     def get_transformation(self) -> T.Transformation:
         return self._transformation
+
+    def _derived_stream(self, transformation: T.Transformation) -> "DataStream":
+        """A plain DataStream of ``transformation`` in this stream's environment (how the
+        windowed streams, which this module imports, hand back their result)."""
+        return DataStream(self._env, transformation)
 
     def get_type(self):
         return self._transformation.output_type
@@ -189,8 +208,6 @@ class DataStream(_Configurable):
 
     def project(self, *field_indexes: int) -> "DataStream":
         """The fields ``field_indexes`` of a ``Types.TUPLE`` stream, in that order, as tuples."""
-        from raylink.api.types import TypeInformation, Types
-
         declared = self._transformation.output_type
         if not (isinstance(declared, TypeInformation) and declared.name == "TUPLE"):
             raise TypeError(
@@ -404,8 +421,6 @@ class DataStream(_Configurable):
         """Print every record to stdout as PyFlink prints it for this stream's declared type
         (``(a,5)`` for a TUPLE, ``+I[a,5]`` for a ROW, ``str(record)`` without a type), after
         ``N> `` (the subtask, when parallel) or ``sink_identifier:N> ``."""
-        from raylink.api.types import declared_type
-
         return self._sink(
             "print",
             "Print to Std. Out",
@@ -426,18 +441,12 @@ class DataStream(_Configurable):
 
     # -- event time and windows (raylink.api.windowed_stream) ----------------------------------------
     def assign_timestamps_and_watermarks(self, watermark_strategy: Any) -> "DataStream":
-        from raylink.api.windowed_stream import assign_timestamps_and_watermarks
-
         return assign_timestamps_and_watermarks(self, watermark_strategy)
 
     def window_all(self, window_assigner: Any) -> Any:
-        from raylink.api.windowed_stream import AllWindowedStream
-
         return AllWindowedStream(self, window_assigner)
 
     def count_window_all(self, size: int, slide: int = 0) -> Any:
-        from raylink.api.windowed_stream import count_window_all
-
         return count_window_all(self, size, slide)
 
 
@@ -477,9 +486,6 @@ class KeyedStream(DataStream):
     def _aggregate(self, agg: str, field: Any) -> DataStream:
         if field is not None and not isinstance(field, (int, str)):
             raise TypeError(f"{agg}: the field must be a position (int) or a name (str), got {field!r}")
-        from raylink.api.types import declared_type
-        from raylink.operators.aggregation import check_declared_field
-
         check_declared_field(agg, field, declared_type(self._transformation.output_type), "Keyed Aggregation")
         return self._one_input(
             "aggregate", "Keyed Aggregation", None, self._transformation.output_type, agg=agg, field=field
@@ -557,8 +563,6 @@ class KeyedStream(DataStream):
         """As PyFlink: every record as ``Row(f0=key, f1=record)``, in the order the records
         reach the (parallelism 1) collect sink. PyFlink gives the key as its ``key_type``
         declares it (pickled bytes without one); here it is always the key itself."""
-        from raylink.api.types import Row
-
         selector = self._key_selector
         origin = self._origin._transformation
         # pair each record with its key where it is produced (chained, same parallelism) so the
@@ -571,13 +575,9 @@ class KeyedStream(DataStream):
 
     # -- windows (raylink.api.windowed_stream) --------------------------------------------------------
     def window(self, window_assigner: Any) -> Any:
-        from raylink.api.windowed_stream import WindowedStream
-
         return WindowedStream(self, window_assigner)
 
     def count_window(self, size: int, slide: int = 0) -> Any:
-        from raylink.api.windowed_stream import count_window
-
         return count_window(self, size, slide)
 
 
@@ -668,8 +668,6 @@ class BroadcastConnectedStream:
         return isinstance(self.non_broadcast_stream, KeyedStream)
 
     def process(self, func: Any, output_type: Any = None) -> DataStream:
-        from raylink.api.functions import BroadcastProcessFunction, KeyedBroadcastProcessFunction
-
         keyed = self._is_keyed_stream()
         if isinstance(func, BroadcastProcessFunction) and keyed:
             raise TypeError("BroadcastProcessFunction should be applied to non-keyed DataStream")
@@ -775,17 +773,3 @@ class CachedDataStream(DataStream):
 
     def set_description(self, description: str):
         return self._refuse("Set description")
-
-
-def __getattr__(name: str) -> Any:
-    """PyFlink's ``data_stream`` module also holds the windowed streams and the collect
-    iterator (``raylink migrate`` sends its imports here); they live in other modules."""
-    if name in ("WindowedStream", "AllWindowedStream"):
-        from raylink.api import windowed_stream
-
-        return getattr(windowed_stream, name)
-    if name == "CloseableIterator":
-        from raylink.runtime.job_result import CloseableIterator
-
-        return CloseableIterator
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -25,21 +25,19 @@ working). Not thread-safe (program-building time only).
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Dict, Optional
+from typing import Any, Dict
 
-from raylink.api.configuration import Configuration
-from raylink.api.options import (
+from raylink.api.pyflink_compat.unsupported import UnsupportedFeatureError
+from raylink.core.configuration import Configuration
+from raylink.core.options import (
     CheckpointingOptions,
     CoreOptions,
     MetricOptions,
     PipelineOptions,
     TaskManagerOptions,
-    read_option,
+    job_parameter,
+    parse_global_job_parameters,
 )
-from raylink.api.unsupported import UnsupportedFeatureError
-
-if TYPE_CHECKING:
-    from raylink.api.stream_execution_environment import StreamExecutionEnvironment
 
 AUTO_WATERMARK_INTERVAL = PipelineOptions.AUTO_WATERMARK_INTERVAL.key
 DEFAULT_AUTO_WATERMARK_INTERVAL_MS = PipelineOptions.AUTO_WATERMARK_INTERVAL.default
@@ -56,20 +54,6 @@ def _millis(value: Any, method: str) -> int:
     return value
 
 
-def parse_global_job_parameters(text: Optional[str]) -> Dict[str, str]:
-    """``pipeline.global-job-parameters`` as a dict: a JSON object or Flink's ``k:v,k:v`` form."""
-    if not text:
-        return {}
-    text = text.strip()
-    if text.startswith("{"):
-        try:
-            return {str(k): str(v) for k, v in json.loads(text).items()}
-        except ValueError:
-            text = text[1:-1]
-    pairs = (item.split(":", 1) for item in text.split(",") if item.strip())
-    return {k.strip().strip("'\""): v.strip().strip("'\"") for k, v in pairs}
-
-
 class ExecutionConfig:
     """The settings of one job's execution (PyFlink's ``ExecutionConfig``)."""
 
@@ -78,7 +62,8 @@ class ExecutionConfig:
     #: Flink's ``PARALLELISM_UNKNOWN``
     PARALLELISM_UNKNOWN = -2
 
-    def __init__(self, configuration: Configuration, env: Optional["StreamExecutionEnvironment"] = None) -> None:
+    def __init__(self, configuration: Configuration, env: Any = None) -> None:
+        # env: the StreamExecutionEnvironment this is the config of (it imports this module)
         self._configuration = configuration
         self._env = env
 
@@ -269,11 +254,6 @@ class ExecutionConfig:
 
     def __repr__(self) -> str:
         return f"ExecutionConfig({self._configuration!r})"
-
-
-def job_parameter(settings: Any, key: str) -> Optional[str]:
-    """``key`` of the global job parameters in a task's settings (its job parameters), or None."""
-    return parse_global_job_parameters(read_option(settings, PipelineOptions.GLOBAL_JOB_PARAMETERS)).get(key)
 
 
 __all__ = [

@@ -4,7 +4,7 @@
 
 In PyFlink these wrap Java objects for Java connectors; here they are plain Python
 objects with ``serialize`` / ``deserialize``, usable in a user's own source or sink
-(``raylink.api.connectors.base``). ``BulkWriterFactory`` (Java bulk formats) is a
+(``raylink.core.sink``). ``BulkWriterFactory`` (Java bulk formats) is a
 stand-in that fails on use. The schemas are immutable and thread-safe.
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 import codecs
 from typing import Any
 
-from raylink.api.connectors.file_system import Encoder
-from raylink.api.unsupported import FILES_OR_SPARK, NO_JVM, unsupported_class
+from raylink.api.pyflink_compat.unsupported import FILES_OR_SPARK, NO_JVM, unsupported_class
+from raylink.connectors.file.sink_config import Encoder
 
 
 class SerializationSchema:

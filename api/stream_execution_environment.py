@@ -3,24 +3,29 @@
 It records transformations, turns them into the three graphs on demand
 (``get_stream_graph`` / ``get_job_graph`` / ``get_execution_graph``), and hands
 the job to the executor registered for ``execution.target`` (``"local"``: threads in
-this process, Flink's MiniCluster; ``"ray"``: Ray actors; see :mod:`raylink.runtime.executors`).
+this process, Flink's MiniCluster; ``"ray"``: Ray actors; see :mod:`raylink.runtime.client.executors`).
 """
 
 from __future__ import annotations
 
 import itertools
 import warnings
-from typing import TYPE_CHECKING, Any, Iterable, Optional
+from typing import Any, Iterable, Optional
 
-from raylink.api.configuration import Configuration
 from raylink.api.datastream import DataStream
-from raylink.api.options import (
+from raylink.api.execution_config import ExecutionConfig
+from raylink.api.execution_mode import RuntimeExecutionMode
+from raylink.api.slot_sharing_group import SlotSharingGroup
+from raylink.core.checkpointing import CheckpointConfig
+from raylink.core.configuration import Configuration
+from raylink.core.options import (
     CoreOptions,
     ExecutionOptions,
     PipelineOptions,
     RaylinkOptions,
     validate_enumerated_values,
 )
+from raylink.core.types import apply_declared_type
 from raylink.graph import transformations as T
 from raylink.graph.execution_graph import ExecutionGraph, build_execution_graph
 from raylink.graph.job_graph import JobGraph
@@ -32,11 +37,13 @@ from raylink.graph.stream_graph_generator import (
     validate_max_parallelism,
     validate_parallelism,
 )
-from raylink.runtime.executors import get_executor
-
-if TYPE_CHECKING:
-    from raylink.api.checkpointing import CheckpointConfig
-    from raylink.api.execution_config import ExecutionConfig
+from raylink.runtime.client.executors import get_executor
+from raylink.runtime.client.python_dependencies import (
+    PYTHON_EXECUTABLE,
+    add_python_archive,
+    add_python_file,
+    set_python_requirements,
+)
 
 
 class StreamExecutionEnvironment:
@@ -107,8 +114,6 @@ class StreamExecutionEnvironment:
 
     def get_checkpoint_config(self) -> "CheckpointConfig":
         """PyFlink's ``CheckpointConfig``: a view of this environment's ``execution.checkpointing.*``."""
-        from raylink.api.checkpointing import CheckpointConfig
-
         return CheckpointConfig(self.configuration)
 
     def get_checkpoint_interval(self) -> int:
@@ -118,26 +123,20 @@ class StreamExecutionEnvironment:
         """Run the job in ``RuntimeExecutionMode.STREAMING`` (the default), ``BATCH`` (blocking
         exchanges, keyed operators emit final results, no checkpoints) or ``AUTOMATIC``
         (BATCH when every source is bounded); sets ``execution.runtime-mode``."""
-        from raylink.api.execution_mode import RuntimeExecutionMode
-
         mode = RuntimeExecutionMode.of(execution_mode)
         self.configuration.set_string(ExecutionOptions.RUNTIME_MODE.key, mode.name)
         return self
 
-    # -- Python dependencies (raylink.runtime.python_dependencies) -------------------------
+    # -- Python dependencies (raylink.runtime.client.python_dependencies) ------------------
     def add_python_file(self, file_path: str) -> "StreamExecutionEnvironment":
         """Make a ``.py`` file, a directory of modules, a ``.zip`` or a ``.whl`` importable
         by the job's functions on every TaskExecutor (``python.files``)."""
-        from raylink.runtime.python_dependencies import add_python_file
-
         add_python_file(self.configuration, file_path)
         return self
 
     def add_python_archive(self, archive_path: str, target_dir: Optional[str] = None) -> "StreamExecutionEnvironment":
         """Extract a zip archive into the TaskExecutors' working directory, in the folder
         ``target_dir`` (default: the archive's file name) (``python.archives``)."""
-        from raylink.runtime.python_dependencies import add_python_archive
-
         add_python_archive(self.configuration, archive_path, target_dir)
         return self
 
@@ -146,15 +145,11 @@ class StreamExecutionEnvironment:
     ) -> "StreamExecutionEnvironment":
         """Install a requirements file on the TaskExecutors (offline from
         ``requirements_cache_dir`` when given) (``python.requirements``)."""
-        from raylink.runtime.python_dependencies import set_python_requirements
-
         set_python_requirements(self.configuration, requirements_file_path, requirements_cache_dir)
         return self
 
     def set_python_executable(self, python_exec: str) -> "StreamExecutionEnvironment":
         """The Python interpreter of the TaskExecutors on Ray (``python.executable``)."""
-        from raylink.runtime.python_dependencies import PYTHON_EXECUTABLE
-
         self.configuration.set_string(PYTHON_EXECUTABLE, python_exec)
         return self
 
@@ -180,14 +175,10 @@ class StreamExecutionEnvironment:
 
     def get_config(self) -> "ExecutionConfig":
         """PyFlink's ``ExecutionConfig``: a view of this environment's ``Configuration``."""
-        from raylink.api.execution_config import ExecutionConfig
-
         return ExecutionConfig(self.configuration, self)
 
     def register_slot_sharing_group(self, slot_sharing_group: Any) -> "StreamExecutionEnvironment":
         """Declare a ``SlotSharingGroup``'s resources (recorded, see :mod:`raylink.api.slot_sharing_group`)."""
-        from raylink.api.slot_sharing_group import SlotSharingGroup
-
         if not isinstance(slot_sharing_group, SlotSharingGroup):
             raise TypeError(
                 f"register_slot_sharing_group: expected a SlotSharingGroup, got {type(slot_sharing_group).__name__}"
@@ -246,15 +237,13 @@ class StreamExecutionEnvironment:
             raise TypeError(
                 f"from_collection: collection must be a list or other iterable, got {type(collection).__name__}"
             )
-        from raylink.api.types import apply_declared_type  # elements arrive as the type's coder delivers them
-
         return self._source(
             "source_collection",
             "Collection Source",
             None,
             type_info,
             non_parallel=True,
-            elements=apply_declared_type(type_info, list(collection)),
+            elements=apply_declared_type(type_info, list(collection)),  # as the type's coder delivers them
         )
 
     def from_sequence(self, start: int, end: int) -> DataStream:

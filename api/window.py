@@ -8,8 +8,8 @@ time, ``GlobalWindows``, PyFlink's count assigners), ``triggers`` and ``evictors
 The operator that runs them is ``raylink.operators.window.WindowOperator``.
 """
 
-from raylink.api.evictors import CountEvictor, Evictor, TimeEvictor, TimestampedValue
-from raylink.api.triggers import (
+from raylink.core.evictors import CountEvictor, Evictor, TimeEvictor, TimestampedValue
+from raylink.core.triggers import (
     ContinuousEventTimeTrigger,
     ContinuousProcessingTimeTrigger,
     CountTrigger,
@@ -20,7 +20,7 @@ from raylink.api.triggers import (
     Trigger,
     TriggerResult,
 )
-from raylink.api.window_assigners import (
+from raylink.core.window_assigners import (
     CountSlidingWindowAssigner,
     CountTumblingWindowAssigner,
     DynamicEventTimeSessionWindows,
@@ -36,7 +36,7 @@ from raylink.api.window_assigners import (
     TumblingProcessingTimeWindows,
     WindowAssigner,
 )
-from raylink.api.window_types import MAX_LONG_VALUE, MIN_LONG_VALUE, CountWindow, GlobalWindow, TimeWindow, Window
+from raylink.core.window_types import MAX_LONG_VALUE, MIN_LONG_VALUE, CountWindow, GlobalWindow, TimeWindow, Window
 
 __all__ = [
     "MAX_LONG_VALUE",

@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
-from raylink.api.time import to_millis
 from raylink.api.window import (
     CountEvictor,
     CountTrigger,
@@ -26,9 +25,10 @@ from raylink.api.window import (
     Trigger,
     WindowAssigner,
 )
+from raylink.core.output_tag import OutputTag
+from raylink.core.time import to_millis
 from raylink.graph import transformations as T
 from raylink.graph.operator_spec import OperatorSpec
-from raylink.graph.output_tag import OutputTag
 
 if TYPE_CHECKING:
     from raylink.api.datastream import DataStream, KeyedStream
@@ -231,8 +231,6 @@ class _WindowedStreamBase:
         )
 
     def _build(self, contents: str, function_name: str, output_type: Any, **functions: Any) -> "DataStream":
-        from raylink.api.datastream import DataStream
-
         trigger = self._trigger or self._window_assigner.get_default_trigger(self.get_execution_environment())
         descriptor = WindowOperatorDescriptor(
             assigner=self._window_assigner,
@@ -256,7 +254,7 @@ class _WindowedStreamBase:
         if self._ALL:
             t.parallelism = 1
             t.non_parallel = True
-        return DataStream(env, t)
+        return keyed._derived_stream(t)
 
 
 class WindowedStream(_WindowedStreamBase):
@@ -313,8 +311,6 @@ def count_window_all(data_stream: "DataStream", size: int, slide: int = 0) -> Al
 
 def assign_timestamps_and_watermarks(data_stream: "DataStream", watermark_strategy: Any) -> "DataStream":
     """Flink's ``assignTimestampsAndWatermarks``: a chained operator at the input's parallelism."""
-    from raylink.api.datastream import DataStream
-
     if not callable(getattr(watermark_strategy, "create_watermark_generator", None)):
         raise TypeError(
             f"assign_timestamps_and_watermarks: expected a WatermarkStrategy, got {type(watermark_strategy).__name__}"
@@ -326,7 +322,7 @@ def assign_timestamps_and_watermarks(data_stream: "DataStream", watermark_strate
         T.ONE_INPUT, "Timestamps/Watermarks", [source], operator=spec, output_type=source.output_type
     )
     t.parallelism = source.parallelism
-    return DataStream(env, t)
+    return data_stream._derived_stream(t)
 
 
 __all__ = [

@@ -7,6 +7,6 @@ the quick ones and prints one table of ratios to their baselines.
 
 May import: everything in raylink, like a user program (``api``, and the layers a
 micro-benchmark drives directly: ``operators``, ``shuffle``, ``runtime``); for Ray only
-:mod:`raylink.actors.cluster` (connect, shut down, find TaskExecutor processes), never
-Ray itself. Nothing imports it but the tests that reuse a script's reference.
+``actors`` (:mod:`raylink.actors.cluster`: connect, shut down, find TaskExecutor processes;
+:mod:`raylink.actors.local_ray`: a private Ray head), never Ray itself. Nothing imports it but the tests that reuse a script's reference.
 """

@@ -26,7 +26,18 @@ and ``p``, then the growth factor per 10x parallelism (100 -> 1,000, and 1,000 -
 scaled to a 10x step: ``ratio ** (1 / log10(5))``). Then the wire: bytes of the deploy
 calls and of the objects put once into the object store.
 
+Then the transport at scale (``--transport``, TaskExecutor counts): one TaskExecutor of the
+same job with one slot per TaskExecutor (3 tasks), deployed on a real ``TaskExecutor`` and
+``RayTransport`` whose peers are stub actor handles, every remote input channel requested
+and every remote reader of its subpartitions opened (an ALL_TO_ALL job needs a channel per
+peer pair and edge). Printed: the connections (one per peer each way), channels and readers,
+then the memory that executor took for them: allocated (tracemalloc, requested whether
+touched or not) and resident (RSS growth, measured in a second, untraced process), in total
+and per peer TaskExecutor. Flat per-peer columns mean the cost grows linearly with the
+peers, as the channels must.
+
     python bench/scale.py [--parallelism 100,1000,5000] [--slots 1] [--limit-gb 8]
+                          [--transport 100,250,500,1000]
 """
 
 from __future__ import annotations
@@ -113,7 +124,7 @@ class StubTaskExecutor:
         self.seconds = 0.0  # in deploy: the TaskExecutor's side of the call
 
     def deploy(self, payload: bytes) -> list[str]:
-        from raylink.runtime import deployment
+        from raylink.runtime.job import deployment
 
         started = time.perf_counter()
         try:
@@ -140,10 +151,10 @@ def run_one(parallelism: int, slots: int) -> dict:
     """Every step for one ``p`` (in this process); ``{step: (seconds, peak MiB)}`` and wire figures."""
     import gc
 
-    from raylink.runtime import deployment
     from raylink.runtime.execution_state import ExecutionState
-    from raylink.runtime.job_master import JobMasterBase
-    from raylink.runtime.task_events import AcknowledgeCheckpoint, TaskStateEvent
+    from raylink.runtime.job import deployment
+    from raylink.runtime.job.job_master import JobMasterBase
+    from raylink.runtime.task.task_events import AcknowledgeCheckpoint, TaskStateEvent
 
     results: dict = {"p": parallelism, "steps": {}}
     store = StubObjectStore()
@@ -309,19 +320,21 @@ class StubPeer:
             setattr(self, name, _StubMethod(calls, name))
 
 
-def run_transport(executors: int) -> dict:
+def run_transport(executors: int, traced: bool = True) -> dict:
     """One TaskExecutor (``te-0``) of the job at parallelism ``executors``, one slot per
     TaskExecutor: its tasks deployed on a real :class:`TaskExecutor` with a real
     :class:`RayTransport` whose peers are stubs, every remote channel requested (consumer
     side) and every remote reader of its partitions opened (producer side, as the other
-    executors' requests would). Counts and traced memory of that one executor."""
+    executors' requests would). Counts and memory of that one executor: with ``traced``,
+    what Python allocated meanwhile (tracemalloc: requested, touched or not); without, the
+    growth of the resident set (tracemalloc's own tables would count there)."""
     import gc
     import tracemalloc
 
     from raylink.actors.ray_transport import RayTransport
     from raylink.graph.execution_graph import build_execution_graph
-    from raylink.runtime import deployment
-    from raylink.runtime.task_executor import NetworkSettings, TaskExecutor, process_memory
+    from raylink.runtime.job import deployment
+    from raylink.runtime.task.task_executor import NetworkSettings, TaskExecutor, process_memory
 
     with tempfile.TemporaryDirectory(prefix="raylink-scale-") as checkpoint_dir:
         env = build_env(executors, checkpoint_dir)
@@ -344,8 +357,9 @@ def run_transport(executors: int) -> dict:
     peers = {e: StubPeer(calls) for e in ids}
     gc.collect()
     rss_before = process_memory().get("rssBytes", 0)
-    tracemalloc.start()
-    before, _ = tracemalloc.get_traced_memory()
+    if traced:
+        tracemalloc.start()
+        before, _ = tracemalloc.get_traced_memory()
     holder: dict = {}
     transport = RayTransport("te-0", lambda partition_id: holder["te"].partitions[partition_id])
     transport.register_peers(peers)
@@ -361,8 +375,9 @@ def run_transport(executors: int) -> dict:
                 if consumer != "te-0":
                     channel_id = f"{consumer}#{rpdd.partition_id}#{index}"
                     transport.request_partition(consumer, channel_id, rpdd.partition_id, index, 2)
-    current, _peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
+    if traced:
+        current, _peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
     gc.collect()
     rss = process_memory().get("rssBytes", 0) - rss_before
     handles = len(transport.peers)
@@ -375,29 +390,35 @@ def run_transport(executors: int) -> dict:
         "remote channels": len(transport._channels),
         "remote readers": len(transport._readers),
         "partition requests sent": calls.get("request_partition", 0),
-        "allocated MiB": (current - before) / 2**20,
-        "resident MiB": rss / 2**20,
     }
-    out["resident KiB per peer"] = rss / 1024 / max(1, count - 1)
+    if traced:
+        out["allocated MiB"] = (current - before) / 2**20
+        out["allocated KiB per peer"] = (current - before) / 1024 / max(1, count - 1)
+    else:
+        out["resident MiB"] = rss / 2**20
+        out["resident KiB per peer"] = rss / 1024 / max(1, count - 1)
     te.shutdown(timeout=1)
     return out
 
 
-def _child(parallelism: int, slots: int, limit_gb: float, transport: bool = False) -> None:
+def _child(parallelism: int, slots: int, limit_gb: float, transport: str = "") -> None:
     if limit_gb > 0:
         limit = int(limit_gb * 1024**3)
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     try:
-        out = run_transport(parallelism) if transport else run_one(parallelism, slots)
+        out = run_transport(parallelism, transport == "traced") if transport else run_one(parallelism, slots)
     except MemoryError:
         out = {"p": parallelism, "error": f"MemoryError (address space limited to {limit_gb} GB)"}
     print("RESULT " + json.dumps(out))
 
 
-def measure(parallelism: int, slots: int, limit_gb: float, timeout: float, transport: bool = False) -> dict:
+def measure(parallelism: int, slots: int, limit_gb: float, timeout: float, transport: str = "") -> dict:
+    """One run in a fresh subprocess; ``transport``: "traced" or "resident" for the
+    transport table's two runs (``run_transport``), "" for the graph steps."""
     env = dict(os.environ, PYTHONPATH=PACKAGE_PARENT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     argv = [sys.executable, "-m", "raylink.bench.scale", "--child", str(parallelism)]
-    argv += ["--slots", str(slots), "--limit-gb", str(limit_gb)] + (["--transport-child"] if transport else [])
+    argv += ["--slots", str(slots), "--limit-gb", str(limit_gb)]
+    argv += ["--transport-child", transport] if transport else []
     try:
         proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -484,8 +505,20 @@ def print_transport(runs: list[dict]) -> None:
         "partition requests sent",
     ):
         print(f"{key:<26}" + "".join(f"{r[key]:>18,}" for r in ok))
-    for key in ("allocated MiB", "resident MiB", "resident KiB per peer"):
-        print(f"{key:<26}" + "".join(f"{r[key]:>18.2f}" for r in ok))
+    for key in ("allocated MiB", "allocated KiB per peer", "resident MiB", "resident KiB per peer"):
+        print(f"{key:<26}" + "".join(f"{r[key]:>18.2f}" if key in r else f"{'-':>18}" for r in ok))
+
+
+def measure_transport(executors: int, limit_gb: float, timeout: float) -> dict:
+    """The transport table's column for ``executors``: allocations from a traced run, the
+    resident set from an untraced one (each in its own process)."""
+    out = measure(executors, 1, limit_gb, timeout, transport="traced")
+    if "error" not in out:
+        resident = measure(executors, 1, limit_gb, timeout, transport="resident")
+        if "error" in resident:
+            return resident
+        out.update(resident)
+    return out
 
 
 def main(argv: Optional[list] = None) -> int:
@@ -499,10 +532,10 @@ def main(argv: Optional[list] = None) -> int:
         "--transport", default="100,250,500,1000", help="TaskExecutor counts for the transport table ('': none)"
     )
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--transport-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--transport-child", choices=("traced", "resident"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
-        _child(args.child, args.slots, args.limit_gb, args.transport_child)
+        _child(args.child, args.slots, args.limit_gb, args.transport_child or "")
         return 0
     runs = []
     for p in (int(x) for x in args.parallelism.split(",") if x):
@@ -510,7 +543,7 @@ def main(argv: Optional[list] = None) -> int:
     print_tables(runs)
     transport = []
     for n in (int(x) for x in args.transport.split(",") if x):
-        transport.append(measure(n, 1, args.limit_gb, args.timeout, transport=True))
+        transport.append(measure_transport(n, args.limit_gb, args.timeout))
     if transport:
         print()
         print_transport(transport)

@@ -23,16 +23,16 @@ so no other driver on the machine finds it) and stops it, with the session, at t
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from raylink.actors.local_ray import start_ray_head
 
 JOB = """
 import sys
@@ -62,37 +62,8 @@ def _timed(argv: list[str], env: dict) -> float:
 
 
 def _start_ray(temp_dir: str) -> tuple[subprocess.Popen, str]:
-    from raylink.actors.ray_transport import RAY_SYSTEM_CONFIG
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ray_cli = os.path.join(os.path.dirname(PYTHON), "ray")
-    proc = subprocess.Popen(
-        [
-            ray_cli,
-            "start",
-            "--head",
-            "--block",
-            f"--port={port}",
-            f"--temp-dir={temp_dir}",
-            "--include-dashboard=false",
-            f"--system-config={json.dumps(RAY_SYSTEM_CONFIG)}",
-        ],
-        stdout=open(temp_dir + ".log", "w"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                time.sleep(2.0)  # the raylet registers after the GCS listens
-                return proc, f"127.0.0.1:{port}"
-        except OSError:
-            time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGTERM)
-    raise RuntimeError("the bench's Ray head did not start")
+    """The bench's private Ray head (its own temp dir, so no other driver on the machine finds it)."""
+    return start_ray_head(open(temp_dir + ".log", "w"), temp_dir=temp_dir, timeout_s=90, settle_s=2.0)
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ What it holds, one module per sub-command group:
 * ``common`` -- exit codes, error reporting, cluster addresses and auth tokens.
 
 What it may import: everything of raylink (``api``, ``runtime``, ``actors``,
-``connectors``, ``loadtest``) and Ray; nothing imports it back. Sub-command modules
-are imported only when their command runs, so this package is cheap to import.
+``connectors``, ``loadtest``); Ray only through ``actors`` (never ``import ray`` here);
+nothing imports it back. Sub-command modules are imported only when their command runs
+(and Ray only by the handlers that need it), so this package is cheap to import.
 """

@@ -22,11 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
-import subprocess
-import sys
-import time
 from typing import Any, Optional
 
 from raylink.cli.common import EXIT_CODES_HELP, EXIT_JOB_FAILED, EXIT_OK, CliError
@@ -40,8 +36,6 @@ EXAMPLES = """examples:
   raylink cluster cancel JOB_ID
   raylink cluster stop
 """
-RAY_START_TIMEOUT_S = 60.0
-RAY_STOP_TIMEOUT_S = 30.0
 
 
 def add_parser(sub: Any, fmt: type, handler: Any) -> None:
@@ -121,37 +115,20 @@ def _connect(address: Optional[str], start_local: bool = False) -> Optional[int]
         # Ray sends the token to a cluster named by its address only in token mode, read when Ray
         # is imported: say so now (a local Ray found instead gets the same token either way).
         os.environ.setdefault("RAY_AUTH_MODE", "token")
-    from ray._private.services import canonicalize_bootstrap_address
-
+    from raylink.actors.local_ray import local_ray_address
     from raylink.actors.ray_executor import init_ray
 
-    try:
-        found = canonicalize_bootstrap_address("auto")  # a Ray on this machine (no connection made)
-    except ConnectionError:
-        found = None
-    if found is None or not _listening(found):  # a stopped Ray's address file stays behind
-        if not start_local:
-            raise CliError(
-                EXIT_JOB_FAILED,
-                "raylink cluster: no session cluster (no Ray running on this machine; "
-                "give --address or set RAY_ADDRESS)",
-            ) from None
-    else:
+    if local_ray_address() is not None:  # a Ray on this machine (a stopped one's address file stays behind)
         init_ray("auto", configure_logging=False, log_to_driver=False)
         return None
+    if not start_local:
+        raise CliError(
+            EXIT_JOB_FAILED,
+            "raylink cluster: no session cluster (no Ray running on this machine; give --address or set RAY_ADDRESS)",
+        ) from None
     pid, address = _start_local_ray()
     connect_ray(address)
     return pid
-
-
-def _listening(address: str) -> bool:
-    """True when something accepts connections at ``host:port``."""
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host, int(port)), timeout=1.0):
-            return True
-    except (OSError, ValueError):
-        return False
 
 
 def open_ray_log(port: int) -> Any:
@@ -166,48 +143,19 @@ def open_ray_log(port: int) -> Any:
 def _start_local_ray() -> tuple[int, str]:
     """``ray start --head --block`` in the background (its own session, so it outlives this
     command) with raylink's system config; returns its process id and the head's address."""
-    from raylink.actors.ray_transport import RAY_SYSTEM_CONFIG
+    from raylink.actors.local_ray import RayStartError, free_port, start_ray_head
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
-    log = open_ray_log(port)
-    proc = subprocess.Popen(
-        [
-            ray_cli,
-            "start",
-            "--head",
-            "--block",
-            f"--port={port}",
-            "--include-dashboard=false",
-            f"--system-config={json.dumps(RAY_SYSTEM_CONFIG)}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + RAY_START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise CliError(
-                EXIT_JOB_FAILED, f"raylink cluster start: `ray start` exited with {proc.returncode}; see {log.name}"
-            )
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return proc.pid, f"127.0.0.1:{port}"
-        except OSError:
-            time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGTERM)
-    raise CliError(
-        EXIT_JOB_FAILED,
-        f"raylink cluster start: the local Ray did not start within {RAY_START_TIMEOUT_S:.0f} s; see {log.name}",
-    )
+    port = free_port()
+    try:
+        proc, address = start_ray_head(open_ray_log(port), port)
+    except RayStartError as exc:
+        raise CliError(EXIT_JOB_FAILED, f"raylink cluster start: {exc}") from None
+    return proc.pid, address
 
 
 def cmd_start(args: Any) -> int:
-    from raylink.api.options import RaylinkOptions
-    from raylink.runtime.rest_cluster_client import InsecureBindError, check_rest_bind_address
+    from raylink.core.options import RaylinkOptions
+    from raylink.runtime.client.rest_endpoint import InsecureBindError, check_rest_bind_address
 
     if args.executors < 0:
         raise CliError(2, f"raylink cluster start: --executors must be >= 0, got {args.executors}")
@@ -219,12 +167,11 @@ def cmd_start(args: Any) -> int:
             raise CliError(2, f"raylink cluster start: {exc}") from None
     pool_size = RaylinkOptions.SESSION_POOL_SIZE.default if args.pool_size is None else args.pool_size
     ray_pid = _connect(args.address, start_local=True)
-    import ray
-
+    from raylink.actors.cluster import gcs_address, shutdown_ray
     from raylink.actors.ray_executor import _executor_runtime_env
-    from raylink.actors.session_entrypoint import start_session
+    from raylink.actors.session_entrypoint import session_status, start_session
 
-    info = {"address": ray.get_runtime_context().gcs_address}
+    info = {"address": gcs_address()}
     if ray_pid is not None:
         info.update(rayPid=ray_pid, rayHost=socket.gethostname())
     try:
@@ -239,7 +186,7 @@ def cmd_start(args: Any) -> int:
         )
     except (RuntimeError, OSError) as exc:
         raise CliError(EXIT_JOB_FAILED, f"raylink cluster start: {exc}") from None
-    rest_url = ray.get(session.status.remote()).get("restUrl")
+    rest_url = session_status(session).get("restUrl")
     print(
         f"raylink cluster: session cluster started on {info['address']} with {args.executors} warm "
         f"TaskExecutor(s) (pool size {pool_size})" + (" and a local Ray" if ray_pid else "")
@@ -254,7 +201,7 @@ def cmd_start(args: Any) -> int:
         )
     if ray_pid is None:
         print(f"run jobs with RAY_ADDRESS={info['address']}")
-    ray.shutdown()
+    shutdown_ray()
     return EXIT_OK
 
 
@@ -271,7 +218,7 @@ def _start_spark(args: Any) -> dict:
         if value is not None
     }
     try:
-        from raylink.connectors.spark.shared_session import start_shared_spark
+        from raylink.connectors.spark.shared_session_actor import start_shared_spark
 
         return start_shared_spark(options)
     except (ImportError, RuntimeError) as exc:
@@ -282,13 +229,13 @@ def _start_spark(args: Any) -> dict:
 
 
 def _shared_spark() -> Any:
-    """``raylink.connectors.spark.shared_session``, or None without the ``raylink[spark]`` extra
-    (no warm Spark session can then have been started)."""
+    """``raylink.connectors.spark.shared_session_actor``, or None without the ``raylink[spark]``
+    extra (no warm Spark session can then have been started)."""
     try:
-        from raylink.connectors.spark import shared_session
+        from raylink.connectors.spark import shared_session_actor
     except ImportError:
         return None
-    return shared_session
+    return shared_session_actor
 
 
 def _stop_spark() -> Optional[dict]:
@@ -299,13 +246,12 @@ def _stop_spark() -> Optional[dict]:
 
 def cmd_stop(args: Any) -> int:
     _connect(args.address)
-    import ray
-
+    from raylink.actors.cluster import shutdown_ray
     from raylink.actors.session_entrypoint import stop_session
 
     spark = _stop_spark()
     status = stop_session()
-    ray.shutdown()
+    shutdown_ray()
     if status is None:
         raise CliError(EXIT_JOB_FAILED, "raylink cluster stop: no session cluster is running on this Ray cluster")
     print(f"raylink cluster: session cluster stopped ({status['killed']} TaskExecutor(s) released)")
@@ -313,50 +259,24 @@ def cmd_stop(args: Any) -> int:
         print(f"raylink cluster: warm Spark session {spark.get('applicationId', '')} stopped")
     pid = status.get("rayPid")
     if pid and status.get("rayHost") == socket.gethostname():
-        _stop_local_ray(pid, status.get("address", ""))
+        from raylink.actors.local_ray import stop_ray_head
+
+        if stop_ray_head(pid, status.get("address", "")):
+            print(f"raylink cluster: stopped the local Ray (pid {pid})")
     return EXIT_OK
-
-
-def _stop_local_ray(pid: int, address: str) -> None:
-    """End the ``ray start --block`` that ``start`` launched (it stops its Ray) and wait for it;
-    then drop Ray's address file if it still names that Ray, as ``ray stop`` does (a later
-    ``ray.init()`` on this machine would otherwise try the stopped cluster for minutes)."""
-    import psutil
-    from ray._common.utils import get_ray_address_file
-
-    try:
-        group = psutil.Process(pid)
-        os.killpg(pid, signal.SIGTERM)
-    except (ProcessLookupError, psutil.NoSuchProcess):
-        return
-    try:
-        group.wait(RAY_STOP_TIMEOUT_S)
-    except psutil.TimeoutExpired:
-        os.killpg(pid, signal.SIGKILL)
-    print(f"raylink cluster: stopped the local Ray (pid {pid})")
-    path = get_ray_address_file(None)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            stale = fh.read().strip() == address
-        if stale:
-            os.remove(path)
-    except OSError:
-        pass
 
 
 def cmd_status(args: Any) -> int:
     _connect(args.address)
-    import ray
-
-    from raylink.actors.dispatcher import find_dispatcher
+    from raylink.actors.cluster import shutdown_ray
+    from raylink.actors.dispatcher import submitted_jobs
     from raylink.actors.session_entrypoint import session_status
 
     status = session_status()
     if status is not None:
         status["spark"] = _spark_status()
-        dispatcher = find_dispatcher()
-        status["submittedJobs"] = ray.get(dispatcher.jobs.remote()) if dispatcher is not None else []
-    ray.shutdown()
+        status["submittedJobs"] = submitted_jobs()
+    shutdown_ray()
     if status is None:
         raise CliError(EXIT_JOB_FAILED, "raylink cluster status: no session cluster is running on this Ray cluster")
     if args.json:
@@ -385,13 +305,11 @@ def cmd_status(args: Any) -> int:
 
 def cmd_cancel(args: Any) -> int:
     _connect(args.address)
-    import ray
+    from raylink.actors.cluster import shutdown_ray
+    from raylink.actors.dispatcher import cancel_submitted_job
 
-    from raylink.actors.dispatcher import find_dispatcher
-
-    dispatcher = find_dispatcher()
-    status = ray.get(dispatcher.cancel_job.remote(args.job_id)) if dispatcher is not None else None
-    ray.shutdown()
+    status = cancel_submitted_job(args.job_id)
+    shutdown_ray()
     if status is None:
         raise CliError(
             EXIT_JOB_FAILED, f"raylink cluster cancel: no job {args.job_id} was submitted to this session cluster"
@@ -402,9 +320,12 @@ def cmd_cancel(args: Any) -> int:
 
 def _spark_status() -> Optional[dict]:
     """The warm Spark session's figures (the gateway's secret left out), else None."""
-    shared = _shared_spark()
     try:
-        info = None if shared is None else shared.shared_spark_info()
+        from raylink.connectors.spark.shared_session import shared_spark_info
+    except ImportError:  # no raylink[spark] extra: no warm Spark session can have been started
+        return None
+    try:
+        info = shared_spark_info()
     except Exception:  # noqa: BLE001 - not answering: reported as none
         return None
     if info:

@@ -2,7 +2,7 @@
 
 Keys are Flink's names where Flink has one (``parallelism.default``,
 ``taskmanager.numberOfTaskSlots``, ``execution.buffer-timeout``, ...); each value is
-checked and converted by the option registered for its key (:mod:`raylink.api.options`),
+checked and converted by the option registered for its key (:mod:`raylink.core.options`),
 keys nobody registered pass through with a warning naming the closest known key. A YAML
 file may be flat (``parallelism.default: 2``) or nested like Flink's
 ``config.yaml`` (``parallelism: {default: 2}``). Values are normalised to what
@@ -15,14 +15,13 @@ variable, which ``StreamExecutionEnvironment`` merges under explicit settings.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Optional
 
 import yaml
 
-from raylink.api.configuration import CONF_ENV_VAR
-from raylink.api.options import IllegalConfigurationError, all_options, find_option, unknown_key_message
+from raylink.core.configuration import CONF_ENV_VAR, environment_settings
+from raylink.core.options import IllegalConfigurationError, all_options, find_option, unknown_key_message
 from raylink.errors import RaylinkError
 
 
@@ -102,15 +101,10 @@ def build_conf(conf_file: Optional[str], pairs: list[str]) -> tuple[dict[str, An
 
 def conf_from_environment() -> dict[str, Any]:
     """What ``RAYLINK_CONF`` holds already (e.g. set by ``raylink submit``)."""
-    text = os.environ.get(CONF_ENV_VAR)
-    if not text:
-        return {}
     try:
-        data = json.loads(text)
-    except ValueError:
-        raise ConfError(f"{CONF_ENV_VAR} is not valid JSON: {text[:80]!r}") from None
-    if not isinstance(data, dict):
-        raise ConfError(f"{CONF_ENV_VAR} must be a JSON object")
+        data = environment_settings()
+    except ValueError as exc:
+        raise ConfError(str(exc)) from None
     try:  # checked like --conf: a bad inherited value is a usage error here, not a traceback later
         return {key: normalize(key, value) for key, value in data.items()}
     except ConfError as exc:

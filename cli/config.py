@@ -1,6 +1,6 @@
 """``raylink config [KEY] [--markdown]``: the options registry as a table.
 
-Every option registered in :mod:`raylink.api.options` with its type, default and
+Every option registered in :mod:`raylink.core.options` with its type, default and
 description -- as plain text, as the Markdown table the README carries (a test
 keeps the two equal), or one option in detail. An unknown key exits with 2 and the
 closest known key. Pure formatting over the registry; no Ray.
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from raylink.api import options as registry
-from raylink.api.options import ConfigOption, find_option, unknown_key_message
 from raylink.cli.common import EXIT_OK, EXIT_USAGE, CliError, reject_extra
+from raylink.core import options as registry
+from raylink.core.options import ConfigOption, find_option, unknown_key_message
 
 UNITS_NOTE = (
     "Durations: `100`, `100 ms`, `2 s`, `1 min` (read as milliseconds); memory sizes: "

@@ -4,7 +4,7 @@ Connects to the Ray cluster the job runs on (``--address``, else ``$RAY_ADDRESS`
 the local cluster), finds the job's TaskExecutor actors by their names
 (:func:`raylink.actors.ray_actors.find_task_executors`; ``JOB_ID`` is the raylink job id
 ``raylink run`` prints, or a unique prefix of it) and asks each for its
-:meth:`~raylink.runtime.task_executor.TaskExecutor.memory_report`: RSS, glibc heap in
+:meth:`~raylink.runtime.task.task_executor.TaskExecutor.memory_report`: RSS, glibc heap in
 use / free, Python objects by type (and their growth since the executor's first
 report), network buffers, queued buffers per channel, state entries per operator and
 the top allocation sites. The first call starts ``tracemalloc`` in the executors (it
@@ -31,9 +31,9 @@ MIB = 2**20
 
 def _connect(address: Any) -> bool:
     """Connect to the job's Ray cluster; True when this call connected (and so disconnects)."""
-    import ray
+    from raylink.actors.cluster import connect_to, ray_connected
 
-    if ray.is_initialized():
+    if ray_connected():
         return False
     address = address or os.environ.get("RAY_ADDRESS") or "auto"
     if address == "local":
@@ -43,7 +43,7 @@ def _connect(address: Any) -> bool:
             "the cluster the job runs on (--address HEAD:6379, or auto)",
         )
     try:
-        ray.init(address=address, log_to_driver=False, configure_logging=False)
+        connect_to(address)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         cause = exc.__cause__
         hint = (
@@ -117,40 +117,25 @@ def format_report(report: dict, top: int) -> list[str]:
     return lines
 
 
-def _trim(handles: dict, timeout: float) -> dict:
-    """``malloc_trim`` in every executor: ``{executor: RSS change in bytes}``."""
-    import ray
-
-    refs = {h.trim_heap.remote(): e for e, h in handles.items()}
-    ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout)
-    out = {}
-    for ref in ready:
-        try:
-            out[refs[ref]] = ray.get(ref)
-        except Exception:  # noqa: BLE001 - an executor that ended meanwhile
-            pass
-    return out
-
-
 def cmd_debug_memory(args: Any) -> int:
     reject_extra(args, "debug memory")
     if args.top < 1:
         raise CliError(EXIT_USAGE, f"raylink debug memory: --top must be >= 1, got {args.top}")
     connected = _connect(args.address)
     try:
-        from raylink.actors.ray_actors import find_task_executors, memory_reports
+        from raylink.actors.ray_actors import find_task_executors, memory_reports, trim_heaps
 
         try:
             handles = find_task_executors(args.job_id)
         except LookupError as exc:
             raise CliError(EXIT_NO_SUCH_JOB, f"raylink debug memory: {exc}") from None
-        trimmed = _trim(handles, args.timeout) if args.trim else {}
+        trimmed = trim_heaps(handles, args.timeout) if args.trim else {}
         reports = memory_reports(handles, args.top, not args.no_tracemalloc, timeout=args.timeout)
     finally:
         if connected:
-            import ray
+            from raylink.actors.cluster import shutdown_ray
 
-            ray.shutdown()
+            shutdown_ray()
     for report in reports:
         if report.get("executor") in trimmed:
             report["trimmedRssBytes"] = trimmed[report["executor"]]

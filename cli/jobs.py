@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import logging
 import os
 import re
 import shlex
@@ -26,8 +25,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from raylink.api.configuration import CONF_ENV_VAR
-from raylink.api.options import RaylinkOptions
+from raylink.actors.job_submission import DashboardAuthenticationError, files_ray_packs, job_submission_client
 from raylink.cli.common import (
     EXIT_JOB_FAILED,
     EXIT_NO_SUCH_JOB,
@@ -44,6 +42,8 @@ from raylink.cli.common import (
 )
 from raylink.cli.progress import LOG_PREFIX
 from raylink.cli.run import prepare_conf
+from raylink.core.configuration import CONF_ENV_VAR
+from raylink.core.options import RaylinkOptions
 
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 # Ray's runtime_env ``excludes`` (gitignore syntax, relative to the working_dir). Ray itself also
@@ -83,27 +83,16 @@ SECRET_EXCLUDES = [
     "service-account*.json",
     "*.tfstate",
 ]
-IGNORE_GITIGNORE_ENV = "RAY_RUNTIME_ENV_IGNORE_GITIGNORE"  # Ray's switch: "1" uploads .gitignore'd files
 SHIP_MODES = ("py_modules", "pip", "installed")
-QUIET_LOGGERS = (
-    "ray.dashboard.modules.job.sdk",
-    "ray.dashboard.modules.dashboard_sdk",
-    "ray._private.runtime_env.packaging",
-)
 
 
 # -- connecting ------------------------------------------------------------------------------------
 def connect(address_arg: Optional[str]) -> tuple[Any, str]:
-    from ray.exceptions import AuthenticationError
-    from ray.job_submission import JobSubmissionClient
-
-    for name in QUIET_LOGGERS:  # the SDK's INFO lines (uploads, websocket closed) are noise here
-        logging.getLogger(name).setLevel(logging.WARNING)
     address = dashboard_address(address_arg)
     check_dashboard(address)
     try:
-        return JobSubmissionClient(address, headers=auth_headers(address)), address
-    except AuthenticationError:
+        return job_submission_client(address, auth_headers(address)), address
+    except DashboardAuthenticationError:
         raise CliError(
             EXIT_UNREACHABLE,
             f"raylink: the Ray dashboard at {address} refused the request: it needs "
@@ -193,32 +182,11 @@ def size_text(n: int) -> str:
     return f"{value:.1f} {unit}"
 
 
-def _walk_like_ray(root: str, excludes: list[str]) -> list[tuple[str, int]]:
-    """The files Ray packs for ``working_dir=root`` with ``excludes``: Ray's own traversal
-    (its gitignore-syntax matching, .gitignore / .rayignore in every folder)."""
-    from pathlib import Path
-
-    from ray._private.runtime_env.packaging import _dir_travel, _get_excludes
-
-    base = Path(root).absolute()
-    found: list[tuple[str, int]] = []
-
-    def handler(path: Path) -> None:
-        if path.is_file():
-            found.append((path.relative_to(base).as_posix(), path.stat().st_size))
-
-    include_gitignore = os.environ.get(IGNORE_GITIGNORE_ENV, "0") != "1"
-    quiet = logging.getLogger("raylink.submit.walk")
-    quiet.setLevel(logging.WARNING)
-    _dir_travel(base, [_get_excludes(base, list(excludes))], handler, include_gitignore=include_gitignore, logger=quiet)
-    return sorted(found)
-
-
 def plan_upload(job_dir: str) -> UploadPlan:
     """The working_dir upload of ``raylink submit`` (``WORKING_DIR_EXCLUDES`` + ``SECRET_EXCLUDES``
     + the tree's .gitignore / .rayignore files), computed the way Ray packs it."""
-    files = _walk_like_ray(job_dir, WORKING_DIR_EXCLUDES + SECRET_EXCLUDES)
-    without_deny_list = _walk_like_ray(job_dir, WORKING_DIR_EXCLUDES)
+    files = files_ray_packs(job_dir, WORKING_DIR_EXCLUDES + SECRET_EXCLUDES)
+    without_deny_list = files_ray_packs(job_dir, WORKING_DIR_EXCLUDES)
     kept = {path for path, _ in files}
     return UploadPlan(os.path.abspath(job_dir), files, [p for p, _ in without_deny_list if p not in kept])
 

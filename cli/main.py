@@ -223,7 +223,7 @@ def _add_config(sub: Any, fmt: type) -> None:
         "config",
         help="list the configuration options with types, defaults, descriptions",
         description="Show raylink's configuration options (the options registry, "
-        "raylink.api.options): every option, or one.",
+        "raylink.core.options): every option, or one.",
         epilog=CONFIG_EXAMPLES + "\n" + EXIT_CODES_HELP,
         formatter_class=fmt,
     )

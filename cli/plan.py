@@ -1,7 +1,7 @@
 """``raylink plan job.py``: print a program's JobGraph without running it.
 
 The program runs with ``execute()`` intercepted -- Flink's ``OptimizerPlanEnvironment``
-trick, through the public executor hook (:func:`raylink.runtime.executors.executor_context`)
+trick, through the public executor hook (:func:`raylink.runtime.client.executors.executor_context`)
 -- so the job is compiled but never started. Not thread-safe: it swaps ``sys.argv``.
 """
 
@@ -16,7 +16,7 @@ from typing import Optional
 
 from raylink.api.stream_execution_environment import StreamExecutionEnvironment
 from raylink.graph.job_graph import JobGraph
-from raylink.runtime.executors import executor_context
+from raylink.runtime.client.executors import executor_context
 
 
 class _PlanCaptured(Exception):

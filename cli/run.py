@@ -17,8 +17,6 @@ import sys
 import traceback
 from typing import Any, Iterator, Optional
 
-from raylink.api.configuration import CONF_ENV_VAR
-from raylink.api.options import RaylinkOptions, read_option
 from raylink.cli.common import (
     EXIT_JOB_FAILED,
     EXIT_OK,
@@ -39,8 +37,10 @@ from raylink.cli.progress import (
     resolve_mode,
     write_result_file,
 )
-from raylink.runtime.executors import executor_context
-from raylink.runtime.job_result import JobExecutionException
+from raylink.core.configuration import CONF_ENV_VAR
+from raylink.core.options import RaylinkOptions, read_option
+from raylink.runtime.client.executors import executor_context
+from raylink.runtime.client.job_result import JobExecutionException
 from raylink.runtime.metrics import MetricsPortError
 
 

@@ -1,14 +1,13 @@
-"""raylink.connectors: the runtime side of connectors, what runs in TaskExecutors and on the driver
-for the sources and sinks of the DataStream API.
+"""raylink.connectors: one folder per connector, each whole — its API classes and the runtime
+side that runs in TaskExecutors and on the driver.
 
-Holds :mod:`~raylink.connectors.file_sink` (the exactly-once ``FileSink``'s writer and
-committer; its API is :mod:`raylink.api.connectors.file_system`) and
-:mod:`~raylink.connectors.spark` (the Spark bridge through RayDP; the ``raylink[spark]``
-extra).
+* :mod:`~raylink.connectors.file` — the exactly-once ``FileSink`` and the ``FileSource``;
+* :mod:`~raylink.connectors.spark` — the Spark bridge through RayDP (``env.from_spark``,
+  ``from_spark_table``, ``sink_to_spark``; the ``raylink[spark]`` extra).
 
-May import: Ray and every other raylink package except ``cli`` and ``loadtest``
-(``api``, ``graph``, ``operators``, ``shuffle``, ``runtime``, ``actors``). The
-dependency points one way: ``runtime`` and ``actors`` never import ``connectors``
-(connectors register hooks, e.g. the Spark result reader); the API imports a connector
-module lazily, only when its method (``sink_to_spark``, ``FileSink``'s writer) is used.
+May import: ``actors`` and every floor below it (``runtime``, ``operators``, ``state``,
+``shuffle``, ``graph``, ``core``), Ray and Spark (in ``spark/`` only). Never ``api`` or the
+tools above it: the API imports a connector (the Spark one lazily, when its method is called,
+since it needs the extra), never the other way round; ``runtime`` and ``actors`` never import
+``connectors`` (connectors register hooks, e.g. the Spark result reader).
 """

@@ -5,7 +5,7 @@ operator state a ``CheckpointedFunction`` keeps (``get_list_state`` /
 ``get_union_list_state`` of the ``FunctionInitializationContext``).
 
 ``CheckpointConfig`` is a view over the environment's ``Configuration``: every
-setting is an ``execution.checkpointing.*`` key (``api/options.py``), so a job's
+setting is an ``execution.checkpointing.*`` key (``core/options.py``), so a job's
 YAML file or ``--conf`` configures the same things.
 """
 
@@ -14,8 +14,11 @@ from __future__ import annotations
 import enum
 from typing import Any, Optional
 
-from raylink.api.configuration import Configuration
-from raylink.api.options import CheckpointingOptions
+from raylink.core.configuration import Configuration
+from raylink.core.options import CheckpointingOptions
+
+#: where checkpoints go when ``execution.checkpointing.dir`` is not set (under the working directory)
+DEFAULT_CHECKPOINTS_DIR = "raylink-checkpoints"
 
 
 class CheckpointingMode(enum.Enum):
@@ -157,6 +160,7 @@ class FunctionInitializationContext:
 
 __all__ = [
     "CheckpointConfig",
+    "DEFAULT_CHECKPOINTS_DIR",
     "CheckpointListener",
     "CheckpointedFunction",
     "CheckpointingMode",

@@ -1,7 +1,7 @@
 """PyFlink's ``Configuration``: string keys (Flink's names), typed getters and setters.
 
 ``get(option)`` / ``set(option, value)`` take a registered ``ConfigOption``
-(:mod:`raylink.api.options`, the one home of every key, its type and default) and
+(:mod:`raylink.core.options`, the one home of every key, its type and default) and
 convert the value to the option's type. The string-key getters (``get_integer`` ...)
 return the stored value as that type, else the caller's default, else the registered
 option's default -- the registry is where defaults live; this module keeps none.
@@ -19,7 +19,7 @@ import json
 import os
 from typing import Any, Optional
 
-from raylink.api.options import ConfigOption, IllegalConfigurationError, check_enumerated_value, find_option
+from raylink.core.options import ConfigOption, IllegalConfigurationError, check_enumerated_value, find_option
 
 # A JSON object of configuration keys for every environment created in this
 # process (the CLI sets it); explicit settings win over it.
@@ -27,6 +27,21 @@ CONF_ENV_VAR = "RAYLINK_CONF"
 
 
 _UNSET = object()
+
+
+def environment_settings() -> dict[str, Any]:
+    """The settings in ``RAYLINK_CONF`` (a JSON object; set by the raylink CLI), as they are;
+    empty when unset. ``ValueError`` when it is not valid JSON or not an object."""
+    text = os.environ.get(CONF_ENV_VAR)
+    if not text:
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise ValueError(f"{CONF_ENV_VAR} is not valid JSON: {text[:80]!r}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{CONF_ENV_VAR} must be a JSON object, got {type(data).__name__}")
+    return data
 
 
 class Configuration:
@@ -64,7 +79,7 @@ class Configuration:
         return option.default
 
     def get(self, option: ConfigOption, default_value: Any = _UNSET) -> Any:
-        """The value of a registered ``ConfigOption`` (``api/options.py``), converted to its
+        """The value of a registered ``ConfigOption`` (``core/options.py``), converted to its
         type (durations in ms, memory sizes in bytes), from its key or a fallback key."""
         for key in (option.key, *option.fallback_keys):
             if key in self._data:
@@ -120,19 +135,11 @@ class Configuration:
         """The configuration in ``RAYLINK_CONF`` (JSON object), empty when unset; an enumerated
         key's value outside its accepted set raises ``IllegalConfigurationError``."""
         conf = Configuration()
-        text = os.environ.get(CONF_ENV_VAR)
-        if text:
+        for key, value in environment_settings().items():
             try:
-                data = json.loads(text)
-            except ValueError:
-                raise ValueError(f"{CONF_ENV_VAR} is not valid JSON: {text[:80]!r}") from None
-            if not isinstance(data, dict):
-                raise ValueError(f"{CONF_ENV_VAR} must be a JSON object, got {type(data).__name__}")
-            for key, value in data.items():
-                try:
-                    conf._put(key, value)
-                except IllegalConfigurationError as exc:
-                    raise IllegalConfigurationError(f"{CONF_ENV_VAR}: {exc}") from None
+                conf._put(key, value)
+            except IllegalConfigurationError as exc:
+                raise IllegalConfigurationError(f"{CONF_ENV_VAR}: {exc}") from None
         return conf
 
     def __repr__(self) -> str:

@@ -25,7 +25,7 @@ SQL_DATE               a ``datetime.date`` (a datetime's date)
 SQL_TIME               a naive ``datetime.time`` in milliseconds
 SQL_TIMESTAMP          a naive ``datetime.datetime`` in milliseconds (an aware one keeps its
                        wall-clock time and drops the zone)
-INSTANT                a ``raylink.api.time.Instant``
+INSTANT                a ``raylink.core.time.Instant``
 PICKLED_BYTE_ARRAY     any value, as it is
 PRIMITIVE_ARRAY(BYTE)  ``bytes`` (bytes, bytearray, memoryview)
 PRIMITIVE_ARRAY(T)     a ``list`` of T (a list or tuple; no None element)
@@ -54,10 +54,12 @@ import decimal
 import operator
 import struct
 from collections.abc import Mapping
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from raylink.core.reprs import record_repr
+from raylink.core.row import Row, RowKind, make_row
+from raylink.core.time import Instant
 from raylink.errors import RaylinkError
-from raylink.shuffle.reprs import record_repr
 
 __all__ = [
     "RecordTypeError",
@@ -67,6 +69,7 @@ __all__ = [
     "qualified_name",
     "INT_RANGES",
     "FLOAT32_MAX",
+    "BASIC_PYTHON_TYPES",
     "BASIC_TYPE_NAMES",
     "round_float32",
 ]
@@ -81,10 +84,22 @@ INT_RANGES = {
 }
 #: the largest finite float32
 FLOAT32_MAX = struct.unpack("<f", b"\xff\xff\x7f\x7f")[0]
-#: basic types a flat declaration may hold (``raylink.shuffle.codec.DeclaredFlatType``)
-BASIC_TYPE_NAMES = frozenset(
-    ("STRING", "CHAR", "INT", "LONG", "SHORT", "BYTE", "BIG_INT", "BOOLEAN", "FLOAT", "DOUBLE")
-)
+#: the basic types (what a flat declaration may hold: ``raylink.shuffle.codec.DeclaredFlatType``),
+#: each with the Python type its values have
+BASIC_PYTHON_TYPES: Dict[str, type] = {
+    "STRING": str,
+    "CHAR": str,
+    "INT": int,
+    "LONG": int,
+    "SHORT": int,
+    "BYTE": int,
+    "BIG_INT": int,
+    "BOOLEAN": bool,
+    "FLOAT": float,
+    "DOUBLE": float,
+}
+#: the names of the basic types
+BASIC_TYPE_NAMES = frozenset(BASIC_PYTHON_TYPES)
 _ARRAYS = frozenset(("BASIC_ARRAY", "OBJECT_ARRAY", "LIST"))
 _F32 = struct.Struct("<f")
 
@@ -247,8 +262,6 @@ def _convert_timestamp(x: Any) -> datetime.datetime:
 
 
 def _convert_instant(x: Any) -> Any:
-    from raylink.api.time import Instant
-
     if isinstance(x, Instant):
         return x
     raise _not_a(x, "INSTANT")
@@ -292,8 +305,6 @@ def _fields_of(type_info: Any) -> Tuple[Any, ...]:
 
 
 def _tuple_converter(type_info: Any) -> Callable[[Any], tuple]:
-    from raylink.api.row import Row
-
     converters = tuple(value_converter(f) for f in _fields_of(type_info))
     arity = len(converters)
 
@@ -320,8 +331,6 @@ def _tuple_converter(type_info: Any) -> Callable[[Any], tuple]:
 
 
 def _row_converter(type_info: Any) -> Callable[[Any], Any]:
-    from raylink.api.row import Row, RowKind, make_row
-
     converters = tuple(value_converter(f) for f in _fields_of(type_info))
     arity = len(converters)
     declared_names = getattr(type_info, "field_names", None)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
-from raylink.api.time import to_millis
-from raylink.api.window_types import _Generic
+from raylink.core.time import to_millis
+from raylink.core.window_types import _Generic
 
 
 class TimestampedValue:

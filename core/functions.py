@@ -7,8 +7,8 @@ process functions (``BroadcastProcessFunction``, ``KeyedBroadcastProcessFunction
 ``SinkFunction``, ``SourceFunction``, ``Partitioner``), the window functions
 (``AggregateFunction``, ``WindowFunction``, ``AllWindowFunction``,
 ``ProcessWindowFunction``, ``ProcessAllWindowFunction``), ``KeyedStateStore``,
-``RuntimeContext`` and the async I/O functions (``AsyncFunction``, ``AsyncRetryStrategy``,
-``AsyncRetryPredicate``).
+``RuntimeContext`` and the async I/O function (``AsyncFunction``; its retry strategies and
+predicates are in :mod:`raylink.core.async_retry`).
 
 Every class here is plain Python with no dependency on the rest of raylink.
 Wherever the API accepts one of these objects it also accepts a plain callable
@@ -612,70 +612,8 @@ class AsyncFunction(Function, _Generic):
         raise TimeoutError("Async function call has timed out for input: " + str(value))
 
 
-class AsyncRetryPredicate(ABC, _Generic):
-    """When an async call is tried again (PyFlink's ``AsyncRetryPredicate``): a predicate on
-    its result list and one on its exception, either may be None."""
-
-    @abstractmethod
-    def result_predicate(self) -> Optional[Any]:
-        raise NotImplementedError
-
-    @abstractmethod
-    def exception_predicate(self) -> Optional[Any]:
-        raise NotImplementedError
-
-
-class AsyncRetryStrategy(ABC, _Generic):
-    """How often and after how long an async call is tried again (PyFlink's
-    ``AsyncRetryStrategy``); attempts count from 1. The built-in strategies are in
-    ``raylink.api.async_retry_strategies``."""
-
-    @abstractmethod
-    def can_retry(self, current_attempts: int) -> bool:
-        raise NotImplementedError
-
-    @abstractmethod
-    def get_backoff_time_millis(self, current_attempts: int) -> int:
-        raise NotImplementedError
-
-    @abstractmethod
-    def get_retry_predicate(self) -> AsyncRetryPredicate:
-        raise NotImplementedError
-
-    @staticmethod
-    def no_restart() -> "AsyncRetryStrategy":
-        from raylink.api.async_retry_strategies import NO_RETRY_STRATEGY
-
-        return NO_RETRY_STRATEGY
-
-    @staticmethod
-    def fixed_delay(
-        max_attempts: int, backoff_time_millis: int, result_predicate: Optional[Any], exception_predicate: Optional[Any]
-    ) -> "AsyncRetryStrategy":
-        from raylink.api.async_retry_strategies import FixedDelayRetryStrategy
-
-        return FixedDelayRetryStrategy(max_attempts, backoff_time_millis, result_predicate, exception_predicate)
-
-    @staticmethod
-    def exponential_backoff(
-        max_attempts: int,
-        initial_delay: int,
-        max_retry_delay: int,
-        multiplier: float,
-        result_predicate: Optional[Any],
-        exception_predicate: Optional[Any],
-    ) -> "AsyncRetryStrategy":
-        from raylink.api.async_retry_strategies import ExponentialBackoffDelayRetryStrategy
-
-        return ExponentialBackoffDelayRetryStrategy(
-            max_attempts, initial_delay, max_retry_delay, multiplier, result_predicate, exception_predicate
-        )
-
-
 __all__ = [
     "AsyncFunction",
-    "AsyncRetryPredicate",
-    "AsyncRetryStrategy",
     "TimeDomain",
     "Function",
     "MapFunction",

@@ -34,9 +34,10 @@ import; :func:`register` (adding a connector's option class) is not thread-safe.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Dict, Iterator, Optional
 
 from raylink.errors import RaylinkError
 
@@ -961,6 +962,20 @@ for _group in OPTION_GROUPS:
     _index(_group)
 
 
+def parse_global_job_parameters(text: Optional[str]) -> Dict[str, str]:
+    """``pipeline.global-job-parameters`` as a dict: a JSON object or Flink's ``k:v,k:v`` form."""
+    if not text:
+        return {}
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            return {str(k): str(v) for k, v in json.loads(text).items()}
+        except ValueError:
+            text = text[1:-1]
+    pairs = (item.split(":", 1) for item in text.split(",") if item.strip())
+    return {k.strip().strip("'\""): v.strip().strip("'\"") for k, v in pairs}
+
+
 def read_option(settings: Any, option: ConfigOption, *, validate: bool = True) -> Any:
     """``option`` from a ``Configuration``, a plain dict of settings (a task's job
     parameters) or ``None``, converted; its default when unset. ``validate=False`` skips
@@ -974,6 +989,11 @@ def read_option(settings: Any, option: ConfigOption, *, validate: bool = True) -
         if settings and key in settings:
             return option.convert(settings[key]) if validate else option.parse(settings[key])
     return option.default
+
+
+def job_parameter(settings: Any, key: str) -> Optional[str]:
+    """``key`` of the global job parameters in a task's settings (its job parameters), or None."""
+    return parse_global_job_parameters(read_option(settings, PipelineOptions.GLOBAL_JOB_PARAMETERS)).get(key)
 
 
 def check_enumerated_value(key: str, value: Any) -> None:
@@ -1032,6 +1052,8 @@ __all__ = [
     "closest_key",
     "find_option",
     "group_options",
+    "job_parameter",
+    "parse_global_job_parameters",
     "parse_duration_ms",
     "parse_memory",
     "read_option",

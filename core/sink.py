@@ -16,7 +16,7 @@ The runtime drives it like this, per sink subtask, all on the task thread:
    the task's final checkpoint (FLIP-147) then prepares and, once complete, commits what
    is left; without checkpointing it is prepared and committed at once.
 
-``raylink.runtime.committable_collector.CommittableCollector`` keeps the committables per
+``raylink.operators.committable_collector.CommittableCollector`` keeps the committables per
 checkpoint for step 4. Writers and committers are not thread-safe: one task thread each.
 """
 

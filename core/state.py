@@ -5,13 +5,13 @@ Descriptors mirror Flink's ``StateDescriptor`` subclasses (``ValueStateDescripto
 ``AggregatingStateDescriptor``): pure data naming a state and its kind. The
 interfaces mirror Flink's ``ValueState``, ``ListState``, ``MapState``,
 ``ReducingState`` and ``AggregatingState``; the heap implementations live
-in ``raylink.operators.state_backend``. Obtain a state from inside a keyed
+in ``raylink.state.state_backend``. Obtain a state from inside a keyed
 function with ``runtime_context.get_state(descriptor)`` (and friends); every
 access is scoped to the key of the record (or timer) being processed. Keyed state
 is available to every function of a keyed stream: ``map``/``flat_map``/``filter``/
 ``reduce``/``process`` of a ``KeyedStream`` and the functions of keyed
 ``ConnectedStreams``. ``descriptor.enable_time_to_live(StateTtlConfig...)`` gives a
-state a time-to-live (``raylink.api.state_ttl``). ``BroadcastState`` /
+state a time-to-live (``raylink.core.state_ttl``). ``BroadcastState`` /
 ``ReadOnlyBroadcastState`` are the operator states of a broadcast process function
 (``DataStream.broadcast(MapStateDescriptor)``), one map per operator subtask. Descriptors
 are plain data, safe to share; a state object belongs to one task thread.
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Iterator, Optional, Tuple
 
-from raylink.api.state_ttl import StateTtlConfig
+from raylink.core.state_ttl import StateTtlConfig
 
 
 class StateDescriptor:
@@ -281,7 +281,7 @@ class ReadOnlyBroadcastState(State):
 class OperatorStateStore:
     """Flink's ``OperatorStateStore`` as PyFlink exposes it: the operator (non-keyed) states of
     one operator subtask. ``get_broadcast_state`` is what the broadcast operators use; the
-    runtime's store (``raylink.operators.snapshots``) also has the list states of a
+    runtime's store (``raylink.state.snapshots``) also has the list states of a
     ``CheckpointedFunction``."""
 
     def get_broadcast_state(self, state_descriptor: "MapStateDescriptor") -> "BroadcastState":

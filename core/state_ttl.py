@@ -1,10 +1,10 @@
 """State time-to-live configuration: Flink's ``StateTtlConfig`` (PyFlink's
-``pyflink.datastream.state.StateTtlConfig``, importable from ``raylink.api.state``).
+``pyflink.datastream.state.StateTtlConfig``, importable from ``raylink.core.state``).
 
 Pure, immutable-once-built data: ``StateTtlConfig.new_builder(Time.seconds(1))``
 ``.set_update_type(...).set_state_visibility(...).cleanup_full_snapshot().build()``,
 then ``descriptor.enable_time_to_live(config)``. The keyed state backend
-(``raylink.operators.ttl_state``, Flink's ``TtlStateFactory``) reads it when the state
+(``raylink.state.ttl_state``, Flink's ``TtlStateFactory``) reads it when the state
 is created. Semantics carried over from Flink:
 
 * a value (for list and map state: each element / entry) remembers the time it was
@@ -28,7 +28,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, Dict, Optional
 
-from raylink.api.time import Duration, to_millis
+from raylink.core.time import Duration, to_millis
 
 
 class _UpdateType(Enum):

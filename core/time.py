@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Union
 
+from raylink.core.options import parse_duration_ms as _parse_option_duration
+
 _NANOS_PER_MILLI = 1_000_000
 
 
@@ -156,10 +158,8 @@ def to_millis(value: TimeLike, what: str = "time") -> int:
 
 def parse_duration_ms(value: Any, key: str = "duration") -> int:
     """Milliseconds of an option value: an int, or Flink's duration text ("200 ms", "1 s")."""
-    from raylink.api.options import parse_duration_ms as parse
-
     try:
-        return parse(value)
+        return _parse_option_duration(value)
     except ValueError as exc:
         raise ValueError(f"configuration key {key!r}: {exc}") from None
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
-from raylink.api.state import ReducingStateDescriptor
-from raylink.api.time import to_millis
-from raylink.api.window_types import _Generic
+from raylink.core.state import ReducingStateDescriptor
+from raylink.core.time import to_millis
+from raylink.core.window_types import _Generic
 
 
 class TriggerResult(Enum):

@@ -7,7 +7,7 @@ in ``print()``. There a record is converted as PyFlink's coder for the type
 converts it -- a tuple declared ``Types.ROW_NAMED(["a", "b"], ...)`` arrives as
 ``Row(a=..., b=...)``, a ``Types.FLOAT`` is rounded to 32 bits, a ``Types.INT``
 out of 32 bits fails the job naming the operator, field and value; see
-``raylink.shuffle.declared_types`` for the whole table. A *flat* declaration
+``raylink.core.declared_types`` for the whole table. A *flat* declaration
 (``is_flat``: a basic type, or a TUPLE of basic types) is checked a batch at a
 time in C (``raylink.shuffle.codec.DeclaredFlatType``); the others record by
 record. Declare no type (or ``PICKLED_BYTE_ARRAY``) to ship any value as it is.
@@ -22,7 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, List, Optional
 
-from raylink.api.row import Row, RowKind
+from raylink.core.declared_types import BASIC_TYPE_NAMES, RecordTypeError, record_converter
+from raylink.core.row import Row, RowKind
 
 __all__ = [
     "TypeInformation",
@@ -35,10 +36,8 @@ __all__ = [
     "apply_declared_type",
 ]
 
-#: basic types whose records a flat declaration checks in one C pass
-_BASIC = frozenset(("STRING", "CHAR", "INT", "LONG", "FLOAT", "DOUBLE", "BOOLEAN", "BYTE", "SHORT", "BIG_INT"))
 #: declarations a record writer applies (every one but PICKLED_BYTE_ARRAY, which ships values as they are)
-_APPLIED = _BASIC | frozenset(
+_APPLIED = BASIC_TYPE_NAMES | frozenset(
     (
         "TUPLE",
         "ROW",
@@ -78,10 +77,10 @@ class TypeInformation:
         dataclass, an Enum, a float for an INT, an int beyond the width, a record
         of another arity) fails the job with a ``RecordTypeError`` naming the field
         and the value's type (or the value). Declare no type to ship any value as it is."""
-        if self.name in _BASIC:
+        if self.name in BASIC_TYPE_NAMES:
             return True
         return self.name == "TUPLE" and all(
-            isinstance(f, TypeInformation) and f.name in _BASIC for f in self.field_types or ()
+            isinstance(f, TypeInformation) and f.name in BASIC_TYPE_NAMES for f in self.field_types or ()
         )
 
     # -- PyFlink's RowTypeInfo / TupleTypeInfo accessors ------------------------------------
@@ -132,8 +131,6 @@ def apply_declared_type(type_info: Any, records: List[Any], what: str = "from_co
     program is built, too)."""
     if declared_type(type_info) is None:
         return records
-    from raylink.shuffle.declared_types import RecordTypeError, record_converter
-
     convert = record_converter(type_info)
     out = []
     for i, record in enumerate(records):

@@ -21,7 +21,7 @@ import copy
 import time
 from typing import Any, Callable, Optional
 
-from raylink.api.time import Duration, to_millis
+from raylink.core.time import Duration, to_millis
 
 LONG_MIN = -(1 << 63)
 LONG_MAX = (1 << 63) - 1

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, List
 
-from raylink.api.state import ValueStateDescriptor
-from raylink.api.time import to_millis
-from raylink.api.triggers import CountTrigger, EventTimeTrigger, NeverTrigger, ProcessingTimeTrigger, Trigger
-from raylink.api.window_types import MIN_LONG_VALUE, CountWindow, GlobalWindow, TimeWindow, _Generic
+from raylink.core.state import ValueStateDescriptor
+from raylink.core.time import to_millis
+from raylink.core.triggers import CountTrigger, EventTimeTrigger, NeverTrigger, ProcessingTimeTrigger, Trigger
+from raylink.core.window_types import MIN_LONG_VALUE, CountWindow, GlobalWindow, TimeWindow, _Generic
 
 _NO_TIMESTAMP = (
     "Record has Long.MIN_VALUE timestamp (= no timestamp marker). Is the time characteristic set to "

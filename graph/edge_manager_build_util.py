@@ -17,8 +17,6 @@ the work and the memory are O(S + T) per edge, never O(S * T).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from raylink.graph.edge_manager import (
     ConsumedPartitionGroup,
     ConsumerVertexGroup,
@@ -26,9 +24,6 @@ from raylink.graph.edge_manager import (
     ExecutionVertexID,
     IntermediateResultPartitionID,
 )
-
-if TYPE_CHECKING:  # pragma: no cover
-    from raylink.graph.execution_graph import ExecutionJobVertex, ExecutionVertex, IntermediateResult
 
 ALL_TO_ALL = "ALL_TO_ALL"
 POINTWISE = "POINTWISE"
@@ -46,82 +41,72 @@ def compute_max_edges_to_target_execution_vertex(
 
 
 def connect_vertex_to_result(
-    vertex: "ExecutionJobVertex",
-    intermediate_result: "IntermediateResult",
+    consumer_vertex_id: str,
+    consumer_count: int,
+    result_id: str,
+    partition_count: int,
+    result_partition_type: str,
     distribution_pattern: str,
     edge_manager: EdgeManager,
 ) -> None:
-    """Connect every subtask of ``vertex`` to the partitions of ``intermediate_result`` it reads."""
+    """Connect the ``consumer_count`` subtasks of the job vertex ``consumer_vertex_id`` to the
+    ``partition_count`` partitions (of type ``result_partition_type``) of the intermediate result
+    ``result_id`` they read over an edge of ``distribution_pattern``."""
+    connect = _Connector(consumer_vertex_id, result_id, result_partition_type, edge_manager)
     if distribution_pattern == POINTWISE:
-        _connect_pointwise(vertex.vertices, intermediate_result, edge_manager)
+        _connect_pointwise(connect, partition_count, consumer_count)
     elif distribution_pattern == ALL_TO_ALL:
-        _connect_all_to_all(vertex.vertices, intermediate_result, edge_manager)
+        connect(range(partition_count), range(consumer_count))
     else:
         raise ValueError(f"Unrecognized distribution pattern {distribution_pattern!r}.")
 
 
-def _groups(
-    intermediate_result: "IntermediateResult",
-    partitions: range,
-    consumer_job_vertex_id: str,
-    consumers: range,
-    edge_manager: EdgeManager,
-) -> tuple[ConsumedPartitionGroup, ConsumerVertexGroup]:
-    """A ConsumedPartitionGroup and the ConsumerVertexGroup reading it, linked to each other;
-    the partition group registered with the EdgeManager."""
-    partition_type = intermediate_result.result_partition_type
-    consumed = ConsumedPartitionGroup(intermediate_result.id, partitions, len(consumers), partition_type)
-    consumer_group = ConsumerVertexGroup(consumer_job_vertex_id, consumers, partition_type)
-    consumed.consumer_vertex_group = consumer_group
-    consumer_group.consumed_partition_group = consumed
-    edge_manager.register_consumed_partition_group(consumed)
-    return consumed, consumer_group
+class _Connector:
+    """Connects consumers of one job vertex to partitions of one intermediate result, a pair of
+    groups at a time."""
+
+    __slots__ = ("consumer_vertex_id", "result_id", "partition_type", "edge_manager")
+
+    def __init__(self, consumer_vertex_id: str, result_id: str, partition_type: str, edge_manager: EdgeManager) -> None:
+        self.consumer_vertex_id = consumer_vertex_id
+        self.result_id = result_id
+        self.partition_type = partition_type
+        self.edge_manager = edge_manager
+
+    def __call__(self, partitions: range, consumers: range) -> None:
+        """Consumers ``consumers`` read partitions ``partitions`` as one pair of groups: a
+        ConsumedPartitionGroup and the ConsumerVertexGroup reading it, linked to each other, the
+        partition group registered with the EdgeManager."""
+        edge_manager = self.edge_manager
+        consumed = ConsumedPartitionGroup(self.result_id, partitions, len(consumers), self.partition_type)
+        consumer_group = ConsumerVertexGroup(self.consumer_vertex_id, consumers, self.partition_type)
+        consumed.consumer_vertex_group = consumer_group
+        consumer_group.consumed_partition_group = consumed
+        edge_manager.register_consumed_partition_group(consumed)
+        for number in partitions:
+            edge_manager.connect_partition_with_consumer_vertex_group(
+                IntermediateResultPartitionID(self.result_id, number), consumer_group
+            )
+        for index in consumers:
+            edge_manager.connect_vertex_with_consumed_partition_group(
+                ExecutionVertexID(self.consumer_vertex_id, index), consumed
+            )
 
 
-def _connect(
-    task_vertices: "list[ExecutionVertex]",
-    intermediate_result: "IntermediateResult",
-    partitions: range,
-    consumers: range,
-    edge_manager: EdgeManager,
-) -> None:
-    """Consumers ``consumers`` read partitions ``partitions`` as one pair of groups."""
-    job_vertex_id = task_vertices[0].job_vertex.id
-    consumed, consumer_group = _groups(intermediate_result, partitions, job_vertex_id, consumers, edge_manager)
-    data_set = intermediate_result.id
-    for number in partitions:
-        edge_manager.connect_partition_with_consumer_vertex_group(
-            IntermediateResultPartitionID(data_set, number), consumer_group
-        )
-    for index in consumers:
-        edge_manager.connect_vertex_with_consumed_partition_group(ExecutionVertexID(job_vertex_id, index), consumed)
-
-
-def _connect_all_to_all(
-    task_vertices: "list[ExecutionVertex]", intermediate_result: "IntermediateResult", edge_manager: EdgeManager
-) -> None:
-    partitions = range(len(intermediate_result.partitions))
-    _connect(task_vertices, intermediate_result, partitions, range(len(task_vertices)), edge_manager)
-
-
-def _connect_pointwise(
-    task_vertices: "list[ExecutionVertex]", intermediate_result: "IntermediateResult", edge_manager: EdgeManager
-) -> None:
-    source_count = len(intermediate_result.partitions)
-    target_count = len(task_vertices)
+def _connect_pointwise(connect: _Connector, source_count: int, target_count: int) -> None:
     if source_count == target_count:
         for i in range(source_count):
-            _connect(task_vertices, intermediate_result, range(i, i + 1), range(i, i + 1), edge_manager)
+            connect(range(i, i + 1), range(i, i + 1))
     elif source_count > target_count:
         for index in range(target_count):
             start = index * source_count // target_count
             end = (index + 1) * source_count // target_count
-            _connect(task_vertices, intermediate_result, range(start, end), range(index, index + 1), edge_manager)
+            connect(range(start, end), range(index, index + 1))
     else:
         for number in range(source_count):
             start = (number * target_count + source_count - 1) // source_count
             end = ((number + 1) * target_count + source_count - 1) // source_count
-            _connect(task_vertices, intermediate_result, range(number, number + 1), range(start, end), edge_manager)
+            connect(range(number, number + 1), range(start, end))
 
 
 __all__ = ["compute_max_edges_to_target_execution_vertex", "connect_vertex_to_result"]

@@ -290,7 +290,14 @@ def build_execution_graph(job_graph: JobGraph) -> ExecutionGraph:
             ejv.vertices.append(ev)
         # connect to the predecessors (already built: topological order), one input at a time
         for job_edge in job_vertex.inputs:
+            read = graph.results[job_edge.source.id]
             connect_vertex_to_result(
-                ejv, graph.results[job_edge.source.id], job_edge.distribution_pattern, graph.edge_manager
+                ejv.id,
+                len(ejv.vertices),
+                read.id,
+                len(read.partitions),
+                read.result_partition_type,
+                job_edge.distribution_pattern,
+                graph.edge_manager,
             )
     return graph

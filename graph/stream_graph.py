@@ -12,9 +12,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from raylink.core.output_tag import OutputTag
 from raylink.errors import RaylinkError
 from raylink.graph.operator_spec import FORWARD, REBALANCE, OperatorSpec, PartitionerSpec
-from raylink.graph.output_tag import OutputTag
 
 
 class GraphError(RaylinkError, ValueError):

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from raylink.core.output_tag import OutputTag
 from raylink.graph.operator_spec import OperatorSpec, PartitionerSpec
-from raylink.graph.output_tag import OutputTag
 
 SOURCE = "source"
 ONE_INPUT = "one_input"

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any, Optional
 
-from raylink.api.options import ExecutionOptions, read_option
+from raylink.core.options import ExecutionOptions, read_option
 from raylink.loadtest.report import require_plots
 from raylink.loadtest.runner import run_loadtest
 from raylink.loadtest.scenarios import SCENARIOS, resolve_scenario, scenario_names, spark_scenario

@@ -27,7 +27,7 @@ import time
 from collections import Counter
 from typing import Any, Callable, Optional
 
-from raylink.api.functions import SinkFunction, SourceFunction
+from raylink.core.functions import SinkFunction, SourceFunction
 
 SOURCE_NAME = "LoadSource"
 SINK_NAME = "LatencySink"

@@ -3,7 +3,7 @@
 :func:`run_soak` runs the scenario's job for ``DURATION`` (``60s``, ``30m``, ``8h``:
 :func:`parse_duration`) at ``--rate`` and, every ``--sample-interval`` seconds, asks
 each TaskExecutor for its memory report
-(:meth:`raylink.runtime.task_executor.TaskExecutor.memory_report`: RSS, glibc heap,
+(:meth:`raylink.runtime.task.task_executor.TaskExecutor.memory_report`: RSS, glibc heap,
 Python objects by type, tracemalloc sites with ``--tracemalloc``, network buffers in
 use, queued buffers per channel, state entries per operator) and the job's vertices
 for back pressure. The latency sink keeps a latency histogram per minute (per 10 s in

@@ -1,5 +1,8 @@
 """Stream operators (Flink's ``org.apache.flink.streaming.api.operators``): pure Python, no Ray.
 
+May import: ``core``, ``graph``, ``shuffle``, ``state``, ``metrics`` and ``errors``; never
+``runtime`` or a floor above it.
+
 Build operators from graph specs with ``create_operator(spec)``; drive them
 with ``setup(output, runtime_context)``, ``open()``, ``process_element`` /
 ``process_batch`` / ``process_watermark`` (``emit_next`` for sources),
@@ -22,7 +25,6 @@ from raylink.operators.processing_time import (
 )
 from raylink.operators.runtime_context import RecordContext, StreamingRuntimeContext
 from raylink.operators.sources import SourceOperator
-from raylink.operators.state_backend import HeapKeyedStateBackend
 
 __all__ = [
     "MAX_WATERMARK",
@@ -42,5 +44,4 @@ __all__ = [
     "SystemProcessingTimeService",
     "RecordContext",
     "StreamingRuntimeContext",
-    "HeapKeyedStateBackend",
 ]

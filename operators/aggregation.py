@@ -33,10 +33,10 @@ import operator
 from collections.abc import Mapping
 from typing import Any, Callable, Optional, Union
 
-from raylink.api.row import Row, make_row
+from raylink.core.declared_types import declaration_text
+from raylink.core.reprs import record_repr
+from raylink.core.row import Row, make_row
 from raylink.errors import RaylinkError
-from raylink.shuffle.declared_types import declaration_text
-from raylink.shuffle.reprs import record_repr
 
 Field = Optional[Union[int, str]]
 Reducer = Callable[[Any, Any], Any]

@@ -43,7 +43,7 @@ from collections import deque
 from concurrent.futures import Future
 from typing import Any, Callable, List, Optional
 
-from raylink.api.functions import AsyncFunction
+from raylink.core.functions import AsyncFunction
 from raylink.errors import RaylinkError
 from raylink.operators.base import AbstractUdfStreamOperator
 

@@ -21,7 +21,7 @@ from typing import Any, List
 
 from raylink.operators.base import AbstractUdfStreamOperator, resolve_function
 from raylink.operators.runtime_context import holds_keyed_state
-from raylink.operators.state_backend import keyed_backend_for
+from raylink.state.state_backend import keyed_backend_for
 
 _from_iterable = chain.from_iterable
 

@@ -41,8 +41,8 @@ from raylink.operators.base import (
     StreamOperator,
     resolve_function,
 )
-from raylink.operators.state_backend import keyed_backend_for
 from raylink.operators.timer_service import InternalTimerService
+from raylink.state.state_backend import keyed_backend_for
 
 _LOG = logging.getLogger(__name__)
 _MISSING = object()

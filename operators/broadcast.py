@@ -4,7 +4,7 @@
 Input 1 is the non-broadcast stream, input 2 the ``BroadcastStream`` (its edge uses the
 BROADCAST partitioner, so every subtask sees every broadcast element). The broadcast
 states are the ``MapStateDescriptor``s of ``DataStream.broadcast(...)``: operator state
-held by the operator's ``OperatorStateStore`` (:mod:`raylink.operators.snapshots`), so
+held by the operator's ``OperatorStateStore`` (:mod:`raylink.state.snapshots`), so
 every subtask checkpoints its copy and a restore with another parallelism hands each new
 subtask one of the old copies. ``process_broadcast_element`` gets a ``Context`` with the
 writable state, ``process_element`` (and ``on_timer``) a ``ReadOnlyContext`` with a
@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from raylink.api.functions import BroadcastProcessFunction, KeyedBroadcastProcessFunction, TimeDomain
+from raylink.core.functions import BroadcastProcessFunction, KeyedBroadcastProcessFunction, TimeDomain
 from raylink.operators.base import EmittingMixin, TwoInputUdfStreamOperator, resolve_function
-from raylink.operators.broadcast_state import HeapBroadcastState
 from raylink.operators.process import KeyedTimersMixin
-from raylink.operators.snapshots import OperatorStateStore
+from raylink.state.broadcast_state import HeapBroadcastState
+from raylink.state.snapshots import OperatorStateStore
 
 _NO_SUCH_STATE = (
     "The requested state does not exist. Check for typos in your state descriptor, or specify the "

@@ -22,8 +22,8 @@ from typing import Any, List
 from raylink.operators.base import EmittingMixin, TwoInputUdfStreamOperator, resolve_function
 from raylink.operators.process import KeyedTimersMixin, ProcessContextImpl
 from raylink.operators.runtime_context import holds_keyed_state
-from raylink.operators.state_backend import keyed_backend_for
 from raylink.operators.timer_service import NonKeyedTimerService
+from raylink.state.state_backend import keyed_backend_for
 
 _from_iterable = chain.from_iterable
 

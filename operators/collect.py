@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 from typing import Any, List, Optional, Tuple
 
-#: the default of ``raylink.collect.max-buffered-records`` (``api/options.py``)
+#: the default of ``raylink.collect.max-buffered-records`` (``core/options.py``)
 DEFAULT_MAX_BUFFERED_RECORDS = 16_384
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Generic, Iterable, Sequence, TypeVar
 
-from raylink.api.connectors.base import Committer
+from raylink.core.sink import Committer
 
 CommT = TypeVar("CommT")
 

@@ -29,8 +29,8 @@ import decimal
 import math
 from typing import Any, Callable
 
-from raylink.api.row import Row, RowKind
-from raylink.shuffle.declared_types import record_converter, round_float32
+from raylink.core.declared_types import record_converter, round_float32
+from raylink.core.row import Row, RowKind
 
 __all__ = ["record_formatter", "java_double_string", "java_float_string"]
 

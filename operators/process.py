@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, List, Optional
 
-from raylink.api.functions import KeyedProcessContext, OnTimerContext, ProcessContext, TimeDomain
+from raylink.core.functions import KeyedProcessContext, OnTimerContext, ProcessContext, TimeDomain
 from raylink.operators.base import AbstractUdfStreamOperator, EmittingMixin, resolve_function
 from raylink.operators.batch import internal_timer_service
-from raylink.operators.state_backend import keyed_backend_for
 from raylink.operators.timer_service import KeyedTimerService, NonKeyedTimerService
+from raylink.state.state_backend import keyed_backend_for
 
 
 class ProcessContextImpl(ProcessContext):

@@ -25,7 +25,7 @@ from typing import Any, List
 from raylink.operators.aggregation import field_check, make_aggregator
 from raylink.operators.base import AbstractUdfStreamOperator, resolve_function
 from raylink.operators.runtime_context import holds_keyed_state
-from raylink.operators.state_backend import keyed_backend_for
+from raylink.state.state_backend import keyed_backend_for
 
 _MISSING = object()
 

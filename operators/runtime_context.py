@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
-from raylink.api.functions import Function, RuntimeContext
+from raylink.core.functions import Function, RuntimeContext
+from raylink.core.options import job_parameter
 from raylink.metrics.metricbase import Counter, MetricGroup
 from raylink.operators.processing_time import SystemProcessingTimeService
 
@@ -131,8 +132,6 @@ class StreamingRuntimeContext(RuntimeContext):
     def get_job_parameter(self, key: str, default_value: Optional[str] = None) -> Optional[str]:
         """``key`` of the global job parameters (``ExecutionConfig.set_global_job_parameters``),
         else of the job's configuration, else ``default_value``."""
-        from raylink.api.execution_config import job_parameter
-
         value = job_parameter(self.job_parameters, key)
         return self.job_parameters.get(key, default_value) if value is None else value
 

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
-from raylink.api.connectors.base import SinkWriterContext, WriterInitContext
+from raylink.core.sink import SinkWriterContext, WriterInitContext
 from raylink.operators.base import StreamOperator
-from raylink.runtime.committable_collector import CommittableCollector
+from raylink.operators.committable_collector import CommittableCollector
 
 _ALL = 1 << 62  # commit every pending checkpoint's committables
 

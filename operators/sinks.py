@@ -15,7 +15,7 @@ import sys
 from collections import deque
 from typing import Any, List, Optional
 
-from raylink.api.functions import SinkContext
+from raylink.core.functions import SinkContext
 from raylink.operators.base import AbstractUdfStreamOperator, StreamOperator
 from raylink.operators.collect import CollectBuffer
 from raylink.operators.print_format import record_formatter

@@ -29,8 +29,8 @@ import time
 from itertools import islice
 from typing import Any, Callable, List, Optional
 
-from raylink.api.functions import SourceContext
-from raylink.api.watermark_strategy import NoWatermarksGenerator
+from raylink.core.functions import SourceContext
+from raylink.core.watermark_strategy import NoWatermarksGenerator
 from raylink.operators.base import MAX_WATERMARK, AbstractUdfStreamOperator
 from raylink.operators.timestamps import OperatorInput, TimestampsAndWatermarksOperator
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import heapq
 from typing import Any, Dict, List, Optional, Set, Tuple
 
-from raylink.api.functions import TimerService
+from raylink.core.functions import TimerService
 from raylink.operators.base import MIN_WATERMARK
 
 _Entry = Tuple[int, int, Any, Any]  # (timestamp, sequence, key, namespace)

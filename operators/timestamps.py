@@ -21,15 +21,15 @@ from __future__ import annotations
 from itertools import repeat
 from typing import Any, List, Optional
 
-from raylink.api.options import PipelineOptions, read_option
-from raylink.api.watermark_strategy import (
+from raylink.core.options import PipelineOptions, read_option
+from raylink.core.reprs import record_repr
+from raylink.core.watermark_strategy import (
     RecordTimestampAssigner,
     WatermarkOutput,
     WatermarkStrategy,
     watermark_timestamp,
 )
 from raylink.operators.base import MAX_WATERMARK, MIN_WATERMARK, StreamOperator
-from raylink.shuffle.reprs import record_repr
 
 
 def auto_watermark_interval(job_parameters: Any) -> int:

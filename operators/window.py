@@ -30,21 +30,15 @@ from __future__ import annotations
 
 from typing import Any, Callable, List, Optional
 
-from raylink.api.window import (
-    MAX_LONG_VALUE,
-    MIN_LONG_VALUE,
-    EventTimeTrigger,
-    MergingWindowAssigner,
-    SlidingEventTimeWindows,
-    TimestampedValue,
-    TimeWindow,
-    TumblingEventTimeWindows,
-)
+from raylink.core.evictors import TimestampedValue
+from raylink.core.triggers import EventTimeTrigger
+from raylink.core.window_assigners import MergingWindowAssigner, SlidingEventTimeWindows, TumblingEventTimeWindows
+from raylink.core.window_types import MAX_LONG_VALUE, MIN_LONG_VALUE, TimeWindow
 from raylink.operators.base import AbstractUdfStreamOperator, EmittingMixin, resolve_function
 from raylink.operators.batch import internal_timer_service
 from raylink.operators.merging_window_set import MergingWindowSet
-from raylink.operators.state_backend import keyed_backend_for
 from raylink.operators.window_contexts import AssignerContext, EvictorContext, ProcessWindowContext, TriggerContext
+from raylink.state.state_backend import keyed_backend_for
 
 CONTENTS_STATE = "window-contents"
 MERGING_SET_STATE = "merging-window-set"

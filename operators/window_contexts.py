@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
-from raylink.api.functions import KeyedStateStore, WindowContext
-from raylink.api.window import Evictor, Trigger, WindowAssigner
+from raylink.core.evictors import Evictor
+from raylink.core.functions import KeyedStateStore, WindowContext
+from raylink.core.triggers import Trigger
+from raylink.core.window_assigners import WindowAssigner
 
 
 class AssignerContext(WindowAssigner.WindowAssignerContext):

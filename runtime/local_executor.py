@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from raylink.runtime.deployment import create_deployment_descriptors
+from raylink.runtime.client.job_result import JobExecutionResult
+from raylink.runtime.client.python_dependencies import apply_locally
 from raylink.runtime.execution_state import ExecutionState
-from raylink.runtime.job_master import JobExecutor, JobMasterBase
-from raylink.runtime.job_result import JobExecutionResult
+from raylink.runtime.job.deployment import create_deployment_descriptors
+from raylink.runtime.job.job_master import JobExecutor, JobMasterBase
 from raylink.runtime.process_tuning import LocalProcessTuning
-from raylink.runtime.python_dependencies import apply_locally
-from raylink.runtime.task_executor import NetworkSettings, TaskExecutor
+from raylink.runtime.task.task_executor import NetworkSettings, TaskExecutor
 
 LOCAL = "local"
 

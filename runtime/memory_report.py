@@ -1,7 +1,7 @@
 """What a process's memory is made of, for soak tests and ``raylink debug memory``.
 
 :func:`process_memory_report` answers "what grows?" for the process it runs in (a
-TaskExecutor; :meth:`raylink.runtime.task_executor.TaskExecutor.memory_report` adds the
+TaskExecutor; :meth:`raylink.runtime.task.task_executor.TaskExecutor.memory_report` adds the
 executor's buffers, channels and state):
 
 * ``rssBytes`` / ``peakRssBytes``: what the OS sees;

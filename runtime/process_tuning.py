@@ -54,7 +54,7 @@ try:
 except ImportError:  # Windows: no pinning there (no sched_setaffinity either)
     fcntl = None  # type: ignore[assignment]
 
-from raylink.api.options import RaylinkOptions, read_option
+from raylink.core.options import RaylinkOptions, read_option
 from raylink.runtime.runtime_dir import open_private_file, runtime_dir
 
 

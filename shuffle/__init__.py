@@ -6,8 +6,8 @@ Modules, producer to consumer:
   EndOfPartition
 * ``codec``           — msgpack wire codec (StreamElementSerializer / EventSerializer)
 * ``serializer``      — RecordSerializer / RecordDeserializer (spanning records over fixed-size buffers)
-* ``key_groups``      — KeyGroupRangeAssignment, stable key hashing
-* ``partitioners``    — StreamPartitioner subclasses + ``create_partitioner(ship_strategy)``
+* ``partitioners``    — StreamPartitioner subclasses + ``create_partitioner(ship_strategy)`` (key groups:
+  :mod:`raylink.core.key_groups`)
 * ``buffer_pool``     — NetworkBufferPool / LocalBufferPool (permits, availability futures)
 * ``result_partition``— ResultPartitionType, ResultPartition, Pipelined/BoundedBlocking subpartitions
 * ``record_writer``   — RecordWriter (+ broadcast), OutputFlusher
@@ -19,6 +19,6 @@ Modules, producer to consumer:
 The remote transport between a sender view reader and a ``CreditBasedInputChannel`` over Ray
 actor calls lives in :mod:`raylink.actors.ray_transport`.
 
-May import: only itself and pure-Python libraries
-(msgpack, msgspec, mmh3, stdlib). Never Ray.
+May import: only itself, ``raylink.core`` (declared types, ``Row``, key groups, options),
+``raylink.errors`` and pure-Python libraries (msgpack, msgspec, mmh3, stdlib). Never Ray.
 """

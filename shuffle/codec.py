@@ -11,7 +11,7 @@ Wire format (one msgpack object per element, concatenated):
 * msgpack arrays are **tuples** (the unpacker runs with ``use_list=False``:
   the common tuple record decodes without a Python call); Python ``list``\\ s
   travel as ``ExtType(EXT_LIST, <packed array>)`` and come back as lists;
-* a ``Row`` (``raylink.api.row``, PyFlink's Row) is ``ExtType(EXT_ROW, <packed
+* a ``Row`` (``raylink.core.row``, PyFlink's Row) is ``ExtType(EXT_ROW, <packed
   (kind, names or None, values)>)`` and comes back a Row with its names and kind;
 * dicts are msgpack maps (any hashable key type), str/bytes/int/float/bool/None
   are native; anything else that pickles (dataclass, datetime, Decimal, set,
@@ -78,14 +78,15 @@ import msgpack
 import msgspec
 from msgpack import ExtType
 
-from raylink.errors import RaylinkError
-from raylink.shuffle.declared_types import (
+from raylink.core.declared_types import (
+    BASIC_PYTHON_TYPES,
     INT_RANGES,
     RecordTypeError,
     declaration_text,
     qualified_name,
     record_converter,
 )
+from raylink.errors import RaylinkError
 from raylink.shuffle.elements import (
     CONTROL_TYPE_SET,
     END_OF_PARTITION,
@@ -359,7 +360,7 @@ _row_class: Any = None
 def _load_row_class() -> Any:
     global _row_class
     if _row_class is None:
-        from raylink.api.row import Row
+        from raylink.core.row import Row
 
         _row_class = Row
     return _row_class
@@ -382,7 +383,7 @@ _row_decoding: Any = None  # (make_row, ROW_KINDS), looked up on first use
 def _decode_row(data: bytes) -> Any:
     global _row_decoding
     if _row_decoding is None:
-        from raylink.api.row import ROW_KINDS, make_row
+        from raylink.core.row import ROW_KINDS, make_row
 
         _row_decoding = (make_row, ROW_KINDS)
     make_row, kinds = _row_decoding
@@ -414,9 +415,19 @@ def _default(obj: Any) -> Any:
     return _pickle_ext(obj)
 
 
-def make_packer(autoreset: bool = True) -> msgpack.Packer:
-    """A packer with the codec's ``default`` hook (bin type for bytes)."""
-    return msgpack.Packer(default=_default, use_bin_type=True, autoreset=autoreset)
+#: the internal buffer a packer starts with (msgpack's default is 256 KiB, allocated at
+#: once: a serializer per subpartition made that the cost of a channel); it grows, by
+#: doubling, to the largest value or batch packed
+PACKER_BUFFER_SIZE = 4 * 1024
+
+
+def make_packer(autoreset: bool = True, buf_size: int = PACKER_BUFFER_SIZE) -> msgpack.Packer:
+    """A packer with the codec's ``default`` hook (bin type for bytes), ``buf_size``
+    bytes of internal buffer to start with."""
+    try:
+        return msgpack.Packer(default=_default, use_bin_type=True, autoreset=autoreset, buf_size=buf_size)
+    except TypeError:  # msgpack < 1.1: no buf_size (always 1 MiB)
+        return msgpack.Packer(default=_default, use_bin_type=True, autoreset=autoreset)
 
 
 _flat_encoder = msgspec.msgpack.Encoder()
@@ -446,19 +457,7 @@ def pack_flat_batch_into(values: List[Any], buf: bytearray) -> bool:
 
 
 # -- declared types ---------------------------------------------------------------------
-#: basic type name -> the Python type its values have
-BASIC_PYTHON_TYPES: Dict[str, type] = {
-    "STRING": str,
-    "CHAR": str,
-    "INT": int,
-    "LONG": int,
-    "SHORT": int,
-    "BYTE": int,
-    "BIG_INT": int,
-    "BOOLEAN": bool,
-    "FLOAT": float,
-    "DOUBLE": float,
-}
+# (the basic types and their Python types: ``raylink.core.declared_types.BASIC_PYTHON_TYPES``)
 
 
 def _checked_type(name: str) -> Any:
@@ -789,9 +788,24 @@ def _unpackb(data: bytes) -> Any:
     return msgpack.unpackb(data, use_list=False, raw=False, strict_map_key=False, ext_hook=ext_hook)
 
 
-def make_unpacker(hook: Callable[[int, bytes], Any] = ext_hook) -> msgpack.Unpacker:
-    """A streaming unpacker (tuples for arrays, unlimited buffer) with ``hook``."""
-    return msgpack.Unpacker(use_list=False, raw=False, strict_map_key=False, ext_hook=hook, max_buffer_size=0)
+#: the internal buffer a streaming unpacker starts with (msgpack's default with an unlimited
+#: ``max_buffer_size`` is 1 MiB, allocated at once); it grows to twice what is fed at once
+#: plus the partial element carried over (a 32 KiB network buffer: ~64 KiB)
+UNPACKER_READ_SIZE = 32 * 1024
+
+
+def make_unpacker(
+    hook: Callable[[int, bytes], Any] = ext_hook, read_size: int = UNPACKER_READ_SIZE
+) -> msgpack.Unpacker:
+    """A streaming unpacker (tuples for arrays, unlimited buffer) with ``hook``, starting
+    with ``read_size`` bytes of buffer.
+
+    Whatever ``read_size``, a msgpack ``Unpacker`` holds its parse stack inline: ~40 KiB
+    each (1,024 levels), allocated and zeroed when it is created. Create one per stream
+    when its data arrives, not per idle channel (``RecordDeserializer``)."""
+    return msgpack.Unpacker(
+        use_list=False, raw=False, strict_map_key=False, ext_hook=hook, max_buffer_size=0, read_size=read_size
+    )
 
 
 def decode(data: bytes) -> Any:

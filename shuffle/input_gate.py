@@ -433,8 +433,10 @@ class StreamTaskNetworkInput:
                 return items
             return self._through_valve(items, channel)
         if t is EndOfPartition:
-            if self._deserializers[channel].has_partial_record:
+            deserializer = self._deserializers[channel]
+            if deserializer.has_partial_record:
                 raise RuntimeError(f"channel {channel}: partial record at end of partition")
+            deserializer.clear()  # its unpacker's memory goes with the stream
             return [END_OF_PARTITION]
         return self._through_valve([boe], channel)
 

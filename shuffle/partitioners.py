@@ -23,14 +23,14 @@ import operator
 import random
 from typing import Any, Callable, List, Optional
 
-from raylink.shuffle.key_groups import (
+from raylink.core.key_groups import (
     UPPER_BOUND_MAX_PARALLELISM,
     assign_key_to_parallel_operator,
     assign_keys_to_operators,
     compute_default_max_parallelism,
     operator_index_table,
 )
-from raylink.shuffle.reprs import record_repr
+from raylink.core.reprs import record_repr
 
 __all__ = [
     "StreamPartitioner",

@@ -5,8 +5,9 @@ Mirrors Flink's ``RecordWriter`` / ``ChannelSelectorRecordWriter`` /
 
 A ``RecordWriter`` owns one ``RecordSerializer`` per subpartition of a
 ``ResultPartition`` (a broadcast writer owns a single serializer whose
-buffers go to every subpartition, like Flink's shared broadcast buffer) and a
-``StreamPartitioner``. Flush rules (Flink's ``RecordWriter`` / ``OutputFlusher``):
+buffers go to every subpartition, like Flink's shared broadcast buffer), all
+encoding with one set of packers (``RecordPackers``: the writer's calls never
+overlap), and a ``StreamPartitioner``. Flush rules (Flink's ``RecordWriter`` / ``OutputFlusher``):
 
 * a full buffer is handed to its subpartition at once (the reader is notified
   when the subpartition's queue becomes non-empty);
@@ -39,7 +40,7 @@ from raylink.shuffle.codec import DeclaredFlatType
 from raylink.shuffle.elements import STREAM_ELEMENT_TYPES, Watermark
 from raylink.shuffle.partitioners import ForwardPartitioner, RebalancePartitioner, StreamPartitioner
 from raylink.shuffle.result_partition import ResultPartition
-from raylink.shuffle.serializer import DEFAULT_BUFFER_SIZE, RecordSerializer
+from raylink.shuffle.serializer import DEFAULT_BUFFER_SIZE, RecordPackers, RecordSerializer
 
 __all__ = ["RecordWriter", "OutputFlusher", "DEFAULT_BUFFER_TIMEOUT_MS"]
 
@@ -87,15 +88,18 @@ class RecordWriter:
         self.num_records_out = 0
         if flat_records not in (None, False, True):
             flat_records = DeclaredFlatType.of(flat_records)  # compiled once for every channel
+        packers = RecordPackers()  # the writer's calls never overlap: one set of packers for all channels
         if self.is_broadcast:
             self._broadcast_serializer = RecordSerializer(
-                buffer_size, partition.broadcast_sink(), partition.flush_all, flat_records
+                buffer_size, partition.broadcast_sink(), partition.flush_all, flat_records, packers
             )
             self._serializers: List[RecordSerializer] = [self._broadcast_serializer]
         else:
             self._broadcast_serializer = None
             self._serializers = [
-                RecordSerializer(buffer_size, partition.sink(i), partition.subpartitions[i].flush, flat_records)
+                RecordSerializer(
+                    buffer_size, partition.sink(i), partition.subpartitions[i].flush, flat_records, packers
+                )
                 for i in range(n)
             ]
         if self.is_broadcast:  # one serializer for all: the smallest size any reader asks for

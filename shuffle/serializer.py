@@ -16,6 +16,13 @@ buffer of its own (``is_event=True``), as Flink's ``broadcastEvent`` does.
 The sink is ``on_buffer(buffer: bytes, is_event: bool)``. Without a sink the
 buffers are collected and returned by ``take_full_buffers()``.
 
+Memory per channel (issue 34: a TaskExecutor of an ALL_TO_ALL job at 1,000 executors has
+thousands of channels): the serializers of one writer share its msgpack packers
+(``RecordPackers``: one writer thread drives them all, and a packer keeps nothing between
+calls), and a deserializer creates its streaming unpacker (~40 KiB of parse stack) when the
+first data buffer arrives and drops it at the end of the partition, so an idle channel costs
+a few hundred bytes.
+
 Deserializer model: one per input channel. ``feed(buffer)`` appends one data
 buffer to msgpack's streaming unpacker (which carries partial records across
 buffers) and returns every element completed by it, in order, grouped::
@@ -77,7 +84,14 @@ from raylink.shuffle.elements import (
 )
 from raylink.shuffle.shareable import is_shareable_batch
 
-__all__ = ["DEFAULT_BUFFER_SIZE", "ObjectBuffer", "RecordSerializer", "RecordDeserializer", "BufferSink"]
+__all__ = [
+    "DEFAULT_BUFFER_SIZE",
+    "ObjectBuffer",
+    "RecordPackers",
+    "RecordSerializer",
+    "RecordDeserializer",
+    "BufferSink",
+]
 
 #: Flink's default memory segment size (``taskmanager.memory.segment-size``)
 DEFAULT_BUFFER_SIZE = 32 * 1024
@@ -109,6 +123,23 @@ class ObjectBuffer:
 
 BufferSink = Callable[[bytes, bool], None]
 
+
+class RecordPackers:
+    """The msgpack packers a ``RecordSerializer`` encodes with: ``pack`` (one value -> bytes)
+    and ``batch`` (a batch packed into its buffer, then taken out and reset).
+
+    A packer holds nothing between calls, so serializers whose calls never overlap share
+    one ``RecordPackers``: a ``RecordWriter``'s (one per subpartition), all called by the
+    task thread (a legacy source thread calls them holding the checkpoint lock, which the
+    task thread takes too). Serializers that threads drive concurrently must not."""
+
+    __slots__ = ("pack", "batch")
+
+    def __init__(self) -> None:
+        self.pack = make_packer().pack
+        self.batch = make_packer(autoreset=False)
+
+
 _INLINE_TYPES = STREAM_ELEMENT_TYPES
 _ts_marker = _TS_MARKER.pack
 _EVENT_TYPES = CONTROL_TYPE_SET
@@ -128,6 +159,8 @@ class RecordSerializer:
     it (``DeclaredFlatType.conform``) and batches are packed by msgspec in one
     call. Anything else (None, False, True) means no declaration: records are
     examined and travel as they are.
+
+    ``packers``: shared with the other serializers of the same writer thread (None: its own).
     """
 
     __slots__ = (
@@ -151,13 +184,16 @@ class RecordSerializer:
         on_buffer: Optional[BufferSink] = None,
         on_flush: Optional[Callable[[], None]] = None,
         flat_records: Any = None,
+        packers: Optional[RecordPackers] = None,
     ) -> None:
         if buffer_size < 16:
             raise ValueError(f"buffer_size must be >= 16 bytes, got {buffer_size}")
         self.buffer_size = int(buffer_size)
         self._buf = bytearray()
-        self._pack = make_packer().pack
-        self._bpacker = make_packer(autoreset=False)
+        if packers is None:
+            packers = RecordPackers()
+        self._pack = packers.pack
+        self._bpacker = packers.batch
         self._collected: List[Tuple[bytes, bool]] = []
         self._sink: BufferSink = on_buffer if on_buffer is not None else self._collect
         self._on_flush = on_flush  # told after a flush handed data over (the partition's flush)
@@ -397,36 +433,45 @@ class RecordDeserializer:
     span buffers come out with the buffer holding their last byte.
     ``has_partial_record`` tells whether bytes of an unfinished element are
     buffered (must be False at end of partition). Not thread safe.
+
+    The streaming unpacker is created by the first ``feed`` (an idle channel holds none) and
+    dropped by ``clear`` (end of partition, channel released).
     """
 
-    __slots__ = ("_unpacker", "_feed", "_hook", "_controls", "_fed", "_pending_ts", "num_buffers", "num_bytes")
+    __slots__ = ("_unpacker", "_controls", "_fed", "_pending_ts", "num_buffers", "num_bytes")
 
     def __init__(self) -> None:
-        controls = [0]
-        self._controls = controls
+        self._controls = [0]
+        self._unpacker: Optional[msgpack.Unpacker] = None
+        self._fed = 0
+        self._pending_ts: Optional[int] = None  # a TimestampMark whose record is still to come
+        self.num_buffers = 0
+        self.num_bytes = 0
+
+    def _open(self) -> msgpack.Unpacker:
+        """The unpacker of this channel's stream, created with its first data buffer."""
+        controls = self._controls
 
         def hook(code: int, data: bytes, _ext=ext_hook, _first=FIRST_CONTROL_CODE) -> Any:
             if code >= _first:
                 controls[0] += 1
             return _ext(code, data)
 
-        self._hook = hook
-        self._unpacker = make_unpacker(hook)
-        self._feed = self._unpacker.feed
-        self._fed = 0
-        self._pending_ts: Optional[int] = None  # a TimestampMark whose record is still to come
-        self.num_buffers = 0
-        self.num_bytes = 0
+        unpacker = self._unpacker = make_unpacker(hook)
+        return unpacker
 
     def feed(self, buffer: Any) -> List[Any]:
         """Consume one data buffer; return the completed elements, grouped."""
-        self._feed(buffer)
+        unpacker = self._unpacker
+        if unpacker is None:
+            unpacker = self._open()
+        unpacker.feed(buffer)
         n = len(buffer)
         self._fed += n
         self.num_buffers += 1
         self.num_bytes += n
         try:
-            objs = list(self._unpacker)
+            objs = list(unpacker)
         except DeserializationError:
             raise
         except (ValueError, TypeError, msgpack.UnpackException) as e:
@@ -503,12 +548,12 @@ class RecordDeserializer:
 
     @property
     def has_partial_record(self) -> bool:
-        return self._unpacker.tell() < self._fed or self._pending_ts is not None
+        unpacker = self._unpacker
+        return (unpacker is not None and unpacker.tell() < self._fed) or self._pending_ts is not None
 
     def clear(self) -> None:
-        """Forget buffered partial data (channel released)."""
-        self._unpacker = make_unpacker(self._hook)
+        """Forget buffered partial data and the unpacker (end of partition, channel released)."""
+        self._unpacker = None
         self._controls[0] = 0
         self._pending_ts = None
-        self._feed = self._unpacker.feed
         self._fed = 0

@@ -1,7 +1,7 @@
 """The heap broadcast state: Flink's ``HeapBroadcastState`` and its read-only view.
 
 A broadcast state is operator state (one map per operator subtask, no key): the
-``OperatorStateStore`` (:mod:`raylink.operators.snapshots`) creates it with
+``OperatorStateStore`` (:mod:`raylink.state.snapshots`) creates it with
 ``get_broadcast_state(descriptor)``, snapshots its items under mode ``"broadcast"`` and,
 on restore, gives new subtask ``i`` the copy of old subtask ``i % old parallelism``
 (Flink's ``RoundRobinOperatorStateRepartitioner``). The broadcast operators
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable, Iterator, Tuple
 
-from raylink.api.state import BroadcastState, ReadOnlyBroadcastState
+from raylink.core.state import BroadcastState, ReadOnlyBroadcastState
 
 #: the snapshot mode of broadcast states in an ``OperatorStateStore`` (Flink's ``OperatorStateHandle.Mode.BROADCAST``)
 BROADCAST = "broadcast"

@@ -52,7 +52,7 @@ from typing import Any, Mapping, Optional, Union
 import fsspec
 import msgpack
 
-from raylink.api.options import CheckpointingOptions, ConfigOption
+from raylink.core.options import CheckpointingOptions, ConfigOption
 from raylink.errors import RaylinkError
 
 log = logging.getLogger(__name__)

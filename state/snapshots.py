@@ -26,10 +26,10 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable, List, Optional
 
-from raylink.api.checkpointing import FunctionInitializationContext, FunctionSnapshotContext
-from raylink.api.state import ListState
-from raylink.api.state import OperatorStateStore as OperatorStateStoreInterface
-from raylink.operators.broadcast_state import BROADCAST, HeapBroadcastState
+from raylink.core.checkpointing import FunctionInitializationContext, FunctionSnapshotContext
+from raylink.core.state import ListState
+from raylink.core.state import OperatorStateStore as OperatorStateStoreInterface
+from raylink.state.broadcast_state import BROADCAST, HeapBroadcastState
 
 
 class OperatorListState(ListState):

@@ -6,7 +6,7 @@ state is a ``StateTable`` holding one plain dict ``key -> value``; state is
 snapshotted, restored and rescaled by key group, the key group of each key
 being derived when a snapshot is taken (Flink keeps one ``StateMap`` per key
 group; one dict saves the hot path a lookup per record). A key's key group is
-computed once (``assign_to_key_group`` from ``raylink.shuffle.key_groups``),
+computed once (``assign_to_key_group`` from ``raylink.core.key_groups``),
 validated against the range and cached.
 
 Two access paths:
@@ -29,7 +29,7 @@ namespace set with ``set_current_namespace``; the window operator's fast path
 uses the table itself.
 
 States whose descriptor enables a time-to-live (``StateTtlConfig``) are built by
-``raylink.operators.ttl_state`` (Flink's ``TtlStateFactory``) over tables of kind
+``raylink.state.ttl_state`` (Flink's ``TtlStateFactory``) over tables of kind
 ``"ttl:<kind>"`` holding ``(value, last_access_ms)``; ``ttl_time_provider`` is their
 clock, and a table's ``snapshot_filter`` leaves expired values out of snapshots.
 Not thread-safe: a backend belongs to one task thread.
@@ -40,9 +40,10 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
-from raylink.api.state import AggregatingState, ListState, MapState, ReducingState, State, ValueState
-from raylink.operators.ttl_state import TTL, create_ttl_state, ttl_config_of, wall_clock_millis
-from raylink.shuffle.reprs import record_repr
+from raylink.core.key_groups import assign_to_key_group
+from raylink.core.reprs import record_repr
+from raylink.core.state import AggregatingState, ListState, MapState, ReducingState, State, ValueState
+from raylink.state.ttl_state import TTL, create_ttl_state, ttl_config_of, wall_clock_millis
 
 NULL_KEY_MESSAGE = "Assigned key must not be null!"
 _MAX_KEY_CACHE = 1 << 20  # cached key -> key group entries before the cache is reset
@@ -484,8 +485,6 @@ class HeapKeyedStateBackend:
     """
 
     def __init__(self, key_group_range: Any, max_parallelism: int) -> None:
-        from raylink.shuffle.key_groups import assign_to_key_group
-
         self._assign = assign_to_key_group
         self.start, self.end = _normalize_range(key_group_range)
         if not 0 <= self.start <= self.end < max_parallelism:

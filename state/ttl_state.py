@@ -21,8 +21,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from raylink.api.state import AggregatingState, ListState, MapState, ReducingState, ValueState
-from raylink.api.state_ttl import StateTtlConfig
+from raylink.core.state import AggregatingState, ListState, MapState, ReducingState, ValueState
+from raylink.core.state_ttl import StateTtlConfig
 
 TTL = "ttl:"  # kind prefix of the tables of TTL states
 _LIST_NULL = "You cannot add null to a ListState."

@@ -38,16 +38,16 @@ from raylink.api.functions import (
     ProcessFunction,
     ReduceFunction,
 )
+from raylink.api.pyflink_compat.unsupported import UnsupportedFeatureError
 from raylink.api.state import (
     ListStateDescriptor,
     MapStateDescriptor,
     ReducingStateDescriptor,
     ValueStateDescriptor,
 )
-from raylink.api.unsupported import UnsupportedFeatureError
 from raylink.api.watermark_strategy import TimestampAssigner
 from raylink.graph.stream_graph import GraphError
-from raylink.runtime.job_result import JobExecutionException
+from raylink.runtime.client.job_result import JobExecutionException
 from raylink.tests.runtime_jobs import cause_chain, make_env
 
 pytestmark = pytest.mark.timeout(120)

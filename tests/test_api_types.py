@@ -15,10 +15,10 @@ import pytest
 from raylink.api import Row, RowKind, Types
 from raylink.api.time import Instant
 from raylink.api.types import apply_declared_type
+from raylink.core.declared_types import RecordTypeError, record_converter
 from raylink.operators.aggregation import InvalidFieldReferenceError
 from raylink.operators.print_format import java_double_string, java_float_string, record_formatter
-from raylink.runtime.job_result import JobExecutionException
-from raylink.shuffle.declared_types import RecordTypeError, record_converter
+from raylink.runtime.client.job_result import JobExecutionException
 from raylink.tests.runtime_jobs import make_env
 
 pytestmark = pytest.mark.timeout(120)

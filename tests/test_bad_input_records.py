@@ -24,7 +24,7 @@ from decimal import Decimal
 import pytest
 
 from raylink.api import Types
-from raylink.runtime.job_result import JobExecutionException
+from raylink.runtime.client.job_result import JobExecutionException
 from raylink.tests.runtime_jobs import make_env
 
 pytestmark = pytest.mark.timeout(120)

@@ -1,4 +1,4 @@
-"""The CheckpointCoordinator (``runtime/checkpoint_coordinator.py``) with real checkpoint
+"""The CheckpointCoordinator (``runtime/job/checkpoint_coordinator.py``) with real checkpoint
 storage: completion needs every task's acknowledgement, ``_metadata`` names every handle,
 declines and expiries are counted and fail the job past the tolerable number."""
 
@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from raylink.runtime.checkpoint_coordinator import CheckpointCoordinator, CheckpointException
-from raylink.runtime.checkpoint_storage import CheckpointStorage
+from raylink.runtime.job.checkpoint_coordinator import CheckpointCoordinator, CheckpointException
+from raylink.state.checkpoint_storage import CheckpointStorage
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -1,4 +1,4 @@
-"""Checkpoint storage (raylink.runtime.checkpoint_storage): layout, _metadata, retention,
+"""Checkpoint storage (raylink.state.checkpoint_storage): layout, _metadata, retention,
 fallback past unusable checkpoints, clear errors — on a local folder and on fsspec's memory://."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raylink.api.configuration import Configuration
-from raylink.runtime.checkpoint_storage import (
+from raylink.state.checkpoint_storage import (
     METADATA_VERSION,
     ByteStreamStateHandle,
     CheckpointStorage,
@@ -194,7 +194,7 @@ def test_unusable_newest_checkpoint_falls_back_with_a_warning(root, how, caplog)
     _corrupt(root, 2, how)
     for store in (storage, CheckpointStorage(root, JOB, num_retained=2)):  # same JobMaster and a new one
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="raylink.runtime.checkpoint_storage"):
+        with caplog.at_level(logging.WARNING, logger="raylink.state.checkpoint_storage"):
             restored = store.latest_completed()
         assert restored is not None and restored.checkpoint_id == 1
         assert store.read_state(restored.get_state("op", 0)) == b"one" * 20

@@ -11,7 +11,7 @@ import pytest
 import raylink
 from raylink import RaylinkError
 from raylink.api import GraphError, StreamExecutionEnvironment
-from raylink.runtime.job_result import JobExecutionException
+from raylink.runtime.client.job_result import JobExecutionException
 from raylink.shuffle.codec import SerializationError, encode
 from raylink.tests.runtime_jobs import make_env
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.timeout(60)
 #: deliberately outside the root: BaseExceptions that unwind a task / the CLI (an ``except
 #: Exception`` must not catch them); private (``_Name``) control-flow exceptions are left out too
 NOT_RAYLINK_ERRORS = {
-    "raylink.runtime.stream_task.CancelTaskException",
+    "raylink.runtime.task.stream_task.CancelTaskException",
     "raylink.cli.progress.Terminated",
 }
 
@@ -64,7 +64,7 @@ def test_every_exception_class_raylink_defines_is_a_raylink_error():
 
 
 def test_cancel_task_exception_is_not_caught_by_except_exception():
-    from raylink.runtime.stream_task import CancelTaskException
+    from raylink.runtime.task.stream_task import CancelTaskException
 
     assert not issubclass(CancelTaskException, Exception)
     assert not issubclass(CancelTaskException, RaylinkError)

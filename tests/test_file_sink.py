@@ -1,4 +1,4 @@
-"""The exactly-once FileSink (raylink.api.connectors.file_system + raylink.connectors.file_sink),
+"""The exactly-once FileSink (raylink.api.connectors.file_system + raylink.connectors.file.sink_writer),
 driven by hand through checkpoints, completions and crashes the way the runtime drives a
 Sink V2 writer + committer."""
 
@@ -26,8 +26,8 @@ from raylink.api.connectors import (
     SinkWriterContext,
     WriterInitContext,
 )
-from raylink.connectors.file_sink import FileSinkError, FileWriterState
-from raylink.runtime.committable_collector import CommittableCollector
+from raylink.connectors.file.sink_writer import FileSinkError, FileWriterState
+from raylink.operators.committable_collector import CommittableCollector
 
 
 # -- helpers ------------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from raylink.graph.edge_manager import (
 from raylink.graph.edge_manager_build_util import compute_max_edges_to_target_execution_vertex
 from raylink.graph.execution_graph import ExecutionGraph, pointwise_sources
 from raylink.graph.stream_graph import GraphError
-from raylink.runtime.deployment import (
+from raylink.runtime.job.deployment import (
     NonOffloaded,
     Offloaded,
     TaskDeploymentDescriptorFactory,
@@ -373,7 +373,7 @@ def test_the_graph_and_the_descriptors_stay_free_of_ray():
 
     code = (
         "import sys, raylink.graph.execution_graph, raylink.graph.edge_manager_build_util, "
-        "raylink.runtime.deployment, raylink.runtime.job_master; "
+        "raylink.runtime.job.deployment, raylink.runtime.job.job_master; "
         "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)

@@ -18,8 +18,8 @@ from raylink.loadtest import (
     percentiles,
 )
 from raylink.operators.runtime_context import StreamingRuntimeContext
-from raylink.runtime.mailbox import BACK_PRESSURE, IDLE, MailboxProcessor
 from raylink.runtime.metrics import aggregate_by_vertex, back_pressure_status, bottleneck, to_prometheus
+from raylink.runtime.task.mailbox import BACK_PRESSURE, IDLE, MailboxProcessor
 
 pytestmark = pytest.mark.timeout(60)
 

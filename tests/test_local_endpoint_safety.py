@@ -28,18 +28,15 @@ import pytest
 from raylink.api import Configuration, StreamExecutionEnvironment
 from raylink.cli.cluster import open_ray_log
 from raylink.cli.main import main as cli_main
-from raylink.runtime.process_tuning import NodeCpuRegistry
-from raylink.runtime.rest_cluster_client import (
+from raylink.runtime.client.rest_cluster_client import RestClusterClient, RestJobClient, UnauthenticatedServerError
+from raylink.runtime.client.rest_endpoint import (
     DIGEST_HEADER,
     EXCEPTION_CONTENT_TYPE,
     NONCE_HEADER,
     PICKLE_CONTENT_TYPE,
     SIGNATURE_HEADER,
     InsecureBindError,
-    RestClusterClient,
     RestEndpoint,
-    RestJobClient,
-    UnauthenticatedServerError,
     check_rest_bind_address,
     find_endpoint,
     remove_endpoint_file,
@@ -47,6 +44,7 @@ from raylink.runtime.rest_cluster_client import (
     response_signature,
     write_endpoint_file,
 )
+from raylink.runtime.process_tuning import NodeCpuRegistry
 from raylink.runtime.runtime_dir import UnsafePathError, base_dir, runtime_dir
 
 pytestmark = pytest.mark.timeout(60)

@@ -1,4 +1,4 @@
-"""Operator state for checkpoints (``operators/snapshots.py``): what an operator snapshots —
+"""Operator state for checkpoints (``state/snapshots.py``): what an operator snapshots —
 keyed state by key group, timers, a CheckpointedFunction's list states, source positions —
 comes back exactly in a fresh operator, at the same parallelism and rescaled."""
 
@@ -9,18 +9,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raylink.api.checkpointing import CheckpointedFunction, CheckpointListener
 from raylink.api.functions import MapFunction
 from raylink.api.state import ListStateDescriptor
+from raylink.core.checkpointing import CheckpointedFunction, CheckpointListener
 from raylink.operators import CollectingOutput, ManualProcessingTimeService, StreamingRuntimeContext
 from raylink.operators.basic import StreamMap
 from raylink.operators.reduce import StreamGroupedReduceOperator
-from raylink.operators.snapshots import (
+from raylink.operators.sources import SequenceSourceOperator, SourceFunctionOperator
+from raylink.state.snapshots import (
     initialize_operator,
     notify_checkpoint_complete,
     snapshot_operator,
 )
-from raylink.operators.sources import SequenceSourceOperator, SourceFunctionOperator
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -68,7 +68,7 @@ def counts_reference(records):
 def test_keyed_reduce_resumes_from_a_snapshot_as_if_never_stopped(records, cut, parallelism, new_parallelism):
     """Rolling counts split over ``parallelism`` subtasks, snapshotted after ``cut`` records and
     restored into ``new_parallelism`` subtasks (rescaling), equal the uninterrupted counts."""
-    from raylink.shuffle.key_groups import assign_to_key_group, compute_operator_index_for_key_group
+    from raylink.core.key_groups import assign_to_key_group, compute_operator_index_for_key_group
 
     def owner(key, p):
         return compute_operator_index_for_key_group(128, p, assign_to_key_group(key, 128))

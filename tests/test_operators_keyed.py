@@ -11,11 +11,11 @@ from raylink.api.state import (
     ReducingStateDescriptor,
     ValueStateDescriptor,
 )
+from raylink.core.key_groups import assign_to_key_group
 from raylink.operators import CollectingOutput, ManualProcessingTimeService, StreamingRuntimeContext
 from raylink.operators.process import KeyedProcessOperator
 from raylink.operators.reduce import StreamGroupedAggregateOperator, StreamGroupedReduceOperator
-from raylink.operators.state_backend import HeapKeyedStateBackend, key_group_range_for_subtask
-from raylink.shuffle.key_groups import assign_to_key_group
+from raylink.state.state_backend import HeapKeyedStateBackend, key_group_range_for_subtask
 
 pytestmark = pytest.mark.timeout(30)
 

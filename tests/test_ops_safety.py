@@ -14,9 +14,9 @@ import pytest
 
 from raylink.api import Configuration, StreamExecutionEnvironment
 from raylink.connectors.spark.identifiers import quote_table_name, split_table_name
+from raylink.core.reprs import MAX_RECORD_REPR, record_repr
 from raylink.runtime.metrics import MetricsPortError
 from raylink.shuffle.partitioners import CustomPartitionerWrapper, KeyGroupStreamPartitioner
-from raylink.shuffle.reprs import MAX_RECORD_REPR, record_repr
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -1,4 +1,4 @@
-"""The options registry (``api/options.py``) is the one home of every configuration key:
+"""The options registry (``core/options.py``) is the one home of every configuration key:
 the code reads no key it does not register, ``raylink config`` shows what it registers,
 and the README's option table is the registry's (``raylink config --markdown``)."""
 
@@ -198,7 +198,7 @@ def test_every_key_the_code_uses_is_registered():
     uses = all_key_uses()
     assert len({path for path, *_ in uses}) >= 3  # the scan sees the package (bench writes keys)
     unregistered = [f"{path}:{line}: {key!r}" for path, line, key, _ in uses if find_option(key) is None]
-    assert unregistered == [], "configuration keys not registered in api/options.py:\n" + "\n".join(unregistered)
+    assert unregistered == [], "configuration keys not registered in core/options.py:\n" + "\n".join(unregistered)
 
 
 def test_the_package_reads_keys_only_through_their_options():
@@ -207,7 +207,7 @@ def test_the_package_reads_keys_only_through_their_options():
     reads = [
         f"{path}:{line}: {key!r}"
         for path, line, key, how in all_key_uses()
-        if how == "read" and path != "api/options.py"
+        if how == "read" and path != "core/options.py"
     ]
     assert reads == [], "read these through their ConfigOption:\n" + "\n".join(reads)
 

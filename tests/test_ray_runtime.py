@@ -17,7 +17,7 @@ import ray
 from raylink.actors.ray_executor import ensure_ray
 from raylink.api import Configuration, StreamExecutionEnvironment
 from raylink.api.functions import SourceFunction
-from raylink.runtime.job_result import JobExecutionException
+from raylink.runtime.client.job_result import JobExecutionException
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -1,8 +1,8 @@
-"""Restart strategies decide as Flink's do (``runtime/restart_strategy.py``)."""
+"""Restart strategies decide as Flink's do (``runtime/job/restart_strategy.py``)."""
 
 import pytest
 
-from raylink.runtime.restart_strategy import (
+from raylink.runtime.job.restart_strategy import (
     ExponentialDelayRestartStrategy,
     FailureRateRestartStrategy,
     FixedDelayRestartStrategy,

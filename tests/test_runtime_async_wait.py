@@ -32,9 +32,9 @@ from raylink.bench.failover import committed_lines
 from raylink.operators.async_wait import STATE_NAME, AsyncWaitOperator
 from raylink.operators.output import CollectingOutput
 from raylink.operators.runtime_context import StreamingRuntimeContext
-from raylink.operators.snapshots import initialize_operator, snapshot_operator
-from raylink.runtime.job_result import JobExecutionException
-from raylink.runtime.mailbox import MailboxExecutor, MailboxProcessor
+from raylink.runtime.client.job_result import JobExecutionException
+from raylink.runtime.task.mailbox import MailboxExecutor, MailboxProcessor
+from raylink.state.snapshots import initialize_operator, snapshot_operator
 from raylink.tests.runtime_jobs import cause_chain, make_env, reset_signal, signal, wait_for
 
 N = 300

@@ -30,7 +30,7 @@ from raylink.bench.failover import committed_lines
 from raylink.graph.stream_graph import GraphError
 from raylink.operators import CollectingOutput, ManualProcessingTimeService, StreamingRuntimeContext
 from raylink.operators.broadcast import CoBroadcastWithNonKeyedOperator
-from raylink.operators.snapshots import initialize_operator, snapshot_operator
+from raylink.state.snapshots import initialize_operator, snapshot_operator
 from raylink.tests.runtime_jobs import cause_chain, make_env
 
 pytestmark = pytest.mark.timeout(120)

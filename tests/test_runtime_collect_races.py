@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from raylink.operators.collect import CollectBuffer
-from raylink.runtime.task_executor import TaskExecutor
+from raylink.runtime.task.task_executor import TaskExecutor
 from raylink.tests.runtime_jobs import make_env
 
 

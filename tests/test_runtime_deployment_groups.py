@@ -9,8 +9,8 @@ import collections
 
 import pytest
 
-from raylink.runtime import deployment
-from raylink.runtime.deployment import Offloaded, TaskDeploymentDescriptorFactory
+from raylink.runtime.job import deployment
+from raylink.runtime.job.deployment import Offloaded, TaskDeploymentDescriptorFactory
 from raylink.tests.runtime_jobs import make_env
 from raylink.tests.test_runtime_checkpointing import N, build, expected_counts
 

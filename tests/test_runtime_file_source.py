@@ -13,7 +13,7 @@ import pytest
 
 from raylink.api import Duration, RuntimeExecutionMode, WatermarkStrategy
 from raylink.api.connectors.file_system import FileSource, StreamFormat
-from raylink.connectors.file_source import FileSourceOperator
+from raylink.connectors.file.source_operator import FileSourceOperator
 from raylink.graph.stream_graph_generator import source_boundedness
 from raylink.operators import CollectingOutput, ManualProcessingTimeService, StreamingRuntimeContext
 from raylink.tests.runtime_jobs import make_env, multiset

@@ -14,8 +14,8 @@ from collections import Counter, defaultdict
 import pytest
 
 from raylink.api.functions import MapFunction
-from raylink.operators.state_backend import key_group_range_for_subtask
-from raylink.shuffle.key_groups import assign_to_key_group
+from raylink.core.key_groups import assign_to_key_group
+from raylink.state.state_backend import key_group_range_for_subtask
 from raylink.tests.runtime_jobs import TagSubtask, make_env
 
 pytestmark = pytest.mark.timeout(60)

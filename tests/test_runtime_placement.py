@@ -9,7 +9,7 @@ import pytest
 
 from raylink.api import StreamExecutionEnvironment
 from raylink.graph.execution_graph import build_execution_graph
-from raylink.runtime.deployment import assign_slots, assign_task_executors
+from raylink.runtime.job.deployment import assign_slots, assign_task_executors
 
 pytestmark = pytest.mark.timeout(60)
 

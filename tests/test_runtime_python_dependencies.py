@@ -11,7 +11,7 @@ import zipfile
 import pytest
 
 from raylink.api import Configuration
-from raylink.runtime.python_dependencies import (
+from raylink.runtime.client.python_dependencies import (
     PYTHON_ARCHIVES,
     PYTHON_FILES,
     PYTHON_REQUIREMENTS,
@@ -150,7 +150,7 @@ def test_the_local_target_warns_about_what_it_cannot_apply(tmp_path, caplog):
     requirements.write_text("something\n")
     env = make_env("local", 1)
     env.set_python_requirements(str(requirements))
-    with caplog.at_level("WARNING", logger="raylink.runtime.python_dependencies"):
+    with caplog.at_level("WARNING", logger="raylink.runtime.client.python_dependencies"):
         assert list(env.from_collection([1]).execute_and_collect()) == [1]
     assert "set_python_requirements is not applied on the local target" in caplog.text
     assert "pip install -r FILE" in caplog.text

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from raylink.api.functions import MapFunction, SourceFunction
-from raylink.runtime.job_result import JobExecutionException
+from raylink.runtime.client.job_result import JobExecutionException
 from raylink.tests.runtime_jobs import make_env, signal, wait_for
 
 BUFFER_TIMEOUT_MS = 100

@@ -163,7 +163,7 @@ def test_cli_start_status_stop(ray_session):
     from raylink.actors.dispatcher import DISPATCHER_NAME
     from raylink.actors.session_cluster import SESSION_NAMESPACE, find_session
     from raylink.actors.session_entrypoint import stop_session
-    from raylink.runtime.rest_cluster_client import _endpoint_file
+    from raylink.runtime.client.rest_endpoint import _endpoint_file
 
     address = ray.get_runtime_context().gcs_address
     assert find_session() is None

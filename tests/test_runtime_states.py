@@ -14,9 +14,9 @@ import pytest
 from raylink.api import JobStatus, RaylinkError
 from raylink.api.functions import MapFunction
 from raylink.errors import IllegalStateTransitionError
+from raylink.runtime.client.job_result import JobExecutionException
 from raylink.runtime.execution_state import ExecutionState
-from raylink.runtime.job_result import JobExecutionException
-from raylink.runtime.task_events import (
+from raylink.runtime.task.task_events import (
     AcknowledgeCheckpoint,
     DeclineCheckpoint,
     FinalCheckpointRequest,

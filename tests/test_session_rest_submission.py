@@ -171,7 +171,7 @@ def test_execute_results_failures_and_limits_reach_the_driver(session, tmp_path)
     out = _driver(
         tmp_path,
         """
-        from raylink.runtime.job_result import JobExecutionException
+        from raylink.runtime.client.job_result import JobExecutionException
 
         def check(x):
             if x == 7:
@@ -205,7 +205,7 @@ def test_execute_results_failures_and_limits_reach_the_driver(session, tmp_path)
 
 @pytest.mark.timeout(300)
 def test_without_an_endpoint_or_when_asked_the_driver_connects_to_ray(session, tmp_path):
-    from raylink.runtime.rest_cluster_client import _endpoint_file
+    from raylink.runtime.client.rest_endpoint import _endpoint_file
 
     body = "out['r'] = sorted(env.from_collection([1, 2, 3]).map(lambda x: x * 2).execute_and_collect())\n"
     out = _driver(tmp_path, body, "raylink.session.rest-submission=false")
@@ -226,13 +226,14 @@ def test_without_an_endpoint_or_when_asked_the_driver_connects_to_ray(session, t
 def test_requests_without_the_token_or_for_unknown_jobs_are_refused(session):
     import ray
 
-    from raylink.runtime.rest_cluster_client import RestClusterClient, RestClusterError, RestEndpoint
+    from raylink.runtime.client.rest_cluster_client import RestClusterClient, RestClusterError
+    from raylink.runtime.client.rest_endpoint import RestEndpoint
 
     url = ray.get(session.status.remote())["restUrl"]
     assert url.startswith("http://127.0.0.1:")
     with pytest.raises(RestClusterError, match="HTTP 401, an answer not signed with this session's token"):
         RestClusterClient(RestEndpoint(url, "wrong")).request("GET", "/v1/overview")
-    from raylink.runtime.rest_cluster_client import (
+    from raylink.runtime.client.rest_endpoint import (
         AUTH_SCHEME,
         DIGEST_HEADER,
         NONCE_HEADER,
@@ -339,7 +340,8 @@ def test_a_job_submitted_over_http_survives_a_killed_executor_exactly_once(sessi
     import ray
 
     from raylink.bench.failover import committed_lines
-    from raylink.runtime.rest_cluster_client import RestClusterClient, RestEndpoint, _endpoint_file
+    from raylink.runtime.client.rest_cluster_client import RestClusterClient
+    from raylink.runtime.client.rest_endpoint import RestEndpoint, _endpoint_file
     from raylink.tests.test_runtime_checkpointing import N, expected_counts
 
     out = tmp_path / "out"

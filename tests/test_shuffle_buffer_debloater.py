@@ -18,7 +18,7 @@ def settings():
 @pytest.mark.parametrize("as_configuration", [False, True])
 def test_defaults_are_flinks_and_remote_buffers_start_small(as_configuration):
     from raylink.api import Configuration
-    from raylink.runtime.task_executor import NetworkSettings
+    from raylink.runtime.task.task_executor import NetworkSettings
 
     def network(**conf):
         if not as_configuration:

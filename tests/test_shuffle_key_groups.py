@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 
-from raylink.shuffle.key_groups import (
+from raylink.core.key_groups import (
     KeyGroupRange,
     assign_key_groups,
     assign_key_to_parallel_operator,

@@ -436,3 +436,19 @@ def test_only_the_named_subpartitions_hand_objects_over():
     w = RecordWriter(ResultPartition(3, "PIPELINED"), KeyGroupStreamPartitioner(lambda v: v, 128))
     w.hand_over_objects(i for i in (0, 2))
     assert [s.hand_over_objects for s in w._serializers] == [True, False, True]
+
+
+def test_a_writer_s_serializers_share_packers_and_a_reader_drops_its_unpackers_at_end_of_partition():
+    part = ResultPartition(3, "PIPELINED")
+    w = RecordWriter(part, create_partitioner("REBALANCE"), buffer_timeout_ms=-1, buffer_size=64)
+    assert len({id(s._bpacker) for s in w._serializers}) == 1
+    values = [("v", i, [i] * (i % 4)) for i in range(300)]  # lists: packed by the shared msgpack packers
+    w.emit_batch(values[:150])
+    for v in values[150:]:
+        w.emit(v)
+    w.finish()
+    net_input = StreamTaskNetworkInput(local_gate(part))
+    records, others = drain(net_input)
+    assert sorted(records, key=lambda r: r[1]) == values
+    assert sorted(ch for ch, it in others if it is END_OF_PARTITION) == [0, 1, 2]
+    assert all(d._unpacker is None for d in net_input._deserializers)  # gone with their streams

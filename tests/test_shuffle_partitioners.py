@@ -4,7 +4,7 @@ from collections import Counter
 
 import pytest
 
-from raylink.shuffle.key_groups import assign_key_to_parallel_operator
+from raylink.core.key_groups import assign_key_to_parallel_operator
 from raylink.shuffle.partitioners import (
     BroadcastPartitioner,
     CustomPartitionerWrapper,

@@ -24,6 +24,7 @@ from raylink.shuffle.serializer import (
     OBJECT_RUN_MIN,
     ObjectBuffer,
     RecordDeserializer,
+    RecordPackers,
     RecordSerializer,
 )
 from raylink.shuffle.shareable import is_shareable_batch
@@ -578,3 +579,48 @@ def test_enum_members_and_decimals_are_handed_over_and_read_as_decoding_them_wou
     shared, decoded_rows = flat_records(decode_stream(fast_out)), flat_records(decode_stream(plain_out))
     assert shared == decoded_rows == rows
     assert [tuple(map(type, r)) for r in shared] == [tuple(map(type, r)) for r in decoded_rows]
+
+
+def test_a_deserializer_creates_its_unpacker_with_the_first_buffer_and_drops_it_when_cleared():
+    s, out = collect(64)
+    records = [("k%d" % i, i, [i, "x" * (i % 7)]) for i in range(40)]  # lists: not flat, packed record by record
+    s.add_records(records[:20])
+    s.flush()
+    d = RecordDeserializer()
+    assert d._unpacker is None and not d.has_partial_record  # an idle channel holds no unpacker
+    got = []
+    for b, _ in out:
+        got.extend(d.feed(b))
+    assert d._unpacker is not None and not d.has_partial_record
+    d.clear()
+    assert d._unpacker is None and not d.has_partial_record
+    out.clear()
+    s.add_records(records[20:])  # a new stream after the clear: decoded by a new unpacker
+    s.flush()
+    for b, _ in out:
+        got.extend(d.feed(b))
+    assert flat_records(got) == records
+
+
+def test_serializers_sharing_packers_keep_their_streams_apart():
+    import threading
+
+    packers = RecordPackers()
+    outs = [[], []]
+    sers = [RecordSerializer(48, lambda b, e, o=o: o.append((b, e)), packers=packers) for o in outs]
+    expected = [[], []]
+    for i in range(30):
+        ch = i % 2
+        batch = [("r", ch, i, [i]), {"i": i}]  # not flat: the shared batch packer
+        sers[ch].add_records(batch)
+        expected[ch] += batch
+        sers[1 - ch].add_record(("one", i))  # the shared single-value packer in between
+        expected[1 - ch].append(("one", i))
+    with pytest.raises(SerializationError):  # the records before a failing one are kept, in their stream only
+        sers[0].add_records([("ok", 0), ("bad", threading.Lock())])
+    expected[0].append(("ok", 0))
+    sers[1].add_records([("after", 1)])
+    expected[1].append(("after", 1))
+    for s in sers:
+        s.flush()
+    assert [flat_records(decode_stream(o)) for o in outs] == expected

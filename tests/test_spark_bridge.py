@@ -18,7 +18,7 @@ import ray
 from raylink.api import Configuration, StreamExecutionEnvironment
 from raylink.api.functions import KeyedProcessFunction, ProcessFunction
 from raylink.api.state import ValueStateDescriptor
-from raylink.runtime.job_result import JobExecutionException
+from raylink.runtime.client.job_result import JobExecutionException
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -130,7 +130,7 @@ def test_runtime_and_actors_never_import_connectors_cli_or_loadtest():
 def test_job_result_reads_spark_results_through_the_registered_reader():
     """``JobExecutionResult.get_spark_dataframe`` reaches the connector through its registry."""
     import raylink.connectors.spark  # noqa: F401  (registers the "spark" reader)
-    from raylink.runtime.job_result import JobExecutionResult
+    from raylink.runtime.client.job_result import JobExecutionResult
 
     result = JobExecutionResult("job", "no spark sink", 1, accumulators={"other": 1})
     with pytest.raises(ValueError, match=r"the job has 0 Spark result sinks \(\[\]\); say which one"):

@@ -18,7 +18,7 @@ import ray
 
 from raylink.api import Configuration, StreamExecutionEnvironment
 from raylink.api.functions import MapFunction
-from raylink.api.row import Row
+from raylink.core.row import Row
 
 pytestmark = pytest.mark.timeout(300)
 

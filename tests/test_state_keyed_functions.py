@@ -30,6 +30,7 @@ from raylink.api.state import (
     ValueStateDescriptor,
 )
 from raylink.api.time import Time
+from raylink.core.key_groups import assign_to_key_group
 from raylink.graph.operator_spec import OperatorSpec
 from raylink.operators import CollectingOutput, ManualProcessingTimeService, StreamingRuntimeContext
 from raylink.operators.basic import (
@@ -43,9 +44,8 @@ from raylink.operators.basic import (
 from raylink.operators.co import CoStreamFlatMap, CoStreamMap, KeyedCoStreamFlatMap, KeyedCoStreamMap
 from raylink.operators.factory import create_operator
 from raylink.operators.reduce import StreamGroupedReduceOperator, StreamGroupedReduceOperatorWithKeyedState
-from raylink.operators.snapshots import initialize_operator, snapshot_operator
-from raylink.operators.state_backend import HeapKeyedStateBackend, key_group_range_for_subtask
-from raylink.shuffle.key_groups import assign_to_key_group
+from raylink.state.snapshots import initialize_operator, snapshot_operator
+from raylink.state.state_backend import HeapKeyedStateBackend, key_group_range_for_subtask
 from raylink.tests.runtime_jobs import cause_chain, make_env
 
 pytestmark = pytest.mark.timeout(60)

@@ -25,7 +25,7 @@ from raylink.api.state import (
     ValueStateDescriptor,
 )
 from raylink.api.time import Duration
-from raylink.operators.state_backend import HeapKeyedStateBackend
+from raylink.state.state_backend import HeapKeyedStateBackend
 
 pytestmark = pytest.mark.timeout(60)
 

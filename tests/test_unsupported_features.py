@@ -10,7 +10,7 @@ import pickle
 
 import pytest
 
-from raylink.api.unsupported import UnsupportedFeatureError
+from raylink.api.pyflink_compat.unsupported import UnsupportedFeatureError
 from raylink.errors import RaylinkError
 from raylink.migrate import migrate_source
 

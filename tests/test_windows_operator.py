@@ -34,10 +34,10 @@ from raylink.api import (
 from raylink.api.configuration import Configuration
 from raylink.api.window import DynamicEventTimeSessionWindows, NeverTrigger
 from raylink.api.windowed_stream import NullByteKeySelector, WindowOperatorDescriptor
+from raylink.core.key_groups import assign_to_key_group
 from raylink.operators import CollectingOutput, ManualProcessingTimeService, StreamingRuntimeContext
 from raylink.operators.base import MAX_WATERMARK
 from raylink.operators.window import CONTENTS_STATE, MERGING_SET_STATE, MergingWindowSet, create_window_operator
-from raylink.shuffle.key_groups import assign_to_key_group
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -695,7 +695,7 @@ def test_windowed_stream_rejects_bad_arguments():
 
 def test_namespaced_state_snapshots_key_first_and_restores_before_or_after_registration():
     from raylink.api import ListStateDescriptor
-    from raylink.operators.state_backend import HeapKeyedStateBackend, key_group_range_for_subtask
+    from raylink.state.state_backend import HeapKeyedStateBackend, key_group_range_for_subtask
 
     backend = HeapKeyedStateBackend((0, 127), 128)
     state = backend.get_or_create_namespaced_state(ListStateDescriptor("l"))

@@ -1,22 +1,12 @@
 """Connectors of the DataStream API (PyFlink's ``pyflink.datastream.connectors``).
 
-``raylink.api.connectors.base`` holds Flink's Sink V2 interfaces (``Sink``, ``SinkWriter``,
-``Committer``, ...); ``raylink.api.connectors.file_system`` the exactly-once ``FileSink``
-and what configures it. The runtime side of each connector lives in ``raylink.connectors``.
+``raylink.api.connectors.base`` has Flink's Sink V2 interfaces (``Sink``, ``SinkWriter``,
+``Committer``, ...: :mod:`raylink.core.sink`); ``raylink.api.connectors.file_system`` the
+exactly-once ``FileSink``, the ``FileSource`` and what configures them (the file connector,
+:mod:`raylink.connectors.file`). Each connector lives whole in ``raylink.connectors``; Flink's
+Java connectors (``kafka``, ``jdbc``, ...) are stand-ins (:mod:`raylink.api.pyflink_compat`).
 """
 
-from raylink.api.connectors.base import (
-    Committer,
-    CommittingSinkWriter,
-    DeliveryGuarantee,
-    Sink,
-    SinkWriter,
-    SinkWriterContext,
-    StatefulSinkWriter,
-    SupportsCommitter,
-    SupportsWriterState,
-    WriterInitContext,
-)
 from raylink.api.connectors.file_system import (
     BucketAssigner,
     DefaultRollingPolicy,
@@ -32,6 +22,18 @@ from raylink.api.connectors.file_system import (
     StreamFormat,
 )
 from raylink.api.connectors.number_seq import NumberSequenceSource
+from raylink.core.sink import (
+    Committer,
+    CommittingSinkWriter,
+    DeliveryGuarantee,
+    Sink,
+    SinkWriter,
+    SinkWriterContext,
+    StatefulSinkWriter,
+    SupportsCommitter,
+    SupportsWriterState,
+    WriterInitContext,
+)
 
 __all__ = [
     "NumberSequenceSource",

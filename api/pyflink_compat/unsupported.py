@@ -34,7 +34,7 @@ def own_source(client: str) -> str:
     """The alternative to a Java connector: a Python source or sink using ``client``."""
     return (
         f"{NO_JVM}; write the source or sink in Python with {client}: a SourceFunction for "
-        "env.add_source(...), a SinkFunction for add_sink(...) or a raylink.api.connectors.base.Sink "
+        "env.add_source(...), a SinkFunction for add_sink(...) or a raylink.core.sink.Sink "
         "(writer + committer) for sink_to(...)"
     )
 

@@ -1,4 +1,4 @@
-"""The runtime of the exactly-once :class:`~raylink.api.connectors.file_system.FileSink`:
+"""The runtime of the exactly-once :class:`~raylink.connectors.file.sink.FileSink`:
 its ``SinkWriter`` and ``Committer`` (Flink's ``FileWriter``, ``FileWriterBucket``,
 ``OutputStreamBasedPartFileWriter`` and ``FileCommitter``).
 
@@ -45,7 +45,8 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.implementations.memory import MemoryFileSystem
 
-from raylink.api.connectors.base import (
+from raylink.connectors.file.sink_config import BucketAssignerContext, SimpleStringEncoder
+from raylink.core.sink import (
     Committer,
     CommittingSinkWriter,
     SinkWriterContext,
@@ -53,7 +54,6 @@ from raylink.api.connectors.base import (
     SystemClock,
     WriterInitContext,
 )
-from raylink.api.connectors.file_system import BucketAssignerContext, FileSink, SimpleStringEncoder
 from raylink.errors import RaylinkError
 
 log = logging.getLogger(__name__)
@@ -183,9 +183,7 @@ class FileWriter(StatefulSinkWriter, CommittingSinkWriter):
     time-based rolling does not happen (size and checkpoint rolling do).
     """
 
-    def __init__(
-        self, sink: FileSink, context: WriterInitContext, recovered_state: Sequence[FileWriterState] = ()
-    ) -> None:
+    def __init__(self, sink: Any, context: WriterInitContext, recovered_state: Sequence[FileWriterState] = ()) -> None:
         self._sink = sink
         self._fs, self._root = _filesystem(sink.base_path, sink.storage_options)
         self._local = isinstance(self._fs, LocalFileSystem)

@@ -17,7 +17,7 @@ line reached in the current one, so a restored job goes on where the checkpoint 
 (Flink's ``TextLineInputFormat`` also re-reads and skips lines on recovery).
 
 These classes are configuration: plain, picklable, read-only once built. The reading
-happens in :mod:`raylink.connectors.file_source` on the source task's thread.
+happens in :mod:`raylink.connectors.file.source_operator` on the source task's thread.
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ import codecs
 import enum
 from typing import Any, Optional, Tuple
 
-from raylink.api.options import parse_duration_ms
+from raylink.connectors.file.source_operator import FileSourceOperator
+from raylink.core.options import parse_duration_ms
+from raylink.operators.connector import CONNECTOR_SOURCE
 
 
 class Boundedness(enum.Enum):
@@ -137,13 +139,9 @@ class FileSource:
     # -- the runtime side ---------------------------------------------------------------------------
     def _raylink_source_spec(self) -> Tuple[str, Any, dict, bool]:
         """(operator kind, function, parameters, non-parallel) for ``env.from_source``."""
-        from raylink.operators.connector import CONNECTOR_SOURCE
-
         return CONNECTOR_SOURCE, self, {}, False
 
     def create_operator(self, spec: Any) -> Any:
-        from raylink.connectors.file_source import FileSourceOperator
-
         return FileSourceOperator(self)
 
     def __repr__(self) -> str:

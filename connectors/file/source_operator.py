@@ -1,4 +1,4 @@
-"""The runtime of :class:`~raylink.api.connectors.file_source.FileSource`: the source
+"""The runtime of :class:`~raylink.connectors.file.source.FileSource`: the source
 operator that lists the paths, picks this subtask's files and emits their lines (Flink's
 ``FileSourceReader`` with ``TextLineInputFormat``, plus the enumerator's listing).
 

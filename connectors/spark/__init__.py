@@ -12,19 +12,21 @@ Public API::
     stream.sink_to_spark(path="/x", flush_interval=5.0)        # one append per interval
     stop()                                    # release what raylink started
 
-Holds, one role per module: :mod:`.session` (Spark on Ray), :mod:`.bridge` (the
-driver's bridge actor and commit thread), :mod:`.types` (schemas between Spark, Arrow
-and streams), :mod:`.identifiers` (table names quoted for SQL), :mod:`.arrow` (records
-⇄ Arrow, blocks → Spark DataFrame), :mod:`.sink` (``sink_to_spark``), :mod:`.results`
-(the result DataFrame of a sink), :mod:`.dataframe_source` (``from_spark``) and
-:mod:`.table_source` (``from_spark_table``).
+Holds, one role per module: :mod:`.session` (Spark on Ray), :mod:`.shared_session` (attaching
+to the session cluster's warm Spark session) and :mod:`.shared_session_actor` (the actor keeping
+it), :mod:`.bridge` (the driver's bridge actor and commit thread), :mod:`.errors` (the start-up
+error, Java messages), :mod:`.types` (schemas between Spark, Arrow and streams),
+:mod:`.identifiers` (table names quoted for SQL), :mod:`.files` (where files go: the filesystem
+of a location, staging, commits), :mod:`.arrow` (records ⇄ Arrow, blocks → Spark DataFrame),
+:mod:`.sink` (``sink_to_spark``), :mod:`.results` (the result DataFrame of a sink),
+:mod:`.dataframe_source` (``from_spark``) and :mod:`.table_source` (``from_spark_table``).
 
 Needs the ``raylink[spark]`` extra (``pyspark``, ``raydp``): importing this package
 without it raises :class:`raylink.extras.MissingExtraError` naming the extra.
 
-May import: Ray, pyspark, raydp, and ``api``, ``operators``, ``shuffle``, ``runtime``,
-``actors`` (to connect to Ray). Nothing in ``runtime``/``actors`` imports it (the
-result reader registers itself with :mod:`raylink.runtime.job_result`); the DataStream
+May import: Ray, pyspark, raydp, and ``actors`` (to connect to Ray) and every floor below it
+(``runtime``, ``operators``, ``state``, ``shuffle``, ``graph``, ``core``); never ``api``. Nothing in ``runtime``/``actors`` imports it (the
+result reader registers itself with :mod:`raylink.runtime.client.job_result`); the DataStream
 API (``env.from_spark``, ``stream.sink_to_spark``) imports it lazily when called.
 """
 

@@ -31,12 +31,12 @@ from typing import Any, List, Optional, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from raylink.api.row import Row as _Row
-from raylink.api.row import make_row
 from raylink.connectors.spark.types import RECORD_FORMATS, arrow_schema_of
+from raylink.core.reprs import record_repr
+from raylink.core.row import Row as _Row
+from raylink.core.row import make_row
 from raylink.errors import RaylinkError
 from raylink.operators.sources import SourceOperator
-from raylink.shuffle.reprs import record_repr
 
 
 class SparkSchemaError(RaylinkError, ValueError):

@@ -42,6 +42,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import ray
 
+from raylink.connectors.spark.errors import java_message
 from raylink.errors import RaylinkError
 
 log = logging.getLogger(__name__)
@@ -339,11 +340,9 @@ def _commit_and_ack(
     try:
         how = commit(requests[0]) if commit is not None else target.commit(requests, mode)
     except Exception as exc:  # report to every waiting subtask
-        from raylink.connectors.spark.types import _java_message
-
         error = (
             f"Spark sink '{target.name}' could not write {rows} row(s) to {target.describe()} "
-            f"(mode {mode!r}): {type(exc).__name__}: {_java_message(exc)}"
+            f"(mode {mode!r}): {type(exc).__name__}: {java_message(exc)}"
         )
         log.warning("%s", error)
         if commit is None:

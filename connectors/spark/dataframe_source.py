@@ -37,8 +37,9 @@ import ray
 
 from raylink.connectors.spark.arrow import RecordEmitter, check_emit_options
 from raylink.connectors.spark.bridge import register_source_release, set_source_release
+from raylink.connectors.spark.errors import java_message
 from raylink.connectors.spark.session import is_raydp_session, spark_namespace, wait_driver_connected
-from raylink.connectors.spark.types import SparkRowType, _java_message, row_type
+from raylink.connectors.spark.types import SparkRowType, row_type
 from raylink.operators.connector import CONNECTOR_SOURCE as SOURCE_KIND
 from raylink.operators.sources import SourceOperator
 
@@ -170,7 +171,7 @@ class SparkBlockSourceOperator(SourceOperator):
         except Exception as exc:
             raise RuntimeError(
                 f"source {self.name!r}: reading Spark partition {partition} failed: "
-                f"{type(exc).__name__}: {_java_message(exc)}"
+                f"{type(exc).__name__}: {java_message(exc)}"
             ) from None
         self._batches = iter(pa.ipc.open_stream(pa.BufferReader(data)))
         self.num_blocks_read += 1
@@ -278,8 +279,7 @@ def _cache_partitions(df: Any, source_id: str, bridge: Any, where: str) -> None:
         }  # RayDP's actors live in the Spark driver's (the session cluster's, when shared)
     except Exception as exc:
         payload = {
-            "error": f"{where}: Spark could not produce the DataFrame's rows: "
-            f"{type(exc).__name__}: {_java_message(exc)}"
+            "error": f"{where}: Spark could not produce the DataFrame's rows: {type(exc).__name__}: {java_message(exc)}"
         }
     if ray.is_initialized():
         try:

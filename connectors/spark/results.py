@@ -10,7 +10,7 @@ the refs alive for the lifetime of the Spark session. :func:`result_sinks` and
 :func:`result_rows` read the accumulators without Spark.
 
 Importing this module registers :func:`get_spark_dataframe` as the ``"spark"`` reader
-of :class:`raylink.runtime.job_result.JobExecutionResult` (its
+of :class:`raylink.runtime.client.job_result.JobExecutionResult` (its
 ``get_spark_dataframe``), so the runtime never imports a connector. Driver only; the
 functions are stateless except :data:`_KEPT` (refs held for this process when RayDP's
 master cannot hold them). No Flink counterpart (Flink's ``CollectSinkFunction`` result
@@ -27,8 +27,11 @@ import ray
 
 from raylink.connectors.spark.arrow import blocks_to_dataframe
 from raylink.connectors.spark.session import get_spark, spark_namespace
-from raylink.connectors.spark.sink import RESULT_PREFIX, SparkSink
-from raylink.runtime.job_result import register_result_reader
+from raylink.runtime.client.job_result import register_result_reader
+
+#: accumulator keys of a result-mode Spark sink (``spark-sink:<sink id>`` and its ``#rows``,
+#: ``#schema``, ``#name``), written by :mod:`.sink`
+RESULT_PREFIX = "spark-sink:"
 
 
 def _keep_alive(spark: Any, refs: List[Any]) -> None:
@@ -74,9 +77,9 @@ def get_spark_dataframe(result: Any, sink: Any = None, spark: Any = None) -> Any
         sink_id = next(iter(sinks))
     else:
         function = getattr(getattr(getattr(sink, "_transformation", None), "operator", None), "function", None)
-        if isinstance(function, SparkSink):
+        if _is_spark_sink(function):
             sink = function
-        if isinstance(sink, SparkSink):
+        if _is_spark_sink(sink):
             sink_id = sink.sink_id
         elif isinstance(sink, str):
             matches = [i for i, n in sinks.items() if n == sink]
@@ -99,6 +102,11 @@ def get_spark_dataframe(result: Any, sink: Any = None, spark: Any = None) -> Any
     return blocks_to_dataframe(spark, refs, schema)
 
 
+def _is_spark_sink(value: Any) -> bool:
+    """A ``SparkSink`` (:mod:`.sink`, which imports this module): it has a ``sink_id``."""
+    return isinstance(getattr(value, "sink_id", None), str) and not isinstance(value, str)
+
+
 def result_rows(result: Any, sink: Any = None) -> int:
     """Rows a Spark result sink produced (without building the DataFrame)."""
     sinks = result_sinks(result)
@@ -108,4 +116,4 @@ def result_rows(result: Any, sink: Any = None) -> int:
 
 register_result_reader("spark", get_spark_dataframe)
 
-__all__ = ["get_spark_dataframe", "result_rows", "result_sinks"]
+__all__ = ["RESULT_PREFIX", "get_spark_dataframe", "result_rows", "result_sinks"]

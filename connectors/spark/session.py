@@ -32,8 +32,10 @@ import threading
 import time
 from typing import Any, Dict, Optional
 
-from raylink.api.options import ConfigOption, SparkConnectorOptions
-from raylink.errors import RaylinkError
+from raylink.actors.ray_executor import init_ray
+from raylink.connectors.spark import bridge, shared_session
+from raylink.connectors.spark.errors import SparkStartError
+from raylink.core.options import ConfigOption, SparkConnectorOptions
 
 #: Java 17 packages Spark and Ray's Java workers reflect into (see DESIGN.md)
 JAVA_OPEN_PACKAGES = (
@@ -68,7 +70,7 @@ COORDINATOR_JAVA_OPTION_KEYS = JAVA_OPTION_KEYS[:2]
 
 DEFAULT_APP_NAME = "raylink"
 
-# the options get_spark(configuration=...) reads (raylink.api.options.SparkConnectorOptions)
+# the options get_spark(configuration=...) reads (raylink.core.options.SparkConnectorOptions)
 CONF_EXECUTORS = SparkConnectorOptions.EXECUTORS
 CONF_EXECUTOR_CORES = SparkConnectorOptions.EXECUTOR_CORES
 CONF_EXECUTOR_MEMORY = SparkConnectorOptions.EXECUTOR_MEMORY
@@ -89,10 +91,6 @@ _phases: Dict[str, float] = {}
 _connected = threading.Event()  # the driver JVM is connected to Ray (or raylink did not start Spark)
 _connect_error: Dict[str, str] = {}
 CONNECT_TIMEOUT_S = 300.0
-
-
-class SparkStartError(RaylinkError, RuntimeError):
-    """Spark-on-Ray could not be started (no Java, RayDP failure, ...)."""
 
 
 def java_options() -> str:
@@ -207,8 +205,6 @@ def get_spark(
         driver_jvm = None
         try:
             if not ray.is_initialized():
-                from raylink.actors.ray_executor import init_ray
-
                 address = os.environ.get("RAY_ADDRESS")
                 new_local = _prepare_new_local_ray(address)
                 if new_local:  # the driver JVM needs Ray only after return: it starts while Ray does
@@ -259,13 +255,14 @@ def get_spark(
 
 def _attach_shared_spark(warehouse_dir: Optional[str]) -> Any:
     """The session cluster's warm Spark session, attached to (None: no session cluster keeps one)."""
-    from raylink.connectors.spark import shared_session
-
     info = shared_session.shared_spark_info()
     if info is None or not info.get("running"):
         return None
     started = time.perf_counter()
     spark = shared_session.attach(info)
+    # A program's own spark.stop() (or ``with spark:``) leaves the shared session, as raylink's
+    # stop() does, instead of stopping it for every other program.
+    spark.stop = spark.sparkContext.stop = _leave_shared_spark
     _phases["attached to the session cluster's Spark"] = time.perf_counter() - started
     _state["namespace"] = info["namespace"]
     if warehouse_dir and os.path.abspath(warehouse_dir) != info["warehouse"].replace("file:", ""):
@@ -278,6 +275,10 @@ def _attach_shared_spark(warehouse_dir: Optional[str]) -> Any:
         )
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _leave_shared_spark() -> None:
+    stop(shutdown_ray=False)
 
 
 def attached_to_shared_spark() -> bool:
@@ -406,15 +407,11 @@ def started_by_raylink() -> bool:
 def stop(shutdown_ray: Optional[bool] = None) -> None:
     """Stop what raylink started: the bridge, the Spark session raylink started and
     (``shutdown_ray=None``: only if raylink started it for Spark) the local Ray."""
-    from raylink.connectors.spark import bridge
-
     with _lock:
         bridge.shutdown_bridge()
         if _state.pop("shared", False):
-            from raylink.connectors.spark.shared_session import detach
-
             try:
-                detach(_state["spark"])
+                shared_session.detach(_state["spark"])
             finally:
                 _state.update(spark=None)
                 _state.pop("namespace", None)

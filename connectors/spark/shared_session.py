@@ -2,7 +2,7 @@
 
 Starting Spark on Ray takes ~10 s (the driver JVM, RayDP's master and its executors), more
 than a small job. ``raylink cluster start --spark`` therefore keeps one warm, as Flink's
-session mode keeps its TaskManagers: a detached named actor (:class:`SharedSparkActor`,
+session mode keeps its TaskManagers: a detached named actor (``SharedSparkActor``,
 ``raylink-spark`` in the session cluster's namespace) starts it with
 :func:`~raylink.connectors.spark.session.get_spark` in its own process and keeps it. A
 driver's ``get_spark()`` then **attaches** to it instead of starting its own (:func:`attach`):
@@ -10,6 +10,8 @@ pyspark connects to the actor's driver JVM through its py4j gateway (what pyspar
 ``PYSPARK_GATEWAY_PORT`` in a notebook), wraps the JVM's running ``SparkContext`` and default
 ``SparkSession``, and so sees the same catalog, tables and executors as every other job.
 Leaving (:func:`detach`, from ``stop()``) closes the connection and leaves the session running.
+This module is the drivers' side (find, info, attach, detach); the actor and starting or
+stopping the session are in :mod:`raylink.connectors.spark.shared_session_actor`.
 
 A program's own ``spark.stop()`` leaves the session too (it does not stop it for everyone).
 Limits, said where they apply: the gateway accepts connections from its own node only, so a
@@ -17,84 +19,24 @@ driver on another node gets a clear error (and ``raylink.spark.use-session-clust
 starts a session of its own); should the JVM's context be stopped anyway (through the JVM),
 ``raylink cluster status`` says so and ``get_spark()`` refuses to attach.
 
-Thread-safety: the actor runs one call at a time; :func:`attach`/:func:`detach` are called
-under ``session.py``'s lock.
+Thread-safety: :func:`attach`/:func:`detach` are called under ``session.py``'s lock.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import time
-from typing import Any, Dict, Optional
+from typing import Any, Optional
 
 import ray
 
 from raylink.actors.session_cluster import SESSION_NAMESPACE
+from raylink.connectors.spark.errors import SparkStartError
 
 #: the actor's name; its namespace is the session cluster's
 SHARED_SPARK_NAME = "raylink-spark"
 SHARED_SPARK_NAMESPACE = SESSION_NAMESPACE
 INFO_TIMEOUT_S = 30.0
-
-
-@ray.remote(num_cpus=0)
-class SharedSparkActor:
-    """Holds the session cluster's Spark session in its process (see the module docstring)."""
-
-    def __init__(self) -> None:
-        self._spark: Any = None
-        self._started_at = 0.0
-        self._start_s = 0.0
-
-    def start(self, options: Dict[str, Any]) -> dict:
-        """Start Spark on Ray here (``get_spark`` keywords) and wait until its driver JVM is
-        connected to Ray (what ``from_spark`` needs); returns :meth:`info`."""
-        from raylink.api.configuration import Configuration
-        from raylink.api.options import SparkConnectorOptions
-        from raylink.connectors.spark.session import get_spark, wait_driver_connected
-
-        started = time.perf_counter()
-        configuration = Configuration()
-        configuration.set(SparkConnectorOptions.USE_SESSION_CLUSTER, False)  # this is it
-        self._spark = get_spark(configuration=configuration, **options)
-        wait_driver_connected()
-        self._start_s = time.perf_counter() - started
-        self._started_at = time.time()
-        return self.info()
-
-    def info(self) -> dict:
-        """Where the driver JVM's gateway listens, and the application's figures."""
-        from pyspark import SparkContext
-
-        if self._spark is None:
-            return {"running": False}
-        sc = self._spark.sparkContext
-        gateway = SparkContext._gateway.gateway_parameters
-        return {
-            "running": True,
-            "stopped": bool(sc._jsc.sc().isStopped()),
-            "nodeIp": ray.util.get_node_ip_address(),
-            "gatewayPort": gateway.port,
-            "gatewaySecret": gateway.auth_token,
-            "namespace": ray.get_runtime_context().namespace,  # RayDP's actors live in it
-            "applicationId": sc.applicationId,
-            "appName": sc.appName,
-            "master": sc.master,
-            "warehouse": self._spark.conf.get("spark.sql.warehouse.dir"),
-            "executors": int(sc.getConf().get("spark.executor.instances", "0") or 0),
-            "startS": round(self._start_s, 2),
-            "upS": round(time.time() - self._started_at, 1),
-            "driverPid": os.getpid(),
-        }
-
-    def stop(self) -> None:
-        """Stop the Spark session (its executors and RayDP's master) and the driver JVM."""
-        from raylink.connectors.spark.session import stop
-
-        if self._spark is not None:
-            self._spark = None
-            stop(shutdown_ray=False)
 
 
 # -- driver side -------------------------------------------------------------------------------------
@@ -106,43 +48,10 @@ def find_shared_spark() -> Optional[Any]:
         return None
 
 
-def start_shared_spark(options: Optional[Dict[str, Any]] = None) -> dict:
-    """Start the warm Spark session (a detached named actor); returns its :meth:`~SharedSparkActor.info`.
-    ``RuntimeError`` when one is already running or Spark fails to start (the actor is then killed)."""
-    if find_shared_spark() is not None:
-        raise RuntimeError(
-            f"a shared Spark session is already running (actor {SHARED_SPARK_NAME!r} in namespace "
-            f"{SHARED_SPARK_NAMESPACE!r})"
-        )
-    holder = SharedSparkActor.options(
-        name=SHARED_SPARK_NAME, namespace=SHARED_SPARK_NAMESPACE, lifetime="detached"
-    ).remote()
-    try:
-        return ray.get(holder.start.remote(dict(options or {})))
-    except BaseException as exc:
-        ray.kill(holder, no_restart=True)
-        cause = getattr(exc, "cause", None) or exc
-        raise RuntimeError(f"the shared Spark session failed to start: {cause}") from None
-
-
 def shared_spark_info(holder: Optional[Any] = None) -> Optional[dict]:
     """The warm Spark session's :meth:`~SharedSparkActor.info`, else None (none is running)."""
     holder = holder or find_shared_spark()
     return None if holder is None else ray.get(holder.info.remote(), timeout=INFO_TIMEOUT_S)
-
-
-def stop_shared_spark() -> Optional[dict]:
-    """Stop the warm Spark session and kill its actor; returns its last info (None: none ran)."""
-    holder = find_shared_spark()
-    if holder is None:
-        return None
-    try:
-        info = shared_spark_info(holder)
-        ray.get(holder.stop.remote(), timeout=120)
-    except Exception:  # noqa: BLE001 - a broken holder is killed all the same
-        info = {"running": False}
-    ray.kill(holder, no_restart=True)
-    return info
 
 
 def attach(info: dict) -> Any:
@@ -151,8 +60,6 @@ def attach(info: dict) -> Any:
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
     from pyspark.sql import SparkSession
-
-    from raylink.connectors.spark.session import SparkStartError
 
     if info.get("stopped"):
         raise SparkStartError(
@@ -188,17 +95,8 @@ def attach(info: dict) -> Any:
     )
     sc = SparkContext(conf=SparkConf(_jconf=jsc.getConf()), gateway=gateway, jsc=jsc)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = SparkSession(sc)  # the JVM's default session: the shared catalog
-    # A program's own spark.stop() (or ``with spark:``) leaves the shared session, as raylink's
-    # stop() does, instead of stopping it for every other program.
-    spark.stop = sc.stop = _leave
-    return spark
-
-
-def _leave() -> None:
-    from raylink.connectors.spark.session import stop
-
-    stop(shutdown_ray=False)
+    return SparkSession(sc)  # the JVM's default session: the shared catalog (session.py makes its
+    # stop() leave the shared session instead of stopping it for every other program)
 
 
 def detach(spark: Any) -> None:
@@ -227,11 +125,8 @@ def detach(spark: Any) -> None:
 __all__ = [
     "SHARED_SPARK_NAME",
     "SHARED_SPARK_NAMESPACE",
-    "SharedSparkActor",
     "attach",
     "detach",
     "find_shared_spark",
     "shared_spark_info",
-    "start_shared_spark",
-    "stop_shared_spark",
 ]

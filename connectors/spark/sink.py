@@ -79,12 +79,12 @@ from raylink.connectors.spark.files import (
     staging_location,
 )
 from raylink.connectors.spark.identifiers import quote_table_name
+from raylink.connectors.spark.results import RESULT_PREFIX, get_spark_dataframe
 from raylink.connectors.spark.session import get_spark
 from raylink.connectors.spark.types import arrow_schema_of, resolve_schema
 from raylink.operators.base import StreamOperator
 from raylink.operators.connector import CONNECTOR_SINK as SINK_KIND
 
-RESULT_PREFIX = "spark-sink:"  # accumulator keys of a result-mode sink (see .results)
 DEFAULT_BATCH_ROWS = 4096
 DEFAULT_BLOCK_BYTES = 8 * 1024 * 1024
 WRITE_MODES = ("append", "overwrite", "error", "errorifexists", "ignore")
@@ -502,8 +502,6 @@ class SparkSink:
 
     def get_dataframe(self, result: Any, spark: Any = None) -> Any:
         """The result DataFrame of this sink in the job of ``result`` (see :mod:`.results`)."""
-        from raylink.connectors.spark.results import get_spark_dataframe
-
         return get_spark_dataframe(result, self, spark)
 
 

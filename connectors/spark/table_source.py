@@ -20,7 +20,6 @@ assignment instead of a split enumerator.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import zlib
@@ -29,25 +28,15 @@ from typing import Any, List, Optional
 import pyarrow as pa
 
 from raylink.connectors.spark.arrow import RecordEmitter, check_emit_options, conform_table
+from raylink.connectors.spark.errors import java_message
+from raylink.connectors.spark.files import filesystem_of
 from raylink.connectors.spark.identifiers import quote_table_name
 from raylink.connectors.spark.session import get_spark
-from raylink.connectors.spark.types import SparkRowType, _java_message, arrow_schema_of, resolve_schema, row_type
+from raylink.connectors.spark.types import SparkRowType, arrow_schema_of, resolve_schema, row_type
 from raylink.operators.connector import CONNECTOR_SOURCE as SOURCE_KIND
 from raylink.operators.sources import SourceOperator
 
 IDLE_WAIT_S = 0.1
-
-
-def _filesystem(location: str) -> "tuple[Any, str]":
-    import pyarrow.fs as pafs
-
-    if "://" in location:
-        if location.startswith("file://"):
-            return pafs.LocalFileSystem(), location[len("file://") :] or "/"
-        return pafs.FileSystem.from_uri(location)
-    if location.startswith("file:"):
-        location = location[len("file:") :]
-    return pafs.LocalFileSystem(), os.path.abspath(location)
 
 
 def _hidden(relative: str) -> bool:
@@ -113,7 +102,7 @@ class ParquetDirectorySourceOperator(SourceOperator):
 
     def open(self) -> None:
         source = self.source
-        self._fs, self._root = _filesystem(source.location)
+        self._fs, self._root = filesystem_of(source.location)
         self._emitter = RecordEmitter(
             self, source.record_format, source.timestamp_column, source.watermark_delay_ms, source.arrow_schema.names
         )
@@ -216,7 +205,7 @@ def resolve_table_location(path_or_table: str, spark: Any = None) -> "tuple[str,
     try:
         rows = spark.sql(f"DESCRIBE TABLE EXTENDED {table}").collect()
     except Exception as exc:
-        raise ValueError(f"from_spark_table: no table {path_or_table!r}: {_java_message(exc)}") from None
+        raise ValueError(f"from_spark_table: no table {path_or_table!r}: {java_message(exc)}") from None
     info = {r[0].strip(): (r[1] or "").strip() for r in rows if r[0]}
     provider = info.get("Provider", "").lower()
     if provider and provider != "parquet":
@@ -258,7 +247,7 @@ def prepare_table_source(
             spark_schema = spark.read.parquet(location).schema
         except Exception as exc:
             raise ValueError(
-                f"{where}: cannot read a schema from {location!r} ({_java_message(exc)}); "
+                f"{where}: cannot read a schema from {location!r} ({java_message(exc)}); "
                 "pass schema= when the directory is still empty"
             ) from None
     check_emit_options(tuple(spark_schema.names), record_format, timestamp_column, watermark_delay_ms, where)

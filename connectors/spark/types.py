@@ -19,7 +19,9 @@ from typing import Any, Optional, Sequence
 
 import pyarrow as pa
 
-from raylink.api.types import TypeInformation
+from raylink.connectors.spark.errors import java_message
+from raylink.connectors.spark.session import get_spark
+from raylink.core.types import TypeInformation
 
 RECORD_FORMATS = ("tuple", "dict", "row")
 
@@ -147,28 +149,15 @@ def parse_ddl(ddl: str, spark: Any = None, where: str = "schema") -> Any:
     from pyspark.sql.types import StructType, _parse_datatype_json_string
 
     if spark is None:
-        from raylink.connectors.spark.session import get_spark
-
         spark = get_spark()
     try:
         jtype = spark._jvm.org.apache.spark.sql.types.StructType.fromDDL(ddl)
     except Exception as exc:
-        raise ValueError(f"{where}: invalid Spark DDL schema {ddl!r}: {_java_message(exc)}") from None
+        raise ValueError(f"{where}: invalid Spark DDL schema {ddl!r}: {java_message(exc)}") from None
     parsed = _parse_datatype_json_string(jtype.json())
     if not isinstance(parsed, StructType):
         raise ValueError(f"{where}: schema {ddl!r} is not a struct")
     return parsed
-
-
-def _java_message(exc: BaseException) -> str:
-    text = str(exc)
-    java = getattr(exc, "java_exception", None)
-    if java is not None:
-        try:
-            text = java.getMessage()
-        except Exception:
-            pass
-    return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
 
 
 __all__ = [

@@ -9,8 +9,9 @@ from typing import Any, Callable, Iterator, Optional
 
 import cloudpickle
 
-from raylink.api.job_status import JobStatus
+from raylink.core.job_status import JobStatus
 from raylink.errors import RaylinkError
+from raylink.runtime.metrics import aggregate_by_vertex
 
 
 class JobExecutionException(RaylinkError, RuntimeError):
@@ -75,8 +76,6 @@ class JobExecutionResult:
 
     def vertex_metrics(self) -> dict:
         """Per JobVertex: summed counts, max busy/back-pressured time, back-pressure status."""
-        from raylink.runtime.metrics import aggregate_by_vertex
-
         return aggregate_by_vertex(self.task_metrics)
 
 

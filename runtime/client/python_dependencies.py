@@ -36,7 +36,7 @@ import zipfile
 from dataclasses import dataclass, field
 from typing import Any, List, Optional, Tuple
 
-from raylink.api.options import PythonOptions
+from raylink.core.options import PythonOptions
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from raylink.api.options import CheckpointingOptions, read_option
+from raylink.core.options import CheckpointingOptions, read_option
 from raylink.errors import RaylinkError
 
 log = logging.getLogger(__name__)

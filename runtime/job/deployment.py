@@ -32,7 +32,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, Iterable, Iterator, Optional, TypeVar, Union
 
-from raylink.api.types import declared_flat_type
+from raylink.core.types import declared_flat_type
 from raylink.graph.edge_manager import ConsumedPartitionGroup, ConsumerVertexGroup
 from raylink.graph.execution_graph import ExecutionGraph, ExecutionVertex
 from raylink.graph.job_graph import JobVertex

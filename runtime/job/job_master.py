@@ -3,11 +3,11 @@
 It owns the ExecutionGraph, moves every ``Execution`` through Flink's
 :class:`~raylink.runtime.execution_state.ExecutionState` s (CREATED → SCHEDULED →
 DEPLOYING → INITIALIZING → RUNNING → FINISHED / CANCELED / FAILED) and the job through
-its :class:`~raylink.api.job_status.JobStatus` (CREATED → RUNNING → FINISHED, or FAILING →
+its :class:`~raylink.core.job_status.JobStatus` (CREATED → RUNNING → FINISHED, or FAILING →
 FAILED, CANCELLING → CANCELED, RESTARTING → RUNNING), every move checked against Flink's
 transitions and made under the JobMaster's lock; runs the ``CheckpointCoordinator`` when
 checkpointing is on, and turns the final task reports
-(:class:`~raylink.runtime.task_events.TaskStateEvent`) into a ``JobExecutionResult``.
+(:class:`~raylink.runtime.task.task_events.TaskStateEvent`) into a ``JobExecutionResult``.
 
 Failover (Flink's restart-all strategy): on a task failure or a lost TaskExecutor
 the restart strategy decides. If it allows a restart the job goes RESTARTING: the
@@ -31,30 +31,29 @@ import uuid
 from collections import deque
 from typing import Any, Optional
 
-from raylink.api.job_status import JobStatus
-from raylink.api.options import CheckpointingOptions, MetricOptions
+from raylink.core.checkpointing import DEFAULT_CHECKPOINTS_DIR
+from raylink.core.job_status import JobStatus
+from raylink.core.options import CheckpointingOptions, MetricOptions
 from raylink.graph.execution_graph import ExecutionGraph, build_execution_graph
-from raylink.runtime.checkpoint_coordinator import CheckpointCoordinator
-from raylink.runtime.checkpoint_storage import CheckpointStorage
-from raylink.runtime.execution_state import ExecutionState
-from raylink.runtime.executors import PipelineExecutor
-from raylink.runtime.job_result import (
+from raylink.runtime.client.executors import PipelineExecutor
+from raylink.runtime.client.job_result import (
     CloseableIterator,
     JobExecutionException,
     JobExecutionResult,
     collect_ids,
     collected_records,
 )
-from raylink.runtime.restart_strategy import create_restart_strategy
-from raylink.runtime.task_events import (
+from raylink.runtime.execution_state import ExecutionState
+from raylink.runtime.job.checkpoint_coordinator import CheckpointCoordinator
+from raylink.runtime.job.restart_strategy import create_restart_strategy
+from raylink.runtime.metrics import MetricsHttpServer, aggregate_by_vertex
+from raylink.runtime.task.task_events import (
     AcknowledgeCheckpoint,
     FinalCheckpointRequest,
     TaskEvent,
     TaskStateEvent,
 )
-
-#: where checkpoints go when ``execution.checkpointing.dir`` is not set (under the working directory)
-DEFAULT_CHECKPOINTS_DIR = "raylink-checkpoints"
+from raylink.state.checkpoint_storage import CheckpointStorage
 
 
 def merge_accumulators(per_task: list[dict]) -> dict:
@@ -174,8 +173,6 @@ class JobMasterBase:
     def _job_running(self) -> None:
         port = self.configuration.get(MetricOptions.PORT)
         if port >= 0 and self.metrics_server is None:
-            from raylink.runtime.metrics import MetricsHttpServer
-
             try:
                 self.metrics_server = MetricsHttpServer(self.get_metrics, self.job_name, port)
             except OSError as exc:  # metrics.port busy: the job never runs; free every actor it holds
@@ -458,8 +455,6 @@ class JobMasterBase:
 
     def get_vertex_metrics(self) -> dict:
         """Per JobVertex, as Flink's web UI aggregates them (with back-pressure status)."""
-        from raylink.runtime.metrics import aggregate_by_vertex
-
         return aggregate_by_vertex(self.get_metrics())
 
     def get_metrics(self) -> list[dict]:

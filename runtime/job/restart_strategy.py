@@ -16,7 +16,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from raylink.api.options import CheckpointingOptions, RestartStrategyOptions, read_option
+from raylink.core.options import CheckpointingOptions, RestartStrategyOptions, read_option
 
 
 class RestartStrategy:

@@ -18,22 +18,16 @@ import time
 from concurrent.futures import Future
 from typing import Any, Callable, Optional
 
-from raylink.api.options import MetricOptions, TaskManagerOptions, read_option
+from raylink.core.options import MetricOptions, TaskManagerOptions, read_option
 from raylink.graph.job_graph import JobVertex
 from raylink.operators.processing_time import SystemProcessingTimeService
 from raylink.operators.runtime_context import RecordContext, StreamingRuntimeContext
-from raylink.operators.snapshots import (
-    initialize_operator,
-    notify_checkpoint_aborted,
-    notify_checkpoint_complete,
-    snapshot_operator,
-)
 from raylink.runtime.execution_state import ExecutionState
-from raylink.runtime.mailbox import BACK_PRESSURE, IDLE, OPERATOR, SOURCE_THREAD, MailboxExecutor, MailboxProcessor
 from raylink.runtime.metrics import operator_metrics
-from raylink.runtime.operator_chain import OperatorChain, exception_with_operator
 from raylink.runtime.process_tuning import pin_current_thread
-from raylink.runtime.task_canceler import InterruptibleThreads, TaskCanceler, TaskCancellationTimeoutError
+from raylink.runtime.task.mailbox import BACK_PRESSURE, IDLE, OPERATOR, SOURCE_THREAD, MailboxExecutor, MailboxProcessor
+from raylink.runtime.task.operator_chain import OperatorChain, exception_with_operator
+from raylink.runtime.task.task_canceler import InterruptibleThreads, TaskCanceler, TaskCancellationTimeoutError
 from raylink.shuffle.barrier_handler import CheckpointBarrierHandler
 from raylink.shuffle.elements import (
     END_OF_PARTITION,
@@ -43,6 +37,12 @@ from raylink.shuffle.elements import (
     TimestampedRecords,
     Watermark,
     WatermarkStatus,
+)
+from raylink.state.snapshots import (
+    initialize_operator,
+    notify_checkpoint_aborted,
+    notify_checkpoint_complete,
+    snapshot_operator,
 )
 
 SOURCE_BATCH_SIZE = 1024  # records per source step at most

@@ -40,28 +40,40 @@ from raylink.errors import RaylinkError
 _SET_ASYNC_EXC = ctypes.pythonapi.PyThreadState_SetAsyncExc  # (thread id, exception or NULL)
 SAFE_POINT_RETRY_S = 0.005  # how often to look for a thread in interruptible code
 #: raylink's packages whose code holds locks and is never interrupted (operators/ is)
-RUNTIME_PACKAGES = ("actors", "runtime", "shuffle", "graph", "api", "connectors", "cli", "loadtest")
+RUNTIME_PACKAGES = ("core", "graph", "shuffle", "runtime", "actors", "connectors", "api", "cli", "loadtest")
+#: raylink's operator code, interrupted like the user code it calls: the operators and the
+#: keyed/operator state they keep (but not where checkpoints are stored, nor a sink's committables)
+OPERATOR_PACKAGES = ("operators", "state")
+NEVER_INTERRUPTED_FILES = (
+    os.path.join("state", "checkpoint_storage.py"),
+    os.path.join("operators", "committable_collector.py"),
+)
 
 
-def _runtime_prefixes() -> tuple[tuple[str, ...], str]:
+def _runtime_prefixes() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Code never interrupted (stdlib, Ray, raylink), and raylink's operators (interruptible)."""
-    raylink_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    raylink_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     prefixes = [sysconfig.get_paths()["stdlib"]]
     prefixes += [os.path.join(raylink_root, part) + os.sep for part in RUNTIME_PACKAGES]
+    prefixes += [os.path.join(raylink_root, path) for path in NEVER_INTERRUPTED_FILES]
     for name in ("ray", "msgpack", "msgspec"):
         spec = importlib.util.find_spec(name)
         if spec is not None and spec.submodule_search_locations:
             prefixes.extend(list(spec.submodule_search_locations))
-    return tuple(prefixes), os.path.join(raylink_root, "operators") + os.sep
+    operators = tuple(os.path.join(raylink_root, part) + os.sep for part in OPERATOR_PACKAGES)
+    return tuple(prefixes), operators
 
 
-_RUNTIME_PREFIXES, _OPERATORS_PREFIX = _runtime_prefixes()
+_RUNTIME_PREFIXES, _OPERATORS_PREFIXES = _runtime_prefixes()
+_NEVER_INTERRUPTED = tuple(p for p in _RUNTIME_PREFIXES if p.endswith(".py"))
 
 
 def at_safe_point(frame) -> bool:
     """True if a thread whose innermost frame is ``frame`` may be interrupted now."""
     filename = frame.f_code.co_filename
-    return filename.startswith(_OPERATORS_PREFIX) or not filename.startswith(_RUNTIME_PREFIXES)
+    if filename.startswith(_OPERATORS_PREFIXES) and not filename.startswith(_NEVER_INTERRUPTED):
+        return True
+    return not filename.startswith(_RUNTIME_PREFIXES)
 
 
 class TaskCancellationTimeoutError(RaylinkError, RuntimeError):

@@ -5,7 +5,7 @@ actor in :mod:`raylink.actors.ray_actors` is a thin wrapper. ``deploy`` builds a
 subtask's result partitions, record writers and input gates (a
 ``LocalInputChannel`` when the producer lives here, a credit-based remote
 channel through the transport otherwise); ``start`` requests the partitions and
-starts the task thread. What the tasks report (:mod:`raylink.runtime.task_events`: final
+starts the task thread. What the tasks report (:mod:`raylink.runtime.task.task_events`: final
 states, checkpoint acknowledgements and declines) goes straight to the JobMaster's
 ``on_task_event`` when it runs in this process, else is queued for its long poll
 (``next_events``). Thread-safe: tasks report from their own threads. ``reset`` (a
@@ -24,13 +24,14 @@ from typing import Any, Callable, Collection, Optional
 
 import cloudpickle
 
-from raylink.api.options import NettyShuffleEnvironmentOptions, RaylinkOptions, TaskManagerOptions, read_option
+from raylink.core.options import NettyShuffleEnvironmentOptions, RaylinkOptions, TaskManagerOptions, read_option
 from raylink.operators.collect import CollectBuffer
-from raylink.runtime.deployment import TaskDeploymentDescriptor
+from raylink.runtime.client.job_result import collect_ids
 from raylink.runtime.execution_state import ExecutionState
-from raylink.runtime.job_result import collect_ids
-from raylink.runtime.stream_task import StreamTask
-from raylink.runtime.task_events import (
+from raylink.runtime.job.deployment import TaskDeploymentDescriptor
+from raylink.runtime.memory_report import process_memory_report
+from raylink.runtime.task.stream_task import StreamTask
+from raylink.runtime.task.task_events import (
     AcknowledgeCheckpoint,
     DeclineCheckpoint,
     FinalCheckpointRequest,
@@ -463,8 +464,6 @@ class TaskExecutor:
         Python objects by type, tracemalloc sites if ``tracemalloc`` or already tracing) plus
         this executor's network buffers in use, queued buffers per channel and state entries
         per operator (the figures a soak test follows over hours)."""
-        from raylink.runtime.memory_report import process_memory_report
-
         out = {"executor": self.executor_id, "tasks": len(self.tasks), **process_memory_report(top, tracemalloc)}
         pool = self.network_pool
         out["networkBuffers"] = {

@@ -1,0 +1,133 @@
+"""A Ray head on this machine, for ``raylink cluster`` and the benchmarks: find the one running,
+start one (``ray start --head --block`` in the background), stop the one started.
+
+:func:`start_ray_head` is the one launch of a local Ray head both use: its own session (it
+outlives the starting command), raylink's Ray system config, no dashboard unless asked; it
+returns once the head's GCS accepts connections. :func:`stop_ray_head` ends it and, as
+``ray stop`` does, drops Ray's address file if it still names that Ray (a later
+``ray.init()`` on this machine would otherwise try the stopped cluster for minutes).
+Not thread-safe (one start or stop at a time).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import IO, Any, Optional
+
+from raylink.actors.ray_transport import RAY_SYSTEM_CONFIG
+from raylink.errors import RaylinkError
+
+RAY_START_TIMEOUT_S = 60.0
+RAY_STOP_TIMEOUT_S = 30.0
+
+
+class RayStartError(RaylinkError, RuntimeError):
+    """The local Ray head did not start; the message names its log."""
+
+
+def listening(address: str) -> bool:
+    """True when something accepts connections at ``host:port``."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=1.0):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def local_ray_address() -> Optional[str]:
+    """The address of a Ray running on this machine (``ray start``'s address file), None when
+    there is none or it does not answer (a stopped Ray's address file stays behind). No
+    connection is made."""
+    from ray._private.services import canonicalize_bootstrap_address
+
+    try:
+        found = canonicalize_bootstrap_address("auto")
+    except ConnectionError:
+        return None
+    return found if found is not None and listening(found) else None
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback interface now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_ray_head(
+    log: IO[Any],
+    port: Optional[int] = None,
+    temp_dir: Optional[str] = None,
+    timeout_s: float = RAY_START_TIMEOUT_S,
+    settle_s: float = 0.0,
+) -> "tuple[subprocess.Popen, str]":
+    """``ray start --head --block`` in the background, its own session (so it outlives this
+    process), with raylink's system config, its output to ``log``; on ``port`` (default: a free
+    one) and under ``temp_dir`` (default: Ray's). Returns the process and the head's address
+    once its GCS accepts connections (then waits ``settle_s`` more: the raylet registers after
+    the GCS listens); ``RayStartError`` when it exits or does not listen within ``timeout_s``."""
+    port = free_port() if port is None else port
+    ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
+    argv = [ray_cli, "start", "--head", "--block", f"--port={port}"]
+    if temp_dir is not None:
+        argv.append(f"--temp-dir={temp_dir}")
+    argv += ["--include-dashboard=false", f"--system-config={json.dumps(RAY_SYSTEM_CONFIG)}"]
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RayStartError(f"`ray start` exited with {proc.returncode}; see {log.name}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                time.sleep(settle_s)
+                return proc, f"127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGTERM)
+    raise RayStartError(f"the local Ray did not start within {timeout_s:.0f} s; see {log.name}")
+
+
+def stop_ray_head(pid: int, address: str, timeout_s: float = RAY_STOP_TIMEOUT_S) -> bool:
+    """End the ``ray start --block`` of process ``pid`` (it stops its Ray) and wait for it (killed
+    after ``timeout_s``); then drop Ray's address file if it still names ``address``. False when
+    that process was gone already."""
+    import psutil
+    from ray._common.utils import get_ray_address_file
+
+    try:
+        group = psutil.Process(pid)
+        os.killpg(pid, signal.SIGTERM)
+    except (ProcessLookupError, psutil.NoSuchProcess):
+        return False
+    try:
+        group.wait(timeout_s)
+    except psutil.TimeoutExpired:
+        os.killpg(pid, signal.SIGKILL)
+    path = get_ray_address_file(None)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            stale = fh.read().strip() == address
+        if stale:
+            os.remove(path)
+    except OSError:
+        pass
+    return True
+
+
+__all__ = [
+    "RAY_START_TIMEOUT_S",
+    "RAY_STOP_TIMEOUT_S",
+    "RayStartError",
+    "free_port",
+    "listening",
+    "local_ray_address",
+    "start_ray_head",
+    "stop_ray_head",
+]
