@@ -81,7 +81,8 @@ class SystemProcessingTimeService(ProcessingTimeService):
     Timers wait in a heap by timestamp; the thread sleeps until the earliest is due and
     exits when none is left (the next ``register_timer`` starts it again), so a service
     nobody shuts down leaves no thread behind. Cancelled timers are dropped from the
-    heap when they come due, or all at once when they outnumber the live ones."""
+    heap when they come due or reach its head (the thread is woken for them), or all at once
+    when they outnumber the live ones."""
 
     def __init__(self, mail_executor: Optional[MailExecutor] = None) -> None:
         self._mail_executor = mail_executor
@@ -118,6 +119,9 @@ class SystemProcessingTimeService(ProcessingTimeService):
                 self._queue[:] = [entry for entry in self._queue if not entry[2].cancelled]  # in place
                 heapq.heapify(self._queue)
                 self._num_cancelled = 0
+            if not self._queue or self._queue[0][2].cancelled:
+                # the thread may sleep until the timer cancelled now: it drops it (and ends when none is left)
+                self._cond.notify()
 
     def _next_due(self) -> Optional[TimerHandle]:
         """The next timer once it is due (None: shut down or nothing left; the thread ends)."""
