@@ -23,6 +23,7 @@ from raylink.api.connectors.file_system import (
     RollingPolicy,
 )
 from raylink.api.datastream import (
+    AllWindowedStream,
     BroadcastConnectedStream,
     BroadcastStream,
     CachedDataStream,
@@ -30,6 +31,7 @@ from raylink.api.datastream import (
     DataStream,
     DataStreamSink,
     KeyedStream,
+    WindowedStream,
 )
 from raylink.api.execution_config import ExecutionConfig
 from raylink.api.execution_mode import RuntimeExecutionMode
@@ -76,7 +78,6 @@ from raylink.api.window import (
     Window,
     WindowAssigner,
 )
-from raylink.api.windowed_stream import AllWindowedStream, WindowedStream
 from raylink.core.checkpointing import (
     CheckpointConfig,
     CheckpointedFunction,

@@ -2,8 +2,13 @@
 ``BroadcastConnectedStream`` and ``DataStreamSink``.
 
 As PyFlink's ``data_stream`` module (where ``raylink migrate`` sends its imports), it also
-has the windowed streams (``WindowedStream``, ``AllWindowedStream``) and the collect iterator
-(``CloseableIterator``).
+has the windowed streams (``WindowedStream``, ``AllWindowedStream``; ``count_window`` /
+``count_window_all`` with Flink's Java definition) and the collect iterator
+(``CloseableIterator``). A windowed stream is pure API: configure the trigger, evictor,
+allowed lateness and late-data side output, then one of ``reduce`` / ``aggregate`` /
+``apply`` / ``process`` records one window transformation (operator kind ``"window"``)
+whose function is an ``operators.window.WindowOperatorDescriptor``; ``window_all`` keys the
+stream by a constant (Flink's ``NullByteKeySelector``) and runs at parallelism 1.
 
 Every call only records a :class:`~raylink.graph.transformations.Transformation`
 in the environment; nothing runs until ``execute``. Function arguments may be
@@ -16,29 +21,57 @@ from __future__ import annotations
 
 from enum import Enum
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, Callable, Optional, Union
+from typing import Any, Callable, Optional, Protocol, Union
 
 from raylink.api.slot_sharing_group import SlotSharingGroup
-from raylink.api.windowed_stream import (
-    AllWindowedStream,
-    WindowedStream,
-    assign_timestamps_and_watermarks,
-    count_window,
-    count_window_all,
+from raylink.api.window import (
+    CountEvictor,
+    CountTrigger,
+    GlobalWindows,
+    MergingWindowAssigner,
+    PurgingTrigger,
+    Trigger,
+    WindowAssigner,
 )
-from raylink.core.functions import BroadcastProcessFunction, KeyedBroadcastProcessFunction
+from raylink.core.functions import BroadcastProcessFunction, KeyedBroadcastProcessFunction, NullByteKeySelector
 from raylink.core.output_tag import OutputTag
 from raylink.core.state import MapStateDescriptor
+from raylink.core.time import to_millis
 from raylink.core.types import Row, TypeInformation, Types, declared_type
 from raylink.graph import transformations as T
 from raylink.graph.operator_spec import OperatorSpec, PartitionerSpec
 from raylink.graph.stream_graph import GraphError
 from raylink.graph.stream_graph_generator import validate_max_parallelism, validate_parallelism
 from raylink.operators.aggregation import check_declared_field
+from raylink.operators.window import WindowOperatorDescriptor
 from raylink.runtime.client.job_result import CloseableIterator  # noqa: F401 - in PyFlink's data_stream too
 
-if TYPE_CHECKING:
-    from raylink.api.stream_execution_environment import StreamExecutionEnvironment
+WINDOW_KIND = "window"
+TIMESTAMPS_KIND = "timestamps"
+
+
+class StreamEnvironment(Protocol):
+    """What a stream asks of the ``StreamExecutionEnvironment`` that made it (the environment
+    builds streams of this module, so the reference back is declared here, not imported):
+    Flink's ``DataStream.getExecutionEnvironment`` and the transformations it adds."""
+
+    configuration: Any
+
+    def get_config(self) -> Any: ...
+
+    def register_slot_sharing_group(self, slot_sharing_group: SlotSharingGroup) -> Any: ...
+
+    def _add_transformation(
+        self,
+        kind: str,
+        name: str,
+        inputs: list[T.Transformation],
+        operator: Optional[OperatorSpec] = None,
+        register: bool = True,
+        **fields: Any,
+    ) -> T.Transformation: ...
+
+    def _execute_and_collect(self, stream: "DataStream", job_name: Optional[str], limit: Optional[int]) -> Any: ...
 
 
 def check_function(func: Any, method: str, operator: str, argument: str = "function") -> None:
@@ -143,20 +176,15 @@ _KEYED_KINDS = frozenset({"map", "flat_map", "filter", "reduce", "aggregate", "k
 class DataStream(_Configurable):
     """A stream of elements of one type (PyFlink's ``DataStream``)."""
 
-    def __init__(self, env: "StreamExecutionEnvironment", transformation: T.Transformation) -> None:
+    def __init__(self, env: "StreamEnvironment", transformation: T.Transformation) -> None:
         self._env = env
         self._transformation = transformation
 
-    def get_execution_environment(self) -> "StreamExecutionEnvironment":
+    def get_execution_environment(self) -> "StreamEnvironment":
         return self._env
 
     def get_transformation(self) -> T.Transformation:
         return self._transformation
-
-    def _derived_stream(self, transformation: T.Transformation) -> "DataStream":
-        """A plain DataStream of ``transformation`` in this stream's environment (how the
-        windowed streams, which this module imports, hand back their result)."""
-        return DataStream(self._env, transformation)
 
     def get_type(self):
         return self._transformation.output_type
@@ -439,7 +467,7 @@ class DataStream(_Configurable):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._transformation!r})"
 
-    # -- event time and windows (raylink.api.windowed_stream) ----------------------------------------
+    # -- event time and windows (the windowed streams below) ----------------------------------------------
     def assign_timestamps_and_watermarks(self, watermark_strategy: Any) -> "DataStream":
         return assign_timestamps_and_watermarks(self, watermark_strategy)
 
@@ -467,7 +495,7 @@ class KeyedStream(DataStream):
 
     def __init__(
         self,
-        env: "StreamExecutionEnvironment",
+        env: "StreamEnvironment",
         transformation: T.Transformation,
         key_selector: Callable,
         origin: DataStream,
@@ -573,7 +601,7 @@ class KeyedStream(DataStream):
         keyed = pairs._partition(PartitionerSpec("HASH", key_selector=itemgetter(0)))
         return self._env._execute_and_collect(keyed, job_execution_name, limit)
 
-    # -- windows (raylink.api.windowed_stream) --------------------------------------------------------
+    # -- windows (the windowed streams below) ----------------------------------------------------------
     def window(self, window_assigner: Any) -> Any:
         return WindowedStream(self, window_assigner)
 
@@ -647,7 +675,7 @@ class BroadcastStream:
         self.input_stream = input_stream  # the broadcast-partitioned stream
         self.broadcast_state_descriptors = list(broadcast_state_descriptors)
 
-    def get_execution_environment(self) -> "StreamExecutionEnvironment":
+    def get_execution_environment(self) -> "StreamEnvironment":
         return self.input_stream.get_execution_environment()
 
 
@@ -700,7 +728,7 @@ class BroadcastConnectedStream:
 class DataStreamSink(_Configurable):
     """The end of a stream (PyFlink's ``DataStreamSink``): only the operator setters."""
 
-    def __init__(self, transformation: T.Transformation, env: "Optional[StreamExecutionEnvironment]" = None) -> None:
+    def __init__(self, transformation: T.Transformation, env: "Optional[StreamEnvironment]" = None) -> None:
         self._transformation = transformation
         self._env = env
 
@@ -773,3 +801,252 @@ class CachedDataStream(DataStream):
 
     def set_description(self, description: str):
         return self._refuse("Set description")
+
+
+# -- windowed streams (PyFlink keeps them in data_stream too) -----------------------------------------
+def _function_name(function: Any) -> str:
+    if function is None:
+        return "PassThrough"
+    name = type(function).__name__
+    return getattr(function, "__name__", name) if name == "function" else name
+
+
+def _check_methods(function: Any, methods: tuple, what: str) -> None:
+    missing = [m for m in methods if not callable(getattr(function, m, None))]
+    if missing:
+        raise TypeError(
+            f"{what}: expected an object with {', '.join(m + '()' for m in missing)}, got {type(function).__name__}"
+        )
+
+
+class _WindowedStreamBase:
+    _ALL = False
+
+    def __init__(self, keyed_stream: "KeyedStream", window_assigner: WindowAssigner) -> None:
+        if not callable(getattr(window_assigner, "assign_windows", None)):
+            raise TypeError(f"{self._api_name()}: expected a WindowAssigner, got {type(window_assigner).__name__}")
+        self._keyed_stream = keyed_stream
+        self._window_assigner = window_assigner
+        self._trigger: Optional[Trigger] = None
+        self._evictor: Any = None
+        self._allowed_lateness = 0
+        self._late_data_output_tag: Optional[OutputTag] = None
+
+    def _api_name(self) -> str:
+        return "window_all" if self._ALL else "window"
+
+    def get_execution_environment(self) -> Any:
+        return self._keyed_stream.get_execution_environment()
+
+    def get_input_type(self) -> Any:
+        return self._keyed_stream.get_type()
+
+    # -- configuration -----------------------------------------------------------------------------
+    def trigger(self, trigger: Trigger):
+        if not callable(getattr(trigger, "on_element", None)):
+            raise TypeError(f"trigger: expected a Trigger, got {type(trigger).__name__}")
+        if isinstance(self._window_assigner, MergingWindowAssigner) and not trigger.can_merge():
+            raise TypeError("A merging window assigner cannot be used with a trigger that does not support merging.")
+        self._trigger = trigger
+        return self
+
+    def evictor(self, evictor: Any):
+        if not (callable(getattr(evictor, "evict_before", None)) and callable(getattr(evictor, "evict_after", None))):
+            raise TypeError(f"evictor: expected an Evictor, got {type(evictor).__name__}")
+        if isinstance(self._window_assigner, MergingWindowAssigner):
+            raise TypeError("Cannot use a merging WindowAssigner with an Evictor.")
+        self._evictor = evictor
+        return self
+
+    def allowed_lateness(self, time_ms: Any):
+        lateness = to_millis(time_ms, "allowed_lateness")
+        if lateness < 0:
+            raise ValueError("The allowed lateness cannot be negative.")
+        self._allowed_lateness = lateness
+        return self
+
+    def side_output_late_data(self, output_tag: OutputTag):
+        if not isinstance(output_tag, OutputTag):
+            raise TypeError(f"side_output_late_data: expected an OutputTag, got {type(output_tag).__name__}")
+        self._late_data_output_tag = output_tag
+        return self
+
+    # -- window functions --------------------------------------------------------------------------
+    def _window_function_kind(self, function: Any, what: str) -> str:
+        """ "process" or "window" (all-window variants for ``window_all``)."""
+        if callable(getattr(function, "process", None)) and not isinstance(function, type):
+            return "process_all" if self._ALL else "process"
+        if callable(getattr(function, "apply", None)) or callable(function):
+            return "all_window" if self._ALL else "window"
+        raise TypeError(
+            f"{what}: the window function must be a {'AllWindowFunction' if self._ALL else 'WindowFunction'}, "
+            f"a {'ProcessAllWindowFunction' if self._ALL else 'ProcessWindowFunction'} or a callable, "
+            f"got {type(function).__name__}"
+        )
+
+    def reduce(self, reduce_function: Any, window_function: Any = None, output_type: Any = None) -> "DataStream":
+        """Reduce each pane incrementally; emit the result (or pass it to ``window_function``)."""
+        if not (callable(getattr(reduce_function, "reduce", None)) or callable(reduce_function)):
+            raise TypeError(
+                f"Window Reduce: reduce_function must be a ReduceFunction or a callable, "
+                f"got {type(reduce_function).__name__}"
+            )
+        kind = "pass" if window_function is None else self._window_function_kind(window_function, "Window Reduce")
+        if window_function is None and output_type is None:
+            output_type = self.get_input_type()
+        name = _function_name(reduce_function)
+        if window_function is not None:
+            name = f"{name}, {_function_name(window_function)}"
+        return self._build(
+            "reducing",
+            name,
+            output_type,
+            reduce_function=reduce_function,
+            window_function=window_function,
+            function_kind=kind,
+        )
+
+    def aggregate(
+        self,
+        aggregate_function: Any,
+        window_function: Any = None,
+        accumulator_type: Any = None,
+        output_type: Any = None,
+    ) -> "DataStream":
+        """Aggregate each pane incrementally with an ``AggregateFunction``."""
+        _check_methods(aggregate_function, ("create_accumulator", "add", "get_result"), "Window Aggregate")
+        if isinstance(self._window_assigner, MergingWindowAssigner):
+            _check_methods(aggregate_function, ("merge",), "Window Aggregate over merging windows")
+        kind = "pass" if window_function is None else self._window_function_kind(window_function, "Window Aggregate")
+        name = _function_name(aggregate_function)
+        if window_function is not None:
+            name = f"{name}, {_function_name(window_function)}"
+        return self._build(
+            "aggregating",
+            name,
+            output_type,
+            aggregate_function=aggregate_function,
+            window_function=window_function,
+            function_kind=kind,
+        )
+
+    def apply(self, window_function: Any, output_type: Any = None) -> "DataStream":
+        """Buffer each pane and evaluate it with a (All)WindowFunction: ``apply([key,] window, inputs)``."""
+        if not (callable(getattr(window_function, "apply", None)) or callable(window_function)):
+            raise TypeError(
+                f"Window Apply: expected a WindowFunction or a callable, got {type(window_function).__name__}"
+            )
+        kind = "all_window" if self._ALL else "window"
+        return self._build(
+            "list", _function_name(window_function), output_type, window_function=window_function, function_kind=kind
+        )
+
+    def process(self, process_window_function: Any, output_type: Any = None) -> "DataStream":
+        """Buffer each pane and evaluate it with a Process(All)WindowFunction."""
+        if not callable(getattr(process_window_function, "process", None)):
+            raise TypeError(
+                f"Window Process: expected a {'ProcessAllWindowFunction' if self._ALL else 'ProcessWindowFunction'}, "
+                f"got {type(process_window_function).__name__}"
+            )
+        kind = "process_all" if self._ALL else "process"
+        return self._build(
+            "list",
+            _function_name(process_window_function),
+            output_type,
+            window_function=process_window_function,
+            function_kind=kind,
+        )
+
+    def _build(self, contents: str, function_name: str, output_type: Any, **functions: Any) -> "DataStream":
+        trigger = self._trigger or self._window_assigner.get_default_trigger(self.get_execution_environment())
+        descriptor = WindowOperatorDescriptor(
+            assigner=self._window_assigner,
+            trigger=trigger,
+            evictor=self._evictor,
+            allowed_lateness=self._allowed_lateness,
+            late_data_output_tag=self._late_data_output_tag,
+            contents=contents,
+            **functions,
+        )
+        keyed = self._keyed_stream
+        env = keyed.get_execution_environment()
+        spec = OperatorSpec(kind=WINDOW_KIND, function=descriptor, key_selector=keyed.get_key_selector())
+        t = env._add_transformation(
+            T.ONE_INPUT,
+            descriptor.describe(function_name, self._ALL),
+            [keyed.get_transformation()],
+            operator=spec,
+            output_type=output_type,
+        )
+        if self._ALL:
+            t.parallelism = 1
+            t.non_parallel = True
+        return DataStream(env, t)
+
+
+class WindowedStream(_WindowedStreamBase):
+    """A keyed stream cut into windows (PyFlink's ``WindowedStream``)."""
+
+
+class AllWindowedStream(_WindowedStreamBase):
+    """A non-keyed stream cut into windows, evaluated by one subtask (PyFlink's ``AllWindowedStream``)."""
+
+    _ALL = True
+
+    def __init__(self, data_stream: "DataStream", window_assigner: WindowAssigner) -> None:
+        super().__init__(data_stream.key_by(NullByteKeySelector()), window_assigner)
+
+
+def _count_window(stream: Any, size: int, slide: int, all_windows: bool) -> Any:
+    what = "count_window_all" if all_windows else "count_window"
+    for name, value in (("size", size), ("slide", slide)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"{what}: {name} must be an int, got {value!r}")
+    if size <= 0:
+        raise ValueError(f"{what}: size must be positive, got {size}")
+    if slide < 0:
+        raise ValueError(f"{what}: slide must not be negative, got {slide}")
+    windowed = (
+        AllWindowedStream(stream, GlobalWindows.create())
+        if all_windows
+        else WindowedStream(stream, GlobalWindows.create())
+    )
+    if slide == 0:  # Flink: tumbling count windows purge on every firing
+        return windowed.trigger(PurgingTrigger.of(CountTrigger.of(size)))
+    # Flink: the last `size` elements, every `slide` elements (the first firings hold fewer)
+    return windowed.evictor(CountEvictor.of(size)).trigger(CountTrigger.of(slide))
+
+
+def count_window(keyed_stream: "KeyedStream", size: int, slide: int = 0) -> WindowedStream:
+    """Flink's ``KeyedStream.countWindow``: ``slide`` 0 fires every ``size`` elements of a key with
+    exactly them (``GlobalWindows`` + ``PurgingTrigger(CountTrigger(size))``); otherwise every
+    ``slide`` elements of a key with its last ``size`` elements (``GlobalWindows`` +
+    ``CountEvictor(size)`` + ``CountTrigger(slide)``: every element is kept until evicted, and a
+    reduce / aggregate runs over what the evictor leaves when the window fires).
+
+    The contents follow the order in which a key's elements reach the window operator: it is the
+    input order when they come from one upstream subtask (or each key from one), but a
+    ``rebalance`` before the ``key_by`` interleaves the upstream subtasks, in Flink as well."""
+    return _count_window(keyed_stream, size, slide, False)
+
+
+def count_window_all(data_stream: "DataStream", size: int, slide: int = 0) -> AllWindowedStream:
+    """Flink's ``DataStream.countWindowAll``: :func:`count_window` over the whole stream, in one
+    subtask (in the order elements reach it: interleaved when several upstream subtasks feed it)."""
+    return _count_window(data_stream, size, slide, True)
+
+
+def assign_timestamps_and_watermarks(data_stream: "DataStream", watermark_strategy: Any) -> "DataStream":
+    """Flink's ``assignTimestampsAndWatermarks``: a chained operator at the input's parallelism."""
+    if not callable(getattr(watermark_strategy, "create_watermark_generator", None)):
+        raise TypeError(
+            f"assign_timestamps_and_watermarks: expected a WatermarkStrategy, got {type(watermark_strategy).__name__}"
+        )
+    source = data_stream.get_transformation()
+    env = data_stream.get_execution_environment()
+    spec = OperatorSpec(kind=TIMESTAMPS_KIND, function=watermark_strategy)
+    t = env._add_transformation(
+        T.ONE_INPUT, "Timestamps/Watermarks", [source], operator=spec, output_type=source.output_type
+    )
+    t.parallelism = source.parallelism
+    return DataStream(env, t)

@@ -125,6 +125,17 @@ class KeySelector(Function):
         raise NotImplementedError
 
 
+class NullByteKeySelector(KeySelector):
+    """Keys every record by ``0`` (Flink's ``NullByteKeySelector``: what ``window_all`` and
+    ``count_window_all`` partition by)."""
+
+    def get_key(self, value: Any) -> int:
+        return 0
+
+    def __call__(self, value: Any) -> int:
+        return 0
+
+
 class Partitioner(Function):
     """Custom partitioning: pick the target channel of a key."""
 

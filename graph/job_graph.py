@@ -14,19 +14,6 @@ from typing import Any, Optional
 from raylink.graph.operator_spec import OperatorSpec, PartitionerSpec
 from raylink.graph.stream_graph import StreamEdge
 
-# Flink's KeyGroupRangeAssignment bounds
-DEFAULT_LOWER_BOUND_MAX_PARALLELISM = 1 << 7
-UPPER_BOUND_MAX_PARALLELISM = 1 << 15
-
-
-def compute_default_max_parallelism(parallelism: int) -> int:
-    """Flink's ``KeyGroupRangeAssignment.computeDefaultMaxParallelism``."""
-    wanted = parallelism + parallelism // 2
-    power = 1
-    while power < wanted:
-        power <<= 1
-    return min(max(power, DEFAULT_LOWER_BOUND_MAX_PARALLELISM), UPPER_BOUND_MAX_PARALLELISM)
-
 
 @dataclass(eq=False)
 class StreamConfig:

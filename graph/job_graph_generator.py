@@ -12,6 +12,7 @@ import hashlib
 
 import cloudpickle
 
+from raylink.core.key_groups import UPPER_BOUND_MAX_PARALLELISM, compute_default_max_parallelism
 from raylink.graph.chaining import is_chainable
 from raylink.graph.hashing import traverse_stream_graph_and_generate_hashes
 from raylink.graph.job_graph import (
@@ -20,7 +21,6 @@ from raylink.graph.job_graph import (
     JobGraph,
     JobVertex,
     StreamConfig,
-    compute_default_max_parallelism,
 )
 from raylink.graph.stream_graph import GraphError, StreamEdge, StreamGraph
 
@@ -121,7 +121,8 @@ class StreamingJobGraphGenerator:
         max_p = node.max_parallelism
         configured = max_p > 0
         if not configured:
-            max_p = compute_default_max_parallelism(node.parallelism)
+            # capped: a parallelism above the bound gets the error below, naming the operator
+            max_p = compute_default_max_parallelism(min(node.parallelism, UPPER_BOUND_MAX_PARALLELISM))
         if node.parallelism > max_p:
             raise GraphError(
                 f"The parallelism ({node.parallelism}) of operator '{node.operator_name}' is higher "

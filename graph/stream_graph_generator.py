@@ -20,11 +20,10 @@ from __future__ import annotations
 
 from typing import Optional
 
+from raylink.core.key_groups import UPPER_BOUND_MAX_PARALLELISM
 from raylink.graph import transformations as T
 from raylink.graph.stream_graph import GraphError, StreamGraph, StreamNode
 from raylink.graph.transformations import DEFAULT_SLOT_SHARING_GROUP, Transformation
-
-UPPER_BOUND_MAX_PARALLELISM = 1 << 15
 
 RUNTIME_MODES = ("STREAMING", "BATCH", "AUTOMATIC")
 _BOUNDED_SOURCE_KINDS = frozenset({"source_collection", "source_sequence"})

@@ -28,9 +28,11 @@ through the task's mailbox).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable, List, Optional
 
 from raylink.core.evictors import TimestampedValue
+from raylink.core.output_tag import OutputTag
 from raylink.core.triggers import EventTimeTrigger
 from raylink.core.window_assigners import MergingWindowAssigner, SlidingEventTimeWindows, TumblingEventTimeWindows
 from raylink.core.window_types import MAX_LONG_VALUE, MIN_LONG_VALUE, TimeWindow
@@ -47,6 +49,37 @@ LATE_RECORDS_DROPPED = "numLateRecordsDropped"
 REDUCING, AGGREGATING, LIST = "reducing", "aggregating", "list"
 FUNCTION_KINDS = ("pass", "window", "process", "all_window", "process_all")
 
+
+@dataclass
+class WindowOperatorDescriptor:
+    """Everything the window operator needs (Flink's ``WindowOperatorBuilder`` result).
+
+    ``contents``: "reducing" (a reduced value per pane), "aggregating" (an
+    ``AggregateFunction`` accumulator) or "list" (every element). ``function_kind``:
+    "pass" (emit the reduced value / aggregate result), "window"
+    (``apply(key, window, inputs)``), "process" (``process(key, context, elements)``),
+    "all_window" (``apply(window, inputs)``) or "process_all" (``process(context, elements)``).
+    """
+
+    assigner: Any
+    trigger: Any
+    evictor: Any
+    allowed_lateness: int
+    late_data_output_tag: Optional[OutputTag]
+    contents: str
+    reduce_function: Any = None
+    aggregate_function: Any = None
+    window_function: Any = None
+    function_kind: str = "pass"
+
+    def describe(self, function_name: str, all_windows: bool) -> str:
+        parts = [repr(self.assigner), type(self.trigger).__name__]
+        if self.evictor is not None:
+            parts.append(type(self.evictor).__name__)
+        parts.append(function_name)
+        return f"{'AllWindow' if all_windows else 'Window'}({', '.join(parts)})"
+
+
 _MISSING = object()
 
 _NO_TIMESTAMP = (
@@ -57,8 +90,8 @@ _NO_TIMESTAMP = (
 
 # -- the operator -------------------------------------------------------------------------------------
 class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
-    """Keyed windows with Flink's semantics; ``descriptor`` is an
-    ``api.windowed_stream.WindowOperatorDescriptor`` (assigner, trigger, evictor,
+    """Keyed windows with Flink's semantics; ``descriptor`` is a
+    :class:`WindowOperatorDescriptor` (assigner, trigger, evictor,
     allowed lateness, late-data tag, contents kind, user functions)."""
 
     def __init__(self, descriptor: Any, key_selector: Any, name: str = "", operator_id: str = "") -> None:

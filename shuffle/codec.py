@@ -86,6 +86,7 @@ from raylink.core.declared_types import (
     qualified_name,
     record_converter,
 )
+from raylink.core.row import ROW_KINDS, Row, make_row
 from raylink.errors import RaylinkError
 from raylink.shuffle.elements import (
     CONTROL_TYPE_SET,
@@ -353,19 +354,6 @@ def _pack_nested(obj: Any) -> bytes:
         _packer_pool.append(p)
 
 
-# Rows: the api package imports after this module, so the class is looked up on first use
-_row_class: Any = None
-
-
-def _load_row_class() -> Any:
-    global _row_class
-    if _row_class is None:
-        from raylink.core.row import Row
-
-        _row_class = Row
-    return _row_class
-
-
 def _row_ext(row: Any) -> ExtType:
     """``EXT_ROW``: (kind value, names or None, prepared values) of a Row."""
     values = row._values
@@ -377,18 +365,9 @@ def _row_ext(row: Any) -> ExtType:
     return ExtType(EXT_ROW, _pack_nested((row._row_kind.value, names, values)))
 
 
-_row_decoding: Any = None  # (make_row, ROW_KINDS), looked up on first use
-
-
 def _decode_row(data: bytes) -> Any:
-    global _row_decoding
-    if _row_decoding is None:
-        from raylink.core.row import ROW_KINDS, make_row
-
-        _row_decoding = (make_row, ROW_KINDS)
-    make_row, kinds = _row_decoding
     kind, names, values = _unpackb(data)
-    return make_row(None if names is None else list(names), list(values), kinds[kind])
+    return make_row(None if names is None else list(names), list(values), ROW_KINDS[kind])
 
 
 def _default(obj: Any) -> Any:
@@ -410,7 +389,7 @@ def _default(obj: Any) -> Any:
         return ExtType(EXT_TIMESTAMPED, _encode_ts_payload(obj.values, obj.timestamps))
     if t is ExtType:
         return obj
-    if t is (_row_class or _load_row_class()):
+    if t is Row:
         return _row_ext(obj)
     return _pickle_ext(obj)
 
@@ -657,7 +636,7 @@ def prepare(obj: Any) -> Any:
         return obj  # handled by the ``default`` hook
     if t is memoryview:
         return obj.tobytes()
-    if t is (_row_class or _load_row_class()):
+    if t is Row:
         return _row_ext(obj)
     if t is ExtType:
         return obj

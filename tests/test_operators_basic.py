@@ -328,7 +328,7 @@ def _watermark_strategy():
 
 def _window_descriptor():
     from raylink.api.window import GlobalWindows, NeverTrigger
-    from raylink.api.windowed_stream import WindowOperatorDescriptor
+    from raylink.operators.window import WindowOperatorDescriptor
 
     return WindowOperatorDescriptor(GlobalWindows(), NeverTrigger(), None, 0, None, "reducing", reduce_function=max)
 

@@ -33,11 +33,17 @@ from raylink.api import (
 )
 from raylink.api.configuration import Configuration
 from raylink.api.window import DynamicEventTimeSessionWindows, NeverTrigger
-from raylink.api.windowed_stream import NullByteKeySelector, WindowOperatorDescriptor
+from raylink.core.functions import NullByteKeySelector
 from raylink.core.key_groups import assign_to_key_group
 from raylink.operators import CollectingOutput, ManualProcessingTimeService, StreamingRuntimeContext
 from raylink.operators.base import MAX_WATERMARK
-from raylink.operators.window import CONTENTS_STATE, MERGING_SET_STATE, MergingWindowSet, create_window_operator
+from raylink.operators.window import (
+    CONTENTS_STATE,
+    MERGING_SET_STATE,
+    MergingWindowSet,
+    WindowOperatorDescriptor,
+    create_window_operator,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
