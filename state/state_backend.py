@@ -32,12 +32,21 @@ States whose descriptor enables a time-to-live (``StateTtlConfig``) are built by
 ``raylink.state.ttl_state`` (Flink's ``TtlStateFactory``) over tables of kind
 ``"ttl:<kind>"`` holding ``(value, last_access_ms)``; ``ttl_time_provider`` is their
 clock, and a table's ``snapshot_filter`` leaves expired values out of snapshots.
-Not thread-safe: a backend belongs to one task thread.
+
+A snapshot is taken in Flink's two phases: at the barrier ``snapshot()`` only copies each
+table's entries (one C-level dict copy per table; values that may change in place -- list,
+map, aggregating -- and TTL states one by one); the :class:`KeyedStateSnapshot` it returns
+groups them by key group when first read, i.e. when the TaskExecutor's checkpoint writer
+thread pickles it, while the task goes on (``bench/state_snapshot.py``: the task pauses for
+about one dict copy). Not thread-safe: a backend belongs to one task thread; a
+``KeyedStateSnapshot`` may be read from any thread.
 """
 
 from __future__ import annotations
 
 import copy
+import threading
+from collections.abc import Mapping
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from raylink.core.key_groups import assign_to_key_group
@@ -477,6 +486,68 @@ class NamespacedAggregatingState(NamespacedState, AggregatingState):
 _NAMESPACED_CLASSES = {"value": NamespacedValueState, "list": NamespacedListState, "map": NamespacedMapState}
 
 
+class KeyedStateSnapshot(Mapping):
+    """A heap backend's keyed state at a checkpoint (see :meth:`HeapKeyedStateBackend.snapshot`):
+    a read-only ``{key_group: {state name: {key: value}}}`` mapping whose grouping by key group
+    runs on first access, once (thread-safe), from the entries copied at the barrier. It
+    pickles as the plain dict, so a checkpoint file holds no trace of it."""
+
+    def __init__(
+        self, parts: list, eager: Snapshot, key_groups: Dict[Any, int], assign: Callable, max_parallelism: int
+    ) -> None:
+        self._parts = parts  # (state name, namespaced, entries copied at the barrier)
+        self._eager = eager  # what was grouped at the barrier (TTL states)
+        self._key_groups = key_groups  # the backend's cache (read only: a lookup is atomic)
+        self._assign = assign
+        self._max_parallelism = max_parallelism
+        self._lock = threading.Lock()
+        self._grouped: Optional[Snapshot] = None
+
+    def _group(self) -> Snapshot:
+        with self._lock:
+            if self._grouped is None:
+                result = self._eager
+                cached, assign, max_p = self._key_groups.get, self._assign, self._max_parallelism
+                for name, namespaced, entries in self._parts:
+                    if namespaced:
+                        for ns, per_ns in entries.items():
+                            for k, v in per_ns.items():
+                                kg = cached(k)
+                                if kg is None:
+                                    kg = assign(k, max_p)
+                                result.setdefault(kg, {}).setdefault(name, {}).setdefault(k, {})[ns] = v
+                    else:
+                        for k, v in entries.items():
+                            kg = cached(k)
+                            if kg is None:
+                                kg = assign(k, max_p)
+                            per_kg = result.get(kg)
+                            if per_kg is None:
+                                per_kg = result[kg] = {}
+                            per_state = per_kg.get(name)
+                            if per_state is None:
+                                per_state = per_kg[name] = {}
+                            per_state[k] = v
+                self._grouped = dict(sorted(result.items()))
+                self._parts, self._eager = [], {}
+            return self._grouped
+
+    def __getitem__(self, key_group: int) -> Dict[str, Any]:
+        return self._group()[key_group]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._group())
+
+    def __len__(self) -> int:
+        return len(self._group())
+
+    def __reduce__(self) -> tuple:
+        return (dict, (self._group(),))
+
+    def __repr__(self) -> str:
+        return f"KeyedStateSnapshot({self._group()!r})"
+
+
 class HeapKeyedStateBackend:
     """Keyed state of one operator subtask, for the key groups ``key_group_range``.
 
@@ -652,29 +723,46 @@ class HeapKeyedStateBackend:
         return iter(sorted(table.values, key=self.key_group_of))
 
     # -- snapshot / restore -------------------------------------------------------------
-    def snapshot(self) -> Snapshot:
-        """``{key_group: {state name: {key: value}}}`` for every non-empty key group (copies);
-        the value of a namespaced state is ``{namespace: value}``."""
-        result: Snapshot = {}
-        key_group_of = self.key_group_of
+    def snapshot(self) -> "KeyedStateSnapshot":
+        """The keyed state as ``{key_group: {state name: {key: value}}}`` for every non-empty key
+        group (the value of a namespaced state is ``{namespace: value}``), taken in Flink's two
+        phases: here, between two records, each table's entries are copied (one C-level dict
+        copy; list, map and aggregating values and TTL states copied one by one, as they may be
+        changed in place); grouping them by key group waits for the first read of the
+        :class:`KeyedStateSnapshot` -- its pickling on the TaskExecutor's checkpoint writer
+        thread, while the task goes on."""
         now = self.ttl_time_provider()
+        eager: Snapshot = {}
+        parts: List[tuple] = []
         for name, table in self._tables.items():
             copy = _COPY.get(table.kind or "", _same)
+            namespaced = _is_namespaced(table.kind)
             live = table.snapshot_filter
             if live is not None:  # TTL: expired values stay out of the snapshot
                 for k, v in table.values.items():
                     v = live(v, now)
                     if v is not None:
-                        result.setdefault(key_group_of(k), {}).setdefault(name, {})[k] = copy(v)
-                continue
-            if _is_namespaced(table.kind):
-                for ns, per_ns in table.values.items():
-                    for k, v in per_ns.items():
-                        result.setdefault(key_group_of(k), {}).setdefault(name, {}).setdefault(k, {})[ns] = copy(v)
-                continue
-            for k, v in table.values.items():
-                result.setdefault(key_group_of(k), {}).setdefault(name, {})[k] = copy(v)
-        return dict(sorted(result.items()))
+                        eager.setdefault(self.key_group_of(k), {}).setdefault(name, {})[k] = copy(v)
+            elif namespaced:
+                parts.append(
+                    (
+                        name,
+                        True,
+                        {
+                            ns: dict(per_ns) if copy is _same else {k: copy(v) for k, v in per_ns.items()}
+                            for ns, per_ns in table.values.items()
+                        },
+                    )
+                )
+            else:
+                parts.append(
+                    (
+                        name,
+                        False,
+                        dict(table.values) if copy is _same else {k: copy(v) for k, v in table.values.items()},
+                    )
+                )
+        return KeyedStateSnapshot(parts, eager, self._kg_cache, self._assign, self.max_parallelism)
 
     def restore(self, snapshot: Snapshot) -> None:
         """Replace all state by the key groups of ``snapshot`` that belong to this range
@@ -718,6 +806,7 @@ def _describe(kind: Optional[str]) -> str:
 
 __all__ = [
     "HeapKeyedStateBackend",
+    "KeyedStateSnapshot",
     "StateTable",
     "HeapValueState",
     "HeapListState",
