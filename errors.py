@@ -17,6 +17,22 @@ class RaylinkError(Exception):
     """Base class of every exception raylink raises on purpose (Flink's ``FlinkException``)."""
 
 
+class SuppressRestartsError(RaylinkError, RuntimeError):
+    """A failure no restart can mend (Flink's ``SuppressRestartsException``): the job fails at
+    once instead of restarting, e.g. state that cannot be restored into this program."""
+
+
+def suppresses_restarts(error: BaseException) -> bool:
+    """Whether ``error`` or one of its causes is a :class:`SuppressRestartsError`."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, SuppressRestartsError):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
+
+
 class IllegalStateTransitionError(RaylinkError, RuntimeError):
     """A job or an execution was asked to move between two states Flink never moves between
     (Flink's ``IllegalStateException`` of its state machines); names both states."""

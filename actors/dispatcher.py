@@ -156,6 +156,7 @@ class DispatcherActor:
                 web.get("/v1/jobs/{job_id}/collected", self._collected),
                 web.get("/v1/jobs/{job_id}/execution-result", self._result),
                 web.get("/v1/jobs/{job_id}/metrics/{kind}", self._metrics),
+                web.post("/v1/jobs/{job_id}/savepoints", self._savepoint),
             ]
         )
         self._runner = web.AppRunner(app, access_log=None)
@@ -231,6 +232,31 @@ class DispatcherActor:
         except Exception as exc:  # noqa: BLE001 - the client raises it as a direct call would
             return _error(exc)
         return web.json_response({}, status=202)
+
+    async def savepoint_job(self, job_id: str, directory: Optional[str], stop: Optional[str]) -> Optional[str]:
+        """Trigger a savepoint of a job submitted here (``stop`` None) or stop it with one
+        ("suspend" / "drain"); the savepoint's folder once taken (stopping: once the job
+        ended), None if the job is unknown. Raises what the JobClient's future raised."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            return None
+        job.idle_ticks = 0
+        client = job.client
+        if stop is None:
+            future = client.trigger_savepoint(directory)
+        else:
+            future = client.stop_with_savepoint(stop == "drain", directory)
+        return await asyncio.wrap_future(future)
+
+    async def _savepoint(self, request: web.Request) -> web.Response:
+        args = cloudpickle.loads(await request.read())  # signed by the session's token (middleware)
+        try:
+            location = await self.savepoint_job(request.match_info["job_id"], args["directory"], args["stop"])
+        except Exception as exc:  # noqa: BLE001 - the client raises it as a direct call would
+            return _error(exc)
+        if location is None:
+            return _not_found(request.match_info["job_id"])
+        return web.json_response({"location": location})
 
     async def _collected(self, request: web.Request) -> web.Response:
         job = self._job(request)
@@ -371,11 +397,20 @@ def cancel_submitted_job(job_id: str) -> Optional[str]:
     return ray.get(handle.cancel_job.remote(job_id)) if handle is not None else None
 
 
+def savepoint_submitted_job(job_id: str, directory: Optional[str], stop: Optional[str] = None) -> Optional[str]:
+    """A savepoint of job ``job_id`` submitted to the Dispatcher over HTTP (``stop``: end the
+    job with it, "suspend" or "drain"): its folder, None when the Dispatcher does not know the
+    job (or none runs)."""
+    handle = find_dispatcher()
+    return ray.get(handle.savepoint_job.remote(job_id, directory, stop)) if handle is not None else None
+
+
 __all__ = [
     "DISPATCHER_NAME",
     "DispatcherActor",
     "SubmittedProgram",
     "cancel_submitted_job",
+    "savepoint_submitted_job",
     "find_dispatcher",
     "start_dispatcher",
     "stop_dispatcher",

@@ -16,8 +16,6 @@ anything of that job is left.
 
 from __future__ import annotations
 
-import gc
-import threading
 import time
 import weakref
 from typing import Any, Optional
@@ -30,7 +28,7 @@ from raylink.core.options import RaylinkOptions, read_option
 from raylink.runtime.job.deployment import load_big_data
 from raylink.runtime.memory_report import trim_heap
 from raylink.runtime.process_tuning import NodeCpuRegistry, tune_gc, tune_switch_interval
-from raylink.runtime.task.task_executor import NetworkSettings, TaskExecutor
+from raylink.runtime.task.task_executor import NetworkSettings, TaskExecutor, wait_unreachable
 
 #: the Ray namespace of the named TaskExecutor actors
 TASK_EXECUTOR_NAMESPACE = "raylink"
@@ -148,19 +146,11 @@ class TaskExecutorActor:
             NodeCpuRegistry().release()  # the next job decides again (a new TaskExecutor)
         report["previous"]["connections"] = len(self.transport.peers)
         self.transport.close()
-        gone = threading.Event()
-        old = [weakref.ref(self.te, lambda _r: gone.set()), weakref.ref(self.transport, lambda _r: gone.set())]
+        old = [weakref.ref(self.te), weakref.ref(self.transport)]
         self._bind("pooled", {}, RaylinkOptions.MAX_BATCH_BYTES.default)
         # a long poll of the previous job (next_events, take_collected) may still hold the old
         # executor for a moment: it was woken by the reset, wait for it to return
-        deadline = time.monotonic() + timeout
-        while True:
-            gc.collect()
-            alive = sum(r() is not None for r in old)
-            if not alive or time.monotonic() > deadline:
-                break
-            gone.clear()
-            gone.wait(0.05)
+        alive = wait_unreachable(old, time.monotonic() + timeout)
         report["connections"] = alive  # the previous executor and its transport are unreachable
         report["clean"] = report["clean"] and not alive
         report.update(self.location())
@@ -202,8 +192,8 @@ class TaskExecutorActor:
             [(a, c, cloudpickle.dumps(records) if records else [], closed) for a, c, records, closed in taken]
         )
 
-    def trigger_checkpoint(self, checkpoint_id: int, timestamp: int) -> None:
-        self.te.trigger_checkpoint(checkpoint_id, timestamp)
+    def trigger_checkpoint(self, checkpoint_id: int, timestamp: int, stop: Optional[str] = None) -> None:
+        self.te.trigger_checkpoint(checkpoint_id, timestamp, stop)
 
     def notify_checkpoint(self, checkpoint_id: int, complete: bool) -> None:
         self.te.notify_checkpoint(checkpoint_id, complete)

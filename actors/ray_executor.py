@@ -138,7 +138,7 @@ class RayJobClient(JobMasterBase):
         self.executor_stats: list[dict] = []
         self.locations: dict[str, dict] = {}
         try:
-            self._deploy(None)
+            self._deploy(self.restored_from)
         except BaseException:
             self._release_resources()
             raise
@@ -342,9 +342,9 @@ class RayJobClient(JobMasterBase):
             except Exception:  # a dead actor: nothing to cancel
                 pass
 
-    def _trigger_checkpoint(self, checkpoint_id: int, timestamp: int) -> None:
+    def _trigger_checkpoint(self, checkpoint_id: int, timestamp: int, stop: Optional[str] = None) -> None:
         for handle in self.handles.values():
-            handle.trigger_checkpoint.remote(checkpoint_id, timestamp)
+            handle.trigger_checkpoint.remote(checkpoint_id, timestamp, stop)
 
     def _notify_checkpoint(self, checkpoint_id: int, complete: bool) -> None:
         for handle in self.handles.values():

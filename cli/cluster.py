@@ -318,6 +318,74 @@ def cmd_cancel(args: Any) -> int:
     return EXIT_OK
 
 
+def add_savepoint_parsers(sub: Any, fmt: type, handler: Any) -> None:
+    """Flink's ``savepoint`` and ``stop`` commands, for jobs submitted to the session cluster
+    over HTTP (a job whose JobMaster runs in its own driver takes them from its JobClient)."""
+    address_help = "Ray cluster address (HEAD:6379); default: $RAY_ADDRESS, else the local Ray"
+    savepoint = sub.add_parser(
+        "savepoint",
+        help="take a savepoint of a running job (the job keeps running)",
+        description="Take a savepoint of a job submitted to the session cluster; prints its folder. "
+        "Start a program from it with raylink run --from-savepoint PATH.",
+        formatter_class=fmt,
+    )
+    savepoint.add_argument("job_id", metavar="JOB_ID", help="the job's id (raylink cluster status lists them)")
+    savepoint.add_argument(
+        "directory", nargs="?", help="folder (or URL) the savepoint goes under (default: state.savepoints.dir)"
+    )
+    savepoint.add_argument("--address", help=address_help)
+    savepoint.set_defaults(func=handler("cluster", "cmd_savepoint"))
+    stop = sub.add_parser(
+        "stop",
+        help="stop a running job with a savepoint",
+        description="Stop a job submitted to the session cluster with a savepoint: the sources "
+        "stop, the savepoint is taken and committed by the sinks, the job ends FINISHED; prints "
+        "the savepoint's folder.",
+        formatter_class=fmt,
+    )
+    stop.add_argument("job_id", metavar="JOB_ID", help="the job's id (raylink cluster status lists them)")
+    stop.add_argument(
+        "--savepoint-path",
+        "-p",
+        metavar="DIR",
+        help="folder (or URL) the savepoint goes under (default: state.savepoints.dir)",
+    )
+    stop.add_argument(
+        "--drain", "-d", action="store_true", help="emit the end of event time first (windows and timers fire)"
+    )
+    stop.add_argument("--address", help=address_help)
+    stop.set_defaults(func=handler("cluster", "cmd_stop_job"))
+
+
+def _savepoint(args: Any, directory: Optional[str], stop: Optional[str], command: str) -> int:
+    if directory is not None and "://" not in directory:
+        directory = os.path.abspath(directory)  # the Dispatcher runs in another folder
+    _connect(args.address)
+    from raylink.actors.cluster import shutdown_ray
+    from raylink.actors.dispatcher import savepoint_submitted_job
+
+    try:
+        location = savepoint_submitted_job(args.job_id, directory, stop)
+    except Exception as exc:  # noqa: BLE001 - the savepoint's failure, as the JobClient raised it
+        raise CliError(EXIT_JOB_FAILED, f"raylink {command}: {exc}") from None
+    finally:
+        shutdown_ray()
+    if location is None:
+        raise CliError(
+            EXIT_JOB_FAILED, f"raylink {command}: no job {args.job_id} was submitted to this session cluster"
+        )
+    print(location)
+    return EXIT_OK
+
+
+def cmd_savepoint(args: Any) -> int:
+    return _savepoint(args, args.directory, None, "savepoint")
+
+
+def cmd_stop_job(args: Any) -> int:
+    return _savepoint(args, args.savepoint_path, "drain" if args.drain else "suspend", "stop")
+
+
 def _spark_status() -> Optional[dict]:
     """The warm Spark session's figures (the gateway's secret left out), else None."""
     try:
@@ -333,4 +401,14 @@ def _spark_status() -> Optional[dict]:
     return info
 
 
-__all__ = ["add_parser", "cmd_cancel", "cmd_start", "cmd_status", "cmd_stop", "open_ray_log"]
+__all__ = [
+    "add_parser",
+    "add_savepoint_parsers",
+    "cmd_cancel",
+    "cmd_savepoint",
+    "cmd_start",
+    "cmd_status",
+    "cmd_stop",
+    "cmd_stop_job",
+    "open_ray_log",
+]

@@ -120,6 +120,18 @@ def _add_run(sub: Any, fmt: type) -> None:
         help="progress display on stderr (default: raylink.progress, auto = tty if a terminal)",
     )
     run.add_argument(
+        "--from-savepoint",
+        "-s",
+        metavar="PATH",
+        help="start from this savepoint or retained checkpoint (execution.savepoint.path)",
+    )
+    run.add_argument(
+        "--allow-non-restored-state",
+        "-n",
+        action="store_true",
+        help="skip savepoint state no operator claims (execution.savepoint.ignore-unclaimed-state)",
+    )
+    run.add_argument(
         "--result-file",
         metavar="JSON",
         help="write the finished job's result (runtime, vertices, executors and their nodes) as JSON",
@@ -283,8 +295,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_jobs(sub, fmt)
     _add_config(sub, fmt)
     from raylink.cli.cluster import add_parser as _add_cluster
+    from raylink.cli.cluster import add_savepoint_parsers
 
     _add_cluster(sub, fmt, _handler)
+    add_savepoint_parsers(sub, fmt, _handler)
     _add_debug(sub, fmt)
     from raylink.loadtest import register_cli as register_loadtest  # raylink loadtest SCENARIO
 

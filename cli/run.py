@@ -38,7 +38,7 @@ from raylink.cli.progress import (
     write_result_file,
 )
 from raylink.core.configuration import CONF_ENV_VAR
-from raylink.core.options import RaylinkOptions, read_option
+from raylink.core.options import RaylinkOptions, SavepointConfigOptions, read_option
 from raylink.runtime.client.executors import executor_context
 from raylink.runtime.client.job_result import JobExecutionException
 from raylink.runtime.metrics import MetricsPortError
@@ -82,6 +82,11 @@ def prepare_conf(args: Any) -> dict:
     merged = {**inherited, **conf}
     if getattr(args, "progress", None):
         merged[RaylinkOptions.PROGRESS.key] = args.progress
+    if getattr(args, "from_savepoint", None):
+        path = args.from_savepoint
+        merged[SavepointConfigOptions.SAVEPOINT_PATH.key] = path if "://" in path else os.path.abspath(path)
+    if getattr(args, "allow_non_restored_state", False):
+        merged[SavepointConfigOptions.SAVEPOINT_IGNORE_UNCLAIMED_STATE.key] = "true"
     return merged
 
 

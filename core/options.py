@@ -734,6 +734,33 @@ class CheckpointingOptions:
     )
 
 
+class SavepointConfigOptions:
+    """Flink's ``SavepointConfigOptions`` and ``CheckpointingOptions.SAVEPOINT_DIRECTORY``."""
+
+    SAVEPOINT_PATH = option(
+        "execution.savepoint.path",
+        "str",
+        None,
+        "A savepoint (or retained checkpoint) folder the job starts from: its state is matched "
+        "to the operators by uid (or their generated ids) and redistributed when the "
+        "parallelism changed.",
+    )
+    SAVEPOINT_IGNORE_UNCLAIMED_STATE = option(
+        "execution.savepoint.ignore-unclaimed-state",
+        "bool",
+        False,
+        "Start even when the savepoint holds state of an operator the job no longer has "
+        "(that state is dropped); without it such a savepoint is refused, naming the operator.",
+    )
+    SAVEPOINT_DIRECTORY = option(
+        "execution.checkpointing.savepoint-dir",
+        "str",
+        None,
+        "Where savepoints go when trigger_savepoint / stop_with_savepoint name no folder.",
+        fallback_keys=("state.savepoints.dir",),
+    )
+
+
 class StateBackendOptions:
     STATE_BACKEND = option(
         "state.backend.type",
@@ -916,6 +943,7 @@ OPTION_GROUPS = (
     NettyShuffleEnvironmentOptions,
     MetricOptions,
     CheckpointingOptions,
+    SavepointConfigOptions,
     StateBackendOptions,
     RestartStrategyOptions,
     PythonOptions,
@@ -1034,6 +1062,7 @@ def unknown_key_message(key: str) -> str:
 
 __all__ = [
     "CheckpointingOptions",
+    "SavepointConfigOptions",
     "ConfigOption",
     "CoreOptions",
     "ExecutionOptions",

@@ -117,12 +117,22 @@ class SinkWriterOperator(StreamOperator):
         }
 
     def restore_operator_state(self, state: dict) -> None:
+        self._restore([state])
+
+    def restore_rescaled_operator_state(self, states: List[Optional[dict]], subtask: int, parallelism: int) -> None:
+        """Restored at another parallelism: old subtask ``j``'s writer state and pending
+        committables go to new subtask ``j % parallelism`` (each committed once; Flink hands
+        a sink's recovered committables and writer states out the same way)."""
+        self._restore([s for j, s in enumerate(states) if s is not None and j % parallelism == subtask])
+
+    def _restore(self, states: List[dict]) -> None:
         if self.writer is not None:
             self.writer.close()
         restore = getattr(self.sink, "restore_writer", None)
         context = self._init_context()
-        self.writer = restore(context, state["writer"]) if restore is not None else self.sink.create_writer(context)
-        self.collector.restore([state["committables"]])
+        writer_states = [w for state in states for w in state["writer"]]
+        self.writer = restore(context, writer_states) if restore is not None else self.sink.create_writer(context)
+        self.collector.restore([state["committables"] for state in states])
         self._commit(_ALL)  # the checkpoint completed: what it kept may be committed (idempotent)
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:

@@ -137,37 +137,83 @@ def sequence_split(start: int, end: int, subtask_index: int, parallelism: int) -
 
 
 class SequenceSourceOperator(SourceOperator):
-    """Emits the integers ``start..end`` (inclusive), evenly split over the subtasks."""
+    """Emits the integers ``start..end`` (inclusive), evenly split over the subtasks (Flink's
+    ``NumberSequenceSource``). Its state is the ranges it has left; restored at another
+    parallelism, every old subtask's remaining numbers are shared out evenly again."""
 
     def __init__(self, start: int, end: int, name: str = "", operator_id: str = "") -> None:
         super().__init__(None, name, operator_id)
         self.start = int(start)
         self.end = int(end)
+        self._ranges: List[List[int]] = []  # [lo, hi) ranges still to emit, in order
 
     def open(self) -> None:
         rc = self.runtime_context
         split = sequence_split(self.start, self.end, rc.subtask_index, rc.parallelism)
-        self._next, self._stop = split.start, split.stop
+        self._ranges = [[split.start, split.stop]] if split else []
 
     def emit_next(self, max_records: int = DEFAULT_BATCH_SIZE) -> bool:
         if self.finished or self.cancelled:
             return False
-        lo = self._next
-        hi = min(lo + max_records, self._stop)
-        if hi > lo:
-            self._next = hi
-            self.record_context.timestamp = None
-            self._collect_batch(list(range(lo, hi)))
-        if self._next >= self._stop:
+        ranges = self._ranges
+        if ranges:
+            current = ranges[0]
+            lo = current[0]
+            hi = min(lo + max_records, current[1])
+            current[0] = hi
+            if hi >= current[1]:
+                del ranges[0]
+            if hi > lo:
+                self.record_context.timestamp = None
+                self._collect_batch(list(range(lo, hi)))
+        if not ranges:
             self._finish()
             return False
         return True
 
     def snapshot_operator_state(self, _checkpoint_id: int) -> dict:
-        return {"next": self._next}
+        return {"ranges": [list(r) for r in self._ranges]}
+
+    def _remaining(self, state: dict, subtask: int, parallelism: int) -> List[List[int]]:
+        if "ranges" in state:
+            return [list(r) for r in state["ranges"]]
+        stop = sequence_split(self.start, self.end, subtask, parallelism).stop  # older snapshots: {"next"}
+        return [[state["next"], stop]] if state["next"] < stop else []
 
     def restore_operator_state(self, state: dict) -> None:
-        self._next = state["next"]
+        rc = self.runtime_context
+        self._ranges = self._remaining(state, rc.subtask_index, rc.parallelism)
+
+    def restore_rescaled_operator_state(self, states: List[Optional[dict]], subtask: int, parallelism: int) -> None:
+        """Every old subtask's remaining numbers, in order, split evenly over ``parallelism``."""
+        old = len(states)
+        remaining = [r for i, s in enumerate(states) if s is not None for r in self._remaining(s, i, old)]
+        total = sum(hi - lo for lo, hi in remaining)
+        first, last = subtask * total // parallelism, (subtask + 1) * total // parallelism
+        mine, offset = [], 0
+        for lo, hi in remaining:  # the numbers at offsets [first, last) of the concatenation
+            a, b = max(lo, lo + first - offset), min(hi, lo + last - offset)
+            if a < b:
+                mine.append([a, b])
+            offset += hi - lo
+        self._ranges = mine
+
+
+def rescaled_file_queues(states: List[Optional[dict]], subtask: int, parallelism: int, position: str) -> tuple:
+    """A file-reading source restored at another parallelism: ``(seen, queue, skips)`` for new
+    subtask ``subtask`` -- every file any old subtask discovered counts as seen (none is read
+    twice), old subtask ``j``'s unread files go to new subtask ``j % parallelism``, the one it
+    was reading resuming after ``state[position]`` records (``skips``: file -> records)."""
+    seen = {path for state in states if state for path in state["seen"]}
+    queue: List[str] = []
+    skips: dict = {}
+    for j, state in enumerate(states):
+        if state is None or j % parallelism != subtask:
+            continue
+        if state["queue"] and state[position]:
+            skips[state["queue"][0]] = state[position]
+        queue.extend(state["queue"])
+    return seen, queue, skips
 
 
 class _SourceContext(SourceContext):

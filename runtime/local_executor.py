@@ -30,7 +30,7 @@ class LocalJobClient(JobMasterBase):
         apply_locally(self.configuration)  # env.add_python_file & co.: this interpreter's path
         self._task_cpus = LocalProcessTuning.acquire(self.configuration)
         try:
-            self._deploy(None)
+            self._deploy(self.restored_from)
         except BaseException:
             LocalProcessTuning.release()
             raise
@@ -68,8 +68,8 @@ class LocalJobClient(JobMasterBase):
     def _cancel_all_tasks(self) -> None:
         self.task_executor.cancel()
 
-    def _trigger_checkpoint(self, checkpoint_id: int, timestamp: int) -> None:
-        self.task_executor.trigger_checkpoint(checkpoint_id, timestamp)
+    def _trigger_checkpoint(self, checkpoint_id: int, timestamp: int, stop: Optional[str] = None) -> None:
+        self.task_executor.trigger_checkpoint(checkpoint_id, timestamp, stop)
 
     def _notify_checkpoint(self, checkpoint_id: int, complete: bool) -> None:
         self.task_executor.notify_checkpoint(checkpoint_id, complete)

@@ -46,7 +46,8 @@ import threading
 import time
 import uuid
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Mapping, Optional, Union
 
 import fsspec
@@ -61,6 +62,8 @@ log = logging.getLogger(__name__)
 METADATA_FILE_NAME = "_metadata"
 #: prefix of a checkpoint's folder (Flink's ``chk-``)
 CHECKPOINT_DIR_PREFIX = "chk-"
+#: prefix of a savepoint's folder (Flink's ``savepoint-<job id prefix>-<random>``)
+SAVEPOINT_DIR_PREFIX = "savepoint-"
 #: metadata format written by this version; older versions stay readable
 METADATA_VERSION = 1
 _MAGIC = b"RLCK"
@@ -273,11 +276,7 @@ class CheckpointStorage:
 
     def _display(self, path: str) -> str:
         """A filesystem path as the user would write it (URL unless local)."""
-        fs = self._fs
-        protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
-        if "file" in protocols or "local" in protocols:
-            return path
-        return fs.unstrip_protocol(path)
+        return _url(self._fs, path)
 
     def _not_writable(self, path: str, exc: BaseException) -> CheckpointStorageError:
         return CheckpointStorageError(
@@ -324,21 +323,7 @@ class CheckpointStorage:
 
     def read_state(self, handle: StateHandle) -> bytes:
         """The bytes ``handle`` names; a missing or truncated file raises an error naming it."""
-        if isinstance(handle, ByteStreamStateHandle):
-            return handle.data
-        try:
-            data = self._fs.cat_file(handle.path)
-        except FileNotFoundError as exc:
-            raise CheckpointStorageError(
-                f"state file {self._display(handle.path)!r} of a checkpoint is missing", self._display(handle.path)
-            ) from exc
-        if len(data) != handle.size:
-            raise CheckpointStorageError(
-                f"state file {self._display(handle.path)!r} holds {len(data)} bytes, the checkpoint "
-                f"recorded {handle.size}",
-                self._display(handle.path),
-            )
-        return data
+        return read_state_handle(handle, self._fs)
 
     # -- the coordinator side ----------------------------------------------------------------------
     def finalize(
@@ -358,29 +343,8 @@ class CheckpointStorage:
         trigger = completion if trigger_timestamp is None else int(trigger_timestamp)
         props = dict(properties or {})
         chk_path = self._chk_path(checkpoint_id)
-        operators: dict[str, dict[int, StateHandle]] = {}
-        encoded_ops = []
-        for operator_id, subtasks in handles_by_operator.items():
-            operators[str(operator_id)] = dict(subtasks)
-            encoded_ops.append(
-                [
-                    str(operator_id),
-                    [self._encode_handle(int(i), h, chk_path, operator_id) for i, h in sorted(subtasks.items())],
-                ]
-            )
-        body = {
-            "job_id": self.job_id,
-            "checkpoint_id": checkpoint_id,
-            "trigger_timestamp": trigger,
-            "completion_timestamp": completion,
-            "properties": props,
-            "operators": encoded_ops,
-        }
-        try:
-            payload = msgpack.packb(body, use_bin_type=True)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"checkpoint {checkpoint_id}: properties {props!r} cannot be stored: {exc}") from exc
-        raw = _HEADER.pack(_MAGIC, METADATA_VERSION, zlib.crc32(payload)) + payload
+        operators = {str(operator_id): dict(subtasks) for operator_id, subtasks in handles_by_operator.items()}
+        raw = self._metadata_bytes(checkpoint_id, operators, chk_path, trigger, completion, props)
         meta_path = posixpath.join(chk_path, METADATA_FILE_NAME)
         fs = self._fs
         with self._lock:
@@ -419,6 +383,69 @@ class CheckpointStorage:
                 log.warning("not deleting checkpoint %d of job %s on abort: it completed", checkpoint_id, self.job_id)
                 return
             self._delete_dir(checkpoint_id)
+
+    def _metadata_bytes(
+        self, checkpoint_id: int, operators: dict, chk_path: str, trigger: int, completion: int, props: dict
+    ) -> bytes:
+        """The ``_metadata`` file of a checkpoint whose files lie in ``chk_path`` (named relative)."""
+        body = {
+            "job_id": self.job_id,
+            "checkpoint_id": checkpoint_id,
+            "trigger_timestamp": trigger,
+            "completion_timestamp": completion,
+            "properties": props,
+            "operators": [
+                [operator_id, [self._encode_handle(int(i), h, chk_path, operator_id) for i, h in sorted(subs.items())]]
+                for operator_id, subs in operators.items()
+            ],
+        }
+        try:
+            payload = msgpack.packb(body, use_bin_type=True)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"checkpoint {checkpoint_id}: properties {props!r} cannot be stored: {exc}") from exc
+        return _HEADER.pack(_MAGIC, METADATA_VERSION, zlib.crc32(payload)) + payload
+
+    def write_savepoint(self, completed: CompletedCheckpoint, target_directory: str) -> str:
+        """Copy ``completed`` into a new self-contained folder under ``target_directory`` (a
+        path or an fsspec URL; Flink's ``savepoint-<job id prefix>-<random>`` name) and return
+        the folder: every state file, then ``_metadata`` naming them relative to it, so the
+        folder can be moved or copied elsewhere and still be restored from. Its properties say
+        ``savepoint``. Blocking I/O."""
+        try:
+            fs, root = fsspec.core.url_to_fs(str(target_directory), **self.storage_options)
+        except (ImportError, ValueError) as exc:
+            raise CheckpointStorageError(
+                f"savepoint directory {target_directory!r} cannot be opened: {exc}", str(target_directory)
+            ) from exc
+        name = f"{SAVEPOINT_DIR_PREFIX}{self.job_id[:6]}-{uuid.uuid4().hex[:12]}"
+        folder = posixpath.join(root.rstrip("/") or "/", name)
+        operators: dict[str, dict[int, StateHandle]] = {}
+        try:
+            fs.makedirs(folder, exist_ok=True)
+            for operator_id, subtasks in completed.operator_states.items():
+                copied = operators[operator_id] = {}
+                for subtask, handle in subtasks.items():
+                    if isinstance(handle, FileStateHandle):
+                        path = posixpath.join(folder, posixpath.basename(handle.path))
+                        fs.pipe_file(path, self.read_state(handle))
+                        handle = FileStateHandle(path, handle.size)
+                    copied[subtask] = handle
+            props = dict(completed.properties, savepoint=True)
+            raw = self._metadata_bytes(
+                completed.checkpoint_id,
+                operators,
+                folder,
+                completed.trigger_timestamp,
+                completed.completion_timestamp,
+                props,
+            )
+            fs.pipe_file(posixpath.join(folder, METADATA_FILE_NAME), raw)  # last: a folder without it is no savepoint
+        except OSError as exc:
+            raise CheckpointStorageError(
+                f"savepoint directory {target_directory!r} is not writable: {type(exc).__name__}: {exc}",
+                str(target_directory),
+            ) from exc
+        return _url(fs, folder)
 
     def latest_completed(self) -> Optional[CompletedCheckpoint]:
         """The newest usable completed checkpoint, ``None`` when none ever completed.
@@ -583,81 +610,161 @@ class CheckpointStorage:
         return completed
 
     def _decode(self, raw: bytes, shown: str, chk_path: str, checkpoint_id: int) -> CompletedCheckpoint:
-        def corrupt(why: str) -> _UnusableCheckpoint:
-            return _UnusableCheckpoint(f"metadata file {shown!r} is corrupt: {why}", shown)
-
-        if len(raw) < _HEADER.size:
-            raise corrupt(f"{len(raw)} bytes, shorter than its header")
-        magic, version, crc = _HEADER.unpack_from(raw)
-        if magic != _MAGIC:
-            raise corrupt("not a raylink checkpoint metadata file")
-        if not 1 <= version <= METADATA_VERSION:
-            raise corrupt(f"format version {version}, this raylink reads versions 1..{METADATA_VERSION}")
-        payload = raw[_HEADER.size :]
-        if zlib.crc32(payload) != crc:
-            raise corrupt("checksum mismatch (truncated or overwritten)")
-        try:
-            body = msgpack.unpackb(payload, raw=False, strict_map_key=False)
-            if body["checkpoint_id"] != checkpoint_id:
-                raise corrupt(f"it describes checkpoint {body['checkpoint_id']}, not {checkpoint_id}")
-            operators: dict[str, dict[int, StateHandle]] = {}
-            for operator_id, entries in body["operators"]:
-                subtasks: dict[int, StateHandle] = {}
-                for subtask, kind, name, value in entries:
-                    if kind == "inline":
-                        subtasks[subtask] = ByteStreamStateHandle(name, value)
-                    elif kind == "file":
-                        subtasks[subtask] = FileStateHandle(posixpath.join(chk_path, name), value)
-                    elif kind == "file-absolute":
-                        subtasks[subtask] = FileStateHandle(name, value)
-                    else:
-                        raise corrupt(f"unknown state handle kind {kind!r}")
-                operators[operator_id] = subtasks
-            return CompletedCheckpoint(
-                job_id=body["job_id"],
-                checkpoint_id=checkpoint_id,
-                trigger_timestamp=body["trigger_timestamp"],
-                completion_timestamp=body["completion_timestamp"],
-                operator_states=operators,
-                properties=dict(body["properties"]),
-                external_pointer=self.checkpoint_directory(checkpoint_id),
-                metadata_path=shown,
-                metadata_version=version,
-            )
-        except _UnusableCheckpoint:
-            raise
-        except (ValueError, TypeError, KeyError, msgpack.UnpackException) as exc:
-            raise corrupt(f"{type(exc).__name__}: {exc}") from None
+        return _decode_metadata(raw, shown, chk_path, checkpoint_id, self.checkpoint_directory(checkpoint_id))
 
     def _verify_state_files(self, completed: CompletedCheckpoint, chk_path: str, shown: str) -> None:
-        """Every file the metadata names exists with its recorded size (one listing per folder)."""
-        fs = self._fs
-        sizes: dict[str, Optional[dict[str, int]]] = {}
-        for operator_id, subtasks in completed.operator_states.items():
-            for subtask, handle in subtasks.items():
-                if not isinstance(handle, FileStateHandle):
-                    continue
-                folder = posixpath.dirname(handle.path)
-                if folder not in sizes:
-                    try:
-                        listing = fs.ls(folder, detail=True)
-                        sizes[folder] = {posixpath.basename(e["name"].rstrip("/")): e.get("size") for e in listing}
-                    except FileNotFoundError:
-                        sizes[folder] = {}
-                actual = sizes[folder].get(posixpath.basename(handle.path))
-                file_shown = self._display(handle.path)
-                if actual is None:
-                    raise _UnusableCheckpoint(
-                        f"state file {file_shown!r} of operator {operator_id!r} subtask {subtask}, "
-                        f"named in {shown!r}, is missing",
-                        file_shown,
-                    )
-                if actual != handle.size:
-                    raise _UnusableCheckpoint(
-                        f"state file {file_shown!r} of operator {operator_id!r} subtask {subtask} holds "
-                        f"{actual} bytes, {shown!r} recorded {handle.size}",
-                        file_shown,
-                    )
+        _verify_state_files(self._fs, self._display, completed, shown)
+
+
+def _url(fs: Any, path: str) -> str:
+    """``path`` of ``fs`` as a user writes it: a plain path on the local filesystem, else a URL."""
+    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
+    return path if "file" in protocols or "local" in protocols else fs.unstrip_protocol(path)
+
+
+def read_state_handle(handle: StateHandle, fs: Any = None) -> bytes:
+    """The bytes ``handle`` names: inline, a path of ``fs`` (the local filesystem when None) or
+    a URL of any filesystem (a restored savepoint's files); a missing or truncated file raises
+    an error naming it."""
+    if isinstance(handle, ByteStreamStateHandle):
+        return handle.data
+    path = handle.path
+    if fs is None or "://" in path:
+        fs, path = fsspec.core.url_to_fs(path)
+    shown = _url(fs, path)
+    try:
+        data = fs.cat_file(path)
+    except FileNotFoundError as exc:
+        raise CheckpointStorageError(f"state file {shown!r} of a checkpoint is missing", shown) from exc
+    if len(data) != handle.size:
+        raise CheckpointStorageError(
+            f"state file {shown!r} holds {len(data)} bytes, the checkpoint recorded {handle.size}", shown
+        )
+    return data
+
+
+def load_completed_checkpoint(path: str, storage_options: Optional[Mapping[str, Any]] = None) -> CompletedCheckpoint:
+    """The savepoint or retained checkpoint in folder ``path`` (a path or an fsspec URL; its
+    ``_metadata`` file is accepted too), every state file it names verified (Flink's
+    ``Checkpoints.loadCheckpointMetadata``). Its file handles name the files by URL (by path on
+    the local filesystem), so any TaskExecutor reads them wherever the folder was moved.
+    Raises :class:`CheckpointStorageError` naming the folder or the file that is wrong."""
+    text = str(path).rstrip("/")
+    try:
+        fs, folder = fsspec.core.url_to_fs(text, **dict(storage_options or {}))
+    except (ImportError, ValueError) as exc:
+        raise CheckpointStorageError(f"savepoint path {text!r} cannot be opened: {exc}", text) from exc
+    if posixpath.basename(folder) == METADATA_FILE_NAME:
+        folder = posixpath.dirname(folder)
+    meta_path = posixpath.join(folder, METADATA_FILE_NAME)
+    shown = _url(fs, meta_path)
+    try:
+        raw = fs.cat_file(meta_path)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        what = "does not exist" if not fs.exists(folder) else f"holds no {METADATA_FILE_NAME} file"
+        raise CheckpointStorageError(
+            f"{text!r} is not a savepoint or a completed checkpoint: it {what}", _url(fs, folder)
+        ) from None
+    except OSError as exc:
+        raise CheckpointStorageError(f"cannot read {shown!r}: {type(exc).__name__}: {exc}", shown) from exc
+    try:
+        completed = _decode_metadata(raw, shown, folder, None, _url(fs, folder))
+        _verify_state_files(fs, partial(_url, fs), completed, shown)
+    except _UnusableCheckpoint as exc:
+        raise CheckpointStorageError(str(exc), exc.path) from None
+    if _url(fs, folder) != folder:  # not the local filesystem: every file named by its URL
+        operators = {
+            op: {
+                i: FileStateHandle(_url(fs, h.path), h.size) if isinstance(h, FileStateHandle) else h
+                for i, h in subtasks.items()
+            }
+            for op, subtasks in completed.operator_states.items()
+        }
+        completed = replace(completed, operator_states=operators)
+    return completed
+
+
+def _decode_metadata(
+    raw: bytes, shown: str, chk_path: str, checkpoint_id: Optional[int], external_pointer: str
+) -> CompletedCheckpoint:
+    """A ``_metadata`` file's checkpoint; its relative file names resolved against ``chk_path``;
+    ``checkpoint_id`` None accepts any id (a savepoint's)."""
+
+    def corrupt(why: str) -> _UnusableCheckpoint:
+        return _UnusableCheckpoint(f"metadata file {shown!r} is corrupt: {why}", shown)
+
+    if len(raw) < _HEADER.size:
+        raise corrupt(f"{len(raw)} bytes, shorter than its header")
+    magic, version, crc = _HEADER.unpack_from(raw)
+    if magic != _MAGIC:
+        raise corrupt("not a raylink checkpoint metadata file")
+    if not 1 <= version <= METADATA_VERSION:
+        raise corrupt(f"format version {version}, this raylink reads versions 1..{METADATA_VERSION}")
+    payload = raw[_HEADER.size :]
+    if zlib.crc32(payload) != crc:
+        raise corrupt("checksum mismatch (truncated or overwritten)")
+    try:
+        body = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+        if checkpoint_id is not None and body["checkpoint_id"] != checkpoint_id:
+            raise corrupt(f"it describes checkpoint {body['checkpoint_id']}, not {checkpoint_id}")
+        operators: dict[str, dict[int, StateHandle]] = {}
+        for operator_id, entries in body["operators"]:
+            subtasks: dict[int, StateHandle] = {}
+            for subtask, kind, name, value in entries:
+                if kind == "inline":
+                    subtasks[subtask] = ByteStreamStateHandle(name, value)
+                elif kind == "file":
+                    subtasks[subtask] = FileStateHandle(posixpath.join(chk_path, name), value)
+                elif kind == "file-absolute":
+                    subtasks[subtask] = FileStateHandle(name, value)
+                else:
+                    raise corrupt(f"unknown state handle kind {kind!r}")
+            operators[operator_id] = subtasks
+        return CompletedCheckpoint(
+            job_id=body["job_id"],
+            checkpoint_id=body["checkpoint_id"],
+            trigger_timestamp=body["trigger_timestamp"],
+            completion_timestamp=body["completion_timestamp"],
+            operator_states=operators,
+            properties=dict(body["properties"]),
+            external_pointer=external_pointer,
+            metadata_path=shown,
+            metadata_version=version,
+        )
+    except _UnusableCheckpoint:
+        raise
+    except (ValueError, TypeError, KeyError, msgpack.UnpackException) as exc:
+        raise corrupt(f"{type(exc).__name__}: {exc}") from None
+
+
+def _verify_state_files(fs: Any, display: Any, completed: CompletedCheckpoint, shown: str) -> None:
+    """Every file the metadata names exists with its recorded size (one listing per folder)."""
+    sizes: dict[str, Optional[dict[str, int]]] = {}
+    for operator_id, subtasks in completed.operator_states.items():
+        for subtask, handle in subtasks.items():
+            if not isinstance(handle, FileStateHandle):
+                continue
+            folder = posixpath.dirname(handle.path)
+            if folder not in sizes:
+                try:
+                    listing = fs.ls(folder, detail=True)
+                    sizes[folder] = {posixpath.basename(e["name"].rstrip("/")): e.get("size") for e in listing}
+                except FileNotFoundError:
+                    sizes[folder] = {}
+            actual = sizes[folder].get(posixpath.basename(handle.path))
+            file_shown = display(handle.path)
+            if actual is None:
+                raise _UnusableCheckpoint(
+                    f"state file {file_shown!r} of operator {operator_id!r} subtask {subtask}, "
+                    f"named in {shown!r}, is missing",
+                    file_shown,
+                )
+            if actual != handle.size:
+                raise _UnusableCheckpoint(
+                    f"state file {file_shown!r} of operator {operator_id!r} subtask {subtask} holds "
+                    f"{actual} bytes, {shown!r} recorded {handle.size}",
+                    file_shown,
+                )
 
 
 __all__ = [
@@ -669,5 +776,8 @@ __all__ = [
     "FileStateHandle",
     "METADATA_FILE_NAME",
     "METADATA_VERSION",
+    "SAVEPOINT_DIR_PREFIX",
+    "load_completed_checkpoint",
+    "read_state_handle",
     "StateHandle",
 ]

@@ -16,7 +16,10 @@ Restoring hands every operator the snapshots of *all* its old subtasks, so key g
 go where they belong now (rescaling), union list states reach everyone and split
 ones are redistributed evenly when the parallelism changed (Flink's round-robin
 repartitioner), else each subtask gets its own back; a broadcast state of new subtask
-``i`` is old subtask ``i % old parallelism``'s copy.
+``i`` is old subtask ``i % old parallelism``'s copy. An operator's own (``"custom"``) state
+goes back to its old subtask at the same parallelism; at another one the operator shares it
+out itself (``restore_rescaled_operator_state``: the sequence and file sources, the Sink V2
+writer), and one that cannot is refused with a :class:`StateRestoreError` naming it.
 
 Thread-safety: the task thread only. The dicts returned share no mutable container
 with live state (the backend copies), so they may be serialised on another thread.
@@ -29,7 +32,13 @@ from typing import Any, Dict, Iterable, List, Optional
 from raylink.core.checkpointing import FunctionInitializationContext, FunctionSnapshotContext
 from raylink.core.state import ListState
 from raylink.core.state import OperatorStateStore as OperatorStateStoreInterface
+from raylink.errors import SuppressRestartsError
 from raylink.state.broadcast_state import BROADCAST, HeapBroadcastState
+
+
+class StateRestoreError(SuppressRestartsError, ValueError):
+    """Checkpointed state cannot be restored into this program (Flink's "Failed to rollback to
+    checkpoint/savepoint"): names the operator and why."""
 
 
 class OperatorListState(ListState):
@@ -167,14 +176,33 @@ def initialize_operator(operator: Any, per_subtask: Optional[List[Optional[dict]
             if snapshot and "timers" in snapshot and timers is not None:
                 timers.restore(snapshot["timers"])
         store.restore([s.get("operator") if s else None for s in per_subtask], subtask, parallelism)
-        custom = [s.get("custom") for s in per_subtask] if len(per_subtask) == parallelism else None
-        restore = getattr(operator, "restore_operator_state", None)
-        if restore is not None and custom is not None and custom[subtask] is not None:
-            restore(custom[subtask])
+        _restore_custom(operator, [s.get("custom") if s else None for s in per_subtask], subtask, parallelism)
     context = FunctionInitializationContext(store, bool(per_subtask))
     for function in _functions(operator):
         if _checkpointed(function):
             function.initialize_state(context)
+
+
+def _restore_custom(operator: Any, custom: List[Any], subtask: int, parallelism: int) -> None:
+    """An operator's own state (source positions, a sink's pending commits): its old subtask's
+    at the same parallelism; at another one, ``restore_rescaled_operator_state(states, subtask,
+    parallelism)`` shares out every old subtask's (Flink's split reassignment), and an operator
+    without it cannot be rescaled: the job fails naming it, without restarting."""
+    if not any(c is not None for c in custom):
+        return
+    if len(custom) == parallelism:
+        restore = getattr(operator, "restore_operator_state", None)
+        if restore is not None and custom[subtask] is not None:
+            restore(custom[subtask])
+        return
+    rescaled = getattr(operator, "restore_rescaled_operator_state", None)
+    if rescaled is None:
+        raise StateRestoreError(
+            f"operator {operator.name!r} ({type(operator).__name__}) cannot be restored at parallelism "
+            f"{parallelism} from the state of {len(custom)} subtasks: its state cannot be redistributed; "
+            f"restore it at parallelism {len(custom)}"
+        )
+    rescaled(custom, subtask, parallelism)
 
 
 def snapshot_operator(operator: Any, checkpoint_id: int, timestamp: int) -> dict:
@@ -224,6 +252,7 @@ def notify_checkpoint_aborted(operator: Any, checkpoint_id: int) -> None:
 __all__ = [
     "OperatorListState",
     "OperatorStateStore",
+    "StateRestoreError",
     "initialize_operator",
     "notify_checkpoint_aborted",
     "notify_checkpoint_complete",

@@ -4,6 +4,8 @@ declines and expiries are counted and fail the job past the tolerable number."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import threading
 
 import pytest
@@ -19,7 +21,7 @@ class Recorder:
         self.triggered, self.completed, self.aborted, self.failures = [], [], [], []
         self.event = threading.Event()
 
-    def trigger(self, checkpoint_id, timestamp):
+    def trigger(self, checkpoint_id, timestamp, stop=None):
         self.triggered.append(checkpoint_id)
         self.event.set()
 
@@ -109,3 +111,40 @@ def test_a_checkpoint_that_times_out_expires_and_is_counted(tmp_path):
     assert coord.stats.num_failed >= 1
     assert "expired" in coord.stats.last_failure
     assert storage.latest_completed() is None
+
+
+def test_a_savepoint_is_a_checkpoint_copied_into_a_folder_that_restores_anywhere(tmp_path):
+    from raylink.state.checkpoint_storage import load_completed_checkpoint, read_state_handle
+
+    coord, rec, storage = coordinator(tmp_path, {"execution.checkpointing.data-inline-threshold": "0"})
+    coord.start({"a", "b"})
+    checkpoint = coord.trigger_checkpoint()
+    future = coord.trigger_savepoint(str(tmp_path / "savepoints"))  # beyond max-concurrent-checkpoints 1
+    savepoint = rec.triggered[-1]
+    assert savepoint == checkpoint + 1 and not future.done()
+    for attempt, subtask in (("a", 0), ("b", 1)):
+        ack(coord, storage, attempt, savepoint, subtask, f"state {subtask}".encode())
+    path = future.result(timeout=10)
+    assert os.path.basename(path).startswith("savepoint-job-") and savepoint in rec.completed
+    moved = str(tmp_path / "moved")
+    shutil.move(path, moved)
+    restored = load_completed_checkpoint(moved)
+    assert restored.checkpoint_id == savepoint and restored.properties["savepoint"] is True
+    assert {i: read_state_handle(h) for i, h in restored.operator_states["op"].items()} == {
+        0: b"state 0",
+        1: b"state 1",
+    }
+
+
+def test_a_declined_savepoint_fails_its_future_not_the_job(tmp_path):
+    coord, rec, storage = coordinator(tmp_path)  # no failed checkpoint tolerated
+    coord.start({"a"})
+    future = coord.trigger_savepoint(str(tmp_path / "savepoints"), stop="suspend")
+    again = coord.trigger_savepoint(str(tmp_path / "savepoints"), stop="suspend")
+    with pytest.raises(CheckpointException, match="already stopping"):
+        again.result(timeout=10)
+    coord.receive_decline("a", rec.triggered[-1], "the sink is not ready")
+    with pytest.raises(CheckpointException, match="the sink is not ready"):
+        future.result(timeout=10)
+    assert rec.failures == [] and coord.stats.num_failed == 0
+    assert coord.trigger_savepoint(str(tmp_path / "savepoints"), stop="suspend") is not None  # stopping again works

@@ -125,6 +125,7 @@ def _build_leak(env, source):
     return source.map(KeepEveryRecord()).name("Keep")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_soak_flags_a_job_that_keeps_every_record(tmp_path, capsys):
     leak = Scenario("leak", "keeps every record (1 KiB each)", _build_leak, payload=kilobyte)

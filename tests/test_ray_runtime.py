@@ -325,6 +325,7 @@ TWO_NODE_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.multinode
 def test_two_node_cluster_runs_subtasks_on_both_nodes_and_fails_on_node_loss(tmp_path):
     script = tmp_path / "two_nodes.py"

@@ -273,3 +273,34 @@ def test_a_legacy_source_whose_chain_failed_takes_no_checkpoint_past_the_lost_re
     assert client.get_job_status() == "FINISHED", client.get_job_status()
     assert client.get_checkpoint_stats()["numRestarts"] == 1
     assert committed_lines(tmp_path / "out") == Counter(str(v) for v in range(SHORT))
+
+
+# -- the FileSink with a bulk format (Parquet) -------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_parquet_file_sink_survives_sigkills_exactly_once_and_spark_reads_it(spark, tmp_path):
+    """``FileSink.for_bulk_format(path, ParquetBulkWriters.for_row_type(...))``: part files roll
+    at every checkpoint; three TaskExecutor SIGKILLs; Spark reads every row once, with the
+    declared schema."""
+    from raylink.api import BucketAssigner, Types
+    from raylink.api.formats.parquet import ParquetBulkWriters
+
+    row_type = Types.ROW_NAMED(["v", "name"], [Types.LONG(), Types.STRING()])
+    out = str(tmp_path / "out")
+    sink = (
+        FileSink.for_bulk_format(out, ParquetBulkWriters.for_row_type(row_type))
+        .with_bucket_assigner(BucketAssigner.base_path_bucket_assigner())
+        .with_output_file_config(OutputFileConfig.builder().with_part_suffix(".parquet").build())
+        .build()
+    )
+    env = checkpointing_env("ray", 2, tmp_path)
+    env.from_sequence(0, N - 1).map(Paced(-1)).map(lambda v: (v, f"n{v}")).sink_to(sink)
+    client = env.execute_async()
+    kills = kill_task_executors_while_running(client)
+    assert client.wait(300), "the job did not finish"
+    assert client.get_job_status() == "FINISHED", client.get_job_status()
+    assert client.get_checkpoint_stats()["numRestarts"] == kills >= 2
+    df = spark.read.parquet(out)
+    assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == [("v", "bigint"), ("name", "string")]
+    rows = Counter((r["v"], r["name"]) for r in df.collect())
+    assert rows == Counter((v, f"n{v}") for v in range(N))

@@ -156,6 +156,7 @@ def _cli(*args, address):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_cli_start_status_stop(ray_session):
     import ray

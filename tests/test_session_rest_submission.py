@@ -416,3 +416,107 @@ def test_cluster_status_lists_submitted_jobs_and_cancel_ends_one(session, tmp_pa
     unknown = _cli("cancel", "0123", address=_address())
     assert unknown.returncode == 1 and "no job 0123" in unknown.stderr
     assert _eventually(lambda: _leased(session) == {}, 60)
+
+
+SAVEPOINT_PROGRAM = """
+import time
+from raylink.api import Encoder, FileSink, OutputFileConfig, RollingPolicy
+
+KEYS, N = 7, 16000
+conf.set_string("execution.checkpointing.interval", "300 ms")
+conf.set_string("execution.checkpointing.dir", "checkpoints")
+env = StreamExecutionEnvironment.get_execution_environment(conf)
+env.set_parallelism(int(conf.get_string("test.parallelism", "2")))
+
+def paced(v):
+    if v % 2 == 0:
+        time.sleep(0.001)  # the workload: the job runs for a few seconds
+    return v
+
+sink = (
+    FileSink.for_row_format(conf.get_string("test.out", ""), Encoder.simple_string_encoder())
+    .with_output_file_config(OutputFileConfig.builder().with_part_prefix("part").build())
+    .with_rolling_policy(RollingPolicy.on_checkpoint_rolling_policy())
+    .build()
+)
+(
+    env.from_sequence(1, N).uid("numbers")
+    .map(paced).uid("paced")
+    .map(lambda v: (v % KEYS, 1)).uid("pairs")
+    .key_by(lambda kv: kv[0])
+    .reduce(lambda a, b: (a[0], a[1] + b[1])).uid("rolling-count")
+    .map(lambda kv: f"{kv[0]},{kv[1]}").uid("format")
+    .sink_to(sink).uid("files")
+)
+client = env.execute_async()
+out["client"] = type(client).__name__
+if conf.get_string("test.stop", ""):
+    while client.get_job_status() != "RUNNING" or not client.get_checkpoint_stats()["numberOfCompletedCheckpoints"]:
+        assert not client.wait(0.05), "the job ended before the stop"
+    if conf.get_string("test.stop", "") == "announce":  # the test stops it with the CLI
+        print("JOB " + client.get_job_id(), flush=True)
+    else:
+        out["savepoint"] = client.stop_with_savepoint(False, "savepoints").result(timeout=120)
+client.wait(180)
+out["status"] = str(client.get_job_status())
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_stop_with_savepoint_over_http_then_raylink_run_from_it_at_another_parallelism(session, tmp_path):
+    """A driver without Ray stops its job with a savepoint through the Dispatcher's HTTP API;
+    ``raylink run --from-savepoint`` starts the program from it at p=3."""
+    from raylink.bench.failover import committed_lines, reference
+
+    first = _driver(tmp_path, SAVEPOINT_PROGRAM, "test.out=out-1", "test.stop=yes")
+    assert first["client"] == "RestJobClient" and first["status"] == "FINISHED", first
+    savepoint = first["savepoint"]
+    assert savepoint.startswith(str(tmp_path / "savepoints" / "savepoint-")), first
+    stopped = committed_lines(str(tmp_path / "out-1"))  # relative paths are the driver's folder's
+    assert 0 < sum(stopped.values()) < 16000, "the first run was not stopped part-way"
+    (tmp_path / "job.py").write_text(PRELUDE + textwrap.dedent(SAVEPOINT_PROGRAM) + REPORT)
+    run = [sys.executable, "-m", "raylink", "run", "--from-savepoint", savepoint, "--progress", "off"]
+    ran = subprocess.run(
+        [*run, "job.py", "test.out=out-2", "test.parallelism=3"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=dict(os.environ, RAY_ADDRESS=_address()),
+        timeout=300,
+    )
+    assert ran.returncode == 0, ran.stderr[-4000:]
+    assert _report(ran.stdout)["status"] == "FINISHED"
+    assert stopped + committed_lines(str(tmp_path / "out-2")) == reference(16000)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_cli_stops_a_job_submitted_over_http_with_a_savepoint(session, tmp_path):
+    from raylink.bench.failover import committed_lines
+
+    driver = _start_driver(tmp_path, SAVEPOINT_PROGRAM + REPORT, "test.out=out-1", "test.stop=announce")
+    try:
+        line = driver.stdout.readline()  # blocks until the job announced itself (or the driver ended)
+        assert line.startswith("JOB "), line + driver.stderr.read()[-4000:]
+        env = dict(os.environ, RAY_ADDRESS=_address())
+        command = [sys.executable, "-m", "raylink", "stop", line.split()[1], "--savepoint-path", "savepoints"]
+        stopped = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=200)
+        assert stopped.returncode == 0, stopped.stderr[-4000:]
+        savepoint = stopped.stdout.strip().splitlines()[-1]
+        stdout, stderr = driver.communicate(timeout=120)
+    finally:
+        driver.kill()
+    assert savepoint.startswith(str(tmp_path / "savepoints" / "savepoint-")), stopped.stdout
+    assert os.path.isfile(os.path.join(savepoint, "_metadata"))
+    assert _report(stdout)["status"] == "FINISHED", stderr[-4000:]
+    assert 0 < sum(committed_lines(str(tmp_path / "out-1")).values()) < 16000
+    unknown = subprocess.run(
+        [sys.executable, "-m", "raylink", "savepoint", "0123", "savepoints"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+    )
+    assert unknown.returncode != 0 and "no job 0123" in unknown.stderr

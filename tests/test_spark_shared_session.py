@@ -61,6 +61,7 @@ def _status(address):
     return json.loads(status.stdout)["spark"]
 
 
+@pytest.mark.slow
 @pytest.mark.spark
 @pytest.mark.timeout(600)
 def test_jobs_in_other_processes_share_the_warm_spark_session_until_the_cluster_stops(ray_session, tmp_path):

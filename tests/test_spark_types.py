@@ -181,6 +181,7 @@ def test_every_type_round_trips_through_a_parquet_path(spark, all_types, tmp_pat
     assert not (tmp_path / ".raylink-staging").exists()  # nothing left behind
 
 
+@pytest.mark.slow
 def test_every_type_round_trips_through_a_table_and_appends(spark, all_types):
     table = "all_types_table"
     spark.sql(f"DROP TABLE IF EXISTS {table}")

@@ -176,7 +176,7 @@ JAVA_FORMATS: Dict[str, Tuple[str, str, List[str]]] = {
     "parquet": (
         "the Parquet format (Java)",
         _python_format("pyarrow.parquet"),
-        ["AvroParquetReaders", "AvroParquetWriters", "ParquetColumnarRowInputFormat", "ParquetBulkWriters"],
+        ["AvroParquetReaders", "AvroParquetWriters", "ParquetColumnarRowInputFormat"],  # + ParquetBulkWriters
     ),
 }
 

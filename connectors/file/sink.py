@@ -16,6 +16,7 @@ configuration too, picklable, shared read-only by every subtask.
 from __future__ import annotations
 
 import copy
+import os
 from typing import Any, Optional, Sequence
 
 from raylink.connectors.file.sink_config import (
@@ -23,6 +24,7 @@ from raylink.connectors.file.sink_config import (
     DateTimeBucketAssigner,
     DefaultRollingPolicy,
     Encoder,
+    OnCheckpointRollingPolicy,
     OutputFileConfig,
     RollingPolicy,
     SimpleStringEncoder,
@@ -50,16 +52,28 @@ class FileSink(Sink, SupportsWriterState, SupportsCommitter):
     def __init__(
         self,
         base_path: str,
-        encoder: Encoder,
+        encoder: Optional[Encoder],
         bucket_assigner: BucketAssigner,
         rolling_policy: RollingPolicy,
         output_file_config: OutputFileConfig,
         bucket_check_interval: int = _DEFAULT_BUCKET_CHECK_INTERVAL,
         storage_options: Optional[dict[str, Any]] = None,
+        bulk_writer_factory: Any = None,
     ) -> None:
         if not isinstance(base_path, str) or not base_path.strip():
             raise ValueError(f"FileSink: base path {base_path!r} must be a non-empty path or URL")
-        if not isinstance(encoder, Encoder):
+        if bulk_writer_factory is not None:
+            if not callable(getattr(bulk_writer_factory, "create", None)):
+                raise TypeError(
+                    f"FileSink: {bulk_writer_factory!r} is not a bulk writer factory "
+                    f"(e.g. ParquetBulkWriters.for_row_type(...))"
+                )
+            if not isinstance(rolling_policy, OnCheckpointRollingPolicy):
+                raise TypeError(
+                    f"FileSink: a bulk format rolls its part files at every checkpoint; its rolling policy "
+                    f"must be an OnCheckpointRollingPolicy, got {rolling_policy!r}"
+                )
+        elif not isinstance(encoder, Encoder):
             raise TypeError(f"FileSink: {encoder!r} is not an Encoder (e.g. Encoder.simple_string_encoder())")
         if not isinstance(bucket_assigner, BucketAssigner):
             raise TypeError(f"FileSink: {bucket_assigner!r} is not a BucketAssigner")
@@ -69,17 +83,19 @@ class FileSink(Sink, SupportsWriterState, SupportsCommitter):
             raise TypeError(f"FileSink: {output_file_config!r} is not an OutputFileConfig")
         if bucket_check_interval <= 0:
             raise ValueError(f"FileSink: bucket check interval must be > 0 ms, got {bucket_check_interval}")
-        self.base_path = base_path
+        # a relative local path is the driver's (its tasks, or a session's Dispatcher, run elsewhere)
+        self.base_path = base_path if ":" in base_path.split("/", 1)[0] else os.path.abspath(base_path)
         self.encoder = encoder
         self.bucket_assigner = bucket_assigner
         self.rolling_policy = rolling_policy
         self.output_file_config = output_file_config
         self.bucket_check_interval = bucket_check_interval
         self.storage_options = dict(storage_options or {})
+        self.bulk_writer_factory = bulk_writer_factory
 
     def __repr__(self) -> str:
         return (
-            f"FileSink({self.base_path!r}, {self.encoder!r}, {self.bucket_assigner!r}, "
+            f"FileSink({self.base_path!r}, {self.bulk_writer_factory or self.encoder!r}, {self.bucket_assigner!r}, "
             f"{self.rolling_policy!r}, {self.output_file_config!r})"
         )
 
@@ -112,6 +128,12 @@ class FileSink(Sink, SupportsWriterState, SupportsCommitter):
         """A row-encoded sink writing to ``base_path`` with ``encoder``."""
         return FileSink.RowFormatBuilder(base_path, encoder)
 
+    @staticmethod
+    def for_bulk_format(base_path: str, writer_factory: Any) -> "FileSink.BulkFormatBuilder":
+        """A bulk-encoded sink (e.g. ``ParquetBulkWriters.for_row_type(...)``) writing to
+        ``base_path``; its part files roll at every checkpoint."""
+        return FileSink.BulkFormatBuilder(base_path, writer_factory)
+
     class RowFormatBuilder:
         """Builder of a row-format :class:`FileSink` (date-time buckets, default rolling
         policy, ``part`` files and a 60 s bucket check interval unless set)."""
@@ -124,6 +146,7 @@ class FileSink(Sink, SupportsWriterState, SupportsCommitter):
             self._output_file_config = OutputFileConfig()
             self._bucket_check_interval = _DEFAULT_BUCKET_CHECK_INTERVAL
             self._storage_options: dict[str, Any] = {}
+            self._bulk_writer_factory: Any = None
 
         def with_bucket_check_interval(self, interval: int) -> "FileSink.RowFormatBuilder":
             """How often (ms) open part files are checked against the rolling policy's time rules."""
@@ -156,7 +179,18 @@ class FileSink(Sink, SupportsWriterState, SupportsCommitter):
                 self._output_file_config,
                 self._bucket_check_interval,
                 self._storage_options,
+                bulk_writer_factory=self._bulk_writer_factory,
             )
+
+    class BulkFormatBuilder(RowFormatBuilder):
+        """Builder of a bulk-format :class:`FileSink` (PyFlink's ``BulkFormatBuilder``): the
+        row format's setters, rolling on checkpoint (``OnCheckpointRollingPolicy``, the only
+        policy a bulk format takes)."""
+
+        def __init__(self, base_path: str, writer_factory: Any) -> None:
+            super().__init__(base_path, None)
+            self._bulk_writer_factory = writer_factory
+            self._rolling_policy = OnCheckpointRollingPolicy()
 
 
 __all__ = ["FileSink"]

@@ -115,7 +115,17 @@ class _InProgressPart:
     """An open in-progress part file (Flink's ``OutputStreamBasedPartFileWriter``); also the
     ``part_file`` a ``RollingPolicy`` sees and the stream a custom ``Encoder`` writes to."""
 
-    __slots__ = ("bucket_id", "path", "target_path", "creation_time", "last_update_time", "size", "_file", "_raw_write")
+    __slots__ = (
+        "bucket_id",
+        "path",
+        "target_path",
+        "creation_time",
+        "last_update_time",
+        "size",
+        "bulk",
+        "_file",
+        "_raw_write",
+    )
 
     def __init__(
         self, bucket_id: str, path: str, target_path: str, file: Any, creation_time: int, now: int, size: int
@@ -126,6 +136,7 @@ class _InProgressPart:
         self.creation_time = creation_time
         self.last_update_time = now
         self.size = size
+        self.bulk: Any = None  # a bulk format's writer (the whole file is one format)
         self._file = file
         self._raw_write = file.write
 
@@ -142,6 +153,9 @@ class _InProgressPart:
         return InProgressFileRecoverable(self.path, self.target_path, self.size, self.creation_time)
 
     def close_for_commit(self, bucket_id: str) -> FileSinkCommittable:
+        if self.bulk is not None:  # the rest of the format (a Parquet footer): the file is complete
+            self.bulk.finish()
+            self.size = self._file.tell()
         self._file.close()
         return FileSinkCommittable(bucket_id, self.path, self.target_path, self.size)
 
@@ -187,8 +201,10 @@ class FileWriter(StatefulSinkWriter, CommittingSinkWriter):
         self._sink = sink
         self._fs, self._root = _filesystem(sink.base_path, sink.storage_options)
         self._local = isinstance(self._fs, LocalFileSystem)
-        #: truncate + append work here, so in-progress files may span checkpoints
-        self.supports_resume = self._local or isinstance(self._fs, MemoryFileSystem)
+        self._bulk = sink.bulk_writer_factory
+        #: truncate + append work here, so in-progress files may span checkpoints (a bulk
+        #: format's file never does: it is complete only when closed)
+        self.supports_resume = self._bulk is None and (self._local or isinstance(self._fs, MemoryFileSystem))
         self._subtask = context.subtask_id
         self._prefix = sink.output_file_config.get_part_prefix()
         self._suffix = sink.output_file_config.get_part_suffix()
@@ -230,7 +246,9 @@ class FileWriter(StatefulSinkWriter, CommittingSinkWriter):
         part = bucket.in_progress
         if part is None or self._policy.should_roll_on_event(part, element):
             part = self._roll(bucket, now)
-        if self._to_bytes is not None:
+        if part.bulk is not None:
+            part.bulk.add_element(element)
+        elif self._to_bytes is not None:
             data = self._to_bytes(element)
             part._raw_write(data)
             part.size += len(data)
@@ -345,8 +363,10 @@ class FileWriter(StatefulSinkWriter, CommittingSinkWriter):
                 f"FileSink subtask {self._subtask}: cannot create a part file in "
                 f"{self._display(bucket.bucket_path)!r}: {exc}"
             ) from exc
-        bucket.in_progress = _InProgressPart(bucket.bucket_id, path, target, file, now, now, 0)
-        return bucket.in_progress
+        part = bucket.in_progress = _InProgressPart(bucket.bucket_id, path, target, file, now, now, 0)
+        if self._bulk is not None:
+            part.bulk = self._bulk.create(file)
+        return part
 
     def _restore(self, state: FileWriterState) -> None:
         if not isinstance(state, FileWriterState):

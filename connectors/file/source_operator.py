@@ -30,7 +30,7 @@ from typing import Any, Iterator, List, Optional
 
 import fsspec
 
-from raylink.operators.sources import SourceOperator
+from raylink.operators.sources import SourceOperator, rescaled_file_queues
 
 IDLE_WAIT_S = 0.1
 
@@ -82,7 +82,7 @@ class FileSourceOperator(SourceOperator):
         self._handle: Any = None
         self._current: Optional[str] = None
         self._emitted = 0  # lines of the current file emitted
-        self._skip = 0  # lines of the next file opened that a restored checkpoint had emitted
+        self._skips: dict = {}  # path -> lines of it a restored checkpoint had emitted
         self._listed = False
         self._next_poll = 0.0
         self._wakeup = threading.Event()
@@ -134,10 +134,11 @@ class FileSourceOperator(SourceOperator):
         text = io.TextIOWrapper(stream, encoding=self.source.stream_format.charset_name, newline=None)
         self._handle, self._current = (raw, text), path
         lines = (line[:-1] if line.endswith("\n") else line for line in text)
-        if self._skip:
-            for _ in islice(lines, self._skip):
+        skip = self._skips.pop(path, 0)
+        if skip:
+            for _ in islice(lines, skip):
                 pass
-        self._emitted, self._skip = self._skip, 0
+        self._emitted = skip
         self._lines = lines
         self.files_read += 1
 
@@ -215,8 +216,17 @@ class FileSourceOperator(SourceOperator):
         resumes after the lines the checkpoint had emitted."""
         self._seen = set(state["seen"])
         self._queue = list(state["queue"])
-        self._skip = state["emitted"]
+        self._skips = {self._queue[0]: state["emitted"]} if self._queue and state["emitted"] else {}
         self._listed = state["listed"]
+        self._lines, self._handle, self._current, self._emitted = None, None, None, 0
+
+    def restore_rescaled_operator_state(self, states: List[Optional[dict]], subtask: int, parallelism: int) -> None:
+        """Restored at another parallelism: every file any old subtask discovered counts as seen
+        here (none is read twice), old subtask ``j``'s unread files (the one it was reading
+        resumes after its emitted lines) go to new subtask ``j % parallelism``, and the files
+        no old subtask discovered are listed again under the new split."""
+        self._seen, self._queue, self._skips = rescaled_file_queues(states, subtask, parallelism, "emitted")
+        self._listed = False
         self._lines, self._handle, self._current, self._emitted = None, None, None, 0
 
 

@@ -131,14 +131,11 @@ class SparkBlockSourceOperator(SourceOperator):
         self._info = info
         self._todo = list(block_range(info["num_partitions"], rc.subtask_index, rc.parallelism))
         restored = self._restored
-        if restored is not None:  # resume: the partition being read first, then those not begun
-            done = set(restored["done"])
+        if restored is not None:  # resume: the partitions being read first, then those not begun
+            done, reading = set(restored["done"]), restored["reading"]
             self._done = sorted(done)
-            self._todo = [p for p in self._todo if p not in done]
-            current = restored["partition"]
-            if current in self._todo:
-                self._todo.remove(current)
-                self._todo.insert(0, current)
+            todo = [p for p in self._todo if p not in done]
+            self._todo = [p for p in todo if p in reading] + [p for p in todo if p not in reading]
         if self._todo:
             _enable_cross_language_calls()
             self._fetch_ahead()
@@ -176,7 +173,7 @@ class SparkBlockSourceOperator(SourceOperator):
         self._batches = iter(pa.ipc.open_stream(pa.BufferReader(data)))
         self.num_blocks_read += 1
         restored = self._restored
-        self._skip = restored["rows"] if restored is not None and restored["partition"] == partition else 0
+        self._skip = restored["reading"].get(partition, 0) if restored is not None else 0
         self._partition, self._emitted = partition, self._skip
         return True
 
@@ -225,11 +222,24 @@ class SparkBlockSourceOperator(SourceOperator):
             self._end_checkpoint = checkpoint_id
         if self._info is None and self._restored is not None:  # not started since the restore
             return dict(self._restored)
-        return {"done": list(self._done), "partition": self._partition, "rows": self._emitted, "ended": self.finished}
+        reading = {} if self._partition is None else {self._partition: self._emitted}
+        return {"done": list(self._done), "reading": reading, "ended": self.finished}
 
     def restore_operator_state(self, state: dict) -> None:
-        self._restored = dict(state)
+        self._restored = _position(state)
         if state.get("ended"):  # restored finished (it reads nothing): released at the next completed checkpoint
+            self._end_checkpoint = 0
+
+    def restore_rescaled_operator_state(self, states: list, subtask: int, parallelism: int) -> None:
+        """Restored at another parallelism: the partitions any old subtask emitted are done, the
+        ones being read resume after their emitted rows, wherever the new split puts them."""
+        old = [_position(s) for s in states if s is not None]
+        self._restored = {
+            "done": sorted({p for s in old for p in s["done"]}),
+            "reading": {p: rows for s in old for p, rows in s["reading"].items()},
+            "ended": len(old) == len(states) and all(s["ended"] for s in old),
+        }
+        if self._restored["ended"]:
             self._end_checkpoint = 0
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
@@ -241,6 +251,16 @@ class SparkBlockSourceOperator(SourceOperator):
         if not self.runtime_context.checkpointing_enabled:  # else at the checkpoint that holds the end
             self._release()
         super().close()
+
+
+def _position(state: dict) -> dict:
+    """A checkpointed position as ``{"done", "reading": {partition: rows emitted}, "ended"}``
+    (also from the one-partition form earlier versions wrote)."""
+    if "reading" in state:
+        return dict(state)
+    partition = state.get("partition")
+    reading = {} if partition is None else {partition: state.get("rows", 0)}
+    return {"done": list(state["done"]), "reading": reading, "ended": bool(state.get("ended"))}
 
 
 def _is_dataframe(df: Any) -> bool:

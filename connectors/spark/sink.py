@@ -84,6 +84,7 @@ from raylink.connectors.spark.session import get_spark
 from raylink.connectors.spark.types import arrow_schema_of, resolve_schema
 from raylink.operators.base import StreamOperator
 from raylink.operators.connector import CONNECTOR_SINK as SINK_KIND
+from raylink.state.snapshots import StateRestoreError
 
 DEFAULT_BATCH_ROWS = 4096
 DEFAULT_BLOCK_BYTES = 8 * 1024 * 1024
@@ -230,15 +231,28 @@ class SparkSinkOperator(StreamOperator):
         self._convert()
         self._seal()
         if not self.sink.writes:  # a result DataFrame: the blocks so far are the state
-            return {"blocks": list(self._blocks), "rows": self._block_rows, "ended": self._ended}
+            return {
+                "blocks": list(self._blocks),
+                "rows": self._block_rows,
+                "ended": self._ended,
+                "sink": self.sink.sink_id,
+            }
         if self._exactly_once:
             files = self._files.roll()
             if files or self._ended:  # the end is committed even without rows (an empty target is created)
                 self._pending[checkpoint_id] = (files, self._block_rows, self._ended)
                 self._block_rows = 0
-        return {"pending": dict(self._pending)}
+        return {"pending": dict(self._pending), "sink": self.sink.sink_id}
 
     def restore_operator_state(self, state: dict) -> None:
+        if state.get("sink", self.sink.sink_id) != self.sink.sink_id:
+            # its staged files and commits (or result blocks) belong to the driver of another job
+            raise StateRestoreError(
+                f"Spark sink {self.name!r}: restoring its state from a savepoint of another job is not "
+                f"supported yet (its staged files and commit record belong to that job's driver); start "
+                f"the program without the savepoint, or without this sink's state (another uid and "
+                f"execution.savepoint.ignore-unclaimed-state)"
+            )
         if not self.sink.writes:
             self._blocks, self._block_rows, self._ended = list(state["blocks"]), state["rows"], state["ended"]
             if self._ended:  # restored after its end of input: the end is not run again

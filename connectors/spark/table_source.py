@@ -34,7 +34,7 @@ from raylink.connectors.spark.identifiers import quote_table_name
 from raylink.connectors.spark.session import get_spark
 from raylink.connectors.spark.types import SparkRowType, arrow_schema_of, resolve_schema, row_type
 from raylink.operators.connector import CONNECTOR_SOURCE as SOURCE_KIND
-from raylink.operators.sources import SourceOperator
+from raylink.operators.sources import SourceOperator, rescaled_file_queues
 
 IDLE_WAIT_S = 0.1
 
@@ -95,7 +95,7 @@ class ParquetDirectorySourceOperator(SourceOperator):
         self._table: Any = None
         self._current: Optional[str] = None  # the file ``_table`` was read from
         self._offset = 0
-        self._skip = 0  # rows of the next file read that a restored checkpoint had emitted
+        self._skips: dict = {}  # file -> rows of it a restored checkpoint had emitted
         self._next_poll = 0.0
         self._wakeup = threading.Event()
         self.files_read = 0
@@ -153,7 +153,7 @@ class ParquetDirectorySourceOperator(SourceOperator):
             if self._queue:
                 self._current = self._queue.pop(0)
                 self._table = self._read(self._current)
-                self._offset, self._skip = self._skip, 0
+                self._offset = self._skips.pop(self._current, 0)
                 continue
             now = time.monotonic()
             if now >= self._next_poll:
@@ -188,7 +188,14 @@ class ParquetDirectorySourceOperator(SourceOperator):
         file it was reading resumes at the row after the last one it emitted."""
         self._seen = set(state["seen"])
         self._queue = list(state["queue"])
-        self._skip = state["offset"]
+        self._skips = {self._queue[0]: state["offset"]} if self._queue and state["offset"] else {}
+        self._table, self._current, self._offset = None, None, 0
+
+    def restore_rescaled_operator_state(self, states: list, subtask: int, parallelism: int) -> None:
+        """Restored at another parallelism: every file any old subtask saw counts as seen here
+        (none is read twice); old subtask ``j``'s unread files (the one it was reading resumes
+        at its row) go to new subtask ``j % parallelism``; files none saw are listed anew."""
+        self._seen, self._queue, self._skips = rescaled_file_queues(states, subtask, parallelism, "offset")
         self._table, self._current, self._offset = None, None, 0
 
 

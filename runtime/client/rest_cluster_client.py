@@ -30,6 +30,7 @@ import secrets
 import sys
 import threading
 import time
+from concurrent.futures import Future
 from types import ModuleType
 from typing import Any, Iterator, Optional
 from urllib.parse import urlsplit
@@ -38,7 +39,7 @@ import cloudpickle
 
 from raylink.core.checkpointing import DEFAULT_CHECKPOINTS_DIR
 from raylink.core.job_status import JobStatus
-from raylink.core.options import CheckpointingOptions
+from raylink.core.options import CheckpointingOptions, SavepointConfigOptions
 from raylink.errors import RaylinkError
 from raylink.runtime.client.job_result import (
     CloseableIterator,
@@ -65,6 +66,8 @@ from raylink.runtime.client.rest_endpoint import (
 CONNECT_TIMEOUT_S = 5.0
 #: the longest the Dispatcher may take to deploy a job (new executors, a runtime env to build)
 SUBMIT_TIMEOUT_S = 600.0
+#: how long a savepoint (or a stop with one) may take at the Dispatcher
+SAVEPOINT_TIMEOUT_S = 900.0
 
 
 class RestClusterError(RaylinkError, RuntimeError):
@@ -206,6 +209,10 @@ def _absolute_paths(configuration: Any) -> Any:
         conf.set_string(key, os.path.abspath(DEFAULT_CHECKPOINTS_DIR))
     elif directory and "://" not in directory:
         conf.set_string(key, os.path.abspath(directory.removeprefix("file:")))
+    for option in (SavepointConfigOptions.SAVEPOINT_PATH, SavepointConfigOptions.SAVEPOINT_DIRECTORY):
+        value = conf.get(option)
+        if value and "://" not in value:
+            conf.set_string(option.key, os.path.abspath(value))
     files = PythonDependencyInfo.from_configuration(conf).files
     if files:
         conf.set_string(PYTHON_FILES, FILE_DELIMITER.join(os.path.abspath(f) for f in files))
@@ -304,6 +311,40 @@ class RestJobClient:
 
     def get_checkpoint_stats(self) -> dict:
         return self._cluster.request("GET", f"/v1/jobs/{self.job_id}/metrics/checkpoints")[1]
+
+    def trigger_savepoint(self, savepoint_directory: Optional[str] = None, formatType: Any = None) -> Future:
+        """As ``JobMasterBase.trigger_savepoint``, at the Dispatcher: a future of the folder."""
+        return self._savepoint(savepoint_directory, None)
+
+    def stop_with_savepoint(
+        self,
+        advance_to_end_of_event_time: bool = False,
+        savepoint_directory: Optional[str] = None,
+        formatType: Any = None,
+    ) -> Future:
+        """As ``JobMasterBase.stop_with_savepoint``, at the Dispatcher: a future of the folder,
+        complete once the job ended."""
+        return self._savepoint(savepoint_directory, "drain" if advance_to_end_of_event_time else "suspend")
+
+    def _savepoint(self, directory: Optional[str], stop: Optional[str]) -> Future:
+        if directory is not None and "://" not in str(directory):
+            directory = os.path.abspath(directory)  # the Dispatcher's working folder is not this one
+        body = cloudpickle.dumps({"directory": directory, "stop": stop})
+        future: Future = Future()
+
+        def request() -> None:  # on a thread of its own: its own connection (thread-local)
+            try:
+                _, answer = self._cluster.request(
+                    "POST", f"/v1/jobs/{self.job_id}/savepoints", body, wait_s=SAVEPOINT_TIMEOUT_S
+                )
+                future.set_result(answer["location"])
+            except BaseException as exc:  # noqa: BLE001 - the future carries it
+                future.set_exception(exc)
+            finally:
+                self._cluster.close()
+
+        threading.Thread(target=request, name=f"savepoint {self.job_id[:6]}", daemon=True).start()
+        return future
 
 
 __all__ = [

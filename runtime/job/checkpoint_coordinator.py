@@ -13,6 +13,12 @@ after ``execution.checkpointing.timeout`` expires; an expired or declined checkp
 is aborted (``notify_aborted``) and counted, and more consecutive failures than
 ``execution.checkpointing.tolerable-failed-checkpoints`` fail the job over.
 
+Savepoints (``trigger_savepoint``) are checkpoints that ignore the pause and concurrency
+limits; when one completes its folder is copied into a self-contained savepoint folder and
+its future completes with that folder's path. A failed savepoint fails its future, never the
+job. A stop-with-savepoint (``stop`` "suspend" / "drain") suspends periodic checkpoints
+(none may commit output past it) until it completes, or resumes them if it fails.
+
 Thread-safety: all methods may be called from any thread; one lock guards the
 pending checkpoints. Callbacks run without the lock held.
 """
@@ -22,6 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -36,6 +43,17 @@ class CheckpointException(RaylinkError, RuntimeError):
 
 
 @dataclass
+class SavepointRequest:
+    """A savepoint asked for (Flink's ``CheckpointProperties`` of a savepoint): where its folder
+    goes, whether the job stops with it ("suspend", "drain" or None) and the future its path
+    completes."""
+
+    target_directory: str
+    stop: Optional[str]
+    future: Future
+
+
+@dataclass
 class PendingCheckpoint:
     checkpoint_id: int
     trigger_timestamp: int
@@ -43,6 +61,7 @@ class PendingCheckpoint:
     not_yet_acknowledged: set
     handles: dict = field(default_factory=dict)  # operator id -> {subtask: handle}
     task_stats: dict = field(default_factory=dict)  # attempt id -> stats
+    savepoint: Optional[SavepointRequest] = None
 
 
 @dataclass
@@ -79,11 +98,13 @@ class CheckpointCoordinator:
         self,
         storage: Any,
         settings: Any,
-        trigger: Callable[[int, int], None],
+        trigger: Callable[[int, int, Optional[str]], None],
         notify_complete: Callable[[int], None],
         notify_aborted: Callable[[int], None],
         fail_job: Callable[[BaseException], None],
         stats: Optional[CheckpointStats] = None,
+        properties: Optional[dict] = None,
+        first_checkpoint_id: int = 1,
     ) -> None:
         self.storage = storage
         self.interval_ms = read_option(settings, CheckpointingOptions.CHECKPOINTING_INTERVAL) or 0
@@ -103,7 +124,10 @@ class CheckpointCoordinator:
         # into later checkpoints. attempt id -> (checkpoint id, {operator id: {subtask: handle}})
         self._last_handles: dict = {}
         self._finished: set = set()
-        self._next_id = storage.next_checkpoint_id()
+        # checkpoint ids go on from a restored savepoint's (Flink): a sink's committables are kept by id
+        self._next_id = max(storage.next_checkpoint_id(), first_checkpoint_id)
+        self.properties = dict(properties or {})  # stored in every checkpoint's _metadata
+        self._stopping = False  # a stop-with-savepoint was triggered: no more periodic checkpoints
         self._last_end = 0.0
         self._consecutive_failures = 0
         self._running = False
@@ -134,6 +158,10 @@ class CheckpointCoordinator:
             thread, self._thread = self._thread, None
         for checkpoint in pending:
             self._abort_quietly(checkpoint.checkpoint_id, reason, count=False)
+            if checkpoint.savepoint is not None and not checkpoint.savepoint.future.done():
+                checkpoint.savepoint.future.set_exception(
+                    CheckpointException(f"savepoint {checkpoint.checkpoint_id} failed: {reason}")
+                )
         if thread is not None and thread is not threading.current_thread():
             thread.join(5)
 
@@ -164,7 +192,7 @@ class CheckpointCoordinator:
         next_at = time.monotonic() + interval
         while True:
             with self._lock:
-                while self._running:
+                while self._running and not self._stopping:
                     now = time.monotonic()
                     self._expire_locked(now)
                     if self._requested and not self._pending:
@@ -175,6 +203,9 @@ class CheckpointCoordinator:
                     self._lock.wait(min(wait, 0.1))
                 if not self._running or self._thread is not threading.current_thread():
                     return  # stopped, or stopped and restarted with a new thread
+                if self._stopping:  # until a failed stop-with-savepoint lets the job go on
+                    self._lock.wait(0.1)
+                    continue
                 self._requested = False
             self.trigger_checkpoint()
             next_at = time.monotonic() + interval
@@ -201,22 +232,57 @@ class CheckpointCoordinator:
                 checkpoint_id, timestamp, now, self._tasks - self._finished
             )
             self.stats.num_in_progress = len(self._pending)
+        self._send_trigger(checkpoint_id, timestamp, None)
+        return checkpoint_id
+
+    def _send_trigger(self, checkpoint_id: int, timestamp: int, stop: Optional[str]) -> None:
         try:
-            self._trigger(checkpoint_id, timestamp)
+            self._trigger(checkpoint_id, timestamp, stop)
         except Exception as exc:  # the sources could not be reached: the checkpoint fails
             self.receive_decline(None, checkpoint_id, f"trigger failed: {type(exc).__name__}: {exc}")
-        return checkpoint_id
+
+    def trigger_savepoint(self, target_directory: str, stop: Optional[str] = None) -> Future:
+        """Take a savepoint now (Flink's ``triggerSavepoint`` / ``stopWithSavepoint``): a
+        checkpoint that ignores the pause and concurrency limits, copied when it completes into
+        a self-contained folder under ``target_directory``; the future completes with that
+        folder (or the failure). With ``stop`` ("suspend" / "drain") no periodic checkpoint
+        follows it, and the tasks end once it completed."""
+        future: Future = Future()
+        with self._lock:
+            if not self._running:
+                future.set_exception(
+                    CheckpointException("the job is not running (or all its tasks finished): no savepoint can be taken")
+                )
+                return future
+            if self._stopping:
+                future.set_exception(CheckpointException("the job is already stopping with a savepoint"))
+                return future
+            if stop is not None:
+                self._stopping = True
+            checkpoint_id = self._next_id
+            self._next_id += 1
+            timestamp = int(time.time() * 1000)
+            self._pending[checkpoint_id] = PendingCheckpoint(
+                checkpoint_id,
+                timestamp,
+                time.monotonic(),
+                self._tasks - self._finished,
+                savepoint=SavepointRequest(str(target_directory), stop, future),
+            )
+            self.stats.num_in_progress = len(self._pending)
+        self._send_trigger(checkpoint_id, timestamp, stop)
+        return future
 
     def _expire_locked(self, now: float) -> None:
         for checkpoint in list(self._pending.values()):
             if (now - checkpoint.started) * 1000 >= self.timeout_ms:
                 threading.Thread(
-                    target=self.receive_decline,
+                    target=self._failed,
                     daemon=True,
                     args=(
-                        None,
                         checkpoint.checkpoint_id,
                         f"Checkpoint expired before completing (execution.checkpointing.timeout {self.timeout_ms} ms)",
+                        checkpoint.savepoint,
                     ),
                 ).start()
                 del self._pending[checkpoint.checkpoint_id]
@@ -258,13 +324,18 @@ class CheckpointCoordinator:
                     )
 
     def _complete(self, checkpoint: PendingCheckpoint) -> None:
+        savepoint = checkpoint.savepoint
         try:
             self._carry_finished_state(checkpoint)
             completed = self.storage.finalize(
-                checkpoint.checkpoint_id, checkpoint.handles, trigger_timestamp=checkpoint.trigger_timestamp
+                checkpoint.checkpoint_id,
+                checkpoint.handles,
+                self.properties,
+                trigger_timestamp=checkpoint.trigger_timestamp,
             )
+            path = self.storage.write_savepoint(completed, savepoint.target_directory) if savepoint else None
         except Exception as exc:
-            self._failed(checkpoint.checkpoint_id, f"could not finalise: {type(exc).__name__}: {exc}")
+            self._failed(checkpoint.checkpoint_id, f"could not finalise: {type(exc).__name__}: {exc}", savepoint)
             return
         with self._lock:
             self._last_end = time.monotonic()
@@ -278,15 +349,26 @@ class CheckpointCoordinator:
             stats.last_alignment_ms = max(alignments, default=0.0)
             stats.per_subtask = dict(checkpoint.task_stats)
             self._lock.notify_all()  # a final-checkpoint request may have waited for this one
+        if savepoint is not None:
+            log.info("savepoint %d of the job written to %s", checkpoint.checkpoint_id, path)
         self._notify_complete(checkpoint.checkpoint_id)
+        if savepoint is not None:
+            savepoint.future.set_result(path)
 
     def receive_decline(self, attempt_id: Optional[str], checkpoint_id: int, reason: str) -> None:
         with self._lock:
-            self._pending.pop(checkpoint_id, None)
+            checkpoint = self._pending.pop(checkpoint_id, None)
             self.stats.num_in_progress = len(self._pending)
-        self._failed(checkpoint_id, reason)
+        self._failed(checkpoint_id, reason, checkpoint.savepoint if checkpoint is not None else None)
 
-    def _failed(self, checkpoint_id: int, reason: str) -> None:
+    def _failed(self, checkpoint_id: int, reason: str, savepoint: Optional[SavepointRequest] = None) -> None:
+        if savepoint is not None:  # Flink: a failed savepoint fails its request, not the job
+            with self._lock:
+                if savepoint.stop is not None:
+                    self._stopping = False
+            self._abort_quietly(checkpoint_id, reason, count=False)
+            savepoint.future.set_exception(CheckpointException(f"savepoint {checkpoint_id} failed: {reason}"))
+            return
         self._abort_quietly(checkpoint_id, reason, count=True)
 
     def _abort_quietly(self, checkpoint_id: int, reason: str, count: bool) -> None:
@@ -317,4 +399,4 @@ class CheckpointCoordinator:
             )
 
 
-__all__ = ["CheckpointCoordinator", "CheckpointException", "CheckpointStats", "PendingCheckpoint"]
+__all__ = ["CheckpointCoordinator", "CheckpointException", "CheckpointStats", "PendingCheckpoint", "SavepointRequest"]

@@ -17,6 +17,13 @@ from the latest completed checkpoint (none: from the start); then RUNNING again.
 Otherwise the job ends FAILED with the cause. Reports of earlier attempts are
 ignored.
 
+A job configured with ``execution.savepoint.path`` starts from that savepoint (or retained
+checkpoint), checked against the program first (``runtime.job.state_assignment``); a failover
+before its own first checkpoint restores that savepoint again. ``trigger_savepoint`` /
+``stop_with_savepoint`` are PyFlink's JobClient calls (futures of the savepoint's folder). A
+failure that ``suppresses_restarts`` (state that cannot be restored into this program) fails
+the job without asking the restart strategy.
+
 Subclasses place and start the tasks (in this process, or on Ray actors):
 ``_deploy(restore)``, ``_start_tasks()``, ``_cancel_all_tasks()``,
 ``_release_executors()``, ``_trigger_checkpoint`` / ``_notify_checkpoint``, and
@@ -25,15 +32,18 @@ call ``on_task_event`` with what the TaskExecutors report.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
 from collections import deque
+from concurrent.futures import Future
 from typing import Any, Optional
 
 from raylink.core.checkpointing import DEFAULT_CHECKPOINTS_DIR
 from raylink.core.job_status import JobStatus
-from raylink.core.options import CheckpointingOptions, MetricOptions
+from raylink.core.options import CheckpointingOptions, MetricOptions, SavepointConfigOptions
+from raylink.errors import suppresses_restarts
 from raylink.graph.execution_graph import ExecutionGraph, build_execution_graph
 from raylink.runtime.client.executors import PipelineExecutor
 from raylink.runtime.client.job_result import (
@@ -44,8 +54,14 @@ from raylink.runtime.client.job_result import (
     collected_records,
 )
 from raylink.runtime.execution_state import ExecutionState
-from raylink.runtime.job.checkpoint_coordinator import CheckpointCoordinator
+from raylink.runtime.job.checkpoint_coordinator import CheckpointCoordinator, CheckpointException
 from raylink.runtime.job.restart_strategy import create_restart_strategy
+from raylink.runtime.job.state_assignment import (
+    OPERATORS_PROPERTY,
+    check_state_assignment,
+    first_checkpoint_id,
+    operator_properties,
+)
 from raylink.runtime.metrics import MetricsHttpServer, aggregate_by_vertex
 from raylink.runtime.task.task_events import (
     AcknowledgeCheckpoint,
@@ -53,7 +69,14 @@ from raylink.runtime.task.task_events import (
     TaskEvent,
     TaskStateEvent,
 )
-from raylink.state.checkpoint_storage import CheckpointStorage
+from raylink.state.checkpoint_storage import CheckpointStorage, CompletedCheckpoint, load_completed_checkpoint
+
+
+def _failed_future(error: BaseException) -> Future:
+    """A future that failed with ``error`` (Flink's JobClient answers a bad request so)."""
+    future: Future = Future()
+    future.set_exception(error)
+    return future
 
 
 def merge_accumulators(per_task: list[dict]) -> dict:
@@ -107,6 +130,14 @@ class JobMasterBase:
         self.num_restarts = 0
         self._restarting = False
         self._wake = threading.Event()  # cuts a restart backoff short (cancel)
+        # execution.savepoint.path: the savepoint (or retained checkpoint) the job starts from,
+        # checked against this program before anything is deployed
+        self.restored_from: Optional[CompletedCheckpoint] = None
+        savepoint_path = conf.get(SavepointConfigOptions.SAVEPOINT_PATH)
+        if savepoint_path:
+            self.restored_from = load_completed_checkpoint(savepoint_path)
+            allow = bool(conf.get(SavepointConfigOptions.SAVEPOINT_IGNORE_UNCLAIMED_STATE))
+            check_state_assignment(self.restored_from, job_graph, allow)
         self.checkpoint_storage: Optional[CheckpointStorage] = None
         self.coordinator: Optional[CheckpointCoordinator] = None
         if conf.get(CheckpointingOptions.CHECKPOINTING_INTERVAL) and job_graph.job_type != "BATCH":  # BATCH: none
@@ -121,7 +152,11 @@ class JobMasterBase:
                 lambda cid: self._notify_checkpoint(cid, True),
                 lambda cid: self._notify_checkpoint(cid, False),
                 self._checkpointing_failed,
+                properties={OPERATORS_PROPERTY: operator_properties(job_graph)},
+                first_checkpoint_id=first_checkpoint_id(self.restored_from),
             )
+            if self.restored_from is not None:
+                self.coordinator.stats.last_restored_id = self.restored_from.checkpoint_id
 
     # -- to be provided by an executor ---------------------------------------------------------------
     def _cancel_all_tasks(self) -> None:
@@ -140,7 +175,7 @@ class JobMasterBase:
     def _start_tasks(self) -> None:
         raise NotImplementedError
 
-    def _trigger_checkpoint(self, checkpoint_id: int, timestamp: int) -> None:
+    def _trigger_checkpoint(self, checkpoint_id: int, timestamp: int, stop: Optional[str] = None) -> None:
         raise NotImplementedError
 
     def _notify_checkpoint(self, checkpoint_id: int, complete: bool) -> None:
@@ -242,7 +277,7 @@ class JobMasterBase:
         with self._lock:
             if self._done.is_set() or self._restarting:
                 return
-            if self._failure is None and not self._cancel_requested:
+            if self._failure is None and not self._cancel_requested and not suppresses_restarts(error):
                 strategy = self.restart_strategy
                 strategy.notify_failure(int(time.time() * 1000))
                 if strategy.can_restart():
@@ -297,6 +332,8 @@ class JobMasterBase:
                 self._finish()
                 return
             restore = self.checkpoint_storage.latest_completed() if self.checkpoint_storage is not None else None
+            if restore is None:  # no checkpoint of its own yet: the savepoint it started from
+                restore = self.restored_from
             if self.coordinator is not None and restore is not None:
                 self.coordinator.stats.last_restored_id = restore.checkpoint_id
             self._deploy(restore)
@@ -438,6 +475,72 @@ class JobMasterBase:
             accumulators=merge_accumulators([r.accumulators for r in ordered]),
             task_metrics=[r.metrics for r in ordered if r.metrics],
         )
+
+    def _savepoint_target(self, savepoint_directory: Optional[str], what: str) -> str:
+        coordinator = self.coordinator
+        if coordinator is None:
+            raise CheckpointException(
+                f"{what}: job '{self.job_name}' runs without checkpointing; savepoints need it "
+                f"(set {CheckpointingOptions.CHECKPOINTING_INTERVAL.key})"
+            )
+        target = savepoint_directory or self.configuration.get(SavepointConfigOptions.SAVEPOINT_DIRECTORY)
+        if not target:
+            raise CheckpointException(
+                f"{what}: no savepoint directory given and none configured "
+                f"({SavepointConfigOptions.SAVEPOINT_DIRECTORY.key} / state.savepoints.dir)"
+            )
+        target = str(target)
+        return target if "://" in target else os.path.abspath(target)
+
+    def trigger_savepoint(self, savepoint_directory: Optional[str] = None, formatType: Any = None) -> Future:
+        """PyFlink's ``JobClient.trigger_savepoint``: a future of the savepoint's folder (a new
+        ``savepoint-<job id prefix>-<random>`` folder under ``savepoint_directory``, else under
+        ``execution.checkpointing.savepoint-dir``); the job keeps running."""
+        try:
+            target = self._savepoint_target(savepoint_directory, "trigger_savepoint")
+        except CheckpointException as exc:
+            return _failed_future(exc)
+        return self.coordinator.trigger_savepoint(target)
+
+    def stop_with_savepoint(
+        self,
+        advance_to_end_of_event_time: bool = False,
+        savepoint_directory: Optional[str] = None,
+        formatType: Any = None,
+    ) -> Future:
+        """PyFlink's ``JobClient.stop_with_savepoint``: the sources stop (after emitting the end
+        of event time with ``advance_to_end_of_event_time``, so event-time windows and timers
+        fire), the savepoint is taken, two-phase-commit sinks commit it, then every task ends
+        and the job is FINISHED. The future completes with the savepoint's folder once the job
+        ended (or with the failure; a failed savepoint leaves the job running, as in Flink)."""
+        try:
+            target = self._savepoint_target(savepoint_directory, "stop_with_savepoint")
+        except CheckpointException as exc:
+            return _failed_future(exc)
+        taken = self.coordinator.trigger_savepoint(target, "drain" if advance_to_end_of_event_time else "suspend")
+        result: Future = Future()
+
+        def job_ended(path: str) -> None:
+            self._done.wait()
+            if self._status is JobStatus.FINISHED:
+                result.set_result(path)
+            else:
+                result.set_exception(
+                    CheckpointException(
+                        f"stop_with_savepoint: savepoint {path!r} was taken, but job '{self.job_name}' ended "
+                        f"{self._status.value}" + (f": {self._failure}" if self._failure else "")
+                    )
+                )
+
+        def taken_done(future: Future) -> None:
+            error = future.exception()
+            if error is not None:
+                result.set_exception(error)
+            else:
+                threading.Thread(target=job_ended, args=(future.result(),), daemon=True).start()
+
+        taken.add_done_callback(taken_done)
+        return result
 
     def get_checkpoint_stats(self) -> dict:
         """Flink's checkpoint statistics plus ``numRestarts`` (Flink's job metric); the last

@@ -80,7 +80,7 @@ class Suspension:
     def resume(self, *_ignored) -> None:  # usable directly as a future callback
         if not self._resumed:
             self._resumed = True
-            self._processor.mailbox.put(self._processor._resume)
+            self._processor.mailbox.put(self._processor.resume_default_action)
 
 
 class MailboxProcessor:
@@ -106,7 +106,8 @@ class MailboxProcessor:
         self._suspension = suspension
         return suspension
 
-    def _resume(self) -> None:
+    def resume_default_action(self) -> None:
+        """Mailbox thread: run the default action again, whatever suspended it."""
         self._suspension = None
 
     def all_actions_completed(self) -> None:

@@ -13,6 +13,7 @@ matching availability future (idle vs. back-pressured time).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from concurrent.futures import Future
@@ -20,6 +21,7 @@ from typing import Any, Callable, Optional
 
 from raylink.core.options import MetricOptions, TaskManagerOptions, read_option
 from raylink.graph.job_graph import JobVertex
+from raylink.operators.base import MAX_WATERMARK
 from raylink.operators.processing_time import SystemProcessingTimeService
 from raylink.operators.runtime_context import RecordContext, StreamingRuntimeContext
 from raylink.runtime.execution_state import ExecutionState
@@ -44,6 +46,8 @@ from raylink.state.snapshots import (
     notify_checkpoint_complete,
     snapshot_operator,
 )
+
+_NO_LOCK = contextlib.nullcontext()
 
 SOURCE_BATCH_SIZE = 1024  # records per source step at most
 SOURCE_BATCH_BUFFERS = 2  # ... and about this many output buffers' worth
@@ -151,6 +155,12 @@ class StreamTask:
         self._last_checkpoint_id = 0  # the newest checkpoint this task took part in
         self._missed_trigger: Optional[tuple] = None  # the newest trigger that reached it while inputs were open
         self._finished_on_restore = False  # restored from a snapshot taken after its end of input
+        # stop-with-savepoint (Flink's synchronous savepoint): its checkpoint id; after the
+        # savepoint a source emits nothing more and every task ends when the savepoint
+        # completes, without finishing its operators
+        self._stop_savepoint: Optional[int] = None
+        self._halted = False  # a source after its stop-with-savepoint barrier
+        self._unresumable = False  # a drained or cancelled (legacy) source cannot just go on
         self._interruptible = InterruptibleThreads(CancelTaskException)
         self._state_lock = threading.Lock()
         self.done = threading.Event()
@@ -462,6 +472,9 @@ class StreamTask:
             blocked = self._unavailable_output()
 
     def _default_action(self, mp: MailboxProcessor) -> None:
+        if self._halted:  # a resumed back-pressure wait must not restart a stopped source
+            mp.suspend_default_action(IDLE)
+            return
         if self._finished_on_restore and not self.inputs:  # a source whose input ended before its checkpoint
             self._end_of_input(mp)
             return
@@ -574,21 +587,45 @@ class StreamTask:
             task_name=self.name,
         )
 
-    def trigger_checkpoint(self, checkpoint_id: int, timestamp: int) -> None:
+    def trigger_checkpoint(self, checkpoint_id: int, timestamp: int, stop: Optional[str] = None) -> None:
         """Any thread: the JobMaster triggers checkpoint ``checkpoint_id``. A source takes it
         between two records; a task whose every input has ended and that waits for its final
         checkpoint takes it too (its barriers can no longer come through its inputs; Flink
         triggers the running tasks whose predecessors all finished). Any other task takes it
-        when the barrier arrives on its inputs."""
-        self.mailbox_processor.mailbox.put(lambda: self._on_trigger(checkpoint_id, timestamp))
+        when the barrier arrives on its inputs.
 
-    def _on_trigger(self, checkpoint_id: int, timestamp: int) -> None:
+        ``stop`` ("suspend" or "drain") makes it a stop-with-savepoint: a source first emits
+        the end of event time when draining, takes the savepoint and then emits nothing more;
+        every task ends once the savepoint completes (see :meth:`notify_checkpoint`)."""
+        self.mailbox_processor.mailbox.put(lambda: self._on_trigger(checkpoint_id, timestamp, stop))
+
+    def _on_trigger(self, checkpoint_id: int, timestamp: int, stop: Optional[str] = None) -> None:
+        if stop is not None:
+            self._stop_savepoint = checkpoint_id
         if checkpoint_id <= self._last_checkpoint_id:
             return  # taken already (its barrier came first)
         if self.inputs and self._final_checkpoint is None:
             self._missed_trigger = (checkpoint_id, timestamp)  # it may end its input before the barrier
             return
+        if stop is not None and not self.inputs and self.chain is not None and not self._ended:
+            self._stop_source(stop)
         self._perform_checkpoint(CheckpointBarrier(checkpoint_id, timestamp))
+
+    def _stop_source(self, mode: str) -> None:
+        """Stop-with-savepoint at a source: no record after the savepoint's barrier (a legacy
+        ``SourceFunction`` is cancelled; what it emits meanwhile is after the barrier and not in
+        the savepoint), the end of event time before it when draining (Flink's
+        ``advanceToEndOfEventTime``: event-time windows and timers fire)."""
+        self._halted = True
+        head = self.chain.head
+        if self._legacy_lock is not None:
+            head.cancel()
+            self._unresumable = True
+        if mode == "drain" and self._final_checkpoint is None:
+            self._unresumable = True
+            with self._legacy_lock or _NO_LOCK:
+                head.current_watermark = MAX_WATERMARK
+                head.output.emit_watermark(MAX_WATERMARK)
 
     def _perform_checkpoint(self, barrier: CheckpointBarrier) -> None:
         """Task thread: snapshot every operator (copies only), send the barrier on before any
@@ -642,6 +679,19 @@ class StreamTask:
             final = self._final_checkpoint
             if complete and final is not None and 0 <= final <= checkpoint_id and not self._ended:
                 self._end_of_input(self.mailbox_processor)  # the final checkpoint completed
+            stop = self._stop_savepoint
+            if stop is not None and checkpoint_id == stop and not self._ended:
+                if complete:  # the savepoint holds everything up to here: end, operators unfinished
+                    self._end_task(self.mailbox_processor)
+                elif self._unresumable:  # past the end of event time, or its source cancelled
+                    raise RuntimeError(
+                        f"stop-with-savepoint {checkpoint_id} failed after task {self.name} had stopped its "
+                        f"source; the job restarts from its latest checkpoint"
+                    )
+                else:  # the savepoint failed: the job goes on (Flink resumes the sources)
+                    self._stop_savepoint = None
+                    self._halted = False
+                    self.mailbox_processor.resume_default_action()
 
         self.mailbox_processor.mailbox.put(mail)
 
@@ -652,6 +702,9 @@ class StreamTask:
         partitions, so everything it and its upstream produced is in a completed checkpoint
         (two-phase-commit sinks commit there) and a restore neither loses nor repeats any of it.
         Called again once that checkpoint completed."""
+        if self._stop_savepoint is not None and self._final_checkpoint is None:
+            mp.suspend_default_action(IDLE)  # its upstream stopped with a savepoint: it ends with it
+            return
         if self._final_checkpoint is None:
             if not self._finished_on_restore:  # it ended before the checkpoint it was restored from
                 self.chain.finish(head_inputs_ended=len(self.inputs) == 2)
@@ -666,6 +719,10 @@ class StreamTask:
                 if missed is not None:
                     self._on_trigger(*missed)
                 return
+        self._end_task(mp)
+
+    def _end_task(self, mp: MailboxProcessor) -> None:
+        """Release the operators, finish the partitions (end of partition downstream), stop."""
         self._ended = True
         self._stop_timers()
         self.chain.close()

@@ -46,6 +46,7 @@ from raylink.shuffle.input_gate import InputGate, LocalInputChannel, StreamTaskN
 from raylink.shuffle.partitioners import create_partitioner
 from raylink.shuffle.record_writer import RecordWriter
 from raylink.shuffle.result_partition import ResultPartition
+from raylink.state.checkpoint_storage import read_state_handle
 
 #: how long a remote take of collected records waits for more once some are queued (see take_collected)
 COLLECT_LINGER_S = 0.02
@@ -74,6 +75,21 @@ def _queued(channel: Any) -> int:
         return len(received)
     subpartition = getattr(channel, "subpartition", None)
     return subpartition.backlog if subpartition is not None else 0
+
+
+def wait_unreachable(refs: list, deadline: float) -> int:
+    """Collect garbage until every object behind the weak references ``refs`` is gone or
+    ``deadline`` (``time.monotonic()``) passes; returns how many are still alive. Waits on the
+    objects' finalization (a weak reference callback), never a fixed sleep."""
+    gone = threading.Event()
+    watched = [weakref.ref(r(), lambda _r: gone.set()) for r in refs if r() is not None]
+    while True:
+        gc.collect()
+        alive = sum(r() is not None for r in watched)
+        if not alive or time.monotonic() > deadline:
+            return alive
+        gone.clear()
+        gone.wait(0.05)
 
 
 class NetworkSettings:
@@ -246,14 +262,14 @@ class TaskExecutor:
         """The snapshots of every old subtask of each of the task's operators (state loading)."""
         if not tdd.restore_handles:
             return None
-        storage = tdd.checkpoint_storage
+        storage = tdd.checkpoint_storage  # None: a savepoint restored without checkpointing
+        read = storage.read_state if storage is not None else read_state_handle
         restore = {}
         for operator_id, by_subtask in tdd.restore_handles.items():
             if by_subtask:
                 count = max(by_subtask) + 1
                 restore[operator_id] = [
-                    cloudpickle.loads(storage.read_state(by_subtask[i])) if i in by_subtask else None
-                    for i in range(count)
+                    cloudpickle.loads(read(by_subtask[i])) if i in by_subtask else None for i in range(count)
                 ]
         return restore
 
@@ -296,12 +312,12 @@ class TaskExecutor:
         stats = dict(stats, async_ms=(time.perf_counter() - started) * 1000.0, size=size)
         self._report(AcknowledgeCheckpoint(task.attempt_id, checkpoint_id, handles, stats))
 
-    def trigger_checkpoint(self, checkpoint_id: int, timestamp: int) -> None:
+    def trigger_checkpoint(self, checkpoint_id: int, timestamp: int, stop: Optional[str] = None) -> None:
         """The JobMaster's trigger: the source tasks here inject barrier ``checkpoint_id``, and
-        so do tasks waiting for their final checkpoint with every input ended
-        (``StreamTask.trigger_checkpoint``)."""
+        so do tasks waiting for their final checkpoint with every input ended; ``stop`` makes it
+        a stop-with-savepoint (``StreamTask.trigger_checkpoint``)."""
         for task in self.tasks.values():
-            task.trigger_checkpoint(checkpoint_id, timestamp)
+            task.trigger_checkpoint(checkpoint_id, timestamp, stop)
 
     def notify_checkpoint(self, checkpoint_id: int, complete: bool) -> None:
         for task in self.tasks.values():
@@ -552,13 +568,15 @@ class TaskExecutor:
         for thread in leaked:
             thread.join(max(0.0, deadline - time.monotonic()))
         self._checkpoint_writer = ThreadPoolExecutor(1, thread_name_prefix=f"checkpoint writer {self.executor_id}")
-        gc.collect()
+        # a call of the previous job still running on another actor thread (a checkpoint
+        # trigger, a long poll) may hold a task for a moment after it was woken: wait for it
+        live_tasks = wait_unreachable(refs, deadline)
         pool = self.network_pool
         report = {
             "executor": self.executor_id,
             "previous": previous,
             "tasks": len(self.tasks),
-            "liveTasks": sum(r() is not None for r in refs),
+            "liveTasks": live_tasks,
             "threads": sorted(t.name for t in leaked if t.is_alive()),
             "buffersInUse": pool.total_buffers - pool.free_buffers,
         }
