@@ -1,5 +1,6 @@
 """What checkpoints cost, on Ray: the word count with and without checkpoints (same run,
-interleaved), the duration of a checkpoint of 1 M keys of keyed state, and recovery time
+interleaved), the duration of a checkpoint of 1 M keys of keyed state and how long it paused
+the keyed task (the synchronous phase, the longest of any subtask), and recovery time
 from the checkpoint of those keys after a SIGKILL of a TaskExecutor process, ``--kills``
 times in one job: until the job status says RUNNING again, and until the restored keyed
 task emits its first record (its 1 M keys loaded; ``bench/recovery.py``), medians.
@@ -90,7 +91,7 @@ def state_checkpoint_and_recovery(keys: int, checkpoint_dir: str, kills: int) ->
     def keyed_records() -> int:
         return sum(m["numRecordsIn"] for m in client.get_metrics() if "Keyed" in m["task"] or "Reduce" in m["task"])
 
-    durations, sizes, running, first = [], [], [], []
+    durations, sizes, paused, running, first = [], [], [], [], []
     try:
         for _ in range(kills):
             deadline = time.monotonic() + 300
@@ -103,6 +104,8 @@ def state_checkpoint_and_recovery(keys: int, checkpoint_dir: str, kills: int) ->
             stats = client.get_checkpoint_stats()  # a checkpoint that started after every key was in state
             durations.append(stats["lastCheckpointDuration"] / 1000)
             sizes.append(stats["lastCheckpointSize"])
+            subtasks = stats.get("lastCheckpointSubtasks", {}).values()
+            paused.append(max((s.get("sync_ms", 0.0) for s in subtasks), default=0.0) / 1000)
             pid = task_executor_pids(client)[-1]
             restarts = stats["numRestarts"]  # = the attempt number running now
             killed = time.time()  # wall time: the probe's clock in the TaskExecutor processes
@@ -122,6 +125,7 @@ def state_checkpoint_and_recovery(keys: int, checkpoint_dir: str, kills: int) ->
     return {
         "checkpoint_s": statistics.median(durations),
         "size": statistics.median(sizes),
+        "paused_s": statistics.median(paused),
         "running_s": running,
         "first_record_s": first,
     }
@@ -157,8 +161,8 @@ def main(argv: Optional[list] = None) -> None:
     print(f"{'no checkpoints (baseline)':<52}{base:>9.2f}{words / base:>14,.0f}{1.0:>12.2f}x")
     print(f"{'checkpoint every 1 s':<52}{chk:>9.2f}{words / chk:>14,.0f}{base / chk:>12.2f}x")
     print(
-        f"checkpoint of {args.keys:,} keys of keyed state: {state['checkpoint_s']:.2f} s, {state['size'] / 1e6:.1f} MB "
-        f"(median of {len(state['running_s'])})"
+        f"checkpoint of {args.keys:,} keys of keyed state: {state['checkpoint_s']:.2f} s, {state['size'] / 1e6:.1f} MB, "
+        f"the task paused {state['paused_s']:.3f} s for it (its synchronous phase; median of {len(state['running_s'])})"
     )
     print()
     print(
