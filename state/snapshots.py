@@ -18,8 +18,8 @@ ones are redistributed evenly when the parallelism changed (Flink's round-robin
 repartitioner), else each subtask gets its own back; a broadcast state of new subtask
 ``i`` is old subtask ``i % old parallelism``'s copy. An operator's own (``"custom"``) state
 goes back to its old subtask at the same parallelism; at another one the operator shares it
-out itself (``restore_rescaled_operator_state``: the sequence and file sources, the Sink V2
-writer), and one that cannot is refused with a :class:`StateRestoreError` naming it.
+out itself (``restore_rescaled_operator_state``: the sequence, file and Spark sources, the Sink
+V2 writer), and one that cannot is refused with a :class:`StateRestoreError` naming it.
 
 Thread-safety: the task thread only. The dicts returned share no mutable container
 with live state (the backend copies), so they may be serialised on another thread.

@@ -204,6 +204,7 @@ class CheckpointCoordinator:
                 if not self._running or self._thread is not threading.current_thread():
                     return  # stopped, or stopped and restarted with a new thread
                 if self._stopping:  # until a failed stop-with-savepoint lets the job go on
+                    self._expire_locked(time.monotonic())  # the stop's savepoint may expire too
                     self._lock.wait(0.1)
                     continue
                 self._requested = False
