@@ -3,46 +3,7 @@
 
 Only re-exports: the implementation lives on a lower floor."""
 
-from raylink.core.state import (
-    AggregatingState,
-    AggregatingStateDescriptor,
-    AppendingState,
-    BroadcastState,
-    ListState,
-    ListStateDescriptor,
-    MapState,
-    MapStateDescriptor,
-    MergingState,
-    OperatorStateStore,
-    ReadOnlyBroadcastState,
-    ReducingState,
-    ReducingStateDescriptor,
-    State,
-    StateDescriptor,
-    ValueState,
-    ValueStateDescriptor,
-)
-from raylink.core.state_ttl import (
-    StateTtlConfig,
-)
+from raylink.core import state as _state
+from raylink.core.state import *  # noqa: F401,F403 - every name of core.state's __all__ (StateTtlConfig too)
 
-__all__ = [
-    "AggregatingStateDescriptor",
-    "AggregatingState",
-    "BroadcastState",
-    "OperatorStateStore",
-    "ReadOnlyBroadcastState",
-    "AppendingState",
-    "MergingState",
-    "StateTtlConfig",
-    "StateDescriptor",
-    "ValueStateDescriptor",
-    "ListStateDescriptor",
-    "MapStateDescriptor",
-    "ReducingStateDescriptor",
-    "State",
-    "ValueState",
-    "ListState",
-    "MapState",
-    "ReducingState",
-]
+__all__ = list(_state.__all__)

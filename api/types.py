@@ -3,26 +3,7 @@
 
 Only re-exports: the implementation lives on a lower floor."""
 
-from raylink.core.row import (
-    Row,
-    RowKind,
-)
-from raylink.core.types import (
-    TypeInformation,
-    Types,
-    apply_declared_type,
-    declared_flat_type,
-    declared_type,
-    is_flat_type,
-)
+from raylink.core import types as _types
+from raylink.core.types import *  # noqa: F401,F403 - every name of core.types' __all__ (Row, RowKind too)
 
-__all__ = [
-    "TypeInformation",
-    "Types",
-    "Row",
-    "RowKind",
-    "is_flat_type",
-    "declared_flat_type",
-    "declared_type",
-    "apply_declared_type",
-]
+__all__ = list(_types.__all__)

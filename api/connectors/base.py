@@ -2,32 +2,7 @@
 
 Only re-exports: the implementation lives on a lower floor."""
 
-from raylink.core.sink import (
-    Committer,
-    CommittingSinkWriter,
-    DeliveryGuarantee,
-    ProcessingTimeService,
-    Sink,
-    SinkWriter,
-    SinkWriterContext,
-    StatefulSinkWriter,
-    SupportsCommitter,
-    SupportsWriterState,
-    SystemClock,
-    WriterInitContext,
-)
+from raylink.core import sink as _sink
+from raylink.core.sink import *  # noqa: F401,F403 - every name of core.sink's __all__
 
-__all__ = [
-    "Committer",
-    "CommittingSinkWriter",
-    "DeliveryGuarantee",
-    "ProcessingTimeService",
-    "Sink",
-    "SinkWriter",
-    "SinkWriterContext",
-    "StatefulSinkWriter",
-    "SupportsCommitter",
-    "SupportsWriterState",
-    "SystemClock",
-    "WriterInitContext",
-]
+__all__ = list(_sink.__all__)
