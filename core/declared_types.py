@@ -71,6 +71,7 @@ __all__ = [
     "FLOAT32_MAX",
     "BASIC_PYTHON_TYPES",
     "BASIC_TYPE_NAMES",
+    "STRUCTURED_TYPE_NAMES",
     "round_float32",
 ]
 
@@ -100,6 +101,24 @@ BASIC_PYTHON_TYPES: Dict[str, type] = {
 }
 #: the names of the basic types
 BASIC_TYPE_NAMES = frozenset(BASIC_PYTHON_TYPES)
+#: the other declarations a record writer applies, record by record (all but PICKLED_BYTE_ARRAY,
+#: which ships values as they are)
+STRUCTURED_TYPE_NAMES = frozenset(
+    (
+        "TUPLE",
+        "ROW",
+        "LIST",
+        "MAP",
+        "PRIMITIVE_ARRAY",
+        "BASIC_ARRAY",
+        "OBJECT_ARRAY",
+        "BIG_DEC",
+        "SQL_DATE",
+        "SQL_TIME",
+        "SQL_TIMESTAMP",
+        "INSTANT",
+    )
+)
 _ARRAYS = frozenset(("BASIC_ARRAY", "OBJECT_ARRAY", "LIST"))
 _F32 = struct.Struct("<f")
 

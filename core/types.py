@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, List, Optional
 
-from raylink.core.declared_types import BASIC_TYPE_NAMES, RecordTypeError, record_converter
+from raylink.core.declared_types import BASIC_TYPE_NAMES, STRUCTURED_TYPE_NAMES, RecordTypeError, record_converter
 from raylink.core.row import Row, RowKind
 
 __all__ = [
@@ -37,22 +37,7 @@ __all__ = [
 ]
 
 #: declarations a record writer applies (every one but PICKLED_BYTE_ARRAY, which ships values as they are)
-_APPLIED = BASIC_TYPE_NAMES | frozenset(
-    (
-        "TUPLE",
-        "ROW",
-        "LIST",
-        "MAP",
-        "PRIMITIVE_ARRAY",
-        "BASIC_ARRAY",
-        "OBJECT_ARRAY",
-        "BIG_DEC",
-        "SQL_DATE",
-        "SQL_TIME",
-        "SQL_TIMESTAMP",
-        "INSTANT",
-    )
-)
+_APPLIED = BASIC_TYPE_NAMES | STRUCTURED_TYPE_NAMES
 
 
 @dataclass(frozen=True)

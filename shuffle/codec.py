@@ -81,6 +81,7 @@ from msgpack import ExtType
 from raylink.core.declared_types import (
     BASIC_PYTHON_TYPES,
     INT_RANGES,
+    STRUCTURED_TYPE_NAMES,
     RecordTypeError,
     declaration_text,
     qualified_name,
@@ -571,22 +572,7 @@ class DeclaredType:
 
     __slots__ = ("text", "convert")
     is_flat = False
-    NAMES = frozenset(
-        (
-            "TUPLE",
-            "ROW",
-            "LIST",
-            "MAP",
-            "PRIMITIVE_ARRAY",
-            "BASIC_ARRAY",
-            "OBJECT_ARRAY",
-            "BIG_DEC",
-            "SQL_DATE",
-            "SQL_TIME",
-            "SQL_TIMESTAMP",
-            "INSTANT",
-        )
-    )
+    NAMES = STRUCTURED_TYPE_NAMES
 
     def __init__(self, declaration: Any) -> None:
         self.text = declaration_text(declaration)
