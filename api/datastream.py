@@ -884,6 +884,14 @@ class _WindowedStreamBase:
             f"got {type(function).__name__}"
         )
 
+    def _incremental(self, function: Any, window_function: Any, what: str) -> tuple:
+        """(function kind, operator name) of an incremental ``reduce`` / ``aggregate``, with
+        or without a window function evaluating its result."""
+        if window_function is None:
+            return "pass", _function_name(function)
+        kind = self._window_function_kind(window_function, what)
+        return kind, f"{_function_name(function)}, {_function_name(window_function)}"
+
     def reduce(self, reduce_function: Any, window_function: Any = None, output_type: Any = None) -> "DataStream":
         """Reduce each pane incrementally; emit the result (or pass it to ``window_function``)."""
         if not (callable(getattr(reduce_function, "reduce", None)) or callable(reduce_function)):
@@ -891,12 +899,9 @@ class _WindowedStreamBase:
                 f"Window Reduce: reduce_function must be a ReduceFunction or a callable, "
                 f"got {type(reduce_function).__name__}"
             )
-        kind = "pass" if window_function is None else self._window_function_kind(window_function, "Window Reduce")
+        kind, name = self._incremental(reduce_function, window_function, "Window Reduce")
         if window_function is None and output_type is None:
             output_type = self.get_input_type()
-        name = _function_name(reduce_function)
-        if window_function is not None:
-            name = f"{name}, {_function_name(window_function)}"
         return self._build(
             "reducing",
             name,
@@ -917,10 +922,7 @@ class _WindowedStreamBase:
         _check_methods(aggregate_function, ("create_accumulator", "add", "get_result"), "Window Aggregate")
         if isinstance(self._window_assigner, MergingWindowAssigner):
             _check_methods(aggregate_function, ("merge",), "Window Aggregate over merging windows")
-        kind = "pass" if window_function is None else self._window_function_kind(window_function, "Window Aggregate")
-        name = _function_name(aggregate_function)
-        if window_function is not None:
-            name = f"{name}, {_function_name(window_function)}"
+        kind, name = self._incremental(aggregate_function, window_function, "Window Aggregate")
         return self._build(
             "aggregating",
             name,
