@@ -31,6 +31,7 @@ from raylink.state.checkpoint_storage import CheckpointStorageError
 from raylink.state.snapshots import StateRestoreError
 from raylink.tests.runtime_jobs import make_env, wait_for
 from raylink.tests.test_runtime_checkpointing import Paced, add_counts, checkpointing_env
+from raylink.tests.test_runtime_exactly_once_sinks import spark_values
 
 N = 16_000  # ~4 s at p=2 (Paced: 1 ms every 2 records per subtask)
 
@@ -381,23 +382,52 @@ def test_a_spark_table_source_resumes_at_another_parallelism_exactly_once(spark,
     assert stopped + committed_lines(second) == Counter(str(v) for v in range(N))
 
 
+def _numbers_to_spark(env, n: int = N, **target):
+    env.from_sequence(1, n).uid("numbers").map(Paced()).uid("paced").sink_to_spark(schema="v bigint", **target).uid(
+        "spark"
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_a_spark_sink_restored_from_another_jobs_savepoint_fails_naming_it_without_restarts(spark, tmp_path):
-    env = checkpointing_env("ray", 2, tmp_path)
-    env.from_sequence(1, N).uid("numbers").map(Paced()).uid("paced").sink_to_spark(
-        path=str(tmp_path / "out"), schema="v bigint"
-    ).uid("spark")
+@pytest.mark.parametrize("before, after, target", [(2, 3, "path"), (3, 1, "table")])
+def test_a_spark_sink_resumes_from_a_savepoint_at_another_parallelism_exactly_once(
+    spark, tmp_path, before, after, target
+):
+    """The restored job continues the earlier run's target (its ``overwrite`` applied to that
+    run's first write only): the target holds every number once."""
+    where = {"path": str(tmp_path / "out")} if target == "path" else {"table": f"resumed_{before}_{after}"}
+    env = checkpointing_env("ray", before, tmp_path)
+    _numbers_to_spark(env, mode="overwrite", **where)
     path = stop_after_a_checkpoint(env.execute_async(), tmp_path / "savepoints")
-    env = checkpointing_env("ray", 2, tmp_path, **{"execution.savepoint.path": path})
-    env.from_sequence(1, N).uid("numbers").map(Paced()).uid("paced").sink_to_spark(
-        path=str(tmp_path / "out"), schema="v bigint"
-    ).uid("spark")
+    committed = sum(spark_values(spark, **where).values())
+    assert 0 < committed < N, committed
+    moved = str(tmp_path / "moved")
+    shutil.move(path, moved)
+    env = checkpointing_env("ray", after, tmp_path, **{"execution.savepoint.path": moved})
+    _numbers_to_spark(env, mode="overwrite", **where)
     client = env.execute_async()
-    assert client.wait(120) and client.get_job_status() == "FAILED", client.get_job_status()
-    assert client.get_checkpoint_stats()["numRestarts"] == 0
-    with pytest.raises(Exception, match="Spark sink .* savepoint of another job"):
-        client.get_job_execution_result(0)
+    assert client.wait(240) and client.get_job_status() == "FINISHED", client.get_job_status()
+    assert spark_values(spark, **where) == Counter(range(1, N + 1))
+    if target == "table":
+        spark.sql(f"DROP TABLE IF EXISTS {where['table']}")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_spark_result_dataframe_resumes_from_a_savepoint_at_another_parallelism(spark, tmp_path):
+    """No target: a job stopped with a savepoint (without draining) has not published its
+    result; the job restored from it at another parallelism returns every row once."""
+    from raylink.connectors.spark import get_spark_dataframe
+
+    env = checkpointing_env("ray", 2, tmp_path)
+    _numbers_to_spark(env)
+    path = stop_after_a_checkpoint(env.execute_async(), tmp_path / "savepoints")
+    env = checkpointing_env("ray", 3, tmp_path, **{"execution.savepoint.path": path})
+    _numbers_to_spark(env)
+    result = env.execute()
+    rows = Counter(row[0] for row in get_spark_dataframe(result).collect())
+    assert rows == Counter(range(1, N + 1))
 
 
 @pytest.mark.timeout(300)

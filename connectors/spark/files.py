@@ -132,6 +132,13 @@ def delete_files(staging: str, names: List[str]) -> None:
             pass
 
 
+def staged_files(staging: str, names: List[str]) -> List[str]:
+    """Those of ``names`` still in the staging folder ``staging`` (the others were committed)."""
+    fs, folder = filesystem_of(staging)
+    infos = fs.get_file_info([f"{folder}/{name}" for name in names])
+    return [name for name, info in zip(names, infos) if info.type != pafs.FileType.NotFound]
+
+
 def _move(fs: Any, source: str, destination: str) -> None:
     try:
         fs.move(source, destination)

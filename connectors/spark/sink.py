@@ -28,7 +28,11 @@ streams). Then, by target:
   checkpoint kept and deletes the staged files of its failed attempt that no completed
   checkpoint holds (the sources replay those rows). ``mode`` applies to the sink's
   first commit, later ones append; ``flush_interval`` is ignored (commits follow the
-  checkpoints). A bounded job commits its last rows through its final checkpoint.
+  checkpoints). A bounded job commits its last rows through its final checkpoint. A job
+  started from a savepoint (or a retained checkpoint) of an earlier run, at any
+  parallelism, continues that run's target: its commits append, and the committables the
+  savepoint holds are committed once, from that run's staging folder (old subtask ``j``'s by
+  new subtask ``j % parallelism``; files that run had committed already are skipped).
 
   *Without checkpointing*: bounded, one commit of the whole output with ``mode``
   when every subtask finished (two-phase: nothing is visible before, a failed job
@@ -38,7 +42,8 @@ streams). Then, by target:
   the table current -- a failure then re-runs the job from the start and appends
   its rows again (at-least-once: nothing is lost, rows committed before the failure
   come twice). Result DataFrames (no target) keep their blocks in the checkpoints
-  with checkpointing on, so a restore neither loses nor repeats a row. The driver commits a plain Parquet
+  with checkpointing on, so a restore neither loses nor repeats a row (restored from an earlier
+  run that had not ended its input, the new run's result continues that run's). The driver commits a plain Parquet
   target (a path, or a non-partitioned Parquet table with the same columns, in
   ``append``/``overwrite``) by moving the files in (then ``REFRESH``); any other
   target (another format, ``partition_by``, ``options``, a new schema) with ONE Spark
@@ -60,6 +65,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import uuid
 from typing import Any, Dict, List, Optional
 
@@ -76,6 +82,7 @@ from raylink.connectors.spark.files import (
     directory_exists,
     file_schema,
     remove_folder,
+    staged_files,
     staging_location,
 )
 from raylink.connectors.spark.identifiers import quote_table_name
@@ -84,7 +91,6 @@ from raylink.connectors.spark.session import get_spark
 from raylink.connectors.spark.types import arrow_schema_of, resolve_schema
 from raylink.operators.base import StreamOperator
 from raylink.operators.connector import CONNECTOR_SINK as SINK_KIND
-from raylink.state.snapshots import StateRestoreError
 
 DEFAULT_BATCH_ROWS = 4096
 DEFAULT_BLOCK_BYTES = 8 * 1024 * 1024
@@ -113,6 +119,9 @@ class SparkSinkOperator(StreamOperator):
         self._exactly_once = False  # commits follow completed checkpoints
         #: checkpoint id -> (staged files, rows, ended) not committed yet (the committables)
         self._pending: Dict[int, tuple] = {}
+        #: restored from an earlier run's savepoint/checkpoint: the target is that run's output,
+        #: continued (every commit appends; ``mode`` applied to that run's first write)
+        self._resumed = False
         self.commits = 0
 
     def open(self) -> None:
@@ -173,7 +182,11 @@ class SparkSinkOperator(StreamOperator):
         """Hand ``request`` (the files to commit) to the driver's bridge; returns once committed."""
         rc = self.runtime_context
         request.update(
-            id=uuid.uuid4().hex, sink_id=self.sink.sink_id, subtask=rc.subtask_index, parallelism=rc.parallelism
+            id=uuid.uuid4().hex,
+            sink_id=self.sink.sink_id,
+            subtask=rc.subtask_index,
+            parallelism=rc.parallelism,
+            resumed=self._resumed,
         )
         try:
             ray.get(self.sink.bridge.commit.remote(request))
@@ -230,38 +243,63 @@ class SparkSinkOperator(StreamOperator):
     def snapshot_operator_state(self, checkpoint_id: int) -> dict:
         self._convert()
         self._seal()
+        mine = {"sink": self.sink.sink_id, "subtask": self.runtime_context.subtask_index}
         if not self.sink.writes:  # a result DataFrame: the blocks so far are the state
-            return {
-                "blocks": list(self._blocks),
-                "rows": self._block_rows,
-                "ended": self._ended,
-                "sink": self.sink.sink_id,
-            }
+            return {"blocks": list(self._blocks), "rows": self._block_rows, "ended": self._ended, **mine}
         if self._exactly_once:
             files = self._files.roll()
             if files or self._ended:  # the end is committed even without rows (an empty target is created)
                 self._pending[checkpoint_id] = (files, self._block_rows, self._ended)
                 self._block_rows = 0
-        return {"pending": dict(self._pending), "sink": self.sink.sink_id}
+        return {"pending": dict(self._pending), "staging": self.sink.staging, **mine}
 
     def restore_operator_state(self, state: dict) -> None:
-        if state.get("sink", self.sink.sink_id) != self.sink.sink_id:
-            # its staged files and commits (or result blocks) belong to the driver of another job
-            raise StateRestoreError(
-                f"Spark sink {self.name!r}: restoring its state from a savepoint of another job is not "
-                f"supported yet (its staged files and commit record belong to that job's driver); start "
-                f"the program without the savepoint, or without this sink's state (another uid and "
-                f"execution.savepoint.ignore-unclaimed-state)"
-            )
+        self._restore([(self.runtime_context.subtask_index, state)])
+
+    def restore_rescaled_operator_state(self, states: List[Optional[dict]], subtask: int, parallelism: int) -> None:
+        """Restored at another parallelism (from a savepoint or a retained checkpoint): old
+        subtask ``j``'s committables (or result blocks) go to new subtask ``j % parallelism``,
+        as Flink hands out a sink's recovered committables."""
+        sink_id = self.sink.sink_id
+        self._resumed = any(s is not None and s.get("sink", sink_id) != sink_id for s in states)
+        self._restore([(j, s) for j, s in enumerate(states) if s is not None and j % parallelism == subtask])
+
+    def _restore(self, states: List[tuple]) -> None:
+        """Own state (a failover of this job) or another run's (a savepoint or retained
+        checkpoint of an earlier job of the program): that run's pending committables are
+        committed once by this job's driver, from that run's staging folder (the files a
+        completed savepoint holds were usually committed by that run already: committing
+        again adds nothing)."""
+        sink_id = self.sink.sink_id
+        own = [s for _j, s in states if s.get("sink", sink_id) == sink_id]
+        other = [(s.get("subtask", j), s) for j, s in states if s.get("sink", sink_id) != sink_id]
+        self._resumed = self._resumed or bool(other)
         if not self.sink.writes:
-            self._blocks, self._block_rows, self._ended = list(state["blocks"]), state["rows"], state["ended"]
+            # an earlier run that ended its input published these rows in its own result
+            taken = own + [s for _j, s in other if not s["ended"]]
+            self._blocks = [block for s in taken for block in s["blocks"]]
+            self._block_rows = sum(s["rows"] for s in taken)
+            self._ended = any(s["ended"] for s in own)
             if self._ended:  # restored after its end of input: the end is not run again
                 self._publish()
             return
-        self._pending = dict(state.get("pending", {}))
+        self._pending = {c: p for s in own for c, p in s.get("pending", {}).items()}
         keep = [name for files, _rows, _ended in self._pending.values() for name in files]
         self._files.delete_stale(keep)  # a failed attempt's files no completed checkpoint holds
         self._commit_pending(max(self._pending, default=0))  # that checkpoint completed (idempotent)
+        for old_subtask, state in other:
+            staging = state.get("staging") or posixpath.join(posixpath.dirname(self.sink.staging), state["sink"])
+            for checkpoint_id, (files, rows, _ended) in sorted(state.get("pending", {}).items()):
+                self._send(
+                    {
+                        "checkpoint": checkpoint_id,
+                        "final": False,  # this job's end of input is its own
+                        "continuous": True,
+                        "files": files,
+                        "rows": rows,
+                        "origin": (state["sink"], old_subtask, staging),
+                    }
+                )
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         if self._exactly_once:
@@ -413,10 +451,12 @@ class SparkSink:
         """Make the staged files of ``requests`` visible with ``mode`` (the driver's thread):
         ``"files"`` when they were moved in, ``"spark"`` when Spark wrote them."""
         names = [name for r in requests for name in r["files"]]
+        origin = requests[0].get("origin")
+        staging = origin[2] if origin else self.staging  # an earlier run's committables: its folder
         spark = get_spark()
         try:
             if self._plain_parquet() and self.table is None:
-                commit_files(self.location, self.staging, names, mode, self.file_schema)
+                commit_files(self.location, staging, names, mode, self.file_schema)
                 spark.catalog.refreshByPath(self.location)
                 return "files"
             if self._plain_parquet() and mode in ("append", "overwrite"):
@@ -427,12 +467,16 @@ class SparkSink:
                     else self._table_location(spark)
                 )
                 if location is not None:
-                    commit_files(location, self.staging, names, mode, self.file_schema)
+                    commit_files(location, staging, names, mode, self.file_schema)
                     spark.catalog.refreshTable(table)
                     self._table_dir = location  # a continuous sink's next appends go straight there
                     return "files"
-            self._spark_write(spark, names, mode)
-            delete_files(self.staging, names)
+            if origin:  # staged files already gone were written by that run itself
+                names = staged_files(staging, names)
+                if not names:
+                    return "duplicate"
+            self._spark_write(spark, staging, names, mode)
+            delete_files(staging, names)
             return "spark"
         finally:
             if not any(r.get("continuous") for r in requests):  # a bounded sink's one commit
@@ -443,16 +487,18 @@ class SparkSink:
         a request replayed after a restore commits nothing again. ``mode`` applies to the
         sink's first commit, later ones append; the staging folder goes when every subtask
         committed its end of input."""
-        key = (request["checkpoint"], request["subtask"])
+        origin = request.get("origin")  # (sink id, subtask, staging) of an earlier run's committable
+        key = (request["checkpoint"], *(origin[:2] if origin else (request["subtask"],)))
+        first = not self._first_done and not request.get("resumed")  # a resumed run continues a target
         if key in self._committed:
             how = "duplicate"
-        elif self._ignored or (not self._first_done and self.mode == "ignore" and self._target_exists()):
+        elif self._ignored or (first and self.mode == "ignore" and self._target_exists()):
             self._ignored, how = True, "ignored"
         else:  # a failure raises with the staged files kept: the restored subtask commits them again
-            how = self.commit([request], "append" if self._first_done else self.mode)
+            how = self.commit([request], self.mode if first else "append")
             self._first_done = True
         self._committed.add(key)
-        delete_files(self.staging, request["files"])  # what a duplicate or an ignored commit left
+        delete_files(origin[2] if origin else self.staging, request["files"])  # left by a duplicate or an ignore
         if request["final"]:
             self._ended_subtasks.add(request["subtask"])
             if len(self._ended_subtasks) >= request["parallelism"]:
@@ -485,10 +531,10 @@ class SparkSink:
             return None
         return info["Location"]
 
-    def _spark_write(self, spark: Any, names: List[str], mode: str) -> None:
+    def _spark_write(self, spark: Any, staging: str, names: List[str], mode: str) -> None:
         """ONE Spark write of the staged files (formats, partitioning, options Spark owns)."""
         if names:
-            df = spark.read.schema(self.spark_schema()).parquet(*[f"{self.staging}/{n}" for n in names])
+            df = spark.read.schema(self.spark_schema()).parquet(*[f"{staging}/{n}" for n in names])
         else:
             df = spark.createDataFrame([], self.spark_schema())
         fmt = self.format
