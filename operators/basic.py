@@ -10,8 +10,9 @@ variant instead, which sets the record's key on the keyed state backend before e
 call (PyFlink runs these functions in a keyed operator) — unless, after ``open``, the
 function turns out to hold no keyed state and no runtime context
 (``runtime_context.holds_keyed_state``). Other functions of a keyed stream keep the
-plain operators and pay nothing for it. Single-threaded (the task thread), like
-every operator.
+plain operators and pay nothing for it. The keyed variants' batch loops run compiled when
+the compiled per-record path is built (``shuffle.hotpath``); ``keyed_*_batch_pure`` here are
+their pure-Python twins. Single-threaded (the task thread), like every operator.
 """
 
 from __future__ import annotations
@@ -21,9 +22,59 @@ from typing import Any, List
 
 from raylink.operators.base import AbstractUdfStreamOperator, resolve_function
 from raylink.operators.runtime_context import holds_keyed_state
+from raylink.shuffle.hotpath import NATIVE
 from raylink.state.state_backend import keyed_backend_for
 
 _from_iterable = chain.from_iterable
+
+
+def _as_list(values: Any) -> List[Any]:
+    return values if type(values) is list else list(values)
+
+
+def keyed_map_batch_pure(values: List[Any], key_of: Any, set_key: Any, fn: Any) -> List[Any]:
+    """``[fn(v) for v in values]``, the backend's current key set to ``key_of(v)`` before each."""
+    out: List[Any] = []
+    append = out.append
+    for value in values:
+        set_key(key_of(value))
+        append(fn(value))
+    return out
+
+
+def keyed_flat_map_batch_pure(values: List[Any], key_of: Any, set_key: Any, fn: Any) -> List[Any]:
+    """Every result of ``fn(v)`` in order, each iterable consumed before the next key is set."""
+    out: List[Any] = []
+    extend = out.extend
+    for value in values:
+        set_key(key_of(value))
+        extend(fn(value))
+    return out
+
+
+def keyed_filter_batch_pure(values: List[Any], key_of: Any, set_key: Any, fn: Any) -> List[Any]:
+    """The values whose ``fn(v)`` is truthy, the current key set to ``key_of(v)`` before each."""
+    out: List[Any] = []
+    append = out.append
+    for value in values:
+        set_key(key_of(value))
+        if fn(value):
+            append(value)
+    return out
+
+
+if NATIVE is None:
+    keyed_map_batch, keyed_flat_map_batch, keyed_filter_batch = (
+        keyed_map_batch_pure,
+        keyed_flat_map_batch_pure,
+        keyed_filter_batch_pure,
+    )
+else:
+    keyed_map_batch, keyed_flat_map_batch, keyed_filter_batch = (
+        NATIVE.keyed_map_batch,
+        NATIVE.keyed_flat_map_batch,
+        NATIVE.keyed_filter_batch,
+    )
 
 
 class StreamMap(AbstractUdfStreamOperator):
@@ -115,14 +166,7 @@ class KeyedStreamMap(_KeyedContext, StreamMap):
             return
         if not values:
             return
-        out: List[Any] = []
-        append = out.append
-        key_of = self._key_of
-        set_key = self.keyed_state_backend.set_current_key
-        fn = self._map
-        for value in values:
-            set_key(key_of(value))
-            append(fn(value))
+        out = keyed_map_batch(_as_list(values), self._key_of, self.keyed_state_backend.set_current_key, self._map)
         self._collect_batch(out)
 
 
@@ -140,14 +184,8 @@ class KeyedStreamFlatMap(_KeyedContext, StreamFlatMap):
         if not self._sets_key:
             StreamFlatMap.process_batch(self, values)
             return
-        out: List[Any] = []
-        extend = out.extend
-        key_of = self._key_of
         set_key = self.keyed_state_backend.set_current_key
-        fn = self._flat_map
-        for value in values:
-            set_key(key_of(value))
-            extend(fn(value))  # consumed before the next record's key is set
+        out = keyed_flat_map_batch(_as_list(values), self._key_of, set_key, self._flat_map)
         if out:
             self._collect_batch(out)
 
@@ -165,17 +203,20 @@ class KeyedStreamFilter(_KeyedContext, StreamFilter):
         if not self._sets_key:
             StreamFilter.process_batch(self, values)
             return
-        out: List[Any] = []
-        append = out.append
-        key_of = self._key_of
         set_key = self.keyed_state_backend.set_current_key
-        fn = self._filter
-        for value in values:
-            set_key(key_of(value))
-            if fn(value):
-                append(value)
+        out = keyed_filter_batch(_as_list(values), self._key_of, set_key, self._filter)
         if out:
             self._collect_batch(out)
 
 
-__all__ = ["StreamMap", "StreamFlatMap", "StreamFilter", "KeyedStreamMap", "KeyedStreamFlatMap", "KeyedStreamFilter"]
+__all__ = [
+    "StreamMap",
+    "StreamFlatMap",
+    "StreamFilter",
+    "KeyedStreamMap",
+    "KeyedStreamFlatMap",
+    "KeyedStreamFilter",
+    "keyed_map_batch_pure",
+    "keyed_flat_map_batch_pure",
+    "keyed_filter_batch_pure",
+]

@@ -15,6 +15,9 @@ its own: ``runtime_context.may_use_keyed_state``) runs in
 ``StreamGroupedReduceOperatorWithKeyedState``, which also sets the backend's current
 key per record while the function holds keyed state (the factory picks it; other
 functions skip that step).
+The batch loops (``reduce_batch_pure`` and ``sum_pairs_batch_pure``) run compiled when the
+compiled per-record path is built (``shuffle.hotpath``); the functions here are their
+pure-Python twins and reference.
 Single-threaded (the task thread), like every operator.
 """
 
@@ -25,9 +28,58 @@ from typing import Any, List
 from raylink.operators.aggregation import field_check, make_aggregator
 from raylink.operators.base import AbstractUdfStreamOperator, resolve_function
 from raylink.operators.runtime_context import holds_keyed_state
+from raylink.shuffle.hotpath import NATIVE
 from raylink.state.state_backend import keyed_backend_for
 
 _MISSING = object()
+
+
+def reduce_batch_pure(values: List[Any], key_of: Any, state: dict, reduce: Any, new_key: Any) -> List[Any]:
+    """The rolling reduce of a batch: per record, its key's stored value combined with it
+    (``reduce(stored, record)``), or ``new_key(key, record)`` for a key's first record; each
+    result stored and returned in order."""
+    out: List[Any] = []
+    append = out.append
+    get = state.get
+    missing = _MISSING
+    for value in values:
+        key = key_of(value)
+        current = get(key, missing)
+        if current is missing:
+            new_key(key, value)
+        else:
+            value = reduce(current, value)
+        state[key] = value
+        append(value)
+    return out
+
+
+def sum_pairs_batch_pure(values: List[Any], key_of: Any, state: dict, new_key: Any) -> "tuple[List[Any], int]":
+    """``sum(1)`` over ``(key, count)`` pairs: ``(results, stop)``; ``stop < len(values)`` is the
+    first record that is a key's first and not an exact pair (nothing of it was stored)."""
+    out: List[Any] = []
+    append = out.append
+    get = state.get
+    missing = _MISSING
+    tuple_ = tuple
+    for index, value in enumerate(values):
+        key = key_of(value)
+        current = get(key, missing)
+        if current is missing:
+            if type(value) is not tuple_ or len(value) != 2:
+                return out, index
+            new_key(key, value)
+        else:  # the accumulator's fields, field 1 replaced by the running sum
+            value = (current[0], current[1] + value[1])
+        state[key] = value
+        append(value)
+    return out, len(values)
+
+
+if NATIVE is None:
+    reduce_batch, sum_pairs_batch = reduce_batch_pure, sum_pairs_batch_pure
+else:
+    reduce_batch, sum_pairs_batch = NATIVE.reduce_batch, NATIVE.sum_pairs_batch
 
 
 class StreamGroupedReduceOperator(AbstractUdfStreamOperator):
@@ -67,23 +119,9 @@ class StreamGroupedReduceOperator(AbstractUdfStreamOperator):
         self._collect(value)
 
     def process_batch(self, values: List[Any]) -> None:
-        out: List[Any] = []
-        append = out.append
-        key_of = self._key_of
-        reduce = self._reduce
-        new_key = self._new_key
-        state = self._values
-        get = state.get
-        missing = _MISSING
-        for value in values:
-            key = key_of(value)
-            current = get(key, missing)
-            if current is missing:
-                new_key(key, value)
-            else:
-                value = reduce(current, value)
-            state[key] = value
-            append(value)
+        if type(values) is not list:
+            values = list(values)
+        out = reduce_batch(values, self._key_of, self._values, self._reduce, self._new_key)
         if out:
             self._collect_batch(out)
 
@@ -156,31 +194,20 @@ class StreamGroupedAggregateOperator(StreamGroupedReduceOperator):
         if not self._sum_of_pairs:
             super().process_batch(values)
             return
-        out: List[Any] = []
-        append = out.append
-        key_of = self._key_of
-        new_key = self._new_key
-        state = self._values
-        get = state.get
-        missing = _MISSING
-        tuple_ = tuple
-        for value in values:
-            key = key_of(value)
-            current = get(key, missing)
-            if current is missing:
-                if type(value) is not tuple_ or len(value) != 2:  # not a pair: the generic path from here on
-                    self._sum_of_pairs = False
-                    if out:
-                        self._collect_batch(out)
-                    super().process_batch(values[len(out) :])
-                    return
-                new_key(key, value)
-            else:  # the accumulator's fields, field 1 replaced by the running sum
-                value = (current[0], current[1] + value[1])
-            state[key] = value
-            append(value)
+        if type(values) is not list:
+            values = list(values)
+        out, stop = sum_pairs_batch(values, self._key_of, self._values, self._new_key)
         if out:
             self._collect_batch(out)
+        if stop < len(values):  # not a pair: the generic path from here on
+            self._sum_of_pairs = False
+            super().process_batch(values[stop:])
 
 
-__all__ = ["StreamGroupedReduceOperator", "StreamGroupedReduceOperatorWithKeyedState", "StreamGroupedAggregateOperator"]
+__all__ = [
+    "StreamGroupedReduceOperator",
+    "StreamGroupedReduceOperatorWithKeyedState",
+    "StreamGroupedAggregateOperator",
+    "reduce_batch_pure",
+    "sum_pairs_batch_pure",
+]

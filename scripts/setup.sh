@@ -20,3 +20,20 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ "$(cat "$stamp")" !
     .venv/bin/python -m pip install -q -e ".[$EXTRAS]" 2>&1 | grep -v '^WARNING: Location' || true
     .venv/bin/python -c "import raylink, ray, msgpack" && echo "$EXTRAS" > "$stamp"
 fi
+# The compiled per-record path (shuffle/_hotpath.pyx, Cython; setup.py): built in place, again
+# whenever the .pyx is newer than the module. Without a C compiler it is left out and raylink
+# runs on its pure-Python twins (as with RAYLINK_PURE_PYTHON=1).
+hotpath_so=$(ls shuffle/_hotpath.*.so 2>/dev/null | head -n 1 || true)
+if [ -z "$hotpath_so" ] || [ shuffle/_hotpath.pyx -nt "$hotpath_so" ]; then
+    py_include=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+    if ! command -v cc >/dev/null 2>&1 || [ ! -f "$py_include/Python.h" ]; then
+        echo "raylink setup: installing a C compiler and Python headers (gcc, python3-dev) for the compiled path" >&2
+        SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+        { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq gcc python3-dev >/dev/null; } || true
+    fi
+    .venv/bin/python -m pip install -q "setuptools>=68" "Cython>=3" 2>&1 | grep -v '^WARNING: Location' || true
+    if ! .venv/bin/python setup.py -q build_ext --inplace >/dev/null 2>&1 \
+        || ! RAYLINK_PURE_PYTHON= .venv/bin/python -c "import raylink.shuffle._hotpath"; then
+        echo "raylink setup: the compiled per-record path did not build; raylink runs on its pure-Python path" >&2
+    fi
+fi

@@ -4,4 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check . && .venv/bin/ruff format --check .  # lint and format (pyproject.toml [tool.ruff])
-exec .venv/bin/python -m pytest tests -q "$@"
+.venv/bin/python -m pytest tests -q "$@"
+# the hot-path tests once more on the pure-Python twins (the run above takes the compiled path when it is built)
+RAYLINK_PURE_PYTHON=1 exec .venv/bin/python -m pytest -q tests/test_shuffle_hotpath.py tests/test_shuffle_partitioners.py \
+    tests/test_shuffle_serializer.py tests/test_operators_basic.py tests/test_operators_keyed.py

@@ -100,6 +100,7 @@ from raylink.shuffle.elements import (
     Watermark,
     WatermarkStatus,
 )
+from raylink.shuffle.hotpath import NATIVE
 
 __all__ = [
     "SerializationError",
@@ -642,14 +643,18 @@ def is_flat_value(value: Any) -> bool:
     return False
 
 
-def is_flat_batch(values: List[Any]) -> bool:
-    """True if every value is a scalar, or every value a tuple of scalars."""
+def is_flat_batch_pure(values: List[Any]) -> bool:
+    """True if every value is a scalar, or every value a tuple of scalars (the pure-Python twin
+    of the compiled check ``is_flat_batch`` runs when it is built: ``shuffle.hotpath``)."""
     types = set(map(type, values))
     if types <= SCALAR_TYPES:
         return True
     if len(types) == 1 and tuple in types:
         return fields_are_scalars(values)
     return False
+
+
+is_flat_batch = is_flat_batch_pure if NATIVE is None else NATIVE.is_flat_batch
 
 
 def fields_are_scalars(tuples: List[tuple]) -> bool:

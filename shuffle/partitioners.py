@@ -10,8 +10,12 @@ graph layer stores: "FORWARD" "REBALANCE" "RESCALE" "SHUFFLE" "BROADCAST"
 Every partitioner: ``setup(num_channels)`` (once, by the RecordWriter),
 ``select_channel(value) -> int`` and the batch ``select_channels(values) ->
 list[int]``, which produces the same choices as calling ``select_channel`` in
-a loop, only faster. Partitioners are stateful (round robin): one instance per
-RecordWriter — use ``copy()``. ``BroadcastPartitioner`` has ``is_broadcast``
+a loop, only faster, and ``bucket(values) -> list[list]``: the batch split per channel,
+in order (what ``RecordWriter.emit_batch`` serializes). Partitioners are stateful (round robin): one instance per
+RecordWriter — use ``copy()``.
+
+``KeyGroupStreamPartitioner`` and ``bucket`` run on the compiled per-record path when it is
+built (``shuffle.hotpath``); the ``*_pure`` methods are their pure-Python twins and reference. ``BroadcastPartitioner`` has ``is_broadcast``
 set and, as in Flink, refuses ``select_channel``: the writer sends every
 record to every channel.
 """
@@ -29,8 +33,10 @@ from raylink.core.key_groups import (
     assign_keys_to_operators,
     compute_default_max_parallelism,
     operator_index_table,
+    stable_hash,
 )
 from raylink.core.reprs import record_repr
+from raylink.shuffle.hotpath import NATIVE
 
 __all__ = [
     "StreamPartitioner",
@@ -43,6 +49,7 @@ __all__ = [
     "CustomPartitionerWrapper",
     "KeyGroupStreamPartitioner",
     "create_partitioner",
+    "bucket_by_channel",
     "SHIP_STRATEGIES",
 ]
 
@@ -68,6 +75,10 @@ class StreamPartitioner:
     def select_channels(self, values: List[Any]) -> List[int]:
         sel = self.select_channel
         return [sel(v) for v in values]
+
+    def bucket(self, values: List[Any]) -> List[List[Any]]:
+        """``values`` split by ``select_channels``: one list per channel, in order."""
+        return bucket_by_channel(values, self.select_channels(values), self.num_channels)
 
     def copy(self) -> "StreamPartitioner":
         return _copy.copy(self)
@@ -190,6 +201,20 @@ class BroadcastPartitioner(StreamPartitioner):
 _CHANNEL_CACHE_SIZE = 1 << 16
 
 
+def bucket_by_channel_pure(values: List[Any], channels: List[int], num_channels: int) -> List[List[Any]]:
+    """``buckets[c]``: the values whose channel is ``c``, in order (the pure-Python twin)."""
+    if len(values) != len(channels):
+        raise ValueError(f"{len(values)} values but {len(channels)} channels")
+    buckets: List[List[Any]] = [[] for _ in range(num_channels)]
+    appends = [b.append for b in buckets]
+    for v, c in zip(values, channels):
+        appends[c](v)
+    return buckets
+
+
+bucket_by_channel = bucket_by_channel_pure if NATIVE is None else NATIVE.bucket_by_channel
+
+
 def _as_key_selector(key_selector: Any) -> Callable[[Any], Any]:
     if key_selector is None:
         raise ValueError("a key selector is required")
@@ -250,7 +275,8 @@ class KeyGroupStreamPartitioner(StreamPartitioner):
             raise RuntimeError(f"Could not extract key from {record_repr(value)}") from e
         return assign_key_to_parallel_operator(key, self.max_parallelism, self.num_channels)
 
-    def select_channels(self, values: List[Any]) -> List[int]:
+    def select_channels_pure(self, values: List[Any]) -> List[int]:
+        """``select_channels`` on the pure-Python path (the reference of the compiled one)."""
         keys = _extract_keys(self.key_selector, values)
         cache = self._channel_of
         try:
@@ -269,6 +295,47 @@ class KeyGroupStreamPartitioner(StreamPartitioner):
             channels[i] = channel
             cache[keys[i]] = channel
         return channels
+
+    def bucket_pure(self, values: List[Any]) -> List[List[Any]]:
+        return bucket_by_channel_pure(values, self.select_channels_pure(values), self.num_channels)
+
+    if NATIVE is None:
+        select_channels = select_channels_pure
+        bucket = bucket_pure
+    else:
+
+        def select_channels(self, values: List[Any]) -> List[int]:
+            if type(values) is not list:
+                values = list(values)
+            try:
+                return NATIVE.select_key_channels(
+                    self.key_selector,
+                    values,
+                    self.max_parallelism,
+                    self._table,
+                    self._channel_of,
+                    _CHANNEL_CACHE_SIZE,
+                    stable_hash,
+                )
+            except Exception:  # the pure path raises the worded error (or handles unhashable keys)
+                return self.select_channels_pure(values)
+
+        def bucket(self, values: List[Any]) -> List[List[Any]]:
+            if type(values) is not list:
+                values = list(values)
+            try:
+                return NATIVE.bucket_by_key(
+                    self.key_selector,
+                    values,
+                    self.max_parallelism,
+                    self._table,
+                    self._channel_of,
+                    _CHANNEL_CACHE_SIZE,
+                    stable_hash,
+                    self.num_channels,
+                )
+            except Exception:
+                return self.bucket_pure(values)
 
     def __repr__(self) -> str:
         return f"KeyGroupStreamPartitioner(max_parallelism={self.max_parallelism})"

@@ -113,6 +113,8 @@ class RecordWriter:
                 partition.subpartitions[i].buffer_size_listener = self._serializers[i].set_buffer_size
         self._select = None if self.is_broadcast else partitioner.select_channel
         self._select_batch = None if self.is_broadcast else partitioner.select_channels
+        # channel selection and bucketing of a batch (compiled for keyed exchanges: shuffle.hotpath)
+        self._bucket = None if self.is_broadcast else partitioner.bucket
         self._single = self._serializers[0] if (n == 1 or self.is_broadcast) else None
         self._flusher: Optional[OutputFlusher] = None
 
@@ -165,13 +167,8 @@ class RecordWriter:
             if self.flush_always:
                 s.flush()
             return
-        chans = self._select_batch(values)
-        buckets: List[List[Any]] = [[] for _ in range(self.num_channels)]
-        appends = [b.append for b in buckets]
-        for v, c in zip(values, chans):
-            appends[c](v)
         flush = self.flush_always
-        for ser, bucket in zip(self._serializers, buckets):
+        for ser, bucket in zip(self._serializers, self._bucket(values)):
             if bucket:
                 ser.add_records(bucket)
                 if flush:
@@ -193,15 +190,14 @@ class RecordWriter:
             if self.flush_always:
                 s.flush()
             return
-        chans = self._select_batch(values)
         n = self.num_channels
-        vb: List[List[Any]] = [[] for _ in range(n)]
-        appends = [b.append for b in vb]
         if shared:
-            for v, c in zip(values, chans):
-                appends[c](v)
+            vb = self._bucket(values)
             tb: List[Any] = [timestamps] * n
         else:
+            chans = self._select_batch(values)
+            vb = [[] for _ in range(n)]
+            appends = [b.append for b in vb]
             tb = [[] for _ in range(n)]
             tappends = [b.append for b in tb]
             for v, t, c in zip(values, timestamps, chans):

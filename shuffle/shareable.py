@@ -19,17 +19,21 @@ What the msgspec pass accepts beyond ``is_flat_batch``: subclasses of ``str`` an
 (enum members among them) and, in a float field, ints and ``Decimal``\\ s -- immutable
 values that decoding returns equal (the codec pickles them), so sharing them is the same.
 
+On the compiled per-record path (``shuffle.hotpath``) one C loop over the exact types accepts
+the flat batches first; whatever it refuses takes the check above.
+
 Thread-safe: the cache of compiled shapes only grows (bounded), and a race compiles one
 shape twice.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List
 
 import msgspec
 
 from raylink.shuffle.codec import SCALAR_TYPES, fields_are_scalars
+from raylink.shuffle.hotpath import NATIVE
 
 _NoneType = type(None)
 #: field types whose strict msgspec check accepts only values that cannot change
@@ -53,9 +57,10 @@ def _batch_type(shape: tuple) -> Any:
     return checked
 
 
-def is_shareable_batch(values: List[Any]) -> bool:
+def is_shareable_batch_pure(values: List[Any]) -> bool:
     """True if every value is a scalar, or every value a tuple of scalars (as
-    ``is_flat_batch``; see the module doc for the immutable values it also accepts)."""
+    ``is_flat_batch``; see the module doc for the immutable values it also accepts).
+    The pure-Python twin of ``is_shareable_batch``."""
     types = {*map(type, values)}
     if types <= SCALAR_TYPES:
         return True
@@ -69,3 +74,17 @@ def is_shareable_batch(values: List[Any]) -> bool:
         except _ValidationError:
             pass
     return fields_are_scalars(values)
+
+
+def compiled_is_shareable_batch(is_flat_batch: Callable[[List[Any]], bool]) -> Callable[[List[Any]], bool]:
+    """``is_shareable_batch`` on the compiled path: its exact-type flatness check accepts every
+    flat batch (the common case) in one C loop; anything else (a subclass, a Decimal in a float
+    field, a batch that is not shareable) takes the pure-Python check."""
+
+    def is_shareable_batch(values: List[Any]) -> bool:
+        return is_flat_batch(values) or is_shareable_batch_pure(values)
+
+    return is_shareable_batch
+
+
+is_shareable_batch = is_shareable_batch_pure if NATIVE is None else compiled_is_shareable_batch(NATIVE.is_flat_batch)

@@ -36,12 +36,12 @@ FLOORS: List[Tuple[str, ...]] = [
     ("actors",),  # the Ray side of each role
     ("connectors",),  # one folder per connector: file/, spark/
     ("api",),  # the user's top floor (and PyFlink's module names, stand-ins in api/pyflink_compat)
-    ("", "__main__", "cli", "loadtest", "bench", "migrate", "table", "examples", "scripts"),  # tools, programs
+    ("", "__main__", "setup", "cli", "loadtest", "bench", "migrate", "table", "examples", "scripts"),  # tools, setup.py
 ]
 #: where ``import ray`` may appear (the CLI, benchmarks and the load test reach Ray through actors/)
 RAY_ALLOWED = ("actors", "connectors.spark")
 #: not part of the package's code
-SKIPPED_DIRS = {"tests", "deploy", "raylink.egg-info", "spark-warehouse", "__pycache__"}
+SKIPPED_DIRS = {"tests", "deploy", "raylink.egg-info", "spark-warehouse", "__pycache__", "build"}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,35 @@
+"""Build of the compiled per-record path (``raylink.shuffle._hotpath``, Cython).
+
+Everything else about the package is declared in pyproject.toml. The extension is optional:
+without Cython or a C compiler the build warns and raylink runs on its pure-Python twins
+(``raylink.shuffle.hotpath`` picks whichever is there). For an editable install the module is
+built in place, next to its .pyx; ``scripts/setup.sh`` rebuilds it when the .pyx changes.
+"""
+
+import warnings
+
+from setuptools import Extension, setup
+
+
+def _ext_modules() -> list:
+    try:
+        from Cython.Build import cythonize
+    except ImportError:  # no Cython: the pure-Python path
+        warnings.warn("raylink: Cython is not installed; the compiled per-record path is not built")
+        return []
+    try:
+        return cythonize(
+            # optional: a failing C compile warns instead of failing the install
+            [Extension("raylink.shuffle._hotpath", ["shuffle/_hotpath.pyx"], optional=True)],
+            build_dir="build/cython",  # the generated C stays out of the source tree
+            language_level=3,
+            quiet=True,
+        )
+    except Exception as e:  # a Cython error: warn, and run on the pure-Python twins
+        warnings.warn(f"raylink: the compiled per-record path is not built: {e}")
+        return []
+
+
+ext_modules = _ext_modules()
+
+setup(ext_modules=ext_modules)

@@ -1,0 +1,289 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
+"""The compiled per-record path: the per-batch framework loops of the shuffle and of the
+built-in operators, in C (Cython). Loaded through :mod:`raylink.shuffle.hotpath`, which falls
+back to the pure-Python twins when this module is not built or ``RAYLINK_PURE_PYTHON=1``.
+
+Every function here has a pure-Python twin that stays the reference; the hot-path tests
+(``tests/test_shuffle_hotpath.py``) assert both give the same channels, buckets, records
+and state. What it holds, and the twin of each:
+
+* ``murmur_hash`` / ``key_group_of_hash``: Flink's ``MathUtils.murmurHash(int)`` and
+  ``KeyGroupRangeAssignment.computeKeyGroupForKeyHash`` (twins: ``core.key_groups``);
+* ``select_key_channels`` / ``bucket_by_key``: ``KeyGroupStreamPartitioner``'s channel
+  selection for a batch (key selector, key -> channel cache, stable hash, murmur, key group,
+  operator index) and the same fused with bucketing per channel (twins:
+  ``shuffle.partitioners``);
+* ``bucket_by_channel``: a batch split by precomputed channels (``RecordWriter.emit_batch``);
+* ``is_flat_batch``: scalars, or tuples of scalars, by exact type (``codec.is_flat_batch``);
+* ``reduce_batch`` / ``sum_pairs_batch``: the rolling reduce's loop (``operators.reduce``);
+* ``keyed_map_batch`` / ``keyed_flat_map_batch`` / ``keyed_filter_batch``: the loops of the
+  keyed map/flat_map/filter that set the backend's current key per record
+  (``operators.basic``).
+
+Anything a function cannot decide by exact types (a key of another type, a subclass) it hands
+to the Python callable it was given, so both paths agree by construction. Functions raise
+what the user's callables raise; callers that word errors (partitioners) rerun the pure twin
+on an exception, which raises the worded error. No state of its own: thread-safe as the
+objects passed in are (the task thread owns them).
+"""
+
+from cpython.dict cimport PyDict_SetItem
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.object cimport PyObject, PyObject_Hash
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+
+
+cdef extern from "Python.h":
+    const char* PyUnicode_AsUTF8AndSize(object unicode, Py_ssize_t* size) except NULL
+    PyObject* PyDict_GetItemWithError(object mp, object key) except? NULL
+
+
+cdef inline uint32_t _rotl32(uint32_t x, int r) noexcept nogil:
+    return (x << r) | (x >> (32 - r))
+
+
+cdef inline uint32_t _fmix32(uint32_t h) noexcept nogil:
+    h ^= h >> 16
+    h *= 0x85EBCA6BU
+    h ^= h >> 13
+    h *= 0xC2B2AE35U
+    h ^= h >> 16
+    return h
+
+
+cdef inline uint32_t _mix_k(uint32_t k) noexcept nogil:
+    k *= 0xCC9E2D51U
+    k = _rotl32(k, 15)
+    k *= 0x1B873593U
+    return k
+
+
+cdef uint32_t _murmur3_32(const uint8_t* data, Py_ssize_t n) noexcept nogil:
+    """MurmurHash3 x86_32, seed 0 (what ``mmh3.hash`` computes, as unsigned)."""
+    cdef uint32_t h = 0
+    cdef uint32_t k
+    cdef Py_ssize_t i
+    cdef Py_ssize_t blocks = n // 4
+    for i in range(blocks):
+        k = (<uint32_t>data[4 * i]) | ((<uint32_t>data[4 * i + 1]) << 8) \
+            | ((<uint32_t>data[4 * i + 2]) << 16) | ((<uint32_t>data[4 * i + 3]) << 24)
+        h ^= _mix_k(k)
+        h = _rotl32(h, 13)
+        h = h * 5 + 0xE6546B64U
+    cdef const uint8_t* tail = data + blocks * 4
+    cdef int rest = n & 3
+    k = 0
+    if rest == 3:
+        k ^= (<uint32_t>tail[2]) << 16
+    if rest >= 2:
+        k ^= (<uint32_t>tail[1]) << 8
+    if rest >= 1:
+        k ^= <uint32_t>tail[0]
+        h ^= _mix_k(k)
+    h ^= <uint32_t>n
+    return _fmix32(h)
+
+
+cdef inline int64_t _murmur_int(uint32_t code) noexcept nogil:
+    """Flink's ``MathUtils.murmurHash(int)``: non-negative (``abs``, MIN_VALUE -> 0)."""
+    cdef uint32_t h = _mix_k(code)
+    h = _rotl32(h, 13)
+    h = h * 5 + 0xE6546B64U
+    h ^= 4
+    h = _fmix32(h)
+    cdef int64_t s = <int32_t>h
+    if s < 0:
+        s = -s
+    return s & 0x7FFFFFFF
+
+
+def murmur_hash(code: int) -> int:
+    """Flink's ``MathUtils.murmurHash(int)`` of the low 32 bits of ``code``."""
+    return _murmur_int(<uint32_t>(code & 0xFFFFFFFF))
+
+
+def key_group_of_hash(key_hash: int, int max_parallelism) -> int:
+    """``murmur_hash(key_hash) % max_parallelism``."""
+    return _murmur_int(<uint32_t>(key_hash & 0xFFFFFFFF)) % max_parallelism
+
+
+cdef inline uint32_t _stable_hash(object key, object stable_hash) except? 0xFFFFFFFF:
+    """``core.key_groups.stable_hash`` for str and int by exact type, else the Python one."""
+    cdef Py_ssize_t size
+    cdef const char* data
+    cdef type t = type(key)
+    if t is str:
+        data = PyUnicode_AsUTF8AndSize(key, &size)
+        return _murmur3_32(<const uint8_t*>data, size)
+    if t is int or t is bool:
+        return <uint32_t>PyObject_Hash(key)
+    return <uint32_t>(stable_hash(key) & 0xFFFFFFFF)
+
+
+cdef inline Py_ssize_t _channel_of(
+    object key, int max_parallelism, list table, dict cache, Py_ssize_t cache_size, object stable_hash
+) except -1:
+    cdef PyObject* hit = PyDict_GetItemWithError(cache, key)  # raises TypeError on an unhashable key
+    if hit != NULL:
+        return <Py_ssize_t><object>hit
+    cdef int64_t group = _murmur_int(_stable_hash(key, stable_hash)) % max_parallelism
+    channel = <object>PyList_GET_ITEM(table, group)
+    if len(cache) >= cache_size:
+        cache.clear()
+    PyDict_SetItem(cache, key, channel)
+    return <Py_ssize_t>channel
+
+
+def select_key_channels(
+    key_of, list values, int max_parallelism, list table, dict cache, Py_ssize_t cache_size, stable_hash
+) -> list:
+    """The channel of every record: ``table[murmur(stable_hash(key_of(v))) % max_parallelism]``,
+    remembered per key in ``cache`` (cleared when it holds ``cache_size`` keys)."""
+    cdef Py_ssize_t i, n = PyList_GET_SIZE(values)
+    cdef list out = [None] * n
+    for i in range(n):
+        out[i] = _channel_of(
+            key_of(<object>PyList_GET_ITEM(values, i)), max_parallelism, table, cache, cache_size, stable_hash
+        )
+    return out
+
+
+def bucket_by_key(
+    key_of,
+    list values,
+    int max_parallelism,
+    list table,
+    dict cache,
+    Py_ssize_t cache_size,
+    stable_hash,
+    Py_ssize_t num_channels,
+) -> list:
+    """``select_key_channels`` and ``bucket_by_channel`` in one pass: one list per channel."""
+    cdef list buckets = [[] for _ in range(num_channels)]
+    cdef Py_ssize_t i, n = PyList_GET_SIZE(values)
+    cdef object v
+    for i in range(n):
+        v = <object>PyList_GET_ITEM(values, i)
+        (<list>PyList_GET_ITEM(buckets, _channel_of(key_of(v), max_parallelism, table, cache, cache_size, stable_hash))).append(v)
+    return buckets
+
+
+def bucket_by_channel(list values, list channels, Py_ssize_t num_channels) -> list:
+    """``buckets[c]`` = the values whose channel is ``c``, in order."""
+    cdef list buckets = [[] for _ in range(num_channels)]
+    cdef Py_ssize_t i, n = PyList_GET_SIZE(values)
+    if PyList_GET_SIZE(channels) != n:
+        raise ValueError(f"{n} values but {PyList_GET_SIZE(channels)} channels")
+    for i in range(n):
+        (<list>buckets[<Py_ssize_t><object>PyList_GET_ITEM(channels, i)]).append(<object>PyList_GET_ITEM(values, i))
+    return buckets
+
+
+cdef inline bint _is_scalar_type(type t) noexcept:
+    return t is str or t is int or t is float or t is bool or t is bytes or t is type(None)
+
+
+def is_flat_batch(values) -> bool:
+    """True if every value is a scalar, or every value a tuple of scalars (exact types)."""
+    if type(values) is not list:
+        values = list(values)
+    cdef Py_ssize_t i, j, m, n = PyList_GET_SIZE(values)
+    cdef object v
+    cdef type t
+    if n == 0:
+        return True
+    v = <object>PyList_GET_ITEM(values, 0)
+    if type(v) is tuple:
+        for i in range(n):
+            v = <object>PyList_GET_ITEM(values, i)
+            if type(v) is not tuple:
+                return False
+            m = PyTuple_GET_SIZE(v)
+            for j in range(m):
+                if not _is_scalar_type(type(<object>PyTuple_GET_ITEM(v, j))):
+                    return False
+        return True
+    for i in range(n):
+        if not _is_scalar_type(type(<object>PyList_GET_ITEM(values, i))):
+            return False
+    return True
+
+
+_MISSING = object()
+
+
+def reduce_batch(list values, key_of, dict state, reduce, new_key) -> list:
+    """The rolling reduce of a batch: per record, its key's stored value combined with it
+    (``reduce(stored, record)``), or ``new_key(key, record)`` for a key's first record;
+    stored and returned in order."""
+    cdef list out = []
+    cdef Py_ssize_t i, n = PyList_GET_SIZE(values)
+    cdef PyObject* current
+    cdef object value, key
+    for i in range(n):
+        value = <object>PyList_GET_ITEM(values, i)
+        key = key_of(value)
+        current = PyDict_GetItemWithError(state, key)
+        if current == NULL:
+            new_key(key, value)
+        else:
+            value = reduce(<object>current, value)
+        state[key] = value
+        out.append(value)
+    return out
+
+
+def sum_pairs_batch(list values, key_of, dict state, new_key) -> tuple:
+    """``sum(1)`` over ``(key, count)`` pairs: ``(results, stop)``; ``stop < len(values)`` is the
+    first record that is a key's first and not an exact pair (the caller takes the generic
+    path from there; nothing of it was stored)."""
+    cdef list out = []
+    cdef Py_ssize_t i, n = PyList_GET_SIZE(values)
+    cdef PyObject* current
+    cdef object value, key, acc
+    for i in range(n):
+        value = <object>PyList_GET_ITEM(values, i)
+        key = key_of(value)
+        current = PyDict_GetItemWithError(state, key)
+        if current == NULL:
+            if type(value) is not tuple or PyTuple_GET_SIZE(value) != 2:
+                return out, i
+            new_key(key, value)
+        else:
+            acc = <object>current
+            value = (acc[0], acc[1] + value[1])
+        state[key] = value
+        out.append(value)
+    return out, n
+
+
+def keyed_map_batch(list values, key_of, set_key, fn) -> list:
+    """``[fn(v) for v in values]``, the backend's current key set to ``key_of(v)`` before each."""
+    cdef list out = []
+    cdef object value
+    for value in values:
+        set_key(key_of(value))
+        out.append(fn(value))
+    return out
+
+
+def keyed_flat_map_batch(list values, key_of, set_key, fn) -> list:
+    """Every result of ``fn(v)`` in order, each iterable consumed before the next key is set."""
+    cdef list out = []
+    cdef object value
+    for value in values:
+        set_key(key_of(value))
+        out.extend(fn(value))
+    return out
+
+
+def keyed_filter_batch(list values, key_of, set_key, fn) -> list:
+    """The values whose ``fn(v)`` is truthy, the current key set to ``key_of(v)`` before each."""
+    cdef list out = []
+    cdef object value
+    for value in values:
+        set_key(key_of(value))
+        if fn(value):
+            out.append(value)
+    return out

@@ -1,0 +1,349 @@
+"""The compiled per-record path against its pure-Python twins (``raylink.shuffle.hotpath``).
+
+The twin comparisons need the compiled module (``bash scripts/setup.sh`` builds it) and skip
+without it; the brute-force references and the selector tests run either way. CI runs this
+file twice: as is, and with ``RAYLINK_PURE_PYTHON=1`` (``scripts/test.sh``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from raylink.core.key_groups import (
+    assign_key_to_parallel_operator,
+    compute_default_max_parallelism,
+    murmur_hash,
+    operator_index_table,
+    stable_hash,
+)
+from raylink.operators import basic, reduce
+from raylink.shuffle import codec, hotpath, shareable
+from raylink.shuffle.partitioners import KeyGroupStreamPartitioner, bucket_by_channel_pure
+from raylink.shuffle.record_writer import RecordWriter
+from raylink.shuffle.result_partition import ResultPartition
+
+try:
+    from raylink.shuffle import _hotpath as native
+except ImportError:
+    native = None
+
+ROOT = Path(__file__).resolve().parent.parent
+needs_native = pytest.mark.skipif(native is None, reason="the compiled per-record path is not built")
+SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+scalars = st.one_of(
+    st.text(max_size=12),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.booleans(),
+    st.floats(allow_nan=False),
+    st.binary(max_size=6),
+)
+keys = st.one_of(
+    st.text(max_size=12),
+    st.text(alphabet=st.characters(codec="utf-8"), max_size=5),  # non-ASCII, 2-4 byte UTF-8
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.booleans(),
+    st.floats(allow_nan=True),
+    st.tuples(st.text(max_size=4), st.integers()),
+)
+
+
+def _brute_channels(key_list, max_parallelism, parallelism):
+    return [assign_key_to_parallel_operator(k, max_parallelism, parallelism) for k in key_list]
+
+
+# -- murmur and key groups -----------------------------------------------------------
+@needs_native
+@SETTINGS
+@given(st.integers(min_value=-(2**40), max_value=2**40))
+def test_murmur_hash_is_flinks(code):
+    assert native.murmur_hash(code) == murmur_hash(code)
+    for max_parallelism in (1, 7, 128, 32768):
+        assert native.key_group_of_hash(code, max_parallelism) == murmur_hash(code) % max_parallelism
+
+
+# -- keyed channel selection and bucketing -----------------------------------------------
+@SETTINGS
+@given(st.lists(keys, max_size=60), st.integers(1, 5), st.sampled_from([None, 7, 128, 1000]))
+def test_keyed_channels_and_buckets_match_brute_force(key_list, parallelism, max_parallelism):
+    """On whichever path is active: channels as Flink assigns them, buckets in order."""
+    p = KeyGroupStreamPartitioner(lambda v: v[0], max(max_parallelism or 0, parallelism) or None)
+    p.setup(parallelism)
+    values = [(k, i) for i, k in enumerate(key_list)]
+    expected = _brute_channels(key_list, p.max_parallelism, parallelism)
+    assert p.select_channels(values) == expected
+    assert p.select_channels(values) == expected  # the second time from the key -> channel cache
+    assert p.bucket(values) == [[v for v, c in zip(values, expected) if c == ch] for ch in range(parallelism)]
+
+
+@needs_native
+@SETTINGS
+@given(st.lists(keys, max_size=60), st.integers(1, 5), st.integers(0, 3))
+def test_compiled_key_channels_equal_the_pure_twin(key_list, parallelism, cache_size_exp):
+    max_parallelism = compute_default_max_parallelism(parallelism)
+    table = operator_index_table(max_parallelism, parallelism)
+    cache: dict = {}
+    cache_size = 4**cache_size_exp  # small caches get cleared in the middle of a batch
+    pure = KeyGroupStreamPartitioner(lambda v: v, max_parallelism)
+    pure.setup(parallelism)
+    got = native.select_key_channels(lambda v: v, key_list, max_parallelism, table, cache, cache_size, stable_hash)
+    assert got == pure.select_channels_pure(key_list)
+    buckets = native.bucket_by_key(
+        lambda v: v, key_list, max_parallelism, table, cache, cache_size, stable_hash, parallelism
+    )
+    assert buckets == pure.bucket_pure(key_list)
+    assert len(cache) <= cache_size
+    assert all(cache[k] == c for k, c in zip(key_list, got) if k in cache)
+
+
+@needs_native
+@SETTINGS
+@given(st.lists(st.integers(0, 4), max_size=50))
+def test_compiled_bucket_by_channel_equals_the_pure_twin(channels):
+    values = [f"v{i}" for i in range(len(channels))]
+    assert native.bucket_by_channel(values, channels, 5) == bucket_by_channel_pure(values, channels, 5)
+
+
+def test_bad_keys_get_the_same_worded_errors_on_both_paths():
+    p = KeyGroupStreamPartitioner(lambda v: v["k"], 128)
+    p.setup(2)
+    with pytest.raises(RuntimeError, match=r"Could not extract key from \(1, 2\)"):
+        p.select_channels([{"k": "a"}, (1, 2)])
+    with pytest.raises(RuntimeError, match="Could not extract key"):
+        p.bucket([{"k": "a"}, (1, 2)])
+    with pytest.raises(ValueError, match="Assigned key must not be null"):
+        p.select_channels([{"k": "a"}, {"k": None}])
+    unhashable = KeyGroupStreamPartitioner(lambda v: v, 128)
+    unhashable.setup(3)
+    lists = [[1, 2], [3], [1, 2]]
+    assert unhashable.select_channels(lists) == [assign_key_to_parallel_operator(k, 128, 3) for k in lists]
+
+
+# -- flatness / shareability -------------------------------------------------------------
+class _Str(str):
+    pass
+
+
+class _Int(int):
+    pass
+
+
+batches = st.one_of(
+    st.lists(scalars, max_size=20),
+    st.lists(st.tuples(scalars, scalars), max_size=20),
+    st.lists(st.one_of(st.tuples(scalars), st.tuples(scalars, scalars, scalars)), max_size=20),
+    st.lists(
+        st.one_of(
+            scalars,
+            st.tuples(scalars, st.sampled_from([_Str("s"), _Int(3), Decimal("1.5"), [1], bytearray(b"x"), None])),
+            st.sampled_from([[1], {"a": 1}, _Str("x"), bytearray(b"y")]),
+        ),
+        max_size=12,
+    ),
+)
+
+
+@needs_native
+@SETTINGS
+@given(batches)
+def test_compiled_flatness_and_shareability_equal_the_pure_twins(values):
+    assert native.is_flat_batch(values) == codec.is_flat_batch_pure(values)
+    assert native.is_flat_batch(tuple(values)) == codec.is_flat_batch_pure(values)
+    compiled = shareable.compiled_is_shareable_batch(native.is_flat_batch)
+    assert compiled(values) == shareable.is_shareable_batch_pure(values)
+
+
+# -- operator loops ------------------------------------------------------------------------
+pairs = st.lists(st.tuples(st.sampled_from("abcdef"), st.integers(-100, 100)), max_size=40)
+
+
+def _run_reduce(fn, values, state, fail_at):
+    seen_new = []
+
+    def reducer(a, b):
+        if b[1] == fail_at:
+            raise ValueError(f"bad {b}")
+        return (a[0], a[1] + b[1])
+
+    try:
+        out = fn(values, lambda v: v[0], state, reducer, lambda k, v: seen_new.append((k, v)))
+    except ValueError as e:
+        out = str(e)
+    return out, state, seen_new
+
+
+@needs_native
+@SETTINGS
+@given(pairs, st.dictionaries(st.sampled_from("abc"), st.tuples(st.just("x"), st.integers())), st.integers(-3, 3))
+def test_compiled_reduce_loop_equals_the_pure_twin(values, state, fail_at):
+    assert _run_reduce(native.reduce_batch, values, dict(state), fail_at) == _run_reduce(
+        reduce.reduce_batch_pure, values, dict(state), fail_at
+    )
+
+
+@SETTINGS
+@given(pairs)
+def test_reduce_loop_matches_brute_force(values):
+    """On whichever path is active: the running sum per key, record by record."""
+    state: dict = {}
+    out = reduce.reduce_batch(values, lambda v: v[0], state, lambda a, b: (a[0], a[1] + b[1]), lambda k, v: None)
+    totals: dict = {}
+    expected = []
+    for k, n in values:
+        totals[k] = totals.get(k, 0) + n
+        expected.append((k, totals[k]))
+    assert out == expected
+    assert state == {k: (k, t) for k, t in totals.items()}
+
+
+@needs_native
+@SETTINGS
+@given(
+    st.lists(
+        st.one_of(st.tuples(st.sampled_from("abcd"), st.integers()), st.tuples(st.just("z"), st.just(1), st.just(2))),
+        max_size=40,
+    )
+)
+def test_compiled_sum_of_pairs_loop_equals_the_pure_twin(values):
+    runs = []
+    for fn in (native.sum_pairs_batch, reduce.sum_pairs_batch_pure):
+        state: dict = {}
+        new = []
+        out, stop = fn(values, lambda v: v[0], state, lambda k, v: new.append(k))
+        runs.append((out, stop, state, new))
+    assert runs[0] == runs[1]
+
+
+@needs_native
+@SETTINGS
+@given(st.lists(st.integers(-20, 20), max_size=40))
+def test_compiled_keyed_loops_equal_the_pure_twins(values):
+    for compiled, pure, fn in (
+        (native.keyed_map_batch, basic.keyed_map_batch_pure, lambda v: v * 2),
+        (native.keyed_flat_map_batch, basic.keyed_flat_map_batch_pure, lambda v: iter(range(v % 3))),
+        (native.keyed_filter_batch, basic.keyed_filter_batch_pure, lambda v: v % 2),
+    ):
+        logs = []
+        for loop in (compiled, pure):
+            keys_set: list = []
+            out = loop(values, lambda v: v % 5, keys_set.append, fn)
+            logs.append((out, keys_set))
+        assert logs[0] == logs[1]
+
+
+# -- bytes on the wire ----------------------------------------------------------------------
+_EMIT = r"""
+import hashlib, json, random, sys
+from raylink.shuffle import hotpath
+from raylink.shuffle.partitioners import create_partitioner
+from raylink.shuffle.record_writer import RecordWriter
+from raylink.shuffle.result_partition import ResultPartition
+
+def emitted(seed):
+    rnd = random.Random(seed)
+    part = ResultPartition(3, "PIPELINED")
+    w = RecordWriter(part, create_partitioner("HASH", key_selector=lambda v: v[0], max_parallelism=128),
+                     buffer_timeout_ms=-1, buffer_size=256)
+    for _ in range(20):
+        n = rnd.randrange(0, 40)
+        batch = [(rnd.choice(["a", "bb", "ccc", "\u00e4\u6f22", str(rnd.random())]), rnd.randrange(-5, 10**12),
+                  rnd.choice([None, 1.5, b"x", True])) for _ in range(n)]
+        if rnd.random() < 0.3:
+            w.emit_timestamped_batch(batch, rnd.randrange(10**9))
+        else:
+            w.emit_batch(batch)
+    w.finish()
+    digest = hashlib.sha256()
+    for sub in part.subpartitions:
+        while (b := sub.poll_buffer()) is not None:
+            digest.update(bytes([sub.index, b.is_event]) + bytes(b.buffer))
+    return digest.hexdigest()
+
+print(json.dumps({"native": hotpath.NATIVE is not None, "digests": [emitted(s) for s in range(int(sys.argv[1]))]}))
+"""
+
+
+def _emit_in_subprocess(pure: bool, seeds: int) -> dict:
+    env = dict(os.environ, RAYLINK_PURE_PYTHON="1" if pure else "")
+    out = subprocess.run(
+        [sys.executable, "-c", _EMIT, str(seeds)], env=env, capture_output=True, text=True, timeout=120, check=True
+    )
+    return json.loads(out.stdout)
+
+
+@needs_native
+@pytest.mark.timeout(240)
+def test_record_writer_bytes_are_identical_on_both_paths():
+    compiled = _emit_in_subprocess(pure=False, seeds=30)
+    pure = _emit_in_subprocess(pure=True, seeds=30)
+    assert compiled["native"] and not pure["native"]
+    assert compiled["digests"] == pure["digests"]
+
+
+def test_keyed_writer_sends_every_record_to_its_key_groups_channel():
+    """On whichever path is active: what each subpartition receives, against brute force."""
+    from raylink.shuffle.serializer import RecordDeserializer
+
+    part = ResultPartition(3, "PIPELINED")
+    w = RecordWriter(part, KeyGroupStreamPartitioner(lambda v: v[0], 128), buffer_timeout_ms=-1, buffer_size=128)
+    batches = [[(f"k{(i * 7 + j) % 23}", j) for j in range(i % 11)] for i in range(30)]
+    for batch in batches:
+        w.emit_batch(batch)
+    w.flush_all()
+    received = []
+    for sub in part.subpartitions:
+        d = RecordDeserializer()
+        got = []
+        while (b := sub.poll_buffer()) is not None:
+            for item in d.feed(b.buffer):
+                got.extend(item)
+        received.append(got)
+    everything = [v for batch in batches for v in batch]
+    assert received == [
+        [v for v in everything if assign_key_to_parallel_operator(v[0], 128, 3) == ch] for ch in range(3)
+    ]
+    assert hashlib.sha256(repr(received).encode()).hexdigest()  # decodable, in order
+
+
+# -- the selector ----------------------------------------------------------------------------
+def _selector_state(env_value: str) -> dict:
+    code = (
+        "import json; from raylink.shuffle import hotpath; from raylink.shuffle.partitioners import "
+        "KeyGroupStreamPartitioner as K; from raylink.operators import reduce; "
+        "print(json.dumps({'native': hotpath.NATIVE is not None, 'active': hotpath.log_active(), "
+        "'pure_select': K.select_channels is K.select_channels_pure, "
+        "'pure_reduce': reduce.reduce_batch is reduce.reduce_batch_pure}))"
+    )
+    env = dict(os.environ, RAYLINK_PURE_PYTHON=env_value)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(out.stdout)
+
+
+@pytest.mark.timeout(120)
+def test_pure_python_env_forces_the_twins():
+    state = _selector_state("1")
+    assert state == {
+        "native": False,
+        "active": "pure Python (RAYLINK_PURE_PYTHON=1)",
+        "pure_select": True,
+        "pure_reduce": True,
+    }
+    default = _selector_state("")
+    assert default["native"] == (native is not None)
+    assert default["pure_select"] == default["pure_reduce"] == (native is None)
+    assert default["active"].startswith("compiled" if native is not None else "pure Python")
+
+
+def test_this_process_uses_what_the_environment_asks_for():
+    forced = os.environ.get(hotpath.PURE_PYTHON_ENV, "") not in ("", "0")
+    assert (hotpath.NATIVE is None) == (forced or native is None)
