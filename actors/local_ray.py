@@ -1,5 +1,7 @@
 """A Ray head on this machine, for ``raylink cluster`` and the benchmarks: find the one running,
-start one (``ray start --head --block`` in the background), stop the one started.
+start one (``ray start --head --block`` in the background), stop the one started; and
+:func:`ray_in_reach`, whether a job of this process would find a Ray to run on (answered
+without importing Ray, so a program that runs in-process never loads it).
 
 :func:`start_ray_head` is the one launch of a local Ray head both use: its own session (it
 outlives the starting command), raylink's Ray system config, no dashboard unless asked; it
@@ -20,7 +22,6 @@ import sys
 import time
 from typing import IO, Any, Optional
 
-from raylink.actors.ray_transport import RAY_SYSTEM_CONFIG
 from raylink.errors import RaylinkError
 
 RAY_START_TIMEOUT_S = 60.0
@@ -54,6 +55,40 @@ def local_ray_address() -> Optional[str]:
     return found if found is not None and listening(found) else None
 
 
+def _ray_address_file() -> str:
+    """Ray's file naming the cluster ``ray start`` started on this machine (Ray's own rule for
+    its temp folder: ``RAY_TMPDIR``, else ``TMPDIR``, else ``/tmp``)."""
+    temp = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"
+    return os.path.join(temp, "ray", "ray_current_cluster")
+
+
+def ray_in_reach() -> Optional[str]:
+    """Why a job of this process would run on Ray, or None when nothing points to a Ray: no
+    ``RAY_ADDRESS``, Ray not connected in this process, no live Ray named by Ray's address file
+    on this machine. Imports no Ray."""
+    address = os.environ.get("RAY_ADDRESS", "").strip()
+    if address:
+        return f"RAY_ADDRESS={address}"
+    ray_module = sys.modules.get("ray")
+    if ray_module is not None and getattr(ray_module, "is_initialized", lambda: False)():
+        return "this process is connected to Ray"
+    recorded = recorded_ray_address()
+    return None if recorded is None else f"a Ray cluster runs on this machine at {recorded}"
+
+
+def recorded_ray_address() -> Optional[str]:
+    """The address in Ray's address file on this machine when a Ray answers there, else None
+    (:func:`local_ray_address` without importing Ray)."""
+    try:
+        with open(_ray_address_file(), encoding="utf-8") as fh:
+            recorded = fh.read().strip()
+    except OSError:
+        return None
+    if recorded and ":" in recorded and "://" not in recorded and listening(recorded):
+        return recorded
+    return None
+
+
 def free_port() -> int:
     """A TCP port free on the loopback interface now."""
     with socket.socket() as s:
@@ -73,6 +108,8 @@ def start_ray_head(
     one) and under ``temp_dir`` (default: Ray's). Returns the process and the head's address
     once its GCS accepts connections (then waits ``settle_s`` more: the raylet registers after
     the GCS listens); ``RayStartError`` when it exits or does not listen within ``timeout_s``."""
+    from raylink.actors.ray_transport import RAY_SYSTEM_CONFIG
+
     port = free_port() if port is None else port
     ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
     argv = [ray_cli, "start", "--head", "--block", f"--port={port}"]
@@ -128,6 +165,8 @@ __all__ = [
     "free_port",
     "listening",
     "local_ray_address",
+    "ray_in_reach",
+    "recorded_ray_address",
     "start_ray_head",
     "stop_ray_head",
 ]

@@ -25,6 +25,7 @@ import ray
 
 from raylink.actors.ray_transport import RayTransport
 from raylink.core.options import RaylinkOptions, read_option
+from raylink.operators import print_channel
 from raylink.runtime.job.deployment import load_big_data
 from raylink.runtime.memory_report import trim_heap
 from raylink.runtime.process_tuning import NodeCpuRegistry, tune_gc, tune_switch_interval
@@ -103,6 +104,7 @@ class TaskExecutorActor:
         settings: Optional[dict] = None,
         max_batch_bytes: int = RaylinkOptions.MAX_BATCH_BYTES.default,
     ) -> None:
+        self._printed = print_channel.install()  # print() sinks' lines go to the driver (next_events)
         self._bind(executor_id, settings or {}, max_batch_bytes, freeze=True)
 
     def _bind(self, executor_id: str, settings: dict, max_batch_bytes: int, freeze: bool = False) -> None:
@@ -183,7 +185,10 @@ class TaskExecutorActor:
     # records and accumulators go back pickled by the same cloudpickle that shipped the user's
     # code: a class defined in the job's ``__main__`` then comes back as the driver's own class
     def next_events(self, timeout: float) -> bytes:
-        return cloudpickle.dumps(self.te.next_events(timeout))
+        """``(task events, printed chunks)``: the events taken first, so every line a task printed
+        before it reported comes with that report or before it (the driver writes it first)."""
+        events = self.te.next_events(timeout)
+        return cloudpickle.dumps((events, self._printed.take()))
 
     def take_collected(self, timeout: float, attempt_ids: Optional[list] = None) -> bytes:
         # each sink's records pickled on their own: a Dispatcher passes them on as they are

@@ -16,6 +16,7 @@ process start) and gives them back to its pool when the job ends or restarts.
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import threading
@@ -31,11 +32,13 @@ from raylink.actors.ray_transport import RAY_SYSTEM_CONFIG, inline_call_limit
 from raylink.actors.session_cluster import find_session
 from raylink.core.options import RaylinkOptions, TaskManagerOptions
 from raylink.errors import RaylinkError
+from raylink.operators.print_channel import write_chunks
 from raylink.runtime.client.job_result import JobExecutionResult
 from raylink.runtime.client.python_dependencies import ray_runtime_env
 from raylink.runtime.execution_state import ExecutionState
 from raylink.runtime.job.deployment import TaskDeploymentDescriptorFactory, assign_slots, assign_task_executors
 from raylink.runtime.job.job_master import JobExecutor, JobMasterBase
+from raylink.runtime.logging_setup import is_verbose, quiet_third_party_loggers, setup_logging
 
 POLL_TIMEOUT_S = 0.5
 PLACEMENT_TIMEOUT_S = 60.0
@@ -57,7 +60,15 @@ MALLOC_ARENA_MAX = "2"
 def init_ray(address: Optional[str] = None, **kwargs: Any) -> None:
     """``ray.init``; a Ray started here gets ``RAY_SYSTEM_CONFIG`` (transport
     batches travel inline in their calls) and :data:`MALLOC_ARENA_MAX`. A running
-    cluster keeps its settings."""
+    cluster keeps its settings.
+
+    Quiet unless verbose (:mod:`raylink.runtime.logging_setup`): Ray's driver-side log lines
+    (its start, its token-authentication notice) and the error messages its raylets push to the
+    driver ("A worker died or was killed ...") go to the run's log file instead of the
+    terminal; raylink reports a lost TaskExecutor itself, naming it and its tasks."""
+    setup_logging()  # after ``import ray``, which gives Ray's logger a terminal handler
+    kwargs.setdefault("logging_level", logging.DEBUG if is_verbose() else logging.INFO)
+    kwargs.setdefault("log_to_driver", is_verbose())  # print() lines come with the task reports
     added = "MALLOC_ARENA_MAX" not in os.environ
     if added:  # inherited by the processes ray.init starts (its workers fork from the raylet)
         os.environ["MALLOC_ARENA_MAX"] = MALLOC_ARENA_MAX
@@ -70,12 +81,35 @@ def init_ray(address: Optional[str] = None, **kwargs: Any) -> None:
     finally:
         if added:
             os.environ.pop("MALLOC_ARENA_MAX", None)
+    if not is_verbose():
+        quiet_third_party_loggers()  # ray.init may have configured its loggers again
+        _route_ray_error_messages()
+
+
+def _route_ray_error_messages() -> None:
+    """Ray's driver prints the error messages its raylets publish (a worker killed, an actor
+    that could not start) straight to stdout, prefixed ``(raylet)``; send them to the run's
+    log file (``ray`` logger) instead. Ray looks the printer up per message by its module
+    global, so replacing it takes effect at once."""
+    worker_module = ray._private.worker
+    if getattr(worker_module.print_to_stdstream, "_raylink_routed", False):
+        return
+    ray_log = logging.getLogger("ray.raylet_messages")
+
+    def to_log_file(data: dict, ignore_prefix: bool = False) -> None:
+        for line in data.get("lines", ()):
+            ray_log.warning("(%s) %s", data.get("pid", "?"), line)
+
+    to_log_file._raylink_routed = True  # type: ignore[attr-defined]
+    worker_module.print_to_stdstream = to_log_file
 
 
 def ensure_ray() -> None:
-    """Connect to the cluster named by RAY_ADDRESS, else start (or reuse) a local Ray."""
+    """Connect to the cluster named by RAY_ADDRESS, else start (or reuse) a local Ray. The Ray
+    workers' own output reaches this terminal only when verbose (``print()`` sinks' lines
+    come through the JobMaster's task reports)."""
     if not ray.is_initialized():
-        init_ray(os.environ.get("RAY_ADDRESS"), ignore_reinit_error=True, log_to_driver=True, configure_logging=False)
+        init_ray(os.environ.get("RAY_ADDRESS"), ignore_reinit_error=True, configure_logging=False)
 
 
 def _upload_local_packages(env: dict) -> dict:
@@ -289,7 +323,7 @@ class RayJobClient(JobMasterBase):
                 self.fail(lost)
                 return
             try:
-                events = cloudpickle.loads(data)
+                events, printed = cloudpickle.loads(data)
             except Exception as exc:  # e.g. an accumulator of a class the driver cannot load
                 self.fail(
                     RuntimeError(
@@ -298,6 +332,7 @@ class RayJobClient(JobMasterBase):
                     )
                 )
                 return
+            write_chunks(printed)  # print() lines on the driver's stdout, before the reports after them
             for event in events:
                 self.on_task_event(event)
             if self._done.is_set():

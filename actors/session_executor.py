@@ -4,13 +4,24 @@ reachable, else the JobMaster in the driver on Ray (Flink's ``AbstractSessionClu
 The choice (:func:`raylink.runtime.client.rest_endpoint.find_endpoint`) is made per job, and
 this module imports no Ray: a driver whose job goes to the Dispatcher never loads it.
 :mod:`raylink.actors.ray_executor` (which connects to Ray) is imported only for a job that
-runs its JobMaster here. Stateless, so thread-safe.
+runs its JobMaster here.
+
+With nothing to run on -- no ``RAY_ADDRESS``, no Ray connected in this process, none running on
+this machine (:func:`~raylink.actors.local_ray.ray_in_reach`) -- and ``execution.target`` left
+at its default, the job runs in this process (the ``local`` target, Flink's MiniCluster, as
+PyFlink's ``python job.py`` does) instead of paying a Ray start (5-20 s here) for it;
+``RAY_ADDRESS=local`` or ``execution.target: ray`` starts a Ray instead.
+
+Stateless, so thread-safe.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Optional
 
+from raylink.actors.local_ray import ray_in_reach
+from raylink.core.options import ExecutionOptions
 from raylink.runtime.client.executors import PipelineExecutor
 from raylink.runtime.client.rest_cluster_client import RestJobClient
 from raylink.runtime.client.rest_endpoint import find_endpoint
@@ -34,6 +45,18 @@ class SessionClusterExecutor(PipelineExecutor):
             raise
 
     def execute_async(self, env: Any, job_name: Optional[str] = None) -> Any:
+        if not env.configuration.contains_key(ExecutionOptions.TARGET.key):
+            reason = ray_in_reach()
+            if reason is None:
+                from raylink.runtime.local_executor import EXECUTOR as LOCAL
+
+                logging.getLogger("raylink").debug(
+                    "no Ray to run on (no RAY_ADDRESS, none connected or running on this machine): "
+                    "the job runs in this process (execution.target: local)"
+                )
+                env.configuration.set_string(ExecutionOptions.TARGET.key, "local")  # the job's record of it
+                return LOCAL.execute_async(env, job_name)
+            logging.getLogger("raylink").debug("the job runs on Ray: %s", reason)
         endpoint = find_endpoint(env.configuration)
         if endpoint is not None:
             try:

@@ -3,7 +3,9 @@ and the collect sink behind ``execute_and_collect``.
 
 The print sink writes each record as PyFlink 2.3 prints it for the stream's declared
 type (``operators.print_format``: ``(a,5)`` for a TUPLE, ``+I[a,5]`` for a ROW,
-``str(record)`` without a type), after Flink's ``N> `` / ``id:N> `` prefix.
+``str(record)`` without a type), after Flink's ``N> `` / ``id:N> `` prefix, to this process's
+stdout, or -- in a TaskExecutor process of its own -- to the process's print channel, which
+carries the lines to the driver's stdout (``operators.print_channel``).
 
 Sinks forward watermarks (to a no-op output at the end of a chain) but, like
 Flink's ``StreamSink``, do not forward latency markers: they keep the last one.
@@ -16,6 +18,7 @@ from collections import deque
 from typing import Any, List, Optional
 
 from raylink.core.functions import SinkContext
+from raylink.operators import print_channel
 from raylink.operators.base import AbstractUdfStreamOperator, StreamOperator
 from raylink.operators.collect import CollectBuffer
 from raylink.operators.print_format import record_formatter
@@ -127,19 +130,27 @@ class PrintSinkOperator(_SinkBase):
     def _stream(self) -> Any:
         return sys.stderr if self.to_stderr else sys.stdout  # looked up per call (capture-friendly)
 
+    def _write(self, text: str, lines: int, flush: bool = True) -> None:
+        channel = print_channel.installed()
+        if channel is not None:  # a TaskExecutor process: the lines go to the driver
+            channel.put(self.to_stderr, text, lines)
+        else:
+            stream = self._stream()
+            stream.write(text)
+            if flush:
+                stream.flush()
+
     def process_element(self, value: Any) -> None:
-        self._stream().write(f"{self._prefix}{self._format(value)}\n")
+        self._write(f"{self._prefix}{self._format(value)}\n", 1, flush=False)
 
     def process_batch(self, values: List[Any]) -> None:
         if values:
             prefix = self._prefix
-            stream = self._stream()
             form = self._format
             if form is str:
-                stream.write("".join([f"{prefix}{v!s}\n" for v in values]))
+                self._write("".join([f"{prefix}{v!s}\n" for v in values]), len(values))
             else:
-                stream.write("".join([f"{prefix}{form(v)}\n" for v in values]))
-            stream.flush()
+                self._write("".join([f"{prefix}{form(v)}\n" for v in values]), len(values))
 
     def end_input(self) -> None:
         self._stream().flush()

@@ -22,6 +22,8 @@ import threading
 from importlib.metadata import entry_points
 from typing import Any, Callable, Iterator, Optional
 
+from raylink.runtime.logging_setup import setup_logging
+
 ENTRY_POINT_GROUP = "raylink.executors"
 
 
@@ -83,7 +85,9 @@ def available_targets() -> list[str]:
 
 
 def get_executor(target: str, env: Any = None) -> PipelineExecutor:
-    """The executor for ``target``, wrapped by the launcher's context if one is active."""
+    """The executor for ``target``, wrapped by the launcher's context if one is active (raylink's
+    terminal lines and the run's log file are set up first: :mod:`raylink.runtime.logging_setup`)."""
+    setup_logging()
     with _lock:
         executor = _executors.get(target)
     if executor is None:

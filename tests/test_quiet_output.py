@@ -1,0 +1,92 @@
+"""What a user sees: the README's first program, run as ``python job.py`` in a fresh process,
+prints its six ``N> (word, count)`` lines and nothing else -- in this process when nothing
+runs, and through the driver (no Ray prefix, no colour codes, before the job ends) on Ray."""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LINE = re.compile(r"(\d+)> \('(\w+)', (\d+)\)")
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def readme_first_program() -> str:
+    """The first ``python`` block of the README (the program a newcomer copies)."""
+    text = (ROOT / "README.md").read_text()
+    return re.search(r"```python\n(.*?)```", text, re.S).group(1)
+
+
+def words_of(program: str) -> list[str]:
+    """The words the program counts: the sentence in its ``from_collection``."""
+    sentences = re.search(r"from_collection\(\[(.*?)\]\)", program).group(1)
+    return " ".join(eval(f"[{sentences}]")).split()  # noqa: S307 - a literal list of str from the README
+
+
+def clean_env(tmp_path: Path, **extra: str) -> dict:
+    """The environment of a newcomer's shell: no raylink or Ray settings; Ray's and raylink's
+    temp folders private to the test (so no Ray started by another test is found)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "RAYLINK_"))}
+    temp = tmp_path / "tmp"
+    temp.mkdir(exist_ok=True)
+    env.update(TMPDIR=str(temp), XDG_RUNTIME_DIR=str(temp), **extra)
+    return env
+
+
+def run_job(tmp_path: Path, env: dict) -> subprocess.CompletedProcess:
+    job = tmp_path / "job.py"
+    job.write_text(readme_first_program())
+    return subprocess.run(
+        [sys.executable, str(job)], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=150
+    )
+
+
+def assert_word_count_lines(stdout: str, words: list[str]) -> None:
+    """Exactly one ``N> (word, count)`` line per word; per subtask a word's counts run 1, 2, ...
+    in order; each word on one subtask; the last counts are the words' frequencies."""
+    lines = stdout.splitlines()
+    assert len(lines) == len(words), stdout
+    parsed = []
+    for line in lines:
+        match = LINE.fullmatch(line)
+        assert match, f"not a print() line: {line!r}"
+        parsed.append((int(match.group(1)), match.group(2), int(match.group(3))))
+    seen: dict[str, int] = {}
+    subtask_of: dict[str, int] = {}
+    for subtask, word, count in parsed:  # in the order printed: per subtask order is kept
+        assert subtask in (1, 2)
+        assert subtask_of.setdefault(word, subtask) == subtask, f"{word} printed by two subtasks"
+        assert count == seen.get(word, 0) + 1, f"{word}: {count} after {seen.get(word, 0)}"
+        seen[word] = count
+    assert seen == dict(collections.Counter(words))
+
+
+def test_readme_first_program_prints_only_its_lines_when_nothing_runs(tmp_path):
+    program = readme_first_program()
+    proc = run_job(tmp_path, clean_env(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert_word_count_lines(proc.stdout, words_of(program))
+    assert len(proc.stdout.splitlines()) == 6
+    assert proc.stderr == ""  # nothing from Ray, nothing from raylink: the job ran in this process
+
+
+def test_readme_first_program_on_ray_prints_the_lines_through_the_driver(ray_session, tmp_path):
+    """On a running Ray the print() lines come from TaskExecutor processes: the driver writes
+    them, without Ray's ``(TaskExecutorActor pid=...)`` prefix, before the job ends; stderr holds
+    only raylink's own lines."""
+    address = ray_session.get_runtime_context().gcs_address
+    env = clean_env(tmp_path, RAY_ADDRESS=address, RAY_AUTH_MODE=os.environ.get("RAY_AUTH_MODE", "token"))
+    proc = run_job(tmp_path, env)
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b[" not in proc.stdout and "pid=" not in proc.stdout
+    assert_word_count_lines(proc.stdout, words_of(readme_first_program()))
+    foreign = [line for line in proc.stderr.splitlines() if not line.startswith("raylink: ")]
+    assert foreign == [], proc.stderr
