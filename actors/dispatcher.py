@@ -29,6 +29,13 @@ client stopped reading its collected records (none asked for in the job's
 ``client.heartbeat.timeout``, Flink's option, 180 s by default) is cancelled: its driver is
 gone and its sink's bounded buffer would hold the job forever.
 
+Beside that API the same server answers Flink's JSON REST API and serves the web dashboard
+(:mod:`raylink.runtime.rest`: ``/jobs/overview``, ``/jobs/:jobid``, ..., ``/``) for the jobs
+submitted here: reads are open on a loopback address, cancelling (``PATCH /jobs/:jobid``) and
+savepoints need a token derived from the session token (``Authorization: Bearer
+<rest_api_token(token)>``, or the cookie a browser gets from :func:`dashboard_url`'s address);
+the session token itself still never crosses the wire.
+
 Thread-safety: an asyncio actor; the handlers run on its event loop and hand every blocking
 JobMaster call to a thread pool. The job table is only changed on the loop.
 """
@@ -36,10 +43,12 @@ JobMaster call to a thread pool. The job table is only changed on the loop.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Optional
+from urllib.parse import urlencode
 
 import cloudpickle
 import ray
@@ -59,10 +68,12 @@ from raylink.runtime.client.rest_endpoint import (
     SIGNATURE_HEADER,
     body_digest,
     check_rest_bind_address,
+    is_loopback,
     request_signature,
     response_signature,
     signature_matches,
 )
+from raylink.runtime.rest.web_monitor_endpoint import add_rest_routes, rest_api_token
 
 #: the Dispatcher actor's name (in the session cluster's namespace)
 DISPATCHER_NAME = "raylink-dispatcher"
@@ -124,6 +135,7 @@ class DispatcherActor:
         self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="dispatcher")
         self._runner: Optional[web.AppRunner] = None
         self._reaper: Optional[asyncio.Task] = None
+        self._web_monitor: Any = None
         self.url = ""
 
     async def start(self, host: str, port: int) -> str:
@@ -131,6 +143,8 @@ class DispatcherActor:
 
         @web.middleware
         async def authenticate(request: web.Request, handler: Any) -> web.StreamResponse:
+            if not request.path.startswith("/v1/"):  # Flink's REST API and the dashboard: their own checks
+                return await handler(request)
             nonce = request.headers.get(NONCE_HEADER, "")
             digest = request.headers.get(DIGEST_HEADER, "")
             scheme, _, mac = request.headers.get("Authorization", "").partition(" ")
@@ -159,6 +173,9 @@ class DispatcherActor:
                 web.post("/v1/jobs/{job_id}/savepoints", self._savepoint),
             ]
         )
+        # Flink's JSON REST API and the web dashboard beside the signed pickle API (its own
+        # access rules: reads open on loopback, cancel / savepoints need the session token)
+        self._web_monitor = add_rest_routes(app, self, self._blocking, rest_api_token(self._token), is_loopback(host))
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         await web.TCPSite(self._runner, host, port).start()
@@ -183,6 +200,14 @@ class DispatcherActor:
         if job is not None:
             job.idle_ticks = 0
         return job
+
+    # -- the JobLookup of Flink's REST routes (raylink.runtime.rest) ---------------------------------
+    def job_clients(self) -> list[Any]:
+        return [job.client for job in self._jobs.values()]
+
+    def job_client(self, job_id: str) -> Optional[Any]:
+        job = self._jobs.get(job_id)
+        return job.client if job is not None else None
 
     # -- handlers ----------------------------------------------------------------------------------
     def jobs(self) -> list[dict]:
@@ -311,6 +336,7 @@ class DispatcherActor:
                     done_with = job.result_taken and not client.collected_unread
                     if idle_s > (FINISHED_JOB_GRACE_S if done_with else FINISHED_JOB_TTL_S):
                         del self._jobs[job_id]
+                        self._web_monitor.forget(job_id)
                 elif client.collect_sinks_open and idle_s > job.heartbeat_timeout_s:
                     try:
                         await self._blocking(client.cancel)
@@ -357,10 +383,19 @@ def start_dispatcher(
         scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
     ).remote(token)
     try:
-        return handle, ray.get(handle.start.remote(host, port))
+        url = ray.get(handle.start.remote(host, port))
     except Exception:
         ray.kill(handle, no_restart=True)
         raise
+    logging.getLogger("raylink.rest").info("raylink: session cluster web dashboard at %s", dashboard_url(url, token))
+    return handle, url
+
+
+def dashboard_url(url: str, token: str) -> str:
+    """The address that opens the session's dashboard with the right to cancel: it carries the
+    JSON API's token (:func:`rest_api_token` of the session's ``token``, never the session token
+    itself) once; the Dispatcher answers with a same-site cookie and drops it from the address."""
+    return f"{url}/?{urlencode({'token': rest_api_token(token)})}"
 
 
 def find_dispatcher() -> Optional[Any]:
@@ -410,6 +445,7 @@ __all__ = [
     "DispatcherActor",
     "SubmittedProgram",
     "cancel_submitted_job",
+    "dashboard_url",
     "savepoint_submitted_job",
     "find_dispatcher",
     "start_dispatcher",

@@ -533,6 +533,34 @@ class MetricOptions:
     )
 
 
+def _port(value: int) -> None:
+    if not 0 <= value <= 65535:
+        raise ValueError(f"{value} is not a port (0-65535, 0 = any free port)")
+
+
+class RestOptions:
+    """Flink's ``RestOptions``: where a job's driver serves the REST API and the web dashboard."""
+
+    PORT = option(
+        "rest.port",
+        "int",
+        8081,
+        "Port of the REST API and web dashboard on the driver of a job on the ray target (the next "
+        "free port when it is taken; 0: any free port).",
+        check=_port,
+    )
+    BIND_ADDRESS = option(
+        "rest.bind-address", "str", "127.0.0.1", "Address the driver's REST API and web dashboard listen on."
+    )
+    ENABLED = option(
+        "raylink.rest.enabled",
+        "bool",
+        True,
+        "Serve Flink's REST API and the web dashboard on the driver of a job on the ray target "
+        "while the job runs (false: no endpoint).",
+    )
+
+
 class RaylinkOptions:
     MAX_BATCH_BYTES = option(
         "raylink.network.max-batch-bytes",
@@ -942,6 +970,7 @@ OPTION_GROUPS = (
     TaskManagerOptions,
     NettyShuffleEnvironmentOptions,
     MetricOptions,
+    RestOptions,
     CheckpointingOptions,
     SavepointConfigOptions,
     StateBackendOptions,

@@ -38,11 +38,12 @@ import time
 import uuid
 from collections import deque
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from raylink.core.checkpointing import DEFAULT_CHECKPOINTS_DIR
 from raylink.core.job_status import JobStatus
-from raylink.core.options import CheckpointingOptions, MetricOptions, SavepointConfigOptions
+from raylink.core.options import CheckpointingOptions, ExecutionOptions, MetricOptions, SavepointConfigOptions
 from raylink.errors import suppresses_restarts
 from raylink.graph.execution_graph import ExecutionGraph, build_execution_graph
 from raylink.runtime.client.executors import PipelineExecutor
@@ -77,6 +78,16 @@ def _failed_future(error: BaseException) -> Future:
     future: Future = Future()
     future.set_exception(error)
     return future
+
+
+@dataclass(frozen=True)
+class FailureRecord:
+    """One failure of the job (Flink's ``ExceptionHistoryEntry``): when, from which task, where."""
+
+    error: BaseException
+    timestamp_ms: int
+    task_name: Optional[str] = None
+    location: Optional[str] = None
 
 
 def merge_accumulators(per_task: list[dict]) -> dict:
@@ -124,6 +135,8 @@ class JobMasterBase:
         self._started = time.perf_counter()
         self._ended: Optional[float] = None
         self.metrics_server: Any = None  # optional Prometheus endpoint (``metrics.port``)
+        self.rest_endpoint: Any = None  # the driver's REST API and dashboard (``rest.port``)
+        self.exception_history: deque[FailureRecord] = deque(maxlen=64)  # the REST API's exceptionHistory
         # fault tolerance
         conf = self.configuration
         self.restart_strategy = create_restart_strategy(conf)
@@ -263,12 +276,17 @@ class JobMasterBase:
         if state is ExecutionState.FINISHED and self.coordinator is not None:
             self.coordinator.task_finished(attempt_id)
         if state is ExecutionState.FAILED:
-            self._on_failure(error or RuntimeError(f"task {event.task} failed"), finish_now=last)
+            cause = error or RuntimeError(f"task {event.task} failed")
+            self.exception_history.append(
+                FailureRecord(cause, int(time.time() * 1000), event.task, execution.assigned_location)
+            )
+            self._on_failure(cause, finish_now=last)
         elif last:
             self._finish()
 
     def fail(self, error: BaseException) -> None:
         """A TaskExecutor was lost (or the job cannot go on): fail over, or fail the job now."""
+        self.exception_history.append(FailureRecord(error, int(time.time() * 1000)))
         self._on_failure(error, finish_now=True)
 
     def _on_failure(self, error: BaseException, finish_now: bool = False) -> None:
@@ -374,6 +392,8 @@ class JobMasterBase:
         finally:
             if self.metrics_server is not None:
                 self.metrics_server.close()
+            if self.rest_endpoint is not None:
+                self.rest_endpoint.close()
             with self._lock:
                 self._done.set()
                 self._reported.notify_all()
@@ -577,4 +597,18 @@ class JobExecutor(PipelineExecutor):
     def execute_async(self, env: Any, job_name: Optional[str] = None) -> Any:
         client = self.client_class(env, job_name)
         env.transformations.clear()  # Flink clears the program once it is submitted
-        return client.start()
+        if client.configuration.get(ExecutionOptions.TARGET) == "ray":  # Flink's MiniCluster has no web UI
+            from raylink.runtime.rest.rest_server import start_job_endpoint  # aiohttp: only when served
+
+            try:
+                client.rest_endpoint = start_job_endpoint(client)  # closed when the job ends (_finish)
+            except OSError as exc:  # no port: the job never runs; free every actor it holds
+                client._failure = exc
+                client._finish()
+                raise
+        try:
+            return client.start()
+        except BaseException:
+            if client.rest_endpoint is not None:
+                client.rest_endpoint.close()
+            raise

@@ -1,0 +1,349 @@
+"""Flink's REST API and web dashboard as aiohttp routes: Flink's ``WebMonitorEndpoint``.
+
+:func:`add_rest_routes` adds to an aiohttp application the routes of Flink's REST API (JSON
+bodies from :mod:`raylink.runtime.rest.job_views`) and the dashboard's static files
+(``/`` and ``/static/...``, from this package's ``static/`` folder). Both the per-job driver
+(:mod:`raylink.runtime.rest.rest_server`) and the session cluster's Dispatcher
+(:mod:`raylink.actors.dispatcher`) serve them; they differ only in the :class:`JobLookup`
+they pass (which JobClients exist) and in how a blocking call leaves the event loop.
+
+**Who may do what.** GETs only read. Mutating calls (``PATCH /jobs/:jobid`` cancels,
+``POST /jobs/:jobid/savepoints``) need the cluster's token when one is set: ``Authorization:
+Bearer <token>`` (a session cluster's: :func:`rest_api_token`), or the ``raylink-token`` cookie a browser gets by opening the dashboard once
+with ``?token=<token>`` (HttpOnly, SameSite=Strict; the token is then dropped from the
+address). With a token, GETs need it too unless the endpoint listens on a loopback address.
+A mutating call whose ``Origin`` is not this endpoint is refused (403) whatever it carries,
+so a page of another site cannot cancel a job through the user's browser.
+
+Thread-safety: the handlers run on the application's event loop; every call into a JobClient
+(which may block on Ray) goes through the ``run_blocking`` coroutine function given.
+"""
+
+from __future__ import annotations
+
+import hmac
+import itertools
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Optional, Protocol
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from raylink.runtime.client.rest_endpoint import is_loopback
+from raylink.runtime.rest import job_views
+from raylink.runtime.rest.job_views import MetricsSnapshot
+
+#: the dashboard's files (package data)
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+#: the cookie a browser holds the cluster's token in once it opened ``/?token=...``
+TOKEN_COOKIE = "raylink-token"
+#: how long one reading of a job's metrics serves the requests after it (Flink's MetricFetcher caches too)
+METRICS_TTL_S = 0.5
+#: completed checkpoints kept per job for ``/checkpoints``'s history
+CHECKPOINT_HISTORY = 10
+
+RunBlocking = Callable[..., Awaitable[Any]]
+
+
+class JobLookup(Protocol):
+    """The JobClients an endpoint shows (Flink's ``DispatcherGateway`` as the handlers use it)."""
+
+    def job_clients(self) -> list[Any]:
+        """Every job known here, running or ended."""
+
+    def job_client(self, job_id: str) -> Optional[Any]:
+        """The job ``job_id``'s client, None if unknown."""
+
+
+@dataclass
+class _JobCache:
+    snapshot: Optional[MetricsSnapshot] = None
+    read_at: float = 0.0
+    history: list = field(default_factory=list)  # completed checkpoints seen, newest first
+
+
+@dataclass
+class _Savepoint:
+    future: Any
+    job_id: str
+
+
+def rest_api_token(session_token: str) -> str:
+    """The bearer token of a session cluster's JSON API, derived from the session's token (an
+    HMAC of a fixed label): it may cross the wire and sit in a browser's cookie while the
+    session token, which signs the pickle API, never does."""
+    return hmac.new(session_token.encode(), b"raylink rest api", "sha256").hexdigest()
+
+
+class WebMonitorEndpoint:
+    """The handlers (Flink's ``*Handler`` classes as methods) over a :class:`JobLookup`."""
+
+    def __init__(
+        self, lookup: JobLookup, run_blocking: RunBlocking, token: Optional[str] = None, loopback: bool = True
+    ) -> None:
+        self.lookup = lookup
+        self.run_blocking = run_blocking
+        self.token = token
+        self.reads_need_token = token is not None and not loopback
+        self._cache: dict[str, _JobCache] = {}
+        self._savepoints: dict[str, _Savepoint] = {}
+        self._trigger_ids = itertools.count(1)
+
+    # -- routes ------------------------------------------------------------------------------------------
+    def routes(self) -> list[web.RouteDef]:
+        j = "/jobs/{job_id}"
+        v = j + "/vertices/{vertex_id}"
+        return [
+            web.get("/", self.index),
+            web.static("/static", STATIC_DIR, show_index=False),
+            web.get("/config", self.config),
+            web.get("/overview", self.overview),
+            web.get("/taskmanagers", self.task_managers),
+            web.get("/jobs", self.jobs),
+            web.get("/jobs/overview", self.jobs_overview),
+            web.get(j, self.job_details),
+            web.patch(j, self.cancel),
+            web.get(j + "/plan", self.plan),
+            web.get(j + "/metrics", self.job_metrics),
+            web.get(j + "/checkpoints", self.checkpoints),
+            web.get(j + "/exceptions", self.exceptions),
+            web.post(j + "/savepoints", self.trigger_savepoint),
+            web.get(j + "/savepoints/{trigger_id}", self.savepoint_status),
+            web.get(v, self.vertex_details),
+            web.get(v + "/subtasks/metrics", self.subtask_metrics),
+            web.get(v + "/backpressure", self.back_pressure),
+            web.get(v + "/watermarks", self.watermarks),
+        ]
+
+    # -- access --------------------------------------------------------------------------------------------
+    def _presented_token(self, request: web.Request) -> str:
+        scheme, _, value = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and value:
+            return value.strip()
+        return request.cookies.get(TOKEN_COOKIE, "")
+
+    def _token_ok(self, request: web.Request) -> bool:
+        return self.token is None or hmac.compare_digest(self._presented_token(request), self.token)
+
+    def _check_read(self, request: web.Request) -> None:
+        if self.reads_need_token and not self._token_ok(request):
+            raise web.HTTPUnauthorized(text='{"errors": ["missing or wrong token"]}', content_type="application/json")
+
+    def _check_write(self, request: web.Request) -> None:
+        origin = request.headers.get("Origin")
+        if origin is not None and urlsplit(origin).netloc != request.host:
+            raise web.HTTPForbidden(
+                text='{"errors": ["cross-origin requests may not change jobs"]}', content_type="application/json"
+            )
+        if not self._token_ok(request):
+            raise web.HTTPUnauthorized(
+                text='{"errors": ["this call needs the cluster\'s token (Authorization: Bearer <token>)"]}',
+                content_type="application/json",
+            )
+
+    def _job(self, request: web.Request) -> Any:
+        self._check_read(request)
+        job_id = request.match_info["job_id"]
+        client = self.lookup.job_client(job_id)
+        if client is None:
+            raise web.HTTPNotFound(text=f'{{"errors": ["Job {job_id} not found"]}}', content_type="application/json")
+        return client
+
+    def _vertex(self, client: Any, request: web.Request) -> Any:
+        vertex_id = request.match_info["vertex_id"]
+        ejv = job_views.find_vertex(client, vertex_id)
+        if ejv is None:
+            raise web.HTTPNotFound(
+                text=f'{{"errors": ["JobVertex {vertex_id} not found in job {client.job_id}"]}}',
+                content_type="application/json",
+            )
+        return ejv
+
+    async def _snapshot(self, client: Any) -> MetricsSnapshot:
+        """The job's per-subtask metrics, read at most every :data:`METRICS_TTL_S`."""
+        cache = self._cache.setdefault(client.job_id, _JobCache())
+        now = time.monotonic()
+        if cache.snapshot is None or now - cache.read_at >= METRICS_TTL_S:
+            cache.snapshot = MetricsSnapshot(await self.run_blocking(client.get_metrics))
+            cache.read_at = now
+        return cache.snapshot
+
+    @staticmethod
+    def _get_param(request: web.Request) -> Optional[list[str]]:
+        text = request.query.get("get")
+        return [name for name in text.split(",") if name] if text else None
+
+    # -- dashboard -----------------------------------------------------------------------------------------
+    async def index(self, request: web.Request) -> web.StreamResponse:
+        presented = request.query.get("token")
+        if presented is not None:
+            if self.token is None or not hmac.compare_digest(presented, self.token):
+                raise web.HTTPUnauthorized(text="wrong token")
+            response = web.HTTPFound("/")  # the token leaves the address bar and the history
+            response.set_cookie(TOKEN_COOKIE, self.token, httponly=True, samesite="Strict", path="/")
+            raise response
+        self._check_read(request)
+        return web.FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-store"})
+
+    async def config(self, request: web.Request) -> web.Response:
+        self._check_read(request)
+        offset = -time.altzone if time.localtime().tm_isdst > 0 else -time.timezone
+        return web.json_response(
+            {
+                "refresh-interval": 1000,
+                "timezone-name": time.tzname[0],
+                "timezone-offset": offset * 1000,
+                "flink-version": job_views.RAYLINK_VERSION,
+                "flink-revision": "",
+                "features": {"web-submit": False, "web-cancel": True, "web-rescale": False, "web-history": False},
+            }
+        )
+
+    # -- cluster ------------------------------------------------------------------------------------------
+    async def overview(self, request: web.Request) -> web.Response:
+        self._check_read(request)
+        clients = self.lookup.job_clients()
+        managers = job_views.task_managers(clients)["taskmanagers"]
+        body = job_views.cluster_overview(clients, len(managers), sum(m["slotsNumber"] for m in managers))
+        return web.json_response(body)
+
+    async def task_managers(self, request: web.Request) -> web.Response:
+        self._check_read(request)
+        return web.json_response(job_views.task_managers(self.lookup.job_clients()))
+
+    async def jobs(self, request: web.Request) -> web.Response:
+        self._check_read(request)
+        return web.json_response(
+            {"jobs": [{"id": c.job_id, "status": str(c.get_job_status())} for c in self.lookup.job_clients()]}
+        )
+
+    async def jobs_overview(self, request: web.Request) -> web.Response:
+        self._check_read(request)
+        return web.json_response(job_views.multiple_jobs_details(self.lookup.job_clients()))
+
+    # -- one job ------------------------------------------------------------------------------------------
+    async def job_details(self, request: web.Request) -> web.Response:
+        client = self._job(request)
+        return web.json_response(job_views.job_details(client, await self._snapshot(client)))
+
+    async def plan(self, request: web.Request) -> web.Response:
+        return web.json_response(job_views.job_plan(self._job(request)))
+
+    async def job_metrics(self, request: web.Request) -> web.Response:
+        client = self._job(request)
+        body = await self.run_blocking(job_views.job_metrics, client, self._get_param(request))
+        return web.json_response(body)
+
+    async def checkpoints(self, request: web.Request) -> web.Response:
+        client = self._job(request)
+        stats = await self.run_blocking(client.get_checkpoint_stats)
+        cache = self._cache.setdefault(client.job_id, _JobCache())
+        num_subtasks = len(client.execution_graph.all_vertices())
+        entry = job_views.completed_checkpoint_entry(stats, int(time.time() * 1000), num_subtasks)
+        if entry is not None and (not cache.history or cache.history[0]["id"] != entry["id"]):
+            cache.history.insert(0, entry)
+            del cache.history[CHECKPOINT_HISTORY:]
+        return web.json_response(await self.run_blocking(job_views.checkpointing_statistics, client, cache.history))
+
+    async def exceptions(self, request: web.Request) -> web.Response:
+        return web.json_response(job_views.job_exceptions(self._job(request)))
+
+    async def cancel(self, request: web.Request) -> web.Response:
+        """Flink's ``JobCancellationHandler``: ``PATCH /jobs/:jobid?mode=cancel`` -> 202."""
+        self._check_write(request)
+        client = self._job(request)
+        mode = request.query.get("mode", "cancel")
+        if mode not in ("cancel", "stop"):
+            raise web.HTTPBadRequest(
+                text=f'{{"errors": ["mode {mode!r}: only cancel is supported"]}}', content_type="application/json"
+            )
+        await self.run_blocking(client.cancel)
+        return web.json_response({}, status=202)
+
+    async def trigger_savepoint(self, request: web.Request) -> web.Response:
+        """Flink's ``SavepointTriggerHandler``: body ``{"target-directory", "cancel-job"}`` ->
+        202 ``{"request-id"}``; ``GET .../savepoints/:triggerid`` tells how it went."""
+        self._check_write(request)
+        client = self._job(request)
+        try:
+            body = await request.json() if request.can_read_body else {}
+        except ValueError:
+            raise web.HTTPBadRequest(
+                text='{"errors": ["the body is not JSON"]}', content_type="application/json"
+            ) from None
+        directory = body.get("target-directory")
+        if body.get("cancel-job"):
+            future = await self.run_blocking(client.stop_with_savepoint, False, directory)
+        else:
+            future = await self.run_blocking(client.trigger_savepoint, directory)
+        trigger_id = f"{next(self._trigger_ids):032x}"
+        self._savepoints[trigger_id] = _Savepoint(future, client.job_id)
+        return web.json_response({"request-id": trigger_id}, status=202)
+
+    async def savepoint_status(self, request: web.Request) -> web.Response:
+        client = self._job(request)
+        savepoint = self._savepoints.get(request.match_info["trigger_id"])
+        if savepoint is None or savepoint.job_id != client.job_id:
+            raise web.HTTPNotFound(text='{"errors": ["unknown savepoint trigger id"]}', content_type="application/json")
+        future = savepoint.future
+        if not future.done():
+            return web.json_response({"status": {"id": "IN_PROGRESS"}, "operation": None})
+        error = future.exception()
+        if error is not None:
+            cause = {"class": type(error).__name__, "stack-trace": str(error)}
+            return web.json_response({"status": {"id": "COMPLETED"}, "operation": {"failure-cause": cause}})
+        return web.json_response({"status": {"id": "COMPLETED"}, "operation": {"location": future.result()}})
+
+    # -- one vertex ---------------------------------------------------------------------------------------
+    async def vertex_details(self, request: web.Request) -> web.Response:
+        client = self._job(request)
+        ejv = self._vertex(client, request)
+        return web.json_response(job_views.vertex_details(client, ejv, await self._snapshot(client)))
+
+    async def subtask_metrics(self, request: web.Request) -> web.Response:
+        client = self._job(request)
+        ejv = self._vertex(client, request)
+        snapshot = await self._snapshot(client)
+        return web.json_response(job_views.aggregated_subtask_metrics(ejv, snapshot, self._get_param(request)))
+
+    async def back_pressure(self, request: web.Request) -> web.Response:
+        client = self._job(request)
+        ejv = self._vertex(client, request)
+        return web.json_response(job_views.vertex_back_pressure(ejv, await self._snapshot(client)))
+
+    async def watermarks(self, request: web.Request) -> web.Response:
+        client = self._job(request)
+        ejv = self._vertex(client, request)
+        return web.json_response(job_views.vertex_watermarks(ejv, await self._snapshot(client)))
+
+    def forget(self, job_id: str) -> None:
+        """Drop what is cached about a job the lookup no longer holds."""
+        self._cache.pop(job_id, None)
+        for trigger_id in [t for t, s in self._savepoints.items() if s.job_id == job_id]:
+            del self._savepoints[trigger_id]
+
+
+def add_rest_routes(
+    app: web.Application,
+    lookup: JobLookup,
+    run_blocking: RunBlocking,
+    token: Optional[str] = None,
+    loopback: bool = True,
+) -> WebMonitorEndpoint:
+    """Add Flink's REST routes and the dashboard to ``app``; returns the endpoint serving them."""
+    endpoint = WebMonitorEndpoint(lookup, run_blocking, token, loopback)
+    app.add_routes(endpoint.routes())
+    return endpoint
+
+
+__all__ = [
+    "rest_api_token",
+    "JobLookup",
+    "STATIC_DIR",
+    "TOKEN_COOKIE",
+    "WebMonitorEndpoint",
+    "add_rest_routes",
+    "is_loopback",
+]
