@@ -16,13 +16,15 @@ from typing import Any, Optional
 
 from raylink.core.configuration import Configuration
 from raylink.core.options import CheckpointingOptions
+from raylink.core.time import Duration
 
 #: where checkpoints go when ``execution.checkpointing.dir`` is not set (under the working directory)
 DEFAULT_CHECKPOINTS_DIR = "raylink-checkpoints"
 
 
 class CheckpointingMode(enum.Enum):
-    """Flink's checkpointing guarantee; raylink aligns barriers for both."""
+    """Flink's checkpointing guarantee; barriers are aligned for both unless unaligned
+    checkpoints are on (exactly-once only)."""
 
     EXACTLY_ONCE = 0
     AT_LEAST_ONCE = 1
@@ -56,6 +58,35 @@ class CheckpointConfig:
     def set_checkpointing_mode(self, mode: CheckpointingMode) -> "CheckpointConfig":
         self._conf.set_string(CheckpointingOptions.CHECKPOINTING_MODE.key, mode.name.lower())
         return self
+
+    # -- unaligned checkpoints ----------------------------------------------------------------------
+    def enable_unaligned_checkpoints(self, enabled: bool = True) -> "CheckpointConfig":
+        """Barriers overtake the buffers in flight, which become part of the checkpoint
+        (``execution.checkpointing.unaligned.enabled``; exactly-once mode only)."""
+        self._conf.set_boolean(CheckpointingOptions.ENABLE_UNALIGNED.key, bool(enabled))
+        return self
+
+    def disable_unaligned_checkpoints(self) -> "CheckpointConfig":
+        return self.enable_unaligned_checkpoints(False)
+
+    def is_unaligned_checkpoints_enabled(self) -> bool:
+        return bool(self._get(CheckpointingOptions.ENABLE_UNALIGNED))
+
+    def set_aligned_checkpoint_timeout(self, alignment_timeout: Any) -> "CheckpointConfig":
+        """Start aligned and switch to unaligned once the alignment took longer than this since
+        the checkpoint started (a ``Duration`` or ms; 0: always unaligned)."""
+        millis = alignment_timeout.to_millis() if hasattr(alignment_timeout, "to_millis") else int(alignment_timeout)
+        if millis < 0:
+            raise ValueError("The aligned checkpoint timeout must not be negative.")
+        self._conf.set_string(CheckpointingOptions.ALIGNED_CHECKPOINT_TIMEOUT.key, f"{millis} ms")
+        return self
+
+    set_alignment_timeout = set_aligned_checkpoint_timeout
+
+    def get_aligned_checkpoint_timeout(self) -> Duration:
+        return Duration.of_millis(self._get(CheckpointingOptions.ALIGNED_CHECKPOINT_TIMEOUT))
+
+    get_alignment_timeout = get_aligned_checkpoint_timeout
 
     # -- limits -------------------------------------------------------------------------------------
     def get_checkpoint_timeout(self) -> int:

@@ -729,7 +729,7 @@ class CheckpointingOptions:
         "execution.checkpointing.mode",
         "enum",
         "exactly_once",
-        "exactly_once or at_least_once (barriers are aligned for both).",
+        "exactly_once or at_least_once (barriers are aligned for both; unaligned checkpoints need exactly_once).",
         choices=("exactly_once", "at_least_once"),
     )
     CHECKPOINTING_TIMEOUT = option(
@@ -763,6 +763,23 @@ class CheckpointingOptions:
 
 
 class SavepointConfigOptions:
+    ENABLE_UNALIGNED = option(
+        "execution.checkpointing.unaligned.enabled",
+        "bool",
+        False,
+        "Unaligned checkpoints: barriers overtake the buffers in flight, which are persisted as "
+        "channel state and replayed on restore (exactly_once mode only; savepoints stay aligned).",
+        fallback_keys=("execution.checkpointing.unaligned",),
+    )
+    ALIGNED_CHECKPOINT_TIMEOUT = option(
+        "execution.checkpointing.aligned-checkpoint-timeout",
+        "duration",
+        0,
+        "With unaligned checkpoints on and this > 0, a checkpoint starts aligned and switches to "
+        "unaligned when its alignment has taken longer than this since the checkpoint started.",
+        fallback_keys=("execution.checkpointing.alignment-timeout",),
+        check=_at_least(0),
+    )
     """Flink's ``SavepointConfigOptions`` and ``CheckpointingOptions.SAVEPOINT_DIRECTORY``."""
 
     SAVEPOINT_PATH = option(

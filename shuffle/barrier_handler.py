@@ -1,6 +1,7 @@
-"""Aligned checkpoint barrier handling: Flink's ``SingleCheckpointBarrierHandler``
-in its aligned states (``WaitingForFirstBarrier`` / ``CollectingBarriers``),
-as used by ``CheckpointedInputGate``.
+"""Checkpoint barrier handling: Flink's ``SingleCheckpointBarrierHandler`` in its aligned
+states (``WaitingForFirstBarrier`` / ``CollectingBarriers``) and its unaligned and
+alternating ones (``AlternatingWaitingForFirstBarrierUnaligned`` /
+``AlternatingCollectingBarriersUnaligned``), as used by ``CheckpointedInputGate``.
 
 A ``CheckpointBarrierHandler`` serves one task with one or two inputs; the
 channels of all its gates are numbered ``(input index, channel index within
@@ -32,6 +33,25 @@ Contract (exactly-once alignment):
   missing one, the checkpoint triggers — and the channel is left out of later
   checkpoints. With ``checkpoint_after_tasks_finished=False`` it aborts the
   aligning checkpoint (``CHECKPOINT_DECLINED_INPUT_END_OF_STREAM``) instead.
+
+Unaligned (``barrier.unaligned``; needs a ``channel_state`` collector, see
+``shuffle.channel_state.InputChannelStateCollector``):
+
+* the first barrier of checkpoint n on any channel starts persisting every other open
+  channel (``channel_state.start``) and triggers at once — ``trigger(barrier)`` with the
+  unaligned barrier: the task snapshots and sends it on ahead of its queued output;
+  nothing is blocked;
+* every later barrier n (or a channel's ``EndOfPartition``) stops persisting its channel
+  (``channel_state.stop``); with the last one the checkpoint's input channel state is
+  complete (``channel_state.finish``); an abort (newer barrier, cancel marker) calls
+  ``channel_state.abort`` and ``abort`` as above;
+* an aligned barrier with a timeout (``barrier.is_timeoutable``, Flink's
+  ``aligned-checkpoint-timeout``) aligns as above until ``timeout_ms`` after the
+  checkpoint started (the barrier's timestamp): a barrier arriving later, or the check
+  ``schedule_timeout(delay_ms)`` asked for (``check_alignment_timeout``), switches it to
+  unaligned — the blocked channels are resumed (their barriers are in) and the others are
+  persisted until theirs arrive; an unaligned barrier of the checkpoint on any channel
+  switches it too.
 
 Metrics (Flink's ``CheckpointBarrierHandler``): ``alignment_duration_ns`` (the
 alignment in progress so far, else the last one; 0 after an abort) and
@@ -103,6 +123,8 @@ class CheckpointBarrierHandler:
         task_name: str = "",
         clock_ns: Callable[[], int] = time.perf_counter_ns,
         wall_clock_ms: Callable[[], int] = _wall_clock_ms,
+        channel_state: Any = None,
+        schedule_timeout: Optional[Callable[[int], None]] = None,
     ) -> None:
         counts = list(num_channels_per_input)
         if not counts:
@@ -125,6 +147,9 @@ class CheckpointBarrierHandler:
         self.checkpoint_after_tasks_finished = checkpoint_after_tasks_finished
         self._clock_ns = clock_ns
         self._wall_clock_ms = wall_clock_ms
+        self.channel_state = channel_state
+        self._schedule_timeout = schedule_timeout
+        self._unaligned = False  # the pending checkpoint triggered unaligned and collects barriers
 
         self._finished = bytearray(total)  # flat index -> channel delivered EndOfPartition
         self._num_open = total
@@ -180,7 +205,17 @@ class CheckpointBarrierHandler:
             return  # obsolete: completed, aborted or subsumed here
         if cid > self._current_id:
             self._start(barrier)
+        if self._unaligned:
+            self._collect_unaligned(flat, input_index, channel)
+            return
+        if barrier.unaligned or (barrier.is_timeoutable and self._timed_out(barrier)):
+            self._switch_to_unaligned(flat)
+            return
+        first = not self._aligned
         self._mark_aligned(flat, input_index, channel, barrier, True)
+        if first and barrier.is_timeoutable and self.is_checkpoint_pending and self._schedule_timeout is not None:
+            remaining = barrier.timestamp + barrier.timeout_ms - self._wall_clock_ms()
+            self._schedule_timeout(max(0, remaining))
 
     def process_cancellation_marker(self, marker: CancelCheckpointMarker, input_index: int, channel: int) -> None:
         """An upstream task cancelled checkpoint ``marker.checkpoint_id``."""
@@ -206,7 +241,20 @@ class CheckpointBarrierHandler:
         if not self.checkpoint_after_tasks_finished:
             self._abort_checkpoint(self._current_id, CheckpointFailureReason.CHECKPOINT_DECLINED_INPUT_END_OF_STREAM)
             return
+        if self._unaligned:
+            self._collect_unaligned(flat, input_index, channel)
+            return
         self._mark_aligned(flat, input_index, channel, self._pending_barrier, False)
+
+    def check_alignment_timeout(self) -> None:
+        """The alignment of an aligned checkpoint with a timeout may have timed out (the check
+        ``schedule_timeout`` asked for): switch it to unaligned if so."""
+        barrier = self._pending_barrier
+        if self.is_checkpoint_pending and not self._unaligned and barrier is not None and barrier.is_timeoutable:
+            if self._timed_out(barrier):
+                self._switch_to_unaligned(None)
+            elif self._schedule_timeout is not None:
+                self._schedule_timeout(max(1, barrier.timestamp + barrier.timeout_ms - self._wall_clock_ms()))
 
     # -- state -----------------------------------------------------------------------------
     @property
@@ -218,6 +266,11 @@ class CheckpointBarrierHandler:
     def is_checkpoint_pending(self) -> bool:
         """An alignment is in progress."""
         return self._current_id != self._last_closed_id and self._current_id >= 0
+
+    @property
+    def is_unaligned(self) -> bool:
+        """The pending checkpoint was triggered unaligned and waits for its other barriers."""
+        return self._unaligned
 
     @property
     def num_open_channels(self) -> int:
@@ -301,7 +354,59 @@ class CheckpointBarrierHandler:
         finally:
             self._resume_blocked()
 
+    def _timed_out(self, barrier: CheckpointBarrier) -> bool:
+        return self._wall_clock_ms() - barrier.timestamp >= barrier.timeout_ms
+
+    def _switch_to_unaligned(self, flat: Optional[int]) -> None:
+        """Trigger the pending checkpoint unaligned now (its first barrier is unaligned, or its
+        alignment timed out); ``flat``: the channel whose barrier arrived (None: a timer)."""
+        if self.channel_state is None:
+            raise RuntimeError(
+                f"{self.task_name or 'task'}: an unaligned checkpoint barrier reached a task without channel state "
+                f"(execution.checkpointing.unaligned.enabled is not set for it)"
+            )
+        barrier = self._pending_barrier
+        cid = self._current_id
+        aligned = self._aligned
+        if not aligned:
+            self._start_delay_ns = 1_000_000 * max(0, self._wall_clock_ms() - barrier.timestamp)
+        if flat is not None:
+            aligned.add(flat)
+        start = self._alignment_start_ns
+        self._last_alignment_ns = self._clock_ns() - start if start is not None else 0
+        self._alignment_start_ns = None
+        self._unaligned = True
+        self._resume_blocked()  # their barriers are in: what follows is after the checkpoint
+        finished = self._finished
+        open_channels = [self._unflat(f) for f in range(self.num_channels) if not finished[f]]
+        self.channel_state.start(cid, open_channels)
+        for f in sorted(aligned):
+            self.channel_state.stop(cid, *self._unflat(f))
+        self._trigger(barrier.as_unaligned())
+        if self._unaligned and self._current_id == cid and len(aligned) >= self._target:
+            self._finish_unaligned()
+
+    def _collect_unaligned(self, flat: int, input_index: int, channel: int) -> None:
+        aligned = self._aligned
+        if flat in aligned:
+            return
+        aligned.add(flat)
+        self.channel_state.stop(self._current_id, input_index, channel)
+        if len(aligned) >= self._target:
+            self._finish_unaligned()
+
+    def _finish_unaligned(self) -> None:
+        cid = self._current_id
+        self._last_closed_id = cid
+        self._pending_barrier = None
+        self._aligned.clear()
+        self._unaligned = False
+        self.channel_state.finish(cid)
+
     def _abort_checkpoint(self, checkpoint_id: int, reason: CheckpointFailureReason) -> None:
+        if self._unaligned:
+            self._unaligned = False
+            self.channel_state.abort(self._current_id)
         self._current_id = max(self._current_id, checkpoint_id)
         self._last_closed_id = max(self._last_closed_id, checkpoint_id)
         self._pending_barrier = None

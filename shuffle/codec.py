@@ -165,6 +165,7 @@ _chain_from_iterable = chain.from_iterable
 
 _Q = struct.Struct(">q")
 _QQ = struct.Struct(">qq")
+_QQQQ = struct.Struct(">qqqq")
 _TS_MARKER = struct.Struct(">BBq")  # fixext 8 header, ext code, timestamp
 
 
@@ -382,7 +383,10 @@ def _default(obj: Any) -> Any:
     if t is EndOfPartition:
         return ExtType(EXT_END_OF_PARTITION, b"")
     if t is CheckpointBarrier:
-        return ExtType(EXT_BARRIER, _QQ.pack(obj.checkpoint_id, obj.timestamp))
+        data = _QQ.pack(obj.checkpoint_id, obj.timestamp)
+        if obj.unaligned or obj.timeout_ms:  # its alignment, when not the default (aligned)
+            data += _QQ.pack(int(obj.unaligned), obj.timeout_ms)
+        return ExtType(EXT_BARRIER, data)
     if t is CancelCheckpointMarker:
         return ExtType(EXT_CANCEL_CHECKPOINT, _Q.pack(obj.checkpoint_id))
     if t is LatencyMarker:
@@ -747,6 +751,9 @@ def ext_hook(code: int, data: bytes) -> Any:
     if code == EXT_END_OF_PARTITION:
         return END_OF_PARTITION
     if code == EXT_BARRIER:
+        if len(data) > 16:
+            cid, ts, unaligned, timeout_ms = _QQQQ.unpack(data)
+            return CheckpointBarrier(cid, ts, bool(unaligned), timeout_ms)
         cid, ts = _QQ.unpack(data)
         return CheckpointBarrier(cid, ts)
     if code == EXT_CANCEL_CHECKPOINT:

@@ -25,6 +25,12 @@ announcement ``announce_credit(n)`` (receiver -> sender, ending in
 direct calls in one process; a Ray transport replaces it, keeping the reader
 on the producer's TaskExecutor and the channel on the consumer's.
 
+Priority events (unaligned checkpoints): a buffer whose ``is_event`` is
+``PRIORITY_EVENT`` (a barrier that overtook its subpartition's queue) overtakes the
+received buffers the task has not taken yet, as in Flink's ``RemoteInputChannel``;
+the data buffers it overtook are kept for the task to persist as input channel state
+(``take_overtaken``, asked after the event was returned).
+
 Batching (for transports where every message is expensive, like a Ray actor
 call): a channel created with ``min_credit`` keeps at least that many buffers
 (exclusive + floating) as credit even without a sender backlog, so the sender
@@ -45,6 +51,7 @@ from typing import Any, Callable, Deque, NamedTuple, Optional, Tuple
 from raylink.errors import RaylinkError
 from raylink.shuffle.buffer_pool import LocalBufferPool, NetworkBufferPool
 from raylink.shuffle.input_gate import InputChannel
+from raylink.shuffle.result_partition import PRIORITY_EVENT
 
 __all__ = [
     "DEFAULT_EXCLUSIVE_BUFFERS",
@@ -241,6 +248,9 @@ class CreditBasedInputChannel(InputChannel):
         self._sender_credit = 0  # credit the sender holds, as far as this side knows
         self._waiting_for_floating = False
         self._expected_sequence = 0
+        self._num_priority = 0  # priority events at the head of _received
+        self._overtaken: Deque[list] = deque()  # per queued priority event: the data it overtook
+        self._last_overtaken: Optional[list] = None
         self._queued_data = 0
         self.max_buffers_in_flight = 0
         self.num_buffers_received = 0
@@ -284,7 +294,14 @@ class CreditBasedInputChannel(InputChannel):
                 kind = _EXCLUSIVE
             else:
                 raise CreditProtocolError(f"channel {self.channel_index}: buffer received without credit")
-            self._received.append((response.buffer, response.is_event, kind))
+            if response.is_event == PRIORITY_EVENT:
+                q = self._received
+                n = self._num_priority
+                self._overtaken.append([b for i, (b, ev, _k) in enumerate(q) if i >= n and not ev])
+                q.insert(n, (response.buffer, PRIORITY_EVENT, 0))
+                self._num_priority = n + 1
+            else:
+                self._received.append((response.buffer, response.is_event, kind))
             if kind:
                 self._sender_credit -= 1
                 self._queued_data += 1
@@ -364,6 +381,9 @@ class CreditBasedInputChannel(InputChannel):
             if not self._received:
                 return None
             buffer, is_event, kind = self._received.popleft()
+            if self._num_priority and is_event == PRIORITY_EVENT:
+                self._num_priority -= 1
+                self._last_overtaken = self._overtaken.popleft()
             q = self._received
             more = bool(q)
             next_is_event = more and q[0][1]
@@ -399,6 +419,13 @@ class CreditBasedInputChannel(InputChannel):
         if release_floating and self.floating_pool is not None:
             self.floating_pool.recycle()
         self._announce()
+
+    def take_overtaken(self) -> list:
+        """Task thread, right after it got a priority event: the data buffers that event
+        overtook in this channel (oldest first), once."""
+        with self._lock:
+            overtaken, self._last_overtaken = self._last_overtaken, None
+        return overtaken or []
 
     # -- state ----------------------------------------------------------------------------
     @property

@@ -135,29 +135,50 @@ class LatencyMarker:
 
 
 class CheckpointBarrier:
-    """Flink's ``CheckpointBarrier`` event (its own buffer, broadcast to all channels)."""
+    """Flink's ``CheckpointBarrier`` event (its own buffer, broadcast to all channels).
 
-    __slots__ = ("checkpoint_id", "timestamp")
+    Its alignment (Flink's ``CheckpointOptions.AlignmentType``): ``unaligned`` — the
+    barrier overtakes queued buffers (a priority event) and the buffers it overtook are
+    persisted as channel state; otherwise aligned, and with ``timeout_ms`` > 0
+    (``execution.checkpointing.aligned-checkpoint-timeout``) aligned until ``timeout_ms``
+    after the checkpoint started (``timestamp``), then unaligned (``as_unaligned``).
+    Savepoints are always aligned without a timeout."""
 
-    def __init__(self, checkpoint_id: int, timestamp: int) -> None:
+    __slots__ = ("checkpoint_id", "timestamp", "unaligned", "timeout_ms")
+
+    def __init__(self, checkpoint_id: int, timestamp: int, unaligned: bool = False, timeout_ms: int = 0) -> None:
         self.checkpoint_id = int(checkpoint_id)
         self.timestamp = int(timestamp)
+        self.unaligned = bool(unaligned)
+        self.timeout_ms = int(timeout_ms)
+
+    @property
+    def is_timeoutable(self) -> bool:
+        """Aligned, switching to unaligned after ``timeout_ms`` (Flink's ``isTimeoutable``)."""
+        return not self.unaligned and self.timeout_ms > 0
+
+    def as_unaligned(self) -> "CheckpointBarrier":
+        """This checkpoint's barrier once its alignment timed out (Flink's ``asUnaligned``)."""
+        return self if self.unaligned else CheckpointBarrier(self.checkpoint_id, self.timestamp, True, 0)
 
     def __eq__(self, other: object) -> bool:
         return (
             type(other) is CheckpointBarrier
             and other.checkpoint_id == self.checkpoint_id
             and other.timestamp == self.timestamp
+            and other.unaligned == self.unaligned
+            and other.timeout_ms == self.timeout_ms
         )
 
     def __hash__(self) -> int:
-        return hash((CheckpointBarrier, self.checkpoint_id, self.timestamp))
+        return hash((CheckpointBarrier, self.checkpoint_id, self.timestamp, self.unaligned, self.timeout_ms))
 
     def __repr__(self) -> str:
-        return f"CheckpointBarrier({self.checkpoint_id}, {self.timestamp})"
+        extra = ", unaligned" if self.unaligned else (f", timeout_ms={self.timeout_ms}" if self.timeout_ms else "")
+        return f"CheckpointBarrier({self.checkpoint_id}, {self.timestamp}{extra})"
 
     def __reduce__(self):
-        return (CheckpointBarrier, (self.checkpoint_id, self.timestamp))
+        return (CheckpointBarrier, (self.checkpoint_id, self.timestamp, self.unaligned, self.timeout_ms))
 
 
 class CancelCheckpointMarker:

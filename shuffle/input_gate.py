@@ -30,6 +30,14 @@ of one buffer (runs of records as lists, ``TimestampedRecords``, aligned
 ``Watermark``/``WatermarkStatus`` changes, ``LatencyMarker``,
 ``CheckpointBarrier``, ``EndOfPartition``).
 
+Unaligned checkpoints (Flink's ``ChannelStatePersister``): ``start_persisting(id,
+channels)`` makes ``StreamTaskNetworkInput`` record, per listed channel, the start of an
+element its deserializer holds and every data buffer it then reads there, until
+``stop_persisting(id, channel)`` (barrier ``id`` arrived on it) adds the received buffers
+that barrier overtook in its channel (``take_overtaken``) and hands the lot over.
+``recover(states)`` makes it return a restored checkpoint's persisted buffers of every
+channel before anything of its gate.
+
 Thread safety: notifications may come from any thread; everything else is
 for the single task thread.
 """
@@ -39,12 +47,14 @@ from __future__ import annotations
 import threading
 from collections import deque
 from concurrent.futures import Future
-from typing import Any, Deque, List, Optional, Sequence, Tuple
+from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 from raylink.shuffle.buffer_pool import _AvailabilityHelper, _complete, completed_future
+from raylink.shuffle.channel_state import PartialRecord
 from raylink.shuffle.codec import decode_event
 from raylink.shuffle.elements import (
     END_OF_PARTITION,
+    CheckpointBarrier,
     EndOfPartition,
     Watermark,
     WatermarkStatus,
@@ -265,6 +275,12 @@ class InputGate:
             raise IndexError(f"{self!r} has no channel {index}")
         return self.channels[index]
 
+    def take_overtaken(self, index: int) -> List[Any]:
+        """The received data buffers the priority event channel ``index`` just returned
+        overtook (a remote channel's; a local channel's stayed in its producer's output)."""
+        take = getattr(self._channel(index), "take_overtaken", None)
+        return take() if take is not None else []
+
     def has_data(self) -> bool:
         return bool(self._queue)
 
@@ -352,6 +368,10 @@ class UnionInputGate:
     def unblock_all(self) -> None:
         self.resume_consumption()
 
+    def take_overtaken(self, flat_index: int) -> List[Any]:
+        g, c = self.gate_of_channel(flat_index)
+        return self.gates[g].take_overtaken(c)
+
     def is_blocked(self, flat_index: int) -> bool:
         g, c = self.gate_of_channel(flat_index)
         return self.gates[g].is_blocked(c)
@@ -405,6 +425,8 @@ class StreamTaskNetworkInput:
     items came from (for barrier alignment). Watermarks and statuses are
     returned only when the valve's output changes. ``block_channel`` /
     ``resume_consumption`` pass through to the gate (flattened indices).
+    Channel state (unaligned checkpoints): see the module doc; ``track_partial_records``
+    must be on for a partial element to be recorded.
     """
 
     def __init__(self, gate: "InputGate | UnionInputGate", input_index: int = 0) -> None:
@@ -414,20 +436,38 @@ class StreamTaskNetworkInput:
         self._deserializers = [RecordDeserializer() for _ in range(n)]
         self.valve = StatusWatermarkValve(n)
         self.last_channel = -1
+        #: keep the bytes of each channel's partial element (unaligned checkpoints are on)
+        self.track_partial_records = False
+        # per channel: the buffers read since its deserializer was last between two elements
+        self._retained: List[Optional[List[bytes]]] = [None] * n
+        self._persisting: Dict[int, List[Any]] = {}  # channel -> recorded items
+        self._persisting_id = -1
+        self._overtaken: Dict[int, Tuple[int, List[Any]]] = {}  # channel -> (checkpoint, buffers)
+        self._recovered: Deque[Tuple[int, Any]] = deque()
 
     def poll_next(self) -> Optional[List[Any]]:
-        r = self.gate.poll_next()
-        if r is None:
-            return None
+        if self._recovered:
+            r = self._recovered.popleft()
+        else:
+            r = self.gate.poll_next()
+            if r is None:
+                return None
         channel, boe = r
         self.last_channel = channel
         t = type(boe)
         if t is bytes:
-            items = self._deserializers[channel].feed(boe)
+            if self._persisting and channel in self._persisting:
+                self._persisting[channel].append(boe)
+            deserializer = self._deserializers[channel]
+            items = deserializer.feed(boe)
+            if self.track_partial_records:
+                self._track_partial(channel, boe, deserializer)
             if len(items) == 1 and type(items[0]) is list:
                 return items
             return self._through_valve(items, channel)
         if t is ObjectBuffer:  # an in-process run: already decoded
+            if self._persisting and channel in self._persisting:
+                self._persisting[channel].append(boe)
             items = boe.items
             if type(items[0]) is list:
                 return items
@@ -438,7 +478,74 @@ class StreamTaskNetworkInput:
                 raise RuntimeError(f"channel {channel}: partial record at end of partition")
             deserializer.clear()  # its unpacker's memory goes with the stream
             return [END_OF_PARTITION]
+        if t is PartialRecord:  # restored: the start of the element its deserializer held
+            deserializer = self._deserializers[channel]
+            for buffer in boe.buffers:
+                deserializer.feed(buffer)  # what completes here was processed before the checkpoint
+            self._retained[channel] = list(boe.buffers)
+            if self._persisting and channel in self._persisting:
+                self._persisting[channel].append(boe)
+            return []
+        if t is CheckpointBarrier and boe.unaligned:
+            overtaken = self.gate.take_overtaken(channel)
+            if overtaken:
+                self._overtaken[channel] = (boe.checkpoint_id, overtaken)
         return self._through_valve([boe], channel)
+
+    def _track_partial(self, channel: int, buffer: bytes, deserializer: RecordDeserializer) -> None:
+        """Keep the buffers read since the deserializer last stood between two elements (a flushed
+        buffer ends between two, so this holds at most a buffer timeout's worth of a channel)."""
+        retained = self._retained[channel]
+        if deserializer.at_element_boundary:
+            if retained is not None:
+                self._retained[channel] = None
+        elif retained is None:
+            self._retained[channel] = [buffer]
+        else:
+            retained.append(buffer)
+
+    # -- channel state (unaligned checkpoints; task thread) ------------------------------------
+    def start_persisting(self, checkpoint_id: int, channels: Sequence[int]) -> None:
+        """Record from now on what ``channels`` deliver, starting with their partial elements."""
+        self._persisting_id = checkpoint_id
+        persisting = self._persisting = {}
+        for c in channels:
+            retained = self._retained[c]
+            if retained:
+                if not self.track_partial_records:
+                    raise RuntimeError(f"channel {c}: partial elements are not tracked (track_partial_records is off)")
+                persisting[c] = [PartialRecord(tuple(retained))]
+            elif not self.track_partial_records and not self._deserializers[c].at_element_boundary:
+                raise RuntimeError(f"channel {c}: partial elements are not tracked (track_partial_records is off)")
+            else:
+                persisting[c] = []
+
+    def stop_persisting(self, checkpoint_id: int, channel: int) -> List[Any]:
+        """Barrier ``checkpoint_id`` arrived on ``channel`` (or it ended): what it recorded,
+        followed by the buffers that barrier overtook in the channel."""
+        items = self._persisting.pop(channel, []) if checkpoint_id == self._persisting_id else []
+        overtaken = self._overtaken.pop(channel, None)
+        if overtaken is not None and overtaken[0] == checkpoint_id:
+            items.extend(overtaken[1])
+        return items
+
+    def abort_persisting(self) -> None:
+        self._persisting = {}
+        self._overtaken.clear()
+
+    def recover(self, states: Sequence[Sequence[Any]]) -> None:
+        """Return ``states[c]`` (a restored checkpoint's items of channel ``c``) before any data
+        of the gate."""
+        n = self.gate.num_channels
+        if len(states) != n:
+            raise ValueError(f"channel state of {len(states)} channels for an input of {n}")
+        for c, items in enumerate(states):
+            for item in items:
+                self._recovered.append((c, item))
+
+    @property
+    def is_recovering(self) -> bool:
+        return bool(self._recovered)
 
     def _through_valve(self, items: List[Any], channel: int) -> List[Any]:
         out: List[Any] = []
@@ -462,7 +569,9 @@ class StreamTaskNetworkInput:
         self.gate.resume_consumption(channel)
 
     def is_finished(self) -> bool:
-        return self.gate.is_finished()
+        return not self._recovered and self.gate.is_finished()
 
     def get_available_future(self) -> Future:
+        if self._recovered:
+            return completed_future()
         return self.gate.get_available_future()

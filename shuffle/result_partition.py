@@ -19,6 +19,13 @@ batches buffers ships what it holds at that point.
 data only after ``finish()`` (batch exchange); it can be read several times
 (one view per reader).
 
+Priority events (unaligned checkpoints, Flink's ``PipelinedSubpartition.add`` of a
+priority buffer): ``add_priority_event`` puts an event at the head of the queue (behind
+priority events already there) and returns the data buffers it overtook, in order — the
+subpartition's output channel state for that checkpoint; they stay queued and are sent
+after the event. A priority event is queued with ``is_event`` = ``PRIORITY_EVENT`` (2,
+truthy), which readers pass on as it is, so a receiving channel can let it overtake too.
+
 Buffer permits: for ``PIPELINED_BOUNDED`` partitions with a buffer pool, every
 data buffer added takes a permit (overdraft if the pool is exhausted) that is
 recycled when the reader polls the buffer. Event buffers are unpooled (as in
@@ -53,7 +60,11 @@ __all__ = [
     "PipelinedSubpartition",
     "BoundedBlockingSubpartition",
     "ResultPartition",
+    "PRIORITY_EVENT",
 ]
+
+#: ``is_event`` of a priority event (a barrier of an unaligned checkpoint): truthy like True
+PRIORITY_EVENT = 2
 
 _EOP_BYTES = encode_event(END_OF_PARTITION)
 
@@ -154,6 +165,7 @@ class PipelinedSubpartition(ResultSubpartition):
         self._recycle = recycle
         self._on_consumed = on_consumed  # called once the reader polled EndOfPartition
         self._backlog = 0
+        self._num_priority = 0  # priority events at the head of the queue
         self._finished = False
         self._released = False
         self.num_buffers = 0
@@ -188,6 +200,29 @@ class PipelinedSubpartition(ResultSubpartition):
             raise RuntimeError(f"subpartition {self.index} is already finished")
         if listener is not None:
             listener()
+
+    def add_priority_event(self, buffer: bytes) -> List[Any]:
+        """Queue event ``buffer`` ahead of every data buffer and return those data buffers (the
+        ones it overtook, oldest first); nothing if the subpartition is finished or released."""
+        with self._lock:
+            if self._finished or self._released:
+                return []
+            q = self._queue
+            n = self._num_priority
+            overtaken = [b for i, (b, ev) in enumerate(q) if i >= n and not ev]
+            if n == 0:
+                q.appendleft((buffer, PRIORITY_EVENT))
+            else:
+                q.insert(n, (buffer, PRIORITY_EVENT))
+            if len(q) == 1:
+                self.oldest_ns = time.perf_counter_ns()
+            self._num_priority = n + 1
+            self.num_buffers += 1
+            self.num_bytes += len(buffer)
+            listener = self._on_flush or self._listener
+        if listener is not None:
+            listener()
+        return overtaken
 
     def finish(self) -> None:
         """Append EndOfPartition; nothing can be added afterwards."""
@@ -236,6 +271,8 @@ class PipelinedSubpartition(ResultSubpartition):
             buffer, is_event = self._queue.popleft()
             if not is_event:
                 self._backlog -= 1
+            elif self._num_priority and is_event == PRIORITY_EVENT:
+                self._num_priority -= 1
             q = self._queue
             self.oldest_ns = time.perf_counter_ns() if q else 0  # what is left waits afresh
             result = BufferAndBacklog(buffer, is_event, self._backlog, bool(q), bool(q) and q[0][1])
@@ -276,6 +313,7 @@ class PipelinedSubpartition(ResultSubpartition):
             n = sum(1 for _, ev in self._queue if not ev)
             self._queue.clear()
             self._backlog = 0
+            self._num_priority = 0
         if n and self._recycle is not None:
             self._recycle(n)
 
@@ -475,6 +513,13 @@ class ResultPartition:
                 s(buffer, is_event)
 
         return on_buffer
+
+    def broadcast_priority_event(self, buffer: bytes) -> List[List[Any]]:
+        """``add_priority_event`` to every subpartition (flush the writer first, so its partial
+        buffers are queued): the data buffers the event overtook, per subpartition."""
+        if not self.partition_type.is_pipelined:
+            raise ValueError("priority events (unaligned checkpoints) need a pipelined partition")
+        return [s.add_priority_event(buffer) for s in self.subpartitions]
 
     def create_subpartition_view(self, index: int, listener: Callable[[], None]) -> Any:
         return self.subpartitions[index].create_read_view(listener)

@@ -551,6 +551,23 @@ class RecordDeserializer:
         unpacker = self._unpacker
         return (unpacker is not None and unpacker.tell() < self._fed) or self._pending_ts is not None
 
+    @property
+    def at_element_boundary(self) -> bool:
+        """No element is partly read (after ``feed``): the next buffer starts a new one. For an
+        unaligned checkpoint's channel state, which replays a channel from such a point."""
+        if self._pending_ts is not None:
+            return False
+        unpacker = self._unpacker
+        if unpacker is None:
+            return True
+        if unpacker.tell() < self._fed:
+            return False
+        try:
+            unpacker.read_bytes(0)  # refused while the unpacker holds part of an object
+        except ValueError:
+            return False
+        return True
+
     def clear(self) -> None:
         """Forget buffered partial data and the unpacker (end of partition, channel released)."""
         self._unpacker = None

@@ -10,7 +10,10 @@ An operator's snapshot is a plain dict (only the parts it has):
   ``OperatorStateStore`` (mode ``"split"`` or ``"union"``) and the operator's broadcast
   states (mode ``"broadcast"``, the values are the map's items),
 * ``"custom"``: what the operator's own ``snapshot_operator_state()`` returns (source
-  positions, a sink writer's pending files).
+  positions, a sink writer's pending files),
+* ``"channel_state"`` (:data:`CHANNEL_STATE`, the head operator of a task only): the
+  task's in-flight buffers of an unaligned checkpoint
+  (``shuffle.channel_state.TaskChannelState``); restored by the task, never rescaled.
 
 Restoring hands every operator the snapshots of *all* its old subtasks, so key groups
 go where they belong now (rescaling), union list states reach everyone and split
@@ -250,7 +253,11 @@ def notify_checkpoint_aborted(operator: Any, checkpoint_id: int) -> None:
 
 
 __all__ = [
+#: the key of a task's channel state (unaligned checkpoints) in its head operator's snapshot
+CHANNEL_STATE = "channel_state"
+
     "OperatorListState",
+    "CHANNEL_STATE",
     "OperatorStateStore",
     "StateRestoreError",
     "initialize_operator",

@@ -18,6 +18,13 @@ limits; when one completes its folder is copied into a self-contained savepoint 
 its future completes with that folder's path. A failed savepoint fails its future, never the
 job. A stop-with-savepoint (``stop`` "suspend" / "drain") suspends periodic checkpoints
 (none may commit output past it) until it completes, or resumes them if it fails.
+Savepoints reach the tasks with ``stop`` "savepoint" when they do not stop the job, so
+the sources inject aligned barriers for them even with unaligned checkpoints on (Flink:
+savepoints are always aligned). Unaligned checkpoints
+(``execution.checkpointing.unaligned.enabled``) need ``execution.checkpointing.mode``
+exactly_once: with at_least_once the coordinator refuses to start
+(``IllegalConfigurationError``); the in-flight bytes a checkpoint persisted are
+``lastCheckpointPersistedData``.
 
 Thread-safety: all methods may be called from any thread; one lock guards the
 pending checkpoints. Callbacks run without the lock held.
@@ -32,8 +39,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from raylink.core.options import CheckpointingOptions, read_option
+from raylink.core.options import CheckpointingOptions, IllegalConfigurationError, read_option
 from raylink.errors import RaylinkError
+from raylink.runtime.task.channel_state_handling import SAVEPOINT
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +83,8 @@ class CheckpointStats:
     last_duration_ms: Optional[int] = None
     last_size: Optional[int] = None
     last_alignment_ms: Optional[float] = None
+    last_persisted_data: Optional[int] = None
+    last_unaligned: Optional[bool] = None
     last_restored_id: Optional[int] = None
     last_failure: Optional[str] = None
     per_subtask: dict = field(default_factory=dict)
@@ -88,6 +98,8 @@ class CheckpointStats:
             "lastCheckpointDuration": self.last_duration_ms,
             "lastCheckpointSize": self.last_size,
             "lastCheckpointAlignmentTime": self.last_alignment_ms,
+            "lastCheckpointPersistedData": self.last_persisted_data,
+            "lastCheckpointUnaligned": self.last_unaligned,
             "lastRestoredCheckpointId": self.last_restored_id,
             "lastCheckpointFailure": self.last_failure,
         }
@@ -112,6 +124,13 @@ class CheckpointCoordinator:
         self.min_pause_ms = read_option(settings, CheckpointingOptions.MIN_PAUSE_BETWEEN_CHECKPOINTS)
         self.max_concurrent = read_option(settings, CheckpointingOptions.MAX_CONCURRENT_CHECKPOINTS)
         self.tolerable_failures = read_option(settings, CheckpointingOptions.TOLERABLE_FAILURE_NUMBER)
+        self.unaligned = bool(read_option(settings, CheckpointingOptions.ENABLE_UNALIGNED))
+        if self.unaligned and read_option(settings, CheckpointingOptions.CHECKPOINTING_MODE) != "exactly_once":
+            raise IllegalConfigurationError(
+                f"{CheckpointingOptions.ENABLE_UNALIGNED.key}: unaligned checkpoints can only be enabled with "
+                f"{CheckpointingOptions.CHECKPOINTING_MODE.key} exactly_once (it is at_least_once); set the mode to "
+                f"exactly_once or turn unaligned checkpoints off"
+            )
         self._trigger = trigger
         self._notify_complete = notify_complete
         self._notify_aborted = notify_aborted
@@ -271,7 +290,7 @@ class CheckpointCoordinator:
                 savepoint=SavepointRequest(str(target_directory), stop, future),
             )
             self.stats.num_in_progress = len(self._pending)
-        self._send_trigger(checkpoint_id, timestamp, stop)
+        self._send_trigger(checkpoint_id, timestamp, stop if stop is not None else SAVEPOINT)
         return future
 
     def _expire_locked(self, now: float) -> None:
@@ -348,6 +367,8 @@ class CheckpointCoordinator:
             stats.last_size = completed.state_size
             alignments = [s.get("alignment_ms", 0.0) for s in checkpoint.task_stats.values()]
             stats.last_alignment_ms = max(alignments, default=0.0)
+            stats.last_persisted_data = sum(s.get("persisted_bytes", 0) for s in checkpoint.task_stats.values())
+            stats.last_unaligned = any(s.get("unaligned") for s in checkpoint.task_stats.values())
             stats.per_subtask = dict(checkpoint.task_stats)
             self._lock.notify_all()  # a final-checkpoint request may have waited for this one
         if savepoint is not None:

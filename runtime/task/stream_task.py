@@ -27,10 +27,18 @@ from raylink.operators.runtime_context import RecordContext, StreamingRuntimeCon
 from raylink.runtime.execution_state import ExecutionState
 from raylink.runtime.metrics import operator_metrics
 from raylink.runtime.process_tuning import pin_current_thread
+from raylink.runtime.task.channel_state_handling import (
+    SAVEPOINT,
+    barrier_for_trigger,
+    broadcast_priority_barrier,
+    restore_channel_state,
+    unaligned_settings,
+)
 from raylink.runtime.task.mailbox import BACK_PRESSURE, IDLE, OPERATOR, SOURCE_THREAD, MailboxExecutor, MailboxProcessor
 from raylink.runtime.task.operator_chain import OperatorChain, exception_with_operator
 from raylink.runtime.task.task_canceler import InterruptibleThreads, TaskCanceler, TaskCancellationTimeoutError
 from raylink.shuffle.barrier_handler import CheckpointBarrierHandler
+from raylink.shuffle.channel_state import InputChannelStateCollector, TaskChannelState
 from raylink.shuffle.elements import (
     END_OF_PARTITION,
     CancelCheckpointMarker,
@@ -41,6 +49,7 @@ from raylink.shuffle.elements import (
     WatermarkStatus,
 )
 from raylink.state.snapshots import (
+    CHANNEL_STATE,
     initialize_operator,
     notify_checkpoint_aborted,
     notify_checkpoint_complete,
@@ -121,6 +130,10 @@ class StreamTask:
         #: where a snapshot goes (the TaskExecutor writes it off this thread and acknowledges)
         self.checkpoint_sink = checkpoint_sink
         self._barrier_handler: Any = None
+        # unaligned checkpoints (execution.checkpointing.unaligned.enabled, aligned-checkpoint-timeout)
+        self._unaligned, self._alignment_timeout_ms = unaligned_settings(job_parameters)
+        # checkpoint id -> (snapshots, stats, output channel state) until its input channel state is in
+        self._pending_unaligned: dict = {}
         self.buffer_size = buffer_size
         self._source_batch = SOURCE_BATCH_SIZE
         self.subtask_index = subtask_index
@@ -264,6 +277,15 @@ class StreamTask:
             restore = self.restore or {}
             for operator, config in zip(self.chain.operators, jv.chain):
                 initialize_operator(operator, restore.get(config.operator_id))
+            restore_channel_state(
+                self.name,
+                jv.chain[0].operator_name,
+                restore.get(jv.chain[0].operator_id),
+                jv.parallelism,
+                self.subtask_index,
+                self.inputs,
+                self.writers,
+            )
             self._finished_on_restore = bool(restore) and all(
                 any(restore.get(c.operator_id) or ()) and all(s.get(FINISHED_MARK) for s in restore[c.operator_id] if s)
                 for c in jv.chain
@@ -579,12 +601,29 @@ class StreamTask:
 
     # -- checkpoints (Flink's SubtaskCheckpointCoordinator) ---------------------------------------------
     def _create_barrier_handler(self) -> Any:
-        """Aligned barriers over every channel of every input (Flink's SingleCheckpointBarrierHandler)."""
+        """Barriers over every channel of every input (Flink's SingleCheckpointBarrierHandler):
+        aligned, and with unaligned checkpoints on unaligned (or alternating, with a timeout),
+        persisting the inputs' in-flight buffers."""
+        channel_state = None
+        if self._unaligned and self.checkpoint_sink is not None:
+            for inp in self.inputs:
+                inp.track_partial_records = True
+            channel_state = InputChannelStateCollector(self.inputs, self._inputs_persisted)
         return CheckpointBarrierHandler.for_inputs(
             self.inputs,
             self._perform_checkpoint,
             lambda checkpoint_id, reason: self._decline(checkpoint_id, reason),
             task_name=self.name,
+            channel_state=channel_state,
+            schedule_timeout=self._schedule_alignment_check if channel_state is not None else None,
+        )
+
+    def _schedule_alignment_check(self, delay_ms: int) -> None:
+        """The barrier handler asks to look at its alignment again in ``delay_ms`` (timeout)."""
+        service = self._time_service
+        handler = self._barrier_handler
+        service.register_timer(
+            service.current_processing_time() + max(1, delay_ms), lambda _ts: handler.check_alignment_timeout()
         )
 
     def trigger_checkpoint(self, checkpoint_id: int, timestamp: int, stop: Optional[str] = None) -> None:
@@ -600,16 +639,22 @@ class StreamTask:
         self.mailbox_processor.mailbox.put(lambda: self._on_trigger(checkpoint_id, timestamp, stop))
 
     def _on_trigger(self, checkpoint_id: int, timestamp: int, stop: Optional[str] = None) -> None:
+        savepoint = stop is not None
+        if stop == SAVEPOINT:
+            stop = None
         if stop is not None:
             self._stop_savepoint = checkpoint_id
         if checkpoint_id <= self._last_checkpoint_id:
             return  # taken already (its barrier came first)
         if self.inputs and self._final_checkpoint is None:
-            self._missed_trigger = (checkpoint_id, timestamp)  # it may end its input before the barrier
+            # it may end its input before the barrier
+            self._missed_trigger = (checkpoint_id, timestamp, SAVEPOINT if savepoint and stop is None else stop)
             return
         if stop is not None and not self.inputs and self.chain is not None and not self._ended:
             self._stop_source(stop)
-        self._perform_checkpoint(CheckpointBarrier(checkpoint_id, timestamp))
+        self._perform_checkpoint(
+            barrier_for_trigger(checkpoint_id, timestamp, self._unaligned, self._alignment_timeout_ms, savepoint)
+        )
 
     def _stop_source(self, mode: str) -> None:
         """Stop-with-savepoint at a source: no record after the savepoint's barrier (a legacy
@@ -651,17 +696,46 @@ class StreamTask:
         if self._final_checkpoint is not None:  # taken after the end of input: restored, it stays finished
             for snapshot in snapshots.values():
                 snapshot[FINISHED_MARK] = True
-        for writer in self.writers:
-            writer.broadcast_event(barrier)
+        outputs = None
+        if barrier.unaligned:  # ahead of the queued output, which becomes channel state
+            outputs = broadcast_priority_barrier(self.writers, barrier)
+        else:
+            for writer in self.writers:
+                writer.broadcast_event(barrier)
         handler = self._barrier_handler
         stats = {
             "sync_ms": (time.perf_counter() - started) * 1000.0,
             "alignment_ms": handler.alignment_duration_ns / 1e6 if handler is not None else 0.0,
         }
+        if barrier.unaligned:
+            stats["unaligned"] = True
+            if handler is not None and handler.is_unaligned and handler.current_checkpoint_id == barrier.checkpoint_id:
+                # acknowledged once its input channel state is complete (_inputs_persisted)
+                self._pending_unaligned[barrier.checkpoint_id] = (snapshots, stats, outputs)
+                return
+            self._attach_channel_state(snapshots, stats, TaskChannelState([], outputs))
         if self.checkpoint_sink is not None:
             self.checkpoint_sink(self, barrier.checkpoint_id, snapshots, stats)
 
+    def _attach_channel_state(self, snapshots: dict, stats: dict, state: TaskChannelState) -> None:
+        """Put the task's channel state into its head operator's snapshot (if it holds any)."""
+        stats["persisted_bytes"] = state.size_bytes()
+        if not state.is_empty():
+            snapshots[self.job_vertex.chain[0].operator_id][CHANNEL_STATE] = state
+
+    def _inputs_persisted(self, checkpoint_id: int, inputs: list) -> None:
+        """Every barrier of unaligned checkpoint ``checkpoint_id`` is in: its input channel state
+        is complete; acknowledge the snapshot taken at the first one."""
+        pending = self._pending_unaligned.pop(checkpoint_id, None)
+        if pending is None:
+            return
+        snapshots, stats, outputs = pending
+        self._attach_channel_state(snapshots, stats, TaskChannelState(inputs, outputs or []))
+        if self.checkpoint_sink is not None:
+            self.checkpoint_sink(self, checkpoint_id, snapshots, stats)
+
     def _decline(self, checkpoint_id: int, reason: str) -> None:
+        self._pending_unaligned.pop(checkpoint_id, None)
         for writer in self.writers:  # downstream tasks stop waiting for this checkpoint's barrier
             writer.broadcast_event(CancelCheckpointMarker(checkpoint_id))
         if self.checkpoint_sink is not None:
