@@ -252,12 +252,12 @@ def notify_checkpoint_aborted(operator: Any, checkpoint_id: int) -> None:
             listener(checkpoint_id)
 
 
-__all__ = [
 #: the key of a task's channel state (unaligned checkpoints) in its head operator's snapshot
 CHANNEL_STATE = "channel_state"
 
-    "OperatorListState",
+__all__ = [
     "CHANNEL_STATE",
+    "OperatorListState",
     "OperatorStateStore",
     "StateRestoreError",
     "initialize_operator",
