@@ -753,16 +753,6 @@ class CheckpointingOptions:
         "Checkpoints in progress at once.",
         check=_at_least(1),
     )
-    TOLERABLE_FAILURE_NUMBER = option(
-        "execution.checkpointing.tolerable-failed-checkpoints",
-        "int",
-        0,
-        "Consecutive failed checkpoints tolerated before the job fails over.",
-        check=_at_least(0),
-    )
-
-
-class SavepointConfigOptions:
     ENABLE_UNALIGNED = option(
         "execution.checkpointing.unaligned.enabled",
         "bool",
@@ -780,6 +770,16 @@ class SavepointConfigOptions:
         fallback_keys=("execution.checkpointing.alignment-timeout",),
         check=_at_least(0),
     )
+    TOLERABLE_FAILURE_NUMBER = option(
+        "execution.checkpointing.tolerable-failed-checkpoints",
+        "int",
+        0,
+        "Consecutive failed checkpoints tolerated before the job fails over.",
+        check=_at_least(0),
+    )
+
+
+class SavepointConfigOptions:
     """Flink's ``SavepointConfigOptions`` and ``CheckpointingOptions.SAVEPOINT_DIRECTORY``."""
 
     SAVEPOINT_PATH = option(
