@@ -68,8 +68,15 @@ def test_dashboard_shows_back_pressure_and_cancels_the_job(ray_session):
             try:
                 page = browser.new_page(viewport={"width": 1280, "height": 900})
                 page.set_default_timeout(60_000)
-                page.goto(f"{client.rest_endpoint.url}/#/jobs/{client.job_id}")
                 expect = sync_api.expect
+                # the job list: name, state, start, duration, restarts; its name leads to the job page
+                page.goto(f"{client.rest_endpoint.url}/")
+                row = page.locator(f'#jobs tr[data-jid="{client.job_id}"]')
+                expect(row).to_contain_text("dashboard job")
+                expect(row).to_contain_text("RUNNING")
+                expect(row.locator("td.restarts")).to_have_text("0")
+                row.get_by_role("link", name="dashboard job").click()
+                page.wait_for_url(f"**/#/jobs/{client.job_id}")
                 expect(page.locator("svg.dag g.vertex")).to_have_count(len(names), timeout=60_000)
                 for name in names:  # every vertex, its name written in its box
                     expect(page.locator(_vertex(name)).locator("text.vname")).to_have_text(name)
