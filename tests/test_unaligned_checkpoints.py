@@ -361,3 +361,51 @@ def test_pyflink_checkpoint_config_switches_unaligned_checkpoints():
     assert config.get_aligned_checkpoint_timeout() == Duration.of_millis(2000)
     config.disable_unaligned_checkpoints()
     assert not config.is_unaligned_checkpoints_enabled()
+
+
+@pytest.mark.timeout(240)
+def test_savepoints_stay_aligned_and_in_flight_data_is_not_restored_at_another_parallelism(tmp_path):
+    """A savepoint of a job with unaligned checkpoints is aligned (no channel state); the retained
+    unaligned checkpoint of the cancelled job holds in-flight data and restoring it at parallelism 3
+    is refused, naming the operator and suggesting a savepoint."""
+    flag = str(tmp_path / "never")
+    env = make_env("local", 2, unaligned_conf(tmp_path, **{"restart-strategy.type": "none"}))
+    build_job(env, tmp_path / "out", flag, 10**7)
+    client = env.execute_async("unaligned, then a savepoint")
+    try:
+        persisted = lambda: (client.get_checkpoint_stats().get("lastCheckpointPersistedData") or 0) > 0  # noqa: E731
+        assert wait_for(lambda: persisted() or client.wait(0), client, timeout=120)
+        savepoint = client.trigger_savepoint(str(tmp_path / "savepoints")).result(120)
+        stats = client.get_checkpoint_stats()
+        assert stats["lastCheckpointUnaligned"] is False and stats["lastCheckpointPersistedData"] == 0
+        after = stats["lastCheckpointId"]
+        assert wait_for(
+            lambda: client.get_checkpoint_stats()["lastCheckpointId"] > after and persisted() or client.wait(0),
+            client,
+            timeout=120,
+        )
+    finally:
+        client.cancel()
+        client.wait(60)
+    assert savepoint
+    job_folder = tmp_path / "checkpoints" / client.get_job_id()
+    kept = sorted(
+        (p for p in job_folder.iterdir() if p.name.startswith("chk-") and (p / "_metadata").exists()),
+        key=lambda p: int(p.name[4:]),
+    )
+    with_data = [p for p in kept if restored_channel_state_bytes(tmp_path / "checkpoints", int(p.name[4:])) > 0]
+    assert with_data, kept
+    env3 = make_env(
+        "local",
+        3,
+        unaligned_conf(tmp_path, **{"execution.savepoint.path": str(with_data[-1]), "restart-strategy.type": "none"}),
+    )
+    build_job(env3, tmp_path / "out3", flag, 1000)
+    client3 = env3.execute_async("rescaled")
+    assert client3.wait(120)
+    assert client3.get_job_status() == "FAILED"
+    with pytest.raises(Exception) as info:
+        client3.get_job_execution_result(1)
+    message = str(info.value)
+    assert "unaligned" in message and "in-flight" in message and "savepoint" in message, message
+    assert "parallelism 2" in message and "parallelism 3" in message, message
