@@ -20,6 +20,10 @@ overlap), and a ``StreamPartitioner``. Flush rules (Flink's ``RecordWriter`` / `
   channel first and travel in their own buffer;
 * ``finish()`` flushes and appends EndOfPartition to every subpartition.
 
+Batches: ``emit_batch`` splits a batch per channel with the partitioner's ``bucket`` (channel
+selection and bucketing in one pass, compiled for keyed exchanges when the compiled per-record
+path is built: ``shuffle.hotpath``), then serializes each channel's share in one call.
+
 Back pressure: ``emit*`` never blocks; when the output pool is exhausted the
 buffers are overdrafted and ``is_available()`` turns False. The task must check
 ``is_available()`` before taking more input and otherwise wait on

@@ -22,6 +22,7 @@ from raylink.graph.job_graph import StreamConfig
 from raylink.operators.factory import create_operator
 from raylink.operators.runtime_context import StreamingRuntimeContext
 from raylink.shuffle.elements import WatermarkStatus
+from raylink.shuffle.hotpath import log_active
 
 
 class OperatorError(RaylinkError, RuntimeError):
@@ -164,6 +165,7 @@ class OperatorChain:
     ) -> None:
         self.configs = configs
         self.context = context
+        log_active()  # which per-record path this TaskExecutor runs (compiled or pure Python), once per process
         # end-to-end latencies (ms) of the latency markers that reached a sink of this chain
         self.latency_samples: deque = deque(maxlen=10_000)
         self.operators: list[Any] = []
