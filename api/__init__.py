@@ -41,6 +41,7 @@ from raylink.api.output_tag import OutputTag
 from raylink.api.serialization import ByteArraySchema, DeserializationSchema, SerializationSchema, SimpleStringSchema
 from raylink.api.slot_sharing_group import MemorySize, SlotSharingGroup
 from raylink.api.state import *  # noqa: F401,F403 - state descriptors and interfaces
+from raylink.api.state_backend import EmbeddedRocksDBStateBackend, HashMapStateBackend, StateBackend
 from raylink.api.stream_execution_environment import StreamExecutionEnvironment
 from raylink.api.time import Duration, Instant, Time
 from raylink.api.types import Row, RowKind, TypeInformation, Types
@@ -93,6 +94,9 @@ __all__ = (
     [
         "AsyncDataStream",
         "BucketAssigner",
+        "EmbeddedRocksDBStateBackend",
+        "HashMapStateBackend",
+        "StateBackend",
         "CheckpointConfig",
         "CheckpointListener",
         "CheckpointedFunction",

@@ -16,13 +16,16 @@ from raylink.api.datastream import DataStream
 from raylink.api.execution_config import ExecutionConfig
 from raylink.api.execution_mode import RuntimeExecutionMode
 from raylink.api.slot_sharing_group import SlotSharingGroup
+from raylink.api.state_backend import EmbeddedRocksDBStateBackend, HashMapStateBackend, StateBackend
 from raylink.core.checkpointing import CheckpointConfig
 from raylink.core.configuration import Configuration
 from raylink.core.options import (
+    CheckpointingOptions,
     CoreOptions,
     ExecutionOptions,
     PipelineOptions,
     RaylinkOptions,
+    StateBackendOptions,
     validate_enumerated_values,
 )
 from raylink.core.types import apply_declared_type
@@ -118,6 +121,29 @@ class StreamExecutionEnvironment:
 
     def get_checkpoint_interval(self) -> int:
         return self.get_checkpoint_config().get_checkpoint_interval()
+
+    def set_state_backend(self, state_backend: StateBackend) -> "StreamExecutionEnvironment":
+        """Where keyed state lives (PyFlink's ``set_state_backend``): ``HashMapStateBackend()``
+        or ``EmbeddedRocksDBStateBackend(...)``; writes ``state.backend.type`` and the backend's
+        other keys into this environment's configuration."""
+        if not isinstance(state_backend, StateBackend):
+            raise TypeError(
+                f"set_state_backend: expected a HashMapStateBackend or EmbeddedRocksDBStateBackend, "
+                f"got {type(state_backend).__name__}"
+            )
+        state_backend.configure(self.configuration)
+        return self
+
+    def get_state_backend(self) -> StateBackend:
+        """The backend ``state.backend.type`` names (a new object describing it)."""
+        kind = self.configuration.get(StateBackendOptions.STATE_BACKEND)
+        if kind == "rocksdb":
+            backend = EmbeddedRocksDBStateBackend(self.configuration.get(CheckpointingOptions.INCREMENTAL_CHECKPOINTS))
+            paths = self.configuration.get(StateBackendOptions.ROCKSDB_LOCAL_DIRECTORIES)
+            if paths:
+                backend.set_db_storage_paths(*[p for p in paths.split(",") if p.strip()])
+            return backend
+        return HashMapStateBackend()
 
     def set_runtime_mode(self, execution_mode: Any) -> "StreamExecutionEnvironment":
         """Run the job in ``RuntimeExecutionMode.STREAMING`` (the default), ``BATCH`` (blocking

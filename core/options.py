@@ -718,6 +718,16 @@ class CheckpointingOptions:
         fallback_keys=("state.storage.fs.memory-threshold", "state.backend.fs.memory-threshold"),
         check=_inline_threshold,
     )
+    INCREMENTAL_CHECKPOINTS = option(
+        "execution.checkpointing.incremental",
+        "bool",
+        False,
+        "Checkpoints write only what changed since the last completed one (the rocksdb backend: "
+        "its new SST files; older files are shared with earlier checkpoints under the job's "
+        "shared/ folder and deleted when no retained checkpoint refers to them). The hashmap "
+        "backend writes its whole state every time.",
+        fallback_keys=("state.backend.incremental",),
+    )
     CHECKPOINTING_INTERVAL = option(
         "execution.checkpointing.interval",
         "duration",
@@ -812,12 +822,57 @@ class StateBackendOptions:
         "enum",
         "hashmap",
         "The state backend: hashmap (keyed state as Python objects on the TaskExecutors' heap, "
-        "snapshotted into checkpoints). Flink's rocksdb and forst are not supported yet: a job "
-        "naming them fails instead of running on the heap.",
+        "snapshotted into checkpoints) or rocksdb (keyed state in an embedded RocksDB on the "
+        "TaskExecutor's local disk, checkpointed from RocksDB's own checkpoints; incremental with "
+        "execution.checkpointing.incremental). Flink's forst is not supported yet.",
         fallback_keys=("state.backend",),
-        choices=("hashmap",),
-        unsupported=("rocksdb", "forst"),
+        choices=("hashmap", "rocksdb"),
+        unsupported=("forst",),
     )
+    ROCKSDB_LOCAL_DIRECTORIES = option(
+        "state.backend.rocksdb.localdir",
+        "str",
+        None,
+        "Where the rocksdb backend keeps its working files on the TaskExecutor (unset: a "
+        "raylink-rocksdb folder in the system's temporary directory); several directories "
+        "separated by ',' are used round robin by subtask.",
+        fallback_keys=("state.backend.rocksdb.local-dir",),
+    )
+    ROCKSDB_MEMORY_FIXED_PER_SLOT = option(
+        "state.backend.rocksdb.memory.fixed-per-slot",
+        "memory",
+        None,
+        "Memory of one rocksdb keyed backend (its write buffers and block cache together); "
+        "unset: taskmanager.memory.managed.fraction of taskmanager.memory.process.size per slot "
+        "when set, else 128mb.",
+    )
+    ROCKSDB_WRITE_BUFFER_RATIO = option(
+        "state.backend.rocksdb.memory.write-buffer-ratio",
+        "float",
+        0.5,
+        "The share of a rocksdb backend's memory its write buffers (memtables) may take.",
+        check=lambda v: _fraction_check("state.backend.rocksdb.memory.write-buffer-ratio", v),
+    )
+    ROCKSDB_WRITE_BATCH_SIZE = option(
+        "state.backend.rocksdb.write-batch-size",
+        "memory",
+        2 * 1024 * 1024,
+        "Values a rocksdb keyed backend keeps as Python objects before writing them to RocksDB in "
+        "one batch (bytes of their serialised form, roughly; Flink's write batch size).",
+    )
+    MANAGED_MEMORY_FRACTION = option(
+        "taskmanager.memory.managed.fraction",
+        "float",
+        0.4,
+        "The share of taskmanager.memory.process.size given to the rocksdb backends of a "
+        "TaskExecutor (split between its slots).",
+        check=lambda v: _fraction_check("taskmanager.memory.managed.fraction", v),
+    )
+
+
+def _fraction_check(key: str, value: float) -> None:
+    if not 0.0 < value < 1.0:
+        raise ValueError(f"{key} must be in (0, 1), got {value}")
 
 
 class RestartStrategyOptions:

@@ -284,7 +284,7 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
         """The contents of ``namespace`` (a dict key -> contents), created for a new key."""
         pane = self._contents.get(namespace)
         if pane is None:
-            pane = self._contents[namespace] = {}
+            pane = self._contents.setdefault(namespace, {})
         return pane
 
     def _add_contents(self, key: Any, namespace: Any, value: Any, timestamp: Optional[int]) -> None:
@@ -533,7 +533,7 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
         timer. Returns the window's pane (key -> contents)."""
         pane = self._contents.get(window)
         if pane is None:
-            pane = self._contents[window] = {}
+            pane = self._contents.setdefault(window, {})
         self.keyed_state_backend.key_group_of(key)  # validates the key
         kind = self.contents_kind
         if kind == REDUCING:
@@ -600,7 +600,7 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
         """Elements that all belong to ``window`` alone (not due): one pane, one loop per kind."""
         pane = self._contents.get(window)
         if pane is None:
-            pane = self._contents[window] = {}
+            pane = self._contents.setdefault(window, {})
         get = pane.get
         new_pane = self._new_pane
         missing = _MISSING

@@ -39,6 +39,7 @@ record of completed checkpoints stays with the original (the JobMaster's) instan
 from __future__ import annotations
 
 import logging
+import os
 import posixpath
 import re
 import struct
@@ -48,7 +49,7 @@ import uuid
 import zlib
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Mapping, Optional, Tuple, Union
 
 import fsspec
 import msgpack
@@ -62,6 +63,8 @@ log = logging.getLogger(__name__)
 METADATA_FILE_NAME = "_metadata"
 #: prefix of a checkpoint's folder (Flink's ``chk-``)
 CHECKPOINT_DIR_PREFIX = "chk-"
+#: the folder of a job's (or a savepoint's) files shared between checkpoints
+SHARED_DIR_NAME = "shared"
 #: prefix of a savepoint's folder (Flink's ``savepoint-<job id prefix>-<random>``)
 SAVEPOINT_DIR_PREFIX = "savepoint-"
 #: metadata format written by this version; older versions stay readable
@@ -96,11 +99,14 @@ class _UnusableCheckpoint(CheckpointStorageError):
 class FileStateHandle:
     """State in a file of the checkpoint storage (Flink's ``FileStateHandle``).
 
-    ``path`` is the filesystem path (no protocol) of the file, ``size`` its length in bytes.
+    ``path`` is the filesystem path (no protocol) of the file, ``size`` its length in bytes;
+    ``shared`` the files under the job's ``shared/`` folder the state refers to (an
+    incremental RocksDB checkpoint's SST files, Flink's shared state handles).
     """
 
     path: str
     size: int
+    shared: Tuple[str, ...] = ()
 
     @property
     def state_size(self) -> int:
@@ -113,6 +119,7 @@ class ByteStreamStateHandle:
 
     handle_name: str
     data: bytes = field(repr=False)
+    shared: Tuple[str, ...] = ()
 
     @property
     def state_size(self) -> int:
@@ -300,8 +307,11 @@ class CheckpointStorage:
             raise self._not_writable(job_path, exc) from exc
 
     # -- the task side: state files ---------------------------------------------------------------
-    def write_state(self, checkpoint_id: int, operator_id: str, subtask: int, data: bytes) -> StateHandle:
-        """Stores one state blob of ``subtask`` of ``operator_id`` for ``checkpoint_id``.
+    def write_state(
+        self, checkpoint_id: int, operator_id: str, subtask: int, data: bytes, shared: Tuple[str, ...] = ()
+    ) -> StateHandle:
+        """Stores one state blob of ``subtask`` of ``operator_id`` for ``checkpoint_id``;
+        ``shared``: the shared files (:meth:`write_shared_file`) the blob refers to.
 
         Blocking I/O: call it off the task thread. Blobs below the inline threshold are not
         written but returned inline.
@@ -310,7 +320,7 @@ class CheckpointStorage:
             raise ValueError(f"illegal subtask index {subtask} of operator {operator_id!r}")
         name = f"{_UNSAFE.sub('_', str(operator_id)) or 'op'}-{subtask}-{uuid.uuid4().hex}"
         if len(data) < self.inline_threshold:
-            return ByteStreamStateHandle(name, bytes(data))
+            return ByteStreamStateHandle(name, bytes(data), tuple(shared))
         chk_path = self._chk_path(checkpoint_id)
         path = posixpath.join(chk_path, name)
         fs = self._fs
@@ -319,7 +329,20 @@ class CheckpointStorage:
             fs.pipe_file(path, bytes(data))
         except OSError as exc:
             raise self._not_writable(chk_path, exc) from exc
-        return FileStateHandle(path, len(data))
+        return FileStateHandle(path, len(data), tuple(shared))
+
+    def write_shared_file(self, local_path: str, name: str) -> Tuple[str, int]:
+        """Uploads local file ``local_path`` as ``<job>/shared/<name>`` (a file later checkpoints
+        may refer to as well); returns its path and size. Blocking I/O."""
+        shared_path = posixpath.join(self._job_path(), SHARED_DIR_NAME)
+        path = posixpath.join(shared_path, name)
+        fs = self._fs
+        try:
+            fs.makedirs(shared_path, exist_ok=True)
+            fs.put_file(local_path, path)
+        except OSError as exc:
+            raise self._not_writable(shared_path, exc) from exc
+        return path, os.path.getsize(local_path)
 
     def read_state(self, handle: StateHandle) -> bytes:
         """The bytes ``handle`` names; a missing or truncated file raises an error naming it."""
@@ -385,17 +408,33 @@ class CheckpointStorage:
             self._delete_dir(checkpoint_id)
 
     def _metadata_bytes(
-        self, checkpoint_id: int, operators: dict, chk_path: str, trigger: int, completion: int, props: dict
+        self,
+        checkpoint_id: int,
+        operators: dict,
+        chk_path: str,
+        trigger: int,
+        completion: int,
+        props: dict,
+        shared_dir: str = "../" + SHARED_DIR_NAME,
     ) -> bytes:
-        """The ``_metadata`` file of a checkpoint whose files lie in ``chk_path`` (named relative)."""
+        """The ``_metadata`` file of a checkpoint whose files lie in ``chk_path`` (named relative)
+        and whose shared files lie in ``shared_dir`` relative to it."""
+        shared_path = posixpath.normpath(posixpath.join(chk_path, shared_dir))
         body = {
+            "shared_dir": shared_dir,
             "job_id": self.job_id,
             "checkpoint_id": checkpoint_id,
             "trigger_timestamp": trigger,
             "completion_timestamp": completion,
             "properties": props,
             "operators": [
-                [operator_id, [self._encode_handle(int(i), h, chk_path, operator_id) for i, h in sorted(subs.items())]]
+                [
+                    operator_id,
+                    [
+                        self._encode_handle(int(i), h, chk_path, operator_id, shared_path)
+                        for i, h in sorted(subs.items())
+                    ],
+                ]
                 for operator_id, subs in operators.items()
             ],
         }
@@ -428,7 +467,16 @@ class CheckpointStorage:
                     if isinstance(handle, FileStateHandle):
                         path = posixpath.join(folder, posixpath.basename(handle.path))
                         fs.pipe_file(path, self.read_state(handle))
-                        handle = FileStateHandle(path, handle.size)
+                        handle = FileStateHandle(path, handle.size, handle.shared)
+                    if handle.shared:  # self-contained: its own copy of every shared file
+                        fs.makedirs(posixpath.join(folder, SHARED_DIR_NAME), exist_ok=True)
+                        copies = []
+                        for source in handle.shared:
+                            target = posixpath.join(folder, SHARED_DIR_NAME, posixpath.basename(source))
+                            src_fs, src_path = fsspec.core.url_to_fs(source) if "://" in source else (self._fs, source)
+                            fs.pipe_file(target, src_fs.cat_file(src_path))
+                            copies.append(target)
+                        handle = replace(handle, shared=tuple(copies))
                     copied[subtask] = handle
             props = dict(completed.properties, savepoint=True)
             raw = self._metadata_bytes(
@@ -438,6 +486,7 @@ class CheckpointStorage:
                 completed.trigger_timestamp,
                 completed.completion_timestamp,
                 props,
+                shared_dir=SHARED_DIR_NAME,
             )
             fs.pipe_file(posixpath.join(folder, METADATA_FILE_NAME), raw)  # last: a folder without it is no savepoint
         except OSError as exc:
@@ -527,14 +576,23 @@ class CheckpointStorage:
             self._loaded.clear()
 
     # -- internals ----------------------------------------------------------------------------------
-    def _encode_handle(self, subtask: int, handle: StateHandle, chk_path: str, operator_id: str) -> list:
+    def _encode_handle(
+        self, subtask: int, handle: StateHandle, chk_path: str, operator_id: str, shared_path: str = ""
+    ) -> list:
         if isinstance(handle, ByteStreamStateHandle):
-            return [subtask, "inline", handle.handle_name, bytes(handle.data)]
-        if isinstance(handle, FileStateHandle):
+            entry = [subtask, "inline", handle.handle_name, bytes(handle.data)]
+        elif isinstance(handle, FileStateHandle):
             if posixpath.dirname(handle.path) == chk_path:
-                return [subtask, "file", posixpath.basename(handle.path), handle.size]
-            return [subtask, "file-absolute", handle.path, handle.size]
-        raise TypeError(f"operator {operator_id!r} subtask {subtask}: {handle!r} is not a state handle")
+                entry = [subtask, "file", posixpath.basename(handle.path), handle.size]
+            else:
+                entry = [subtask, "file-absolute", handle.path, handle.size]
+        else:
+            raise TypeError(f"operator {operator_id!r} subtask {subtask}: {handle!r} is not a state handle")
+        if handle.shared:  # names in the shared folder, else (elsewhere) the path
+            entry.append(
+                [p[len(shared_path) + 1 :] if posixpath.dirname(p) == shared_path else p for p in handle.shared]
+            )
+        return entry
 
     def _write_atomically(self, path: str, data: bytes) -> None:
         fs = self._fs
@@ -579,13 +637,42 @@ class CheckpointStorage:
         """Retention: drop completed checkpoints beyond ``num_retained`` and unfinished
         folders older than ``newest_id``."""
         retained = sorted(self._completed_ids)
-        for checkpoint_id in retained[: -self.num_retained]:
+        dropped = retained[: -self.num_retained]
+        if dropped:
+            released = set().union(*(self._shared_of(c) for c in dropped))
+            if released:  # Flink's SharedStateRegistry: a shared file goes with its last checkpoint
+                released -= set().union(*(self._shared_of(c) for c in retained[-self.num_retained :]))
+        for checkpoint_id in dropped:
             self._completed_ids.discard(checkpoint_id)
             self._loaded.pop(checkpoint_id, None)
             self._delete_dir(checkpoint_id)
+        if dropped:
+            for path in sorted(released):
+                try:
+                    self._fs.rm_file(path)
+                except FileNotFoundError:
+                    pass
+                except OSError as exc:  # a leftover file is harmless
+                    log.warning("could not delete shared state file %s: %s", self._display(path), exc)
         for checkpoint_id in self._list_checkpoint_ids():
             if checkpoint_id < newest_id and checkpoint_id not in self._completed_ids:
                 self._delete_dir(checkpoint_id)
+
+    def _shared_of(self, checkpoint_id: int) -> set[str]:
+        """The shared files completed checkpoint ``checkpoint_id`` refers to (none if its
+        metadata cannot be read)."""
+        completed = self._loaded.get(checkpoint_id)
+        if completed is None:
+            chk_path = self._chk_path(checkpoint_id)
+            meta_path = posixpath.join(chk_path, METADATA_FILE_NAME)
+            try:
+                completed = self._decode(
+                    self._fs.cat_file(meta_path), self._display(meta_path), chk_path, checkpoint_id
+                )
+            except (OSError, CheckpointStorageError) as exc:
+                log.warning("shared files of checkpoint %d of job %s unknown: %s", checkpoint_id, self.job_id, exc)
+                return set()
+        return {p for subtasks in completed.operator_states.values() for h in subtasks.values() for p in h.shared}
 
     def _delete_dir(self, checkpoint_id: int) -> None:
         path = self._chk_path(checkpoint_id)
@@ -675,7 +762,10 @@ def load_completed_checkpoint(path: str, storage_options: Optional[Mapping[str, 
     if _url(fs, folder) != folder:  # not the local filesystem: every file named by its URL
         operators = {
             op: {
-                i: FileStateHandle(_url(fs, h.path), h.size) if isinstance(h, FileStateHandle) else h
+                i: replace(
+                    FileStateHandle(_url(fs, h.path), h.size) if isinstance(h, FileStateHandle) else h,
+                    shared=tuple(_url(fs, p) for p in h.shared),
+                )
                 for i, h in subtasks.items()
             }
             for op, subtasks in completed.operator_states.items()
@@ -708,15 +798,20 @@ def _decode_metadata(
         if checkpoint_id is not None and body["checkpoint_id"] != checkpoint_id:
             raise corrupt(f"it describes checkpoint {body['checkpoint_id']}, not {checkpoint_id}")
         operators: dict[str, dict[int, StateHandle]] = {}
+        shared_path = posixpath.normpath(posixpath.join(chk_path, body.get("shared_dir", "../" + SHARED_DIR_NAME)))
         for operator_id, entries in body["operators"]:
             subtasks: dict[int, StateHandle] = {}
-            for subtask, kind, name, value in entries:
+            for entry in entries:
+                subtask, kind, name, value = entry[:4]
+                shared = tuple(
+                    n if "/" in n else posixpath.join(shared_path, n) for n in (entry[4] if len(entry) > 4 else ())
+                )
                 if kind == "inline":
-                    subtasks[subtask] = ByteStreamStateHandle(name, value)
+                    subtasks[subtask] = ByteStreamStateHandle(name, value, shared)
                 elif kind == "file":
-                    subtasks[subtask] = FileStateHandle(posixpath.join(chk_path, name), value)
+                    subtasks[subtask] = FileStateHandle(posixpath.join(chk_path, name), value, shared)
                 elif kind == "file-absolute":
-                    subtasks[subtask] = FileStateHandle(name, value)
+                    subtasks[subtask] = FileStateHandle(name, value, shared)
                 else:
                     raise corrupt(f"unknown state handle kind {kind!r}")
             operators[operator_id] = subtasks
@@ -742,6 +837,20 @@ def _verify_state_files(fs: Any, display: Any, completed: CompletedCheckpoint, s
     sizes: dict[str, Optional[dict[str, int]]] = {}
     for operator_id, subtasks in completed.operator_states.items():
         for subtask, handle in subtasks.items():
+            for path in handle.shared:
+                folder = posixpath.dirname(path)
+                if folder not in sizes:
+                    try:
+                        listing = fs.ls(folder, detail=True)
+                        sizes[folder] = {posixpath.basename(e["name"].rstrip("/")): e.get("size") for e in listing}
+                    except FileNotFoundError:
+                        sizes[folder] = {}
+                if posixpath.basename(path) not in sizes[folder]:
+                    raise _UnusableCheckpoint(
+                        f"shared state file {display(path)!r} of operator {operator_id!r} subtask {subtask}, "
+                        f"named in {shown!r}, is missing",
+                        display(path),
+                    )
             if not isinstance(handle, FileStateHandle):
                 continue
             folder = posixpath.dirname(handle.path)
@@ -777,6 +886,7 @@ __all__ = [
     "METADATA_FILE_NAME",
     "METADATA_VERSION",
     "SAVEPOINT_DIR_PREFIX",
+    "SHARED_DIR_NAME",
     "load_completed_checkpoint",
     "read_state_handle",
     "StateHandle",

@@ -37,6 +37,7 @@ from raylink.core.state import ListState
 from raylink.core.state import OperatorStateStore as OperatorStateStoreInterface
 from raylink.errors import SuppressRestartsError
 from raylink.state.broadcast_state import BROADCAST, HeapBroadcastState
+from raylink.state.state_backend_loader import restore_keyed_state
 
 
 class StateRestoreError(SuppressRestartsError, ValueError):
@@ -170,10 +171,7 @@ def initialize_operator(operator: Any, per_subtask: Optional[List[Optional[dict]
         backend = getattr(rc, "keyed_state_backend", None)
         keyed = [s["keyed"] for s in per_subtask if s and "keyed" in s]
         if backend is not None and keyed:
-            merged: dict = {}
-            for snapshot in keyed:
-                merged.update(snapshot)  # key groups are disjoint between old subtasks
-            backend.restore(merged)
+            restore_keyed_state(backend, keyed)
         timers = getattr(operator, "timer_service", None)
         for snapshot in per_subtask:
             if snapshot and "timers" in snapshot and timers is not None:
@@ -222,7 +220,7 @@ def snapshot_operator(operator: Any, checkpoint_id: int, timestamp: int) -> dict
             state["operator"] = lists
     backend = getattr(operator.runtime_context, "keyed_state_backend", None)
     if backend is not None:
-        state["keyed"] = backend.snapshot()
+        state["keyed"] = backend.snapshot(checkpoint_id)
     timers = getattr(operator, "timer_service", None)
     if timers is not None and hasattr(timers, "snapshot"):
         state["timers"] = timers.snapshot()
@@ -236,6 +234,10 @@ def notify_checkpoint_complete(operator: Any, checkpoint_id: int) -> None:
     hook = getattr(operator, "notify_checkpoint_complete", None)
     if hook is not None:
         hook(checkpoint_id)
+    backend = getattr(getattr(operator, "runtime_context", None), "keyed_state_backend", None)
+    backend_hook = getattr(backend, "notify_checkpoint_complete", None)
+    if backend_hook is not None:  # the RocksDB backend: what its next incremental checkpoint may share
+        backend_hook(checkpoint_id)
     for function in _functions(operator):
         listener = getattr(function, "notify_checkpoint_complete", None)
         if callable(listener) and not isinstance(function, type):

@@ -45,11 +45,15 @@ about one dict copy). Not thread-safe: a backend belongs to one task thread; a
 from __future__ import annotations
 
 import copy
+import importlib
+import itertools
+import sys
 import threading
 from collections.abc import Mapping
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from raylink.core.key_groups import assign_to_key_group
+from raylink.core.options import StateBackendOptions, read_option
 from raylink.core.reprs import record_repr
 from raylink.core.state import AggregatingState, ListState, MapState, ReducingState, State, ValueState
 from raylink.state.ttl_state import TTL, create_ttl_state, ttl_config_of, wall_clock_millis
@@ -323,7 +327,7 @@ class NamespacedState:
         per_ns = self._values.get(self.namespace)
         if per_ns is None:
             self._backend.key_group_of(key)  # validates the key
-            per_ns = self._values[self.namespace] = {}
+            per_ns = self._values.setdefault(self.namespace, {})
         per_ns[key] = value
 
     def _pop(self, namespace: Any) -> Any:
@@ -564,6 +568,7 @@ class HeapKeyedStateBackend:
         self.current_key: Any = None
         self.current_index: int = 0  # current key group - start
         self._kg_cache: Dict[Any, int] = {}
+        self._key_cache_limit = _MAX_KEY_CACHE
         self._tables: Dict[str, StateTable] = {}
         self._states: Dict[str, State] = {}
         self._ns_states: Dict[str, NamespacedState] = {}
@@ -590,7 +595,7 @@ class HeapKeyedStateBackend:
                     f"endKeyGroup={self.end}}} (key {record_repr(key)}). This is most likely caused by a "
                     "non-deterministic key or records that were not partitioned by key."
                 )
-            if len(self._kg_cache) >= _MAX_KEY_CACHE:
+            if len(self._kg_cache) >= self._key_cache_limit:
                 self._kg_cache.clear()
             self._kg_cache[key] = kg
         return kg
@@ -723,7 +728,7 @@ class HeapKeyedStateBackend:
         return iter(sorted(table.values, key=self.key_group_of))
 
     # -- snapshot / restore -------------------------------------------------------------
-    def snapshot(self) -> "KeyedStateSnapshot":
+    def snapshot(self, checkpoint_id: Optional[int] = None) -> "KeyedStateSnapshot":
         """The keyed state as ``{key_group: {state name: {key: value}}}`` for every non-empty key
         group (the value of a namespaced state is ``{namespace: value}``), taken in Flink's two
         phases: here, between two records, each table's entries are copied (one C-level dict
@@ -787,12 +792,52 @@ class HeapKeyedStateBackend:
                 for k in entries:
                     self._kg_cache[k] = kg
 
+    # -- figures ---------------------------------------------------------------------------
+    def num_state_entries(self) -> int:
+        """Entries over all states (a namespaced state's: its (key, namespace) pairs)."""
+        total = 0
+        for table in self._tables.values():
+            if _is_namespaced(table.kind):
+                total += sum(len(per_ns) for per_ns in table.values.values())
+            else:
+                total += len(table.values)
+        return total
+
+    def state_size_bytes(self, sample: int = 64) -> int:
+        """Estimated bytes of the states' Python objects: a sample of each table's entries
+        measured (``sys.getsizeof`` of key and value plus a dict slot) times its entries."""
+        total = 0
+        for table in self._tables.values():
+            values = table.values
+            if _is_namespaced(table.kind):
+                entries = [
+                    (k, v) for per_ns in list(values.values())[:sample] for k, v in list(per_ns.items())[:sample]
+                ]
+                count = sum(len(per_ns) for per_ns in values.values())
+            else:
+                entries = list(itertools.islice(values.items(), sample))
+                count = len(values)
+            if entries:
+                measured = sum(sys.getsizeof(k) + _deep_size(v) + 3 * 8 for k, v in entries)
+                total += measured * count // len(entries)
+        return total
+
     def dispose(self) -> None:
         self._tables.clear()
         self._states.clear()
         self._ns_states.clear()
         self._kg_cache.clear()
         self.current_key = None
+
+
+def _deep_size(value: Any) -> int:
+    """``sys.getsizeof`` of ``value`` and, one level down, of a container's elements."""
+    size = sys.getsizeof(value)
+    if isinstance(value, (list, tuple, set)):
+        size += sum(sys.getsizeof(e) for e in value)
+    elif isinstance(value, dict):
+        size += sum(sys.getsizeof(k) + sys.getsizeof(v) for k, v in value.items())
+    return size
 
 
 def _describe(kind: Optional[str]) -> str:
@@ -823,16 +868,28 @@ __all__ = [
     "key_group_range_for_subtask",
     "NULL_KEY_MESSAGE",
     "keyed_backend_for",
+    "KEYED_BACKEND_MODULES",
 ]
 
 
 def keyed_backend_for(runtime_context: Any) -> HeapKeyedStateBackend:
-    """The runtime context's keyed backend; creates (and installs) one for the
-    subtask's key group range when the task did not provide it."""
+    """The runtime context's keyed backend; creates (and installs) one of the job's
+    ``state.backend.type`` for the subtask's key group range when the task did not provide
+    it: the heap backend here, others from the module :data:`KEYED_BACKEND_MODULES` names
+    (Flink's ``StateBackendLoader`` loads a backend's factory by name likewise)."""
     backend = runtime_context.keyed_state_backend
     if backend is None:
-        backend = HeapKeyedStateBackend.for_subtask(
-            runtime_context.max_parallelism, runtime_context.parallelism, runtime_context.subtask_index
-        )
+        rc = runtime_context
+        backend_type = read_option(getattr(rc, "job_parameters", None) or {}, StateBackendOptions.STATE_BACKEND)
+        module = KEYED_BACKEND_MODULES.get(backend_type)
+        if module is None:
+            backend = HeapKeyedStateBackend.for_subtask(rc.max_parallelism, rc.parallelism, rc.subtask_index)
+        else:
+            backend = importlib.import_module(module).create_keyed_state_backend(rc)
         runtime_context.keyed_state_backend = backend
     return backend
+
+
+#: ``state.backend.type`` -> the module whose ``create_keyed_state_backend(runtime_context)``
+#: builds that backend (``hashmap``: this module)
+KEYED_BACKEND_MODULES = {"rocksdb": "raylink.state.rocksdb_keyed_state_backend"}

@@ -47,6 +47,7 @@ from raylink.shuffle.partitioners import create_partitioner
 from raylink.shuffle.record_writer import RecordWriter
 from raylink.shuffle.result_partition import ResultPartition
 from raylink.state.checkpoint_storage import read_state_handle
+from raylink.state.state_backend_loader import bind_shared_files, materialize_snapshot
 
 #: how long a remote take of collected records waits for more once some are queued (see take_collected)
 COLLECT_LINGER_S = 0.02
@@ -269,7 +270,10 @@ class TaskExecutor:
             if by_subtask:
                 count = max(by_subtask) + 1
                 restore[operator_id] = [
-                    cloudpickle.loads(read(by_subtask[i])) if i in by_subtask else None for i in range(count)
+                    bind_shared_files(cloudpickle.loads(read(by_subtask[i])), by_subtask[i])
+                    if i in by_subtask
+                    else None
+                    for i in range(count)
                 ]
         return restore
 
@@ -292,6 +296,7 @@ class TaskExecutor:
         for operator_id, snapshot in snapshots.items():
             name = next((c.operator_name for c in task.job_vertex.chain if c.operator_id == operator_id), operator_id)
             try:
+                snapshot, shared, uploaded = materialize_snapshot(snapshot, storage, checkpoint_id)
                 data = cloudpickle.dumps(snapshot)
             except Exception as exc:
                 self._decline(
@@ -303,12 +308,14 @@ class TaskExecutor:
                 return
             try:
                 handles[operator_id] = {
-                    task.subtask_index: storage.write_state(checkpoint_id, operator_id, task.subtask_index, data)
+                    task.subtask_index: storage.write_state(
+                        checkpoint_id, operator_id, task.subtask_index, data, shared=shared
+                    )
                 }
             except Exception as exc:
                 self._decline(task, checkpoint_id, f"task {task.name} could not write its state: {exc}")
                 return
-            size += len(data)
+            size += len(data) + uploaded
         stats = dict(stats, async_ms=(time.perf_counter() - started) * 1000.0, size=size)
         self._report(AcknowledgeCheckpoint(task.attempt_id, checkpoint_id, handles, stats))
 
@@ -496,10 +503,9 @@ class TaskExecutor:
             chain = getattr(task, "chain", None)
             for name, operator in zip(getattr(chain, "names", ()), getattr(chain, "operators", ())):
                 backend = getattr(operator, "keyed_state_backend", None)
-                tables = getattr(backend, "_tables", None)
-                if tables is not None:
+                if backend is not None:
                     key = f"{name} {task.name.rsplit(' ', 1)[-1]}"
-                    state[key] = sum(t.num_entries() for t in tables.values())
+                    state[key] = backend.num_state_entries()
         out["queuedBuffers"] = channels
         out["stateEntries"] = state
         if self.transport is not None:

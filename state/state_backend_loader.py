@@ -1,0 +1,83 @@
+"""Which keyed state backend a task runs on, and the steps of a keyed snapshot that depend on
+it: Flink's ``StateBackendLoader`` plus the asynchronous part of a snapshot
+(``SnapshotStrategy.asyncSnapshot``) and the restore of keyed state.
+
+* the backend itself comes from ``state_backend.keyed_backend_for``: ``state.backend.type``
+  ``hashmap`` (:class:`HeapKeyedStateBackend`) or ``rocksdb``
+  (:class:`RocksDBKeyedStateBackend`, ``rocksdb_keyed_state_backend.create_keyed_state_backend``).
+* :func:`materialize_snapshot` runs on the TaskExecutor's checkpoint writer thread before an
+  operator's snapshot is serialised: a RocksDB snapshot uploads its files and becomes a small
+  handle; it returns the shared files the snapshot refers to, which the checkpoint storage
+  counts references to.
+* :func:`bind_shared_files` tells a loaded snapshot where its shared files are now (the
+  checkpoint may have been moved or be a savepoint with its own copies).
+* :func:`restore_keyed_state` gives a backend the keyed snapshots of all old subtasks; a
+  hashmap backend reads a RocksDB checkpoint too and the other way round (switching
+  backends from a checkpoint or savepoint).
+
+Thread-safety: ``materialize_snapshot`` on the writer thread, the rest on the task thread.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Tuple
+
+from raylink.state.rocksdb_keyed_state_backend import (
+    RocksDBKeyedStateBackend,
+    RocksDBSnapshot,
+    RocksDBStateHandle,
+    handle_to_key_groups,
+)
+
+
+def materialize_snapshot(snapshot: Any, storage: Any, checkpoint_id: int) -> Tuple[Any, Tuple[str, ...], int]:
+    """An operator's snapshot ready to serialise: a RocksDB keyed snapshot uploaded (its new
+    files into ``storage``'s shared folder) and replaced by its handle. Returns the snapshot,
+    the shared files it refers to and the bytes uploaded."""
+    keyed = snapshot.get("keyed") if isinstance(snapshot, dict) else None
+    if not isinstance(keyed, RocksDBSnapshot):
+        return snapshot, (), 0
+    handle, written = keyed.materialize(storage, checkpoint_id)
+    return dict(snapshot, keyed=handle), tuple(handle.shared_paths), written
+
+
+def discard_snapshot(snapshot: Any) -> None:
+    """Drop the local files of a snapshot that will not be written (a declined checkpoint)."""
+    keyed = snapshot.get("keyed") if isinstance(snapshot, dict) else None
+    if isinstance(keyed, RocksDBSnapshot):
+        keyed.discard()
+
+
+def bind_shared_files(snapshot: Any, state_handle: Any) -> Any:
+    """``snapshot`` (loaded from ``state_handle``) told where its shared files are now: the
+    handle's ``shared`` paths, resolved where its ``_metadata`` lies."""
+    keyed = snapshot.get("keyed") if isinstance(snapshot, dict) else None
+    shared = getattr(state_handle, "shared", ())
+    if isinstance(keyed, RocksDBStateHandle) and shared:
+        keyed.resolved = {path.rstrip("/").rsplit("/", 1)[-1]: path for path in shared}
+    return snapshot
+
+
+def restore_keyed_state(backend: Any, snapshots: List[Any]) -> None:
+    """Restore ``backend`` from the keyed snapshots of the old subtasks (rescaling: each
+    backend keeps the key groups of its range)."""
+    if isinstance(backend, RocksDBKeyedStateBackend):
+        backend.restore_snapshots(snapshots)
+        return
+    merged: dict = {}
+    for snapshot in snapshots:
+        if isinstance(snapshot, RocksDBStateHandle):
+            lo, hi = snapshot.key_group_range
+            if hi < backend.start or lo > backend.end:
+                continue
+            snapshot = handle_to_key_groups(snapshot)
+        merged.update(snapshot)  # key groups are disjoint between old subtasks
+    backend.restore(merged)
+
+
+__all__ = [
+    "bind_shared_files",
+    "discard_snapshot",
+    "materialize_snapshot",
+    "restore_keyed_state",
+]
