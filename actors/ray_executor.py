@@ -320,6 +320,8 @@ class RayJobClient(JobMasterBase):
                     f"TaskExecutor {executor_id} on node {node[:12]} was lost "
                     f"({type(exc).__name__}); tasks: {', '.join(self.tasks_on(executor_id))}"
                 )
+                # the one terminal line of it (Ray's own "A worker died ..." goes to the log file)
+                logging.getLogger("raylink").warning("%s", lost)
                 self.fail(lost)
                 return
             try:

@@ -12,12 +12,16 @@ drifts between minutes):
 * ``per-job, running Ray``: the same Ray, ``raylink.session.enabled=false`` (per-job TaskExecutors);
 * ``per-job, own Ray``: ``RAY_ADDRESS=local``, the script starts (and stops) its own Ray;
 * ``local target``: ``execution.target=local`` (threads in the script's process);
+* ``nothing running, first run`` / ``second run``: the script as a newcomer runs it, no
+  ``RAY_ADDRESS``, no Ray on the machine (Ray's temp folder is an empty one of the bench's),
+  twice in a row: raylink runs such a job in the script's process (see ``actors/session_executor``);
 * ``python -c pass``: the interpreter's own start, for scale.
 
-The bench starts a private Ray head (``ray start --head --block`` in its own temp dir,
-so no other driver on the machine finds it) and stops it, with the session, at the end.
+The modes that start no Ray run first, before the bench starts its private Ray head
+(``ray start --head --block`` in its own temp dir, so no other driver on the machine finds
+it), which it stops, with the session, at the end.
 
-    python bench/startup.py [--runs 5]
+    python bench/startup.py [--runs 5] [--skip-ray]
 """
 
 from __future__ import annotations
@@ -66,9 +70,18 @@ def _start_ray(temp_dir: str) -> tuple[subprocess.Popen, str]:
     return start_ray_head(open(temp_dir + ".log", "w"), temp_dir=temp_dir, timeout_s=90, settle_s=2.0)
 
 
+def _rounds(modes: dict, runs: int, times: dict) -> None:
+    """``runs`` rounds, each running every mode once in order (the modes interleaved)."""
+    for _ in range(runs):
+        for mode, (argv, env) in modes.items():
+            times.setdefault(mode, []).append(_timed(argv, env))
+            print(f"  {mode}: {times[mode][-1]:.2f} s", file=sys.stderr, flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--skip-ray", action="store_true", help="only the modes that start no Ray")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="rlstart")
     job = os.path.join(work, "job.py")
@@ -77,6 +90,33 @@ def main() -> None:
     base = dict(os.environ)
     base["PYTHONPATH"] = PACKAGE_PARENT + os.pathsep + base.get("PYTHONPATH", "")
     base.pop("RAY_ADDRESS", None)
+    nothing = tempfile.mkdtemp(prefix="rlnothing")  # Ray's temp folder with no Ray in it
+    nothing_running = dict(base, RAY_TMPDIR=nothing)
+    times: dict[str, list[float]] = {}
+    # first, while the bench runs no Ray: a newcomer's first and second run, back to back
+    _rounds(
+        {
+            "nothing running, first run": ([PYTHON, job], nothing_running),
+            "nothing running, second run": ([PYTHON, job], nothing_running),
+            "local target": ([PYTHON, job, "execution.target=local"], nothing_running),
+            "python -c pass": ([PYTHON, "-c", "pass"], base),
+        },
+        args.runs,
+        times,
+    )
+    if not args.skip_ray:
+        _ray_modes(job, base, args.runs, times)
+    print(
+        f"\nTrivial job (3 elements, 1 map, collected): wall clock of `python job.py`, "
+        f"median of {args.runs} (min-max)\n"
+    )
+    print("| mode | median s | min s | max s |\n|---|---|---|---|")
+    for mode, values in times.items():
+        print(f"| {mode} | {statistics.median(values):.2f} | {min(values):.2f} | {max(values):.2f} |")
+
+
+def _ray_modes(job: str, base: dict, runs: int, times: dict) -> None:
+    """The modes on Ray: a private Ray head (its own temp folder) and a session cluster on it."""
     ray_proc, address = _start_ray(os.path.join("/tmp", f"rlb{os.getpid()}"))
     on_ray = dict(
         base, RAY_ADDRESS=address, RAY_AUTH_MODE="token"
@@ -85,11 +125,8 @@ def main() -> None:
         "session cluster (RAY_ADDRESS)": ([PYTHON, job], on_ray),
         "session cluster, driver on Ray": ([PYTHON, job, "raylink.session.rest-submission=false"], on_ray),
         "per-job, running Ray (RAY_ADDRESS)": ([PYTHON, job, "raylink.session.enabled=false"], on_ray),
-        "per-job, own local Ray": ([PYTHON, job], dict(base, RAY_ADDRESS="local")),
-        "local target": ([PYTHON, job, "execution.target=local"], base),
-        "python -c pass": ([PYTHON, "-c", "pass"], base),
+        "per-job, own local Ray (RAY_ADDRESS=local)": ([PYTHON, job], dict(base, RAY_ADDRESS="local")),
     }
-    times: dict[str, list[float]] = {m: [] for m in modes}
     cli = [PYTHON, "-m", "raylink", "cluster"]
     try:
         for _attempt in range(3):  # a Ray head just started may refuse drivers for a few seconds
@@ -105,21 +142,11 @@ def main() -> None:
         if started.returncode != 0:
             raise RuntimeError(f"raylink cluster start failed: {started.stderr}")
         _timed(*modes["session cluster (RAY_ADDRESS)"])  # warm-up: the pool's first lease
-        for _ in range(args.runs):
-            for mode, (argv, env) in modes.items():
-                times[mode].append(_timed(argv, env))
-                print(f"  {mode}: {times[mode][-1]:.2f} s", file=sys.stderr, flush=True)
+        _rounds(modes, runs, times)
     finally:
         subprocess.run(cli + ["stop", "--address", address], env=on_ray, capture_output=True, timeout=120)
         os.killpg(ray_proc.pid, signal.SIGTERM)
         ray_proc.wait(60)
-    print(
-        f"\nTrivial job (3 elements, 1 map, collected): wall clock of `python job.py`, "
-        f"median of {args.runs} (min-max)\n"
-    )
-    print("| mode | median s | min s | max s |\n|---|---|---|---|")
-    for mode, values in times.items():
-        print(f"| {mode} | {statistics.median(values):.2f} | {min(values):.2f} | {max(values):.2f} |")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 from typing import Any, Callable, Optional
 
 from raylink.cli.common import EXIT_CODES_HELP, CliError, err
@@ -45,6 +46,12 @@ CONFIG_EXAMPLES = """examples:
 ADDRESS_HELP = (
     "Ray dashboard address, http://HEAD:8265 (default: $RAY_API_SERVER_ADDRESS, "
     "an http $RAY_ADDRESS, else http://127.0.0.1:8265)"
+)
+
+
+VERBOSE_HELP = (
+    "print Ray's, Spark's and raylink's debug output too (RAYLINK_LOG_LEVEL=DEBUG); by default they "
+    "go to the run's log folder, named when a job fails"
 )
 
 
@@ -136,6 +143,7 @@ def _add_run(sub: Any, fmt: type) -> None:
         metavar="JSON",
         help="write the finished job's result (runtime, vertices, executors and their nodes) as JSON",
     )
+    run.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
     run.add_argument("job", help="the program's Python file")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the program")
     run.set_defaults(func=_handler("run", "cmd_run"))
@@ -288,6 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=fmt,
         epilog=EXIT_CODES_HELP + "\n\n`raylink COMMAND --help` describes a command.",
     )
+    parser.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
     _add_plan(sub)
     _add_demo(sub)
@@ -314,4 +323,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     args, extra = build_parser().parse_known_args(argv)
     if extra:  # options meant for the job itself
         args.args = list(getattr(args, "args", [])) + extra
+    if getattr(args, "verbose", False):  # the job's processes and Ray's see it too
+        from raylink.runtime.logging_setup import LOG_LEVEL_ENV_VAR
+
+        os.environ[LOG_LEVEL_ENV_VAR] = "DEBUG"
     return args.func(args)

@@ -41,6 +41,7 @@ from raylink.core.configuration import CONF_ENV_VAR
 from raylink.core.options import RaylinkOptions, SavepointConfigOptions, read_option
 from raylink.runtime.client.executors import executor_context
 from raylink.runtime.client.job_result import JobExecutionException
+from raylink.runtime.logging_setup import log_file_hint
 from raylink.runtime.metrics import MetricsPortError
 
 
@@ -138,6 +139,7 @@ def _run_program(job: str, entries: list) -> Optional[int]:
         if exc.cause is not None and _has_traceback(exc.cause):
             traceback.print_exception(exc.cause, file=sys.stderr)
         cause = exc.cause if exc.cause is not None else "no cause reported"
+        _point_to_logs()
         err(f"raylink: job '{exc.job_name}' {exc.status}: {cause}")
         return EXIT_STOPPED if exc.status == "CANCELED" else EXIT_JOB_FAILED
     except SystemExit as exc:
@@ -149,9 +151,18 @@ def _run_program(job: str, entries: list) -> Optional[int]:
         return EXIT_JOB_FAILED
     except Exception as exc:
         traceback.print_exc()
+        _point_to_logs()
         err(f"raylink: {job} failed: {type(exc).__name__}: {exc}")
         return EXIT_JOB_FAILED
     return None
+
+
+def _point_to_logs() -> None:
+    """Before a failure's last line: where Ray's, Spark's and raylink's own log lines of this
+    run are."""
+    hint = log_file_hint()
+    if hint is not None:
+        err(f"raylink: {hint} (raylink --verbose run ... prints them)")
 
 
 def cmd_run(args: Any) -> int:

@@ -15,7 +15,8 @@ The contract:
   libraries in :data:`QUIET_LOGGERS` (Ray, RayDP, py4j, PySpark, ...) goes to
   ``<runtime dir>/logs/run-<time>-<pid>/driver.log`` (:func:`run_log_dir`; the folder also
   holds what the Spark JVM logs, see ``connectors/spark``). Those libraries' records stay out
-  of the terminal unless verbose. The 20 newest run folders are kept.
+  of the terminal unless verbose. The 20 newest run folders are kept, and those of programs still
+running.
 * **Verbose.** ``RAYLINK_LOG_LEVEL=DEBUG`` (``raylink --verbose`` sets it) prints everything as
   before: raylink's DEBUG lines, the libraries' own terminal output, Ray's worker output
   forwarded to the driver.
@@ -73,7 +74,8 @@ def is_verbose() -> bool:
 
 def run_log_dir() -> str:
     """This process's log folder, ``<runtime dir>/logs/run-<UTC time>-<pid>`` (created, mode 0700,
-    on first use; older run folders beyond the newest :data:`KEPT_RUNS` are removed)."""
+    on first use; older run folders beyond the newest :data:`KEPT_RUNS` are removed unless their
+    program still runs)."""
     with _lock:
         if _state["dir"] is None:
             parent = runtime_dir("logs")
@@ -91,7 +93,18 @@ def _prune(parent: str) -> None:
     except OSError:
         return
     for name in runs[:-KEPT_RUNS]:
-        shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+        if not _alive(name.rpartition("-")[2]):  # a running program's folder stays
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+
+
+def _alive(pid: str) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def driver_log_path() -> str:

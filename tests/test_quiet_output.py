@@ -90,3 +90,93 @@ def test_readme_first_program_on_ray_prints_the_lines_through_the_driver(ray_ses
     assert_word_count_lines(proc.stdout, words_of(readme_first_program()))
     foreign = [line for line in proc.stderr.splitlines() if not line.startswith("raylink: ")]
     assert foreign == [], proc.stderr
+
+
+KILLED_JOB = """
+import sys
+from raylink.actors.cluster import task_executor_pids
+from raylink.api import Configuration, StreamExecutionEnvironment
+
+env = StreamExecutionEnvironment.get_execution_environment(
+    Configuration().set_string("raylink.session.enabled", "false")
+)
+env.set_parallelism(1)
+env.from_sequence(0, 10**12).map(lambda x: x + 1).filter(lambda x: x < 0).print()
+client = env.execute_async("victim")
+print(task_executor_pids(client)[0], flush=True)
+try:
+    client.get_job_execution_result(timeout=120)
+except Exception:
+    pass
+print(client.get_job_status(), flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_a_killed_task_executor_is_one_raylink_line_naming_it_and_its_tasks(ray_session, tmp_path):
+    """SIGKILL the TaskExecutor of a running job: the terminal gets raylink's one line naming the
+    executor and its tasks, none of Ray's "A worker died or was killed" lines."""
+    import signal
+
+    script = tmp_path / "victim.py"
+    script.write_text(KILLED_JOB)
+    address = ray_session.get_runtime_context().gcs_address
+    env = clean_env(tmp_path, RAY_ADDRESS=address, RAY_AUTH_MODE=os.environ.get("RAY_AUTH_MODE", "token"))
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        pid = int(proc.stdout.readline())
+        os.kill(pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=150)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert out.split() == ["FAILED"], (out, err)
+    lines = err.splitlines()
+    assert all(line.startswith("raylink: ") for line in lines), err
+    lost = [line for line in lines if "was lost" in line]
+    assert len(lost) == 1, err
+    assert re.fullmatch(
+        r"raylink: WARNING: TaskExecutor te-\w+-1-0 on node \w+ was lost \(\w+\); tasks: "
+        r"Source: Sequence Source -> Map -> Filter -> Sink: Print to Std\. Out \(1/1\)",
+        lost[0],
+    ), lost[0]
+
+
+FOREIGN_LINE = re.compile(
+    r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (INFO|WARN|ERROR)\b"  # Spark's log4j lines
+    r"|^\[\d{4}-\d\d-\d\d [\d:,]+ [DIWEF] \d+ \d+\] \w+\.cc:\d+"  # Ray's native (C++) lines
+    r"|StatusConsoleListener|NativeCodeLoader|Setting default log level|log4j"
+    r"|\(raylet\)|\(\w+ pid=\d+\)|Token authentication|\bWARNING\b.* -- "  # Ray's Python lines
+)
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+@pytest.mark.timeout(900)
+def test_the_demo_prints_no_line_of_java_spark_or_ray(tmp_path):
+    """``raylink demo`` (its own Ray and Spark on Ray, as a newcomer runs it): stdout is the
+    demo's summary, stderr only raylink's lines; Spark's, Java's and Ray's are in the log folder."""
+    import tempfile
+
+    temp = tempfile.mkdtemp(prefix="rlq", dir="/tmp")  # Ray's socket paths must stay short
+    env = clean_env(tmp_path)
+    env.update(TMPDIR=temp)
+    proc = subprocess.run(
+        [sys.executable, "-m", "raylink", "demo", "--rows", "20000", "--users", "500"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=850,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("raylink demo: 20,000 click events"), proc.stdout
+    foreign = [line for line in (proc.stdout + proc.stderr).splitlines() if FOREIGN_LINE.search(line)]
+    assert foreign == [], foreign
+    assert all(line.startswith("raylink: ") for line in proc.stderr.splitlines()), proc.stderr
+    logs = Path(temp if "XDG_RUNTIME_DIR" not in env else env["XDG_RUNTIME_DIR"]) / "raylink" / "logs"
+    driver_logs = "".join(p.read_text() for p in logs.glob("run-*/spark-driver.log"))
+    assert "INFO" in driver_logs  # Spark's lines went to the run's log folder

@@ -35,7 +35,9 @@ from typing import Any, Dict, Optional
 from raylink.actors.ray_executor import init_ray
 from raylink.connectors.spark import bridge, shared_session
 from raylink.connectors.spark.errors import SparkStartError
+from raylink.connectors.spark.jvm_logging import driver_jvm_output, log4j2_spark_configs
 from raylink.core.options import ConfigOption, SparkConnectorOptions
+from raylink.runtime.logging_setup import setup_logging
 
 #: Java 17 packages Spark and Ray's Java workers reflect into (see DESIGN.md)
 JAVA_OPEN_PACKAGES = (
@@ -98,12 +100,15 @@ def java_options() -> str:
 
 
 def spark_configs(extra: Optional[Dict[str, str]] = None, warehouse_dir: Optional[str] = None) -> Dict[str, str]:
-    """Spark configs raylink starts Spark with: Java 17 openings under all three keys,
-    small defaults, then ``extra`` (user keys win; Java options are appended)."""
+    """Spark configs raylink starts Spark with: Java 17 openings under all three keys, small
+    defaults, the driver JVM's log4j2 configuration (:mod:`~raylink.connectors.spark.jvm_logging`),
+    then ``extra`` (user keys win; Java options are appended)."""
     configs = dict(_SMALL_DEFAULTS)
     opens = java_options()
     for key in JAVA_OPTION_KEYS:
         configs[key] = f"{opens} {COORDINATOR_JAVA_OPTIONS}" if key in COORDINATOR_JAVA_OPTION_KEYS else opens
+    for key, value in log4j2_spark_configs().items():  # Spark's log lines to the run's log folder
+        configs[key] = f"{configs[key]} {value}" if key in JAVA_OPTION_KEYS else value
     if warehouse_dir:
         configs["spark.sql.warehouse.dir"] = os.path.abspath(warehouse_dir)
     for key, value in (extra or {}).items():
@@ -193,6 +198,8 @@ def get_spark(
         find_java()  # fail before anything is started
         import ray
         import raydp
+
+        setup_logging()  # Ray's notices (imported now) to the run's log file, before Ray starts
 
         # Spark's Python workers must run this interpreter (else "No module named pyspark").
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -315,6 +322,7 @@ def _launch_driver_jvm(
     """Start pyspark's gateway (Spark's driver JVM) in a thread, with the JVM options RayDP will
     give it, so it starts while RayDP starts its master; the session then reuses it."""
     from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
     from raydp.spark import SparkCluster
 
     # the driver settings RayDP derives (class path, java agent, host), computed as RayDP does
@@ -332,7 +340,8 @@ def _launch_driver_jvm(
     def launch() -> None:
         started = time.perf_counter()
         try:
-            SparkContext._ensure_initialized(conf=conf)
+            gateway = launch_gateway(conf, popen_kwargs=driver_jvm_output())  # its output: the log folder
+            SparkContext._ensure_initialized(gateway=gateway, conf=conf)
         except Exception:  # RayDP's own start launches it (and reports the error)
             return
         _phases["driver JVM (in parallel)"] = time.perf_counter() - started
