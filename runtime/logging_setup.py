@@ -5,9 +5,12 @@ the CLI reports).
 
 The contract:
 
-* **raylink's lines.** The ``raylink`` logger's records at ``RAYLINK_LOG_LEVEL`` (default
+* **raylink's lines.** Records of the ``raylink`` loggers at ``RAYLINK_LOG_LEVEL`` (default
   ``INFO``) and above are written to stderr as ``raylink: <message>`` (``raylink: WARNING:
-  <message>`` from WARNING on), without timestamps; stdout stays for the program's own output
+  <message>`` from WARNING on), without timestamps. At INFO only the lines meant for the user
+  reach the terminal: those of the loggers in :data:`TERMINAL_INFO_LOGGERS` (the ``raylink``
+  logger itself, the web dashboard's URLs); a module's own INFO records (which compiled path a
+  process runs, a savepoint written) go to the log file, their WARNINGs to the terminal too; stdout stays for the program's own output
   (``print()`` sinks write their ``N> record`` lines there, as PyFlink's). A program that
   configured logging itself (the root logger has a handler) keeps its configuration: raylink
   adds no terminal handler then.
@@ -43,6 +46,8 @@ LOG_LEVEL_ENV_VAR = "RAYLINK_LOG_LEVEL"
 #: (``ray._private`` too: ``ray.init(configure_logging=False)`` clears the ``ray`` logger's handlers
 #: while it starts, and its own notices -- the start, token authentication -- come from there)
 QUIET_LOGGERS = ("ray", "ray._private", "raydp", "py4j", "pyspark", "filelock", "urllib3", "asyncio")
+#: raylink loggers whose INFO records are for the user's terminal (others' INFO: the log file)
+TERMINAL_INFO_LOGGERS = ("raylink", "raylink.rest", "raylink.cli")
 #: run folders kept under ``<runtime dir>/logs``
 KEPT_RUNS = 20
 RUN_PREFIX = "run-"
@@ -112,6 +117,10 @@ def driver_log_path() -> str:
     return os.path.join(run_log_dir(), "driver.log")
 
 
+def _for_the_terminal(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.WARNING or record.name in TERMINAL_INFO_LOGGERS or is_verbose()
+
+
 class _TerminalFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         message = record.getMessage()
@@ -141,6 +150,7 @@ def setup_logging() -> None:
         if _state["terminal_handler"] is None and not logging.getLogger().handlers:
             terminal = logging.StreamHandler(sys.stderr)
             terminal.setFormatter(_TerminalFormatter())
+            terminal.addFilter(_for_the_terminal)
             _state["terminal_handler"] = terminal
             raylink_logger.addHandler(terminal)
             raylink_logger.propagate = False  # the root's lastResort would print it again
@@ -181,6 +191,7 @@ __all__ = [
     "KEPT_RUNS",
     "LOG_LEVEL_ENV_VAR",
     "QUIET_LOGGERS",
+    "TERMINAL_INFO_LOGGERS",
     "driver_log_path",
     "is_verbose",
     "log_file_hint",

@@ -180,3 +180,48 @@ def test_the_demo_prints_no_line_of_java_spark_or_ray(tmp_path):
     logs = Path(temp if "XDG_RUNTIME_DIR" not in env else env["XDG_RUNTIME_DIR"]) / "raylink" / "logs"
     driver_logs = "".join(p.read_text() for p in logs.glob("run-*/spark-driver.log"))
     assert "INFO" in driver_logs  # Spark's lines went to the run's log folder
+
+
+LOGGING_PROGRAM = """
+import logging
+from raylink.runtime.logging_setup import driver_log_path, setup_logging
+
+setup_logging()
+logging.getLogger("raylink").info("job started")
+logging.getLogger("raylink.shuffle.hotpath").info("internal detail")
+logging.getLogger("raylink.state").warning("disk almost full")
+logging.getLogger("ray").warning("ray says hi")
+logging.getLogger("py4j").warning("java gateway")
+print(driver_log_path())
+"""
+LOGGED = ("job started", "internal detail", "disk almost full", "ray says hi", "java gateway")
+
+
+def run_logging_program(tmp_path: Path, **extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", LOGGING_PROGRAM],
+        capture_output=True,
+        text=True,
+        env=clean_env(tmp_path, **extra),
+        timeout=60,
+    )
+
+
+def test_the_terminal_gets_raylink_s_lines_and_the_run_log_everything(tmp_path):
+    proc = run_logging_program(tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == ["raylink: job started", "raylink: WARNING: disk almost full"]
+    log = Path(proc.stdout.strip())
+    assert log.parent.parent == tmp_path / "tmp" / "raylink" / "logs"
+    text = log.read_text()
+    assert all(message in text for message in LOGGED), text
+
+
+def test_debug_level_prints_everything_and_a_bad_level_is_named(tmp_path):
+    proc = run_logging_program(tmp_path, RAYLINK_LOG_LEVEL="DEBUG")
+    assert proc.returncode == 0, proc.stderr
+    assert "raylink: internal detail" in proc.stderr.splitlines()
+    assert "ray says hi" in proc.stderr  # third-party lines are not kept from the terminal
+    bad = run_logging_program(tmp_path, RAYLINK_LOG_LEVEL="LOUD")
+    assert bad.returncode == 1
+    assert "RAYLINK_LOG_LEVEL='LOUD' is not a log level; use one of DEBUG, INFO, WARNING, ERROR" in bad.stderr
