@@ -18,9 +18,8 @@ def _ext_modules() -> list:
         warnings.warn("raylink: Cython is not installed; the compiled per-record path is not built")
         return []
     try:
-        return cythonize(
-            # optional: a failing C compile warns instead of failing the install
-            [Extension("raylink.shuffle._hotpath", ["shuffle/_hotpath.pyx"], optional=True)],
+        modules = cythonize(
+            [Extension("raylink.shuffle._hotpath", ["shuffle/_hotpath.pyx"])],
             build_dir="build/cython",  # the generated C stays out of the source tree
             language_level=3,
             quiet=True,
@@ -28,6 +27,9 @@ def _ext_modules() -> list:
     except Exception as e:  # a Cython error: warn, and run on the pure-Python twins
         warnings.warn(f"raylink: the compiled per-record path is not built: {e}")
         return []
+    for module in modules:  # a failing C compile warns instead of failing the install (cythonize drops the flag)
+        module.optional = True
+    return modules
 
 
 ext_modules = _ext_modules()
