@@ -23,6 +23,7 @@ from typing import Any, Optional
 from raylink.actors.local_ray import ray_in_reach
 from raylink.core.options import ExecutionOptions
 from raylink.runtime.client.executors import PipelineExecutor
+from raylink.runtime.client.job_progress import wait_with_progress
 from raylink.runtime.client.rest_cluster_client import RestJobClient
 from raylink.runtime.client.rest_endpoint import find_endpoint
 
@@ -37,7 +38,7 @@ class SessionClusterExecutor(PipelineExecutor):
         (its JobMaster does not end with the driver)."""
         client = self.execute_async(env, job_name)
         try:
-            return client.get_job_execution_result()
+            return wait_with_progress(client)  # a progress line on stderr every 10 s after 5 s
         except KeyboardInterrupt:
             if isinstance(client, RestJobClient):
                 client.close()  # the interrupted poll's answer is still on its connection

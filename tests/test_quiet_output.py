@@ -225,3 +225,31 @@ def test_debug_level_prints_everything_and_a_bad_level_is_named(tmp_path):
     bad = run_logging_program(tmp_path, RAYLINK_LOG_LEVEL="LOUD")
     assert bad.returncode == 1
     assert "RAYLINK_LOG_LEVEL='LOUD' is not a log level; use one of DEBUG, INFO, WARNING, ERROR" in bad.stderr
+
+
+LONG_JOB = """
+import time
+from raylink.api import StreamExecutionEnvironment
+
+def slow(x):
+    time.sleep(0.07)  # the job's own work: ~7 s in all
+    return x
+
+env = StreamExecutionEnvironment.get_execution_environment()
+env.from_sequence(1, 100).map(slow).filter(lambda x: x % 50 == 0).print()
+env.execute("slow job")
+"""
+
+
+def test_a_job_longer_than_a_few_seconds_gets_a_progress_line(tmp_path):
+    job = tmp_path / "slow.py"
+    job.write_text(LONG_JOB)
+    proc = subprocess.run(
+        [sys.executable, str(job)], capture_output=True, text=True, env=clean_env(tmp_path), timeout=150
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["50", "100"]
+    lines = proc.stderr.splitlines()
+    assert lines, "no progress line"
+    for line in lines:
+        assert re.fullmatch(r"raylink: job 'slow job' RUNNING for \d+ s: [\d,]+ records in", line), line
