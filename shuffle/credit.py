@@ -29,7 +29,9 @@ Priority events (unaligned checkpoints): a buffer whose ``is_event`` is
 ``PRIORITY_EVENT`` (a barrier that overtook its subpartition's queue) overtakes the
 received buffers the task has not taken yet, as in Flink's ``RemoteInputChannel``;
 the data buffers it overtook are kept for the task to persist as input channel state
-(``take_overtaken``, asked after the event was returned).
+(``take_overtaken``, asked after the event was returned). An aligned barrier with a timeout
+that arrives after its timeout passed, or that ``convert_barrier`` finds queued once its
+checkpoint went unaligned, overtakes the same way, as the unaligned barrier.
 
 Batching (for transports where every message is expensive, like a Ray actor
 call): a channel created with ``min_credit`` keeps at least that many buffers
@@ -50,6 +52,8 @@ from typing import Any, Callable, Deque, NamedTuple, Optional, Tuple
 
 from raylink.errors import RaylinkError
 from raylink.shuffle.buffer_pool import LocalBufferPool, NetworkBufferPool
+from raylink.shuffle.codec import decode_event, encode_event
+from raylink.shuffle.elements import CheckpointBarrier
 from raylink.shuffle.input_gate import InputChannel
 from raylink.shuffle.result_partition import PRIORITY_EVENT
 
@@ -70,6 +74,16 @@ DEFAULT_FLOATING_BUFFERS = 8  # taskmanager.network.memory.floating-buffers-per-
 
 _EXCLUSIVE = 1
 _FLOATING = 2
+
+
+def timed_out_barrier(buffer: bytes) -> Optional[bytes]:
+    """``buffer`` as an unaligned barrier if it is an aligned barrier whose alignment timeout
+    (measured from its checkpoint's start) has passed, else None."""
+    event = decode_event(buffer)
+    if type(event) is CheckpointBarrier and event.is_timeoutable:
+        if time.time_ns() // 1_000_000 - event.timestamp >= event.timeout_ms:
+            return encode_event(event.as_unaligned())
+    return None
 
 
 class BufferResponse(NamedTuple):
@@ -294,14 +308,19 @@ class CreditBasedInputChannel(InputChannel):
                 kind = _EXCLUSIVE
             else:
                 raise CreditProtocolError(f"channel {self.channel_index}: buffer received without credit")
-            if response.is_event == PRIORITY_EVENT:
+            buffer, is_event = response.buffer, response.is_event
+            if is_event and is_event != PRIORITY_EVENT:
+                converted = timed_out_barrier(buffer)
+                if converted is not None:  # its alignment timed out on the way: it overtakes now
+                    buffer, is_event = converted, PRIORITY_EVENT
+            if is_event == PRIORITY_EVENT:
                 q = self._received
                 n = self._num_priority
                 self._overtaken.append([b for i, (b, ev, _k) in enumerate(q) if i >= n and not ev])
-                q.insert(n, (response.buffer, PRIORITY_EVENT, 0))
+                q.insert(n, (buffer, PRIORITY_EVENT, 0))
                 self._num_priority = n + 1
             else:
-                self._received.append((response.buffer, response.is_event, kind))
+                self._received.append((buffer, is_event, kind))
             if kind:
                 self._sender_credit -= 1
                 self._queued_data += 1
@@ -419,6 +438,24 @@ class CreditBasedInputChannel(InputChannel):
         if release_floating and self.floating_pool is not None:
             self.floating_pool.recycle()
         self._announce()
+
+    def convert_barrier(self, checkpoint_id: int) -> bool:
+        """Task thread: the aligned barrier of ``checkpoint_id`` waiting among the received buffers
+        overtakes them now (its checkpoint went unaligned); False if none is waiting."""
+        with self._lock:
+            q = self._received
+            n = self._num_priority
+            for i in range(n, len(q)):
+                b, ev, _k = q[i]
+                if ev and ev != PRIORITY_EVENT:
+                    event = decode_event(b)
+                    if type(event) is CheckpointBarrier and event.checkpoint_id == checkpoint_id:
+                        self._overtaken.append([q[j][0] for j in range(n, i) if not q[j][1]])
+                        del q[i]
+                        q.insert(n, (encode_event(event.as_unaligned()), PRIORITY_EVENT, 0))
+                        self._num_priority = n + 1
+                        return True
+        return False
 
     def take_overtaken(self) -> list:
         """Task thread, right after it got a priority event: the data buffers that event

@@ -51,7 +51,7 @@ from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 from raylink.shuffle.buffer_pool import _AvailabilityHelper, _complete, completed_future
 from raylink.shuffle.channel_state import PartialRecord
-from raylink.shuffle.codec import decode_event
+from raylink.shuffle.codec import decode_event, encode_event
 from raylink.shuffle.elements import (
     END_OF_PARTITION,
     CheckpointBarrier,
@@ -70,6 +70,14 @@ __all__ = [
     "UnionInputGate",
     "StreamTaskNetworkInput",
 ]
+
+
+def _as_unaligned(buffer: bytes, checkpoint_id: int) -> Optional[bytes]:
+    """The unaligned form of ``buffer`` if it is an aligned barrier of ``checkpoint_id``."""
+    event = decode_event(buffer)
+    if type(event) is CheckpointBarrier and event.checkpoint_id == checkpoint_id and not event.unaligned:
+        return encode_event(event.as_unaligned())
+    return None
 
 
 class InputChannel:
@@ -122,6 +130,7 @@ class LocalInputChannel(InputChannel):
         super().__init__()
         self.subpartition = subpartition
         self._view: Any = None
+        self._overtaken: Optional[List[Any]] = None
 
     def request_subpartition(self) -> None:
         if self._view is None:
@@ -132,6 +141,23 @@ class LocalInputChannel(InputChannel):
         if view is None:
             raise RuntimeError("request_subpartition() was not called")
         return view.poll_buffer()
+
+    def convert_barrier(self, checkpoint_id: int) -> bool:
+        """Task thread: the aligned barrier of ``checkpoint_id`` still queued in the subpartition
+        overtakes the data ahead of it (its checkpoint went unaligned here); that data is this
+        task's to persist (``take_overtaken``). False if it is not queued."""
+        convert = getattr(self.subpartition, "convert_to_priority", None)
+        if convert is None:
+            return False
+        overtaken = convert(lambda buffer: _as_unaligned(buffer, checkpoint_id))
+        if overtaken is None:
+            return False
+        self._overtaken = overtaken
+        return True
+
+    def take_overtaken(self) -> List[Any]:
+        overtaken, self._overtaken = self._overtaken, None
+        return overtaken or []
 
     def has_queued_data(self) -> bool:
         view = self._view
@@ -276,10 +302,16 @@ class InputGate:
         return self.channels[index]
 
     def take_overtaken(self, index: int) -> List[Any]:
-        """The received data buffers the priority event channel ``index`` just returned
-        overtook (a remote channel's; a local channel's stayed in its producer's output)."""
+        """The data buffers the priority event channel ``index`` just returned overtook in the
+        channel (a local channel's only when this task converted the barrier: otherwise they
+        are its producer's output channel state)."""
         take = getattr(self._channel(index), "take_overtaken", None)
         return take() if take is not None else []
+
+    def convert_barrier(self, index: int, checkpoint_id: int) -> bool:
+        """Let the queued aligned barrier of ``checkpoint_id`` in channel ``index`` overtake."""
+        convert = getattr(self._channel(index), "convert_barrier", None)
+        return convert(checkpoint_id) if convert is not None else False
 
     def has_data(self) -> bool:
         return bool(self._queue)
@@ -371,6 +403,10 @@ class UnionInputGate:
     def take_overtaken(self, flat_index: int) -> List[Any]:
         g, c = self.gate_of_channel(flat_index)
         return self.gates[g].take_overtaken(c)
+
+    def convert_barrier(self, flat_index: int, checkpoint_id: int) -> bool:
+        g, c = self.gate_of_channel(flat_index)
+        return self.gates[g].convert_barrier(c, checkpoint_id)
 
     def is_blocked(self, flat_index: int) -> bool:
         g, c = self.gate_of_channel(flat_index)
@@ -509,6 +545,8 @@ class StreamTaskNetworkInput:
         """Record from now on what ``channels`` deliver, starting with their partial elements."""
         self._persisting_id = checkpoint_id
         persisting = self._persisting = {}
+        for c in channels:  # their barriers, if queued aligned, overtake now (the checkpoint is unaligned)
+            self.gate.convert_barrier(c, checkpoint_id)
         for c in channels:
             retained = self._retained[c]
             if retained:

@@ -23,7 +23,8 @@ Priority events (unaligned checkpoints, Flink's ``PipelinedSubpartition.add`` of
 priority buffer): ``add_priority_event`` puts an event at the head of the queue (behind
 priority events already there) and returns the data buffers it overtook, in order — the
 subpartition's output channel state for that checkpoint; they stay queued and are sent
-after the event. A priority event is queued with ``is_event`` = ``PRIORITY_EVENT`` (2,
+after the event. ``convert_to_priority`` does the same to an event already queued (an aligned
+barrier whose alignment timed out), ``on_event_polled`` tells when an event left. A priority event is queued with ``is_event`` = ``PRIORITY_EVENT`` (2,
 truthy), which readers pass on as it is, so a receiving channel can let it overtake too.
 
 Buffer permits: for ``PIPELINED_BOUNDED`` partitions with a buffer pool, every
@@ -170,6 +171,9 @@ class PipelinedSubpartition(ResultSubpartition):
         self._released = False
         self.num_buffers = 0
         self.num_bytes = 0
+        #: called (in the reader's thread) with every event buffer the reader takes: a task
+        #: waiting for its timeoutable barrier to leave sets it
+        self.on_event_polled: Optional[Callable[[bytes], None]] = None
         #: perf_counter_ns since when the queue has held what it holds (0: empty), for
         #: transports that wait to batch buffers at most so long
         self.oldest_ns = 0
@@ -220,6 +224,31 @@ class PipelinedSubpartition(ResultSubpartition):
             self.num_buffers += 1
             self.num_bytes += len(buffer)
             listener = self._on_flush or self._listener
+        if listener is not None:
+            listener()
+        return overtaken
+
+    def convert_to_priority(self, convert: Callable[[bytes], Optional[bytes]]) -> Optional[List[Any]]:
+        """Flink's ``alignedBarrierTimeout``: the first queued (not priority) event for which
+        ``convert`` returns a buffer is replaced by that buffer at the head of the queue, as a
+        priority event; returns the data buffers that were ahead of it (now overtaken), or None
+        if no queued event was converted."""
+        with self._lock:
+            q = self._queue
+            n = self._num_priority
+            for i in range(n, len(q)):
+                b, ev = q[i]
+                if ev and ev != PRIORITY_EVENT:
+                    replacement = convert(b)
+                    if replacement is not None:
+                        overtaken = [q[j][0] for j in range(n, i) if not q[j][1]]
+                        del q[i]
+                        q.insert(n, (replacement, PRIORITY_EVENT))
+                        self._num_priority = n + 1
+                        listener = self._on_flush or self._listener
+                        break
+            else:
+                return None
         if listener is not None:
             listener()
         return overtaken
@@ -281,6 +310,8 @@ class PipelinedSubpartition(ResultSubpartition):
             self._recycle(1)
         elif consumed and self._on_consumed is not None:
             self._on_consumed()
+        if is_event and self.on_event_polled is not None:
+            self.on_event_polled(buffer)
         return result
 
     def peek_next_is_event(self) -> Optional[bool]:

@@ -59,6 +59,46 @@ def test_a_priority_barrier_overtakes_the_received_buffers_of_a_credit_based_cha
     assert [gate.poll_next()[1] for _ in range(3)] == [b"x2", b"x3", b"x4"]
 
 
+def test_a_queued_aligned_barrier_converts_to_priority_and_hands_out_what_was_ahead_of_it():
+    sub = PipelinedSubpartition(0)
+    aligned = encode_event(CheckpointBarrier(3, 0, False, 100))
+    unaligned = encode_event(CheckpointBarrier(3, 0, True))
+    for b in (b"d1", b"d2"):
+        sub.add(b)
+    sub.add(aligned, True)
+    sub.add(b"d3")
+    assert sub.convert_to_priority(lambda b: None) is None  # nothing it converts
+    assert sub.convert_to_priority(lambda b: unaligned if b == aligned else None) == [b"d1", b"d2"]
+    polled = []
+    while (r := sub.poll_buffer()) is not None:
+        polled.append(r.buffer)
+    assert polled == [unaligned, b"d1", b"d2", b"d3"]
+
+
+def test_a_barrier_whose_alignment_timed_out_overtakes_on_arrival_or_when_converted():
+    import time
+
+    sub = PipelinedSubpartition(0)
+    channel = CreditBasedInputChannel(exclusive_buffers=4)
+    connect_local(sub, channel)
+    gate = InputGate([channel])
+    gate.request_partitions()
+    now = time.time_ns() // 1_000_000
+    sub.add(b"a")
+    sub.add(b"b")
+    sub.add(encode_event(CheckpointBarrier(5, now - 1_000, False, 100)), True)  # timed out already
+    assert gate.poll_next() == (0, CheckpointBarrier(5, now - 1_000, True))
+    assert gate.take_overtaken(0) == [b"a", b"b"]
+    assert [gate.poll_next()[1] for _ in range(2)] == [b"a", b"b"]
+    sub.add(b"c")
+    later = CheckpointBarrier(6, now + 60_000, False, 100)  # not timed out: queued behind c
+    sub.add(encode_event(later), True)
+    assert channel.convert_barrier(7) is False
+    assert channel.convert_barrier(6) is True  # its checkpoint went unaligned at the task
+    assert gate.poll_next() == (0, later.as_unaligned())
+    assert gate.take_overtaken(0) == [b"c"]
+
+
 # -- the barrier handler ----------------------------------------------------------------------------------
 class Recorder:
     """Channel state and handler callbacks, recorded in order."""
@@ -307,11 +347,15 @@ def restored_channel_state_bytes(checkpoint_dir, checkpoint_id) -> int:
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("parallelism", [1, 2])
-def test_restored_from_unaligned_checkpoints_with_in_flight_data_the_output_is_exactly_once(tmp_path, parallelism):
+@pytest.mark.parametrize("parallelism, timeout", [(1, 0), (2, 0), (2, 30)])
+def test_restored_from_unaligned_checkpoints_with_in_flight_data_the_output_is_exactly_once(
+    tmp_path, parallelism, timeout
+):
+    """timeout > 0: checkpoints start aligned and switch once their alignment takes longer."""
     n = 20_000
     flag = str(tmp_path / "fail-now")
-    env = make_env("local", parallelism, unaligned_conf(tmp_path))
+    extra = {"execution.checkpointing.aligned-checkpoint-timeout": f"{timeout} ms"}
+    env = make_env("local", parallelism, unaligned_conf(tmp_path, **extra))
     out = tmp_path / "out"
     build_job(env, out, flag, n)
     client = env.execute_async("unaligned, back-pressured")

@@ -9,6 +9,8 @@ recovered output buffers re-sent, before anything new).
   unaligned, or aligned with a timeout (``execution.checkpointing.aligned-checkpoint-timeout``).
 * :func:`broadcast_priority_barrier` — the writers flush, then the barrier goes to the head
   of every subpartition; returns the output channel state (the data buffers it overtook).
+* :class:`TimeoutableBarrier` — an aligned barrier with a timeout the task sent, waiting to
+  leave its subpartitions; what its conversion at the timeout overtook.
 * :func:`restore_channel_state` — a restored task's channel state: refused with a
   :class:`~raylink.state.snapshots.StateRestoreError` naming the operator when the
   checkpoint holds in-flight data and the task's parallelism or channels changed (as
@@ -20,6 +22,7 @@ Task thread only. No Ray.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, List, Optional, Sequence
 
 from raylink.core.options import CheckpointingOptions, read_option
@@ -38,6 +41,40 @@ __all__ = [
 
 #: the ``stop`` of a trigger that is a savepoint without stopping the job (its barrier is aligned)
 SAVEPOINT = "savepoint"
+
+
+@dataclass
+class TimeoutableBarrier:
+    """An aligned barrier with a timeout a task sent, until it has left every subpartition
+    (``remaining``: ``(writer, subpartition)`` still holding it) or its timeout converted it;
+    ``outputs`` collects what it overtook then (output channel state)."""
+
+    barrier: CheckpointBarrier
+    encoded: bytes
+    snapshots: dict
+    stats: dict
+    remaining: set
+    outputs: List[List[List[Any]]] = field(default_factory=list)
+    converted: bool = False
+
+    @classmethod
+    def of(
+        cls, barrier: CheckpointBarrier, writers: Sequence[Any], snapshots: dict, stats: dict
+    ) -> "TimeoutableBarrier":
+        pipelined = [w.partition.partition_type.is_pipelined for w in writers]
+        return cls(
+            barrier,
+            encode_event(barrier),
+            snapshots,
+            stats,
+            {
+                (w, s)
+                for w, writer in enumerate(writers)
+                if pipelined[w]
+                for s in range(writer.partition.num_subpartitions)
+            },
+            [[[] for _ in range(writer.partition.num_subpartitions)] for writer in writers],
+        )
 
 
 def unaligned_settings(job_parameters: Any) -> tuple:

@@ -29,6 +29,7 @@ from raylink.runtime.metrics import operator_metrics
 from raylink.runtime.process_tuning import pin_current_thread
 from raylink.runtime.task.channel_state_handling import (
     SAVEPOINT,
+    TimeoutableBarrier,
     barrier_for_trigger,
     broadcast_priority_barrier,
     restore_channel_state,
@@ -39,6 +40,7 @@ from raylink.runtime.task.operator_chain import OperatorChain, exception_with_op
 from raylink.runtime.task.task_canceler import InterruptibleThreads, TaskCanceler, TaskCancellationTimeoutError
 from raylink.shuffle.barrier_handler import CheckpointBarrierHandler
 from raylink.shuffle.channel_state import InputChannelStateCollector, TaskChannelState
+from raylink.shuffle.codec import decode_event, encode_event
 from raylink.shuffle.elements import (
     END_OF_PARTITION,
     CancelCheckpointMarker,
@@ -134,6 +136,10 @@ class StreamTask:
         self._unaligned, self._alignment_timeout_ms = unaligned_settings(job_parameters)
         # checkpoint id -> (snapshots, stats, output channel state) until its input channel state is in
         self._pending_unaligned: dict = {}
+        # checkpoint id -> TimeoutableBarrier: an aligned barrier with a timeout waiting to leave
+        self._pending_timeoutable: dict = {}
+        self._sent_early: dict = {}  # checkpoint id -> {(writer, subpartition)} that sent it already
+        self._last_acked_timeoutable = 0
         self.buffer_size = buffer_size
         self._source_batch = SOURCE_BATCH_SIZE
         self.subtask_index = subtask_index
@@ -293,6 +299,8 @@ class StreamTask:
             self.restore = None  # the snapshots are in the operators now
             if self.inputs:
                 self._barrier_handler = self._create_barrier_handler()
+            if self._unaligned and self._alignment_timeout_ms > 0 and self.checkpoint_sink is not None:
+                self._watch_barriers_sent()
             if jv.invokable == "SourceStreamTask" and getattr(head, "runs_source_function", False):
                 self._start_legacy_mode(head)
             if jv.invokable == "SourceStreamTask":
@@ -707,6 +715,9 @@ class StreamTask:
             "sync_ms": (time.perf_counter() - started) * 1000.0,
             "alignment_ms": handler.alignment_duration_ns / 1e6 if handler is not None else 0.0,
         }
+        if barrier.is_timeoutable and self.writers and self.checkpoint_sink is not None:
+            self._await_barrier_sent(barrier, snapshots, stats)  # acknowledged once it left or timed out
+            return
         if barrier.unaligned:
             stats["unaligned"] = True
             if handler is not None and handler.is_unaligned and handler.current_checkpoint_id == barrier.checkpoint_id:
@@ -723,6 +734,82 @@ class StreamTask:
         if not state.is_empty():
             snapshots[self.job_vertex.chain[0].operator_id][CHANNEL_STATE] = state
 
+    def _await_barrier_sent(self, barrier: CheckpointBarrier, snapshots: dict, stats: dict) -> None:
+        """Flink's alignment timer on the output side: an aligned barrier with a timeout queues
+        behind the output; if it has not left every subpartition when its timeout passes, it
+        overtakes what is still ahead of it there, which becomes output channel state."""
+        pending = TimeoutableBarrier.of(barrier, self.writers, snapshots, stats)
+        if not pending.remaining:
+            self._attach_channel_state(snapshots, stats, TaskChannelState([], pending.outputs))
+            self.checkpoint_sink(self, barrier.checkpoint_id, snapshots, stats)
+            return
+        cid = barrier.checkpoint_id
+        self._pending_timeoutable[cid] = pending
+        # its sends counted so far (the readers may have taken it already)
+        for w, s in self._sent_early.pop(cid, ()):
+            pending.remaining.discard((w, s))
+        if not pending.remaining:
+            self._finish_timeoutable(cid)
+            return
+        delay = max(0.001, (barrier.timestamp + barrier.timeout_ms) / 1000 - time.time())
+        put = self.mailbox_processor.mailbox.put
+        # a thread, not the processing-time service: that one is quiesced once the operators finished
+        timer = threading.Timer(delay, lambda: put(lambda: self._output_timed_out(cid)))
+        timer.daemon = True
+        timer.start()
+
+    def _watch_barriers_sent(self) -> None:
+        """With aligned checkpoints that time out, learn when a barrier left a subpartition."""
+        for w, writer in enumerate(self.writers):
+            for s, sub in enumerate(writer.partition.subpartitions):
+                if hasattr(sub, "on_event_polled"):
+                    sub.on_event_polled = lambda buffer, w=w, s=s: self._on_event_polled(w, s, buffer)
+
+    def _on_event_polled(self, writer: int, subpartition: int, buffer: bytes) -> None:
+        """A reader's thread took an event: if it is a timeoutable barrier, tell the task."""
+        if len(buffer) > 18:  # a barrier with its alignment (decoding only those; a plain one is 18 bytes)
+            event = decode_event(buffer)
+            if type(event) is CheckpointBarrier and event.is_timeoutable:
+                cid = event.checkpoint_id
+                self.mailbox_processor.mailbox.put(lambda: self._barrier_sent(cid, writer, subpartition))
+
+    def _barrier_sent(self, checkpoint_id: int, writer: int, subpartition: int) -> None:
+        pending = self._pending_timeoutable.get(checkpoint_id)
+        if pending is None:  # taken before the task registered it (a mail after this one does)
+            if checkpoint_id > self._last_acked_timeoutable:
+                self._sent_early.setdefault(checkpoint_id, set()).add((writer, subpartition))
+            return
+        pending.remaining.discard((writer, subpartition))
+        if not pending.remaining:
+            self._finish_timeoutable(checkpoint_id)
+
+    def _output_timed_out(self, checkpoint_id: int) -> None:
+        """The alignment timeout passed: the barrier overtakes wherever it still waits."""
+        pending = self._pending_timeoutable.get(checkpoint_id)
+        if pending is None:
+            return
+        unaligned = encode_event(pending.barrier.as_unaligned())
+        for w, s in sorted(pending.remaining):
+            sub = self.writers[w].partition.subpartitions[s]
+            overtaken = sub.convert_to_priority(lambda b: unaligned if b == pending.encoded else None)
+            if overtaken is not None:
+                pending.outputs[w][s] = overtaken
+                pending.converted = True
+        self._finish_timeoutable(checkpoint_id)
+
+    def _finish_timeoutable(self, checkpoint_id: int) -> None:
+        pending = self._pending_timeoutable.pop(checkpoint_id, None)
+        if pending is None:
+            return
+        self._last_acked_timeoutable = max(self._last_acked_timeoutable, checkpoint_id)
+        for old in [c for c in self._sent_early if c <= checkpoint_id]:
+            del self._sent_early[old]
+        if pending.converted:
+            pending.stats["unaligned"] = True
+        self._attach_channel_state(pending.snapshots, pending.stats, TaskChannelState([], pending.outputs))
+        if self.checkpoint_sink is not None:
+            self.checkpoint_sink(self, checkpoint_id, pending.snapshots, pending.stats)
+
     def _inputs_persisted(self, checkpoint_id: int, inputs: list) -> None:
         """Every barrier of unaligned checkpoint ``checkpoint_id`` is in: its input channel state
         is complete; acknowledge the snapshot taken at the first one."""
@@ -736,6 +823,7 @@ class StreamTask:
 
     def _decline(self, checkpoint_id: int, reason: str) -> None:
         self._pending_unaligned.pop(checkpoint_id, None)
+        self._pending_timeoutable.pop(checkpoint_id, None)
         for writer in self.writers:  # downstream tasks stop waiting for this checkpoint's barrier
             writer.broadcast_event(CancelCheckpointMarker(checkpoint_id))
         if self.checkpoint_sink is not None:
