@@ -83,13 +83,17 @@ def installed() -> Optional[PrintChannel]:
 
 
 def write_chunks(chunks: list[tuple[bool, str]]) -> None:
-    """The driver's side: write taken chunks to this process's stdout / stderr, in order."""
+    """The driver's side: write taken chunks to this process's stdout / stderr, in order (a
+    stdout that can no longer be written drops them: the job does not fail for its reader)."""
     if not chunks:
         return
-    for to_stderr, text in chunks:
-        (sys.stderr if to_stderr else sys.stdout).write(text)
-    sys.stdout.flush()
-    sys.stderr.flush()
+    try:
+        for to_stderr, text in chunks:
+            (sys.stderr if to_stderr else sys.stdout).write(text)
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):  # a closed or broken stdout (``| head``): the job goes on
+        pass
 
 
 __all__ = ["MAX_QUEUED_LINES", "PUT_TIMEOUT_S", "PrintChannel", "install", "installed", "write_chunks"]
