@@ -95,6 +95,10 @@ class StreamGroupedReduceOperator(AbstractUdfStreamOperator):
         super().setup(output, runtime_context)
         self.keyed_state_backend = keyed_backend_for(runtime_context)
         self._values = self.keyed_state_backend.get_table(self.STATE_NAME, "value").values
+        # the compiled loops take a dict: another backend's table (RocksDB's mapping) runs the pure ones
+        native = type(self._values) is dict
+        self._reduce_batch = reduce_batch if native else reduce_batch_pure
+        self._sum_pairs_batch = sum_pairs_batch if native else sum_pairs_batch_pure
 
     def open(self) -> None:
         if self.key_selector is None:
@@ -121,7 +125,7 @@ class StreamGroupedReduceOperator(AbstractUdfStreamOperator):
     def process_batch(self, values: List[Any]) -> None:
         if type(values) is not list:
             values = list(values)
-        out = reduce_batch(values, self._key_of, self._values, self._reduce, self._new_key)
+        out = self._reduce_batch(values, self._key_of, self._values, self._reduce, self._new_key)
         if out:
             self._collect_batch(out)
 
@@ -196,7 +200,7 @@ class StreamGroupedAggregateOperator(StreamGroupedReduceOperator):
             return
         if type(values) is not list:
             values = list(values)
-        out, stop = sum_pairs_batch(values, self._key_of, self._values, self._new_key)
+        out, stop = self._sum_pairs_batch(values, self._key_of, self._values, self._new_key)
         if out:
             self._collect_batch(out)
         if stop < len(values):  # not a pair: the generic path from here on

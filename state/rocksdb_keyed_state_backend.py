@@ -72,6 +72,7 @@ log = logging.getLogger(__name__)
 _HEADER = struct.Struct(">HH")  # key group, state id
 _PICKLED = 0xC1  # a byte msgpack never starts an object with: the key is pickled
 _MISSING = object()
+_ABSENT = object()
 _SIMPLE = (int, str, bytes, float, bool)
 DEFAULT_MEMORY = 128 * 1024 * 1024
 _MAX_STATES = 1 << 16
@@ -272,8 +273,8 @@ class RocksDBNamespacedState(RocksDBMapState):
         self._remember(pair, value)
 
     def _pop(self, pair: Any, default: Any) -> Any:
-        value = RocksDBMapState.pop(self, pair, _MISSING)
-        if value is _MISSING:
+        value = RocksDBMapState.pop(self, pair, _ABSENT)
+        if value is _ABSENT:
             return default
         ns = pair[1]
         left = self._counts.get(ns, 1) - 1
@@ -501,7 +502,7 @@ class RocksDBSnapshot:
                     if reused is not None:
                         sst[name] = reused
                         continue
-                    shared_name = f"{self.backend_uid}-{name}"
+                    shared_name = f"{self.backend_uid}-{checkpoint_id}-{name}"
                     path, size = storage.write_shared_file(local, shared_name)
                     sst[name] = (shared_name, path, size)
                     written += size

@@ -32,6 +32,28 @@ def target(request):
     return request.param
 
 
+@pytest.fixture(params=["hashmap", "rocksdb"])
+def state_backend(request, monkeypatch, tmp_path_factory):
+    """Runs a keyed-state test once per state backend: ``state.backend.type`` (rocksdb with
+    incremental checkpoints and its own local folder) through ``RAYLINK_CONF``, under what the
+    test configures itself; after a rocksdb run the folder must exist (the backend ran)."""
+    import json
+    import os
+
+    conf = json.loads(os.environ.get("RAYLINK_CONF") or "{}")
+    conf["state.backend.type"] = request.param
+    localdir = None
+    if request.param == "rocksdb":
+        localdir = str(tmp_path_factory.mktemp("rocksdb-local"))
+        os.rmdir(localdir)
+        conf["state.backend.rocksdb.localdir"] = localdir
+        conf["execution.checkpointing.incremental"] = "true"
+    monkeypatch.setenv("RAYLINK_CONF", json.dumps(conf))
+    yield request.param
+    if localdir is not None:
+        assert os.path.isdir(localdir), "the job ran no RocksDB backend"
+
+
 def _uses(item, *fixtures) -> bool:
     names = getattr(item, "fixturenames", ())
     return any(name in names for name in fixtures)

@@ -79,7 +79,9 @@ def checkpointing_env(target, parallelism, tmp_path, **extra):
 
 
 @pytest.mark.timeout(180)
-def test_a_failing_function_restarts_from_the_checkpoint_and_the_output_is_exactly_once(target, tmp_path):
+def test_a_failing_function_restarts_from_the_checkpoint_and_the_output_is_exactly_once(
+    target, tmp_path, state_backend
+):
     env = make_env(target, 2, {"restart-strategy.type": "fixed-delay", "restart-strategy.fixed-delay.delay": "200 ms"})
     env.enable_checkpointing(300, CheckpointingMode.EXACTLY_ONCE)  # PyFlink's API for the same keys
     env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path / "checkpoints"))

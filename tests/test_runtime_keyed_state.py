@@ -102,7 +102,7 @@ def expected_map_flat_map_filter(records):
     return Counter(out)
 
 
-def test_map_flat_map_and_filter_of_a_keyed_stream_use_state_of_the_records_key(target):
+def test_map_flat_map_and_filter_of_a_keyed_stream_use_state_of_the_records_key(target, state_backend):
     env = make_env(target, 2)
     keyed = env.from_collection(RECORDS).key_by(first)
     mapped = keyed.map(CountPerKey())
@@ -145,7 +145,7 @@ class SumWithStatistics(ReduceFunction):
         return (a[0], a[1] + b[1], self.average.get(), self.maximum.get())
 
 
-def test_a_reduce_function_keeps_aggregating_and_reducing_state_per_key(target):
+def test_a_reduce_function_keeps_aggregating_and_reducing_state_per_key(target, state_backend):
     env = make_env(target, 2)
     got = (
         env.from_collection([(key, value, None, None) for key, value in RECORDS])
@@ -262,7 +262,7 @@ class RemembersForAWhile(MapFunction):
         return (key, self.short.value(), self.long.get(key), sorted(self.long.items()))
 
 
-def test_state_with_a_ttl_expires_on_the_wall_clock_and_long_lived_state_stays(target):
+def test_state_with_a_ttl_expires_on_the_wall_clock_and_long_lived_state_stays(target, state_backend):
     env = make_env(target, 2)
     records = [(key, "write") for key in KEYS[:3]] + [(key, "read") for key in KEYS[:3]]
     got = env.from_collection(records).key_by(first).map(RemembersForAWhile()).execute_and_collect()

@@ -630,7 +630,7 @@ def test_late_elements_are_dropped_without_a_side_output(target):
     )
 
 
-def test_late_elements_go_to_the_side_output_with_their_timestamps():
+def test_late_elements_go_to_the_side_output_with_their_timestamps(state_backend):
     assert late_job("local", 0, True) == sorted(
         [
             ("main", ("a", 3, 8), 9),
@@ -643,7 +643,7 @@ def test_late_elements_go_to_the_side_output_with_their_timestamps():
     )
 
 
-def test_allowed_lateness_refires_the_window_and_drops_after_cleanup():
+def test_allowed_lateness_refires_the_window_and_drops_after_cleanup(state_backend):
     assert late_job("local", 5, True) == sorted(
         [
             ("main", ("a", 3, 8), 9),
@@ -666,7 +666,7 @@ SESSION_SCRIPT = [
 ]
 
 
-def test_out_of_order_elements_bridge_sessions_end_to_end():
+def test_out_of_order_elements_bridge_sessions_end_to_end(state_backend):
     env = env_for("local", 3)
     got = list(
         env.add_source(ScriptedSource(SESSION_SCRIPT))
@@ -710,7 +710,7 @@ class CountProcessing(ProcessWindowFunction):
         yield (key, context.window().start, context.window().end, len(list(elements)))
 
 
-def test_processing_time_windows_count_every_element_once():
+def test_processing_time_windows_count_every_element_once(state_backend):
     name = "test_windows_e2e.processing"
     reset_signal(name)
     n = 500

@@ -1,0 +1,117 @@
+"""The RocksDB state backend end to end: TaskExecutor processes SIGKILLed on a real Ray while a
+keyed rolling count takes incremental RocksDB checkpoints (every restore from them, the
+committed output exactly a failure-free run's), windows of every assigner on Ray, and a
+savepoint of a RocksDB job resumed at other parallelisms on RocksDB and on the heap. The
+references are computed in the tests without raylink."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal as os_signal
+
+import pytest
+
+from raylink.bench.failover import committed_lines
+from raylink.tests.runtime_jobs import wait_for
+from raylink.tests.test_runtime_checkpointing import N, build, checkpointing_env, executor_pids, expected_counts
+
+
+def use_backend(monkeypatch, tmp_path, backend: str = "rocksdb", incremental: bool = True) -> str:
+    """Jobs of this test run on ``backend`` (``RAYLINK_CONF``); returns RocksDB's local folder."""
+    local = str(tmp_path / "rocksdb-local")
+    conf = {
+        "state.backend.type": backend,
+        "state.backend.rocksdb.localdir": local,
+        "execution.checkpointing.incremental": str(incremental).lower(),
+    }
+    monkeypatch.setenv("RAYLINK_CONF", json.dumps(conf))
+    return local
+
+
+def shared_sst_files(tmp_path) -> list:
+    root = tmp_path / "checkpoints"
+    return [p for p in root.glob("*/shared/*.sst")] if root.exists() else []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_sigkilled_task_executors_restore_exact_results_from_incremental_rocksdb_checkpoints(
+    ray_session, tmp_path, monkeypatch
+):
+    local = use_backend(monkeypatch, tmp_path)
+    env = checkpointing_env("ray", 2, tmp_path, **{"execution.checkpointing.num-retained": 2})
+    out = tmp_path / "out"
+    n = 4 * N
+    build(env, out, n=n)
+    client = env.execute_async()
+    kills = 0
+    shared_seen = 0
+    for round_ in range(3):
+        completed_before = client.get_checkpoint_stats()["numberOfCompletedCheckpoints"]
+        wait_for(
+            lambda: (
+                client.get_job_status() == "RUNNING"
+                and client.get_checkpoint_stats()["numberOfCompletedCheckpoints"] > completed_before + 1
+            ),
+            client,
+            timeout=120,
+        )
+        if client.wait(0):
+            break
+        shared_seen = max(shared_seen, len(shared_sst_files(tmp_path)))
+        pids = executor_pids(client)
+        os.kill(pids[round_ % len(pids)], os_signal.SIGKILL)
+        kills += 1
+        assert wait_for(
+            lambda: client.get_checkpoint_stats()["numRestarts"] >= kills or client.wait(0), client, timeout=120
+        )
+    assert client.wait(300), "the job did not finish"
+    assert client.get_job_status() == "FINISHED", client.get_job_status()
+    assert client.get_checkpoint_stats()["numRestarts"] == kills >= 2
+    assert committed_lines(out) == expected_counts(n)
+    assert shared_seen > 0, "no RocksDB checkpoint uploaded SST files to the shared folder"
+    assert os.path.isdir(local)
+
+
+@pytest.mark.timeout(300)
+def test_windows_of_every_assigner_on_ray_with_rocksdb_match_the_reference(ray_session, tmp_path, monkeypatch):
+    from raylink.tests.test_windows_e2e import (
+        ASSIGNERS,
+        bounded_disorder_events,
+        reference_rows,
+        run_windowed_job,
+    )
+
+    local = use_backend(monkeypatch, tmp_path)
+    events = bounded_disorder_events(7, 300, ["a", "b", "c", "d"], 20)
+    for i, assigner in enumerate(sorted(ASSIGNERS)):
+        kind = ["aggregate", "process", "reduce_window"][i % 3]
+        spec = ASSIGNERS[assigner]
+        got = run_windowed_job("ray", 2, events, spec, kind, True, 20)
+        assert got == reference_rows(events, spec, kind, True), assigner
+    assert os.path.isdir(local)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_rocksdb_savepoint_resumes_at_other_parallelisms_on_either_backend(tmp_path, monkeypatch):
+    """p=2 on RocksDB, stopped with a savepoint; resumed at p=3 on RocksDB and, from the same
+    savepoint, at p=1 on the heap: each resumed run plus the first holds every rolling count
+    exactly once."""
+    from raylink.tests.test_runtime_savepoints import N as SAVEPOINT_N
+    from raylink.tests.test_runtime_savepoints import build as build_counts
+    from raylink.tests.test_runtime_savepoints import run_from, stop_after_a_checkpoint
+
+    use_backend(monkeypatch, tmp_path)
+    env = checkpointing_env("local", 2, tmp_path)
+    first = tmp_path / "first"
+    build_counts(env, first)
+    path = stop_after_a_checkpoint(env.execute_async(), tmp_path / "savepoints", out=first)
+    before = committed_lines(first)
+    want = expected_counts(SAVEPOINT_N)
+    for parallelism, backend in [(3, "rocksdb"), (1, "hashmap")]:
+        use_backend(monkeypatch, tmp_path, backend)
+        out = tmp_path / f"resumed-{parallelism}"
+        run_from("local", parallelism, tmp_path / f"run-{parallelism}", out, path)
+        assert before + committed_lines(out) == want, (parallelism, backend)
