@@ -89,8 +89,12 @@ def format_report(report: dict, top: int) -> list[str]:
         )
     for task, ch in (report.get("queuedBuffers") or {}).items():
         lines.append(f"   queued buffers {task}: in {ch['in']} out {ch['out']}")
+    state_bytes = report.get("stateBytes") or {}
     for op, n in (report.get("stateEntries") or {}).items():
-        lines.append(f"   state entries {op}: {n:,}")
+        size = state_bytes.get(op)
+        lines.append(f"   state entries {op}: {n:,}" + ("" if size is None else f", keyed state {_mib(size)}"))
+    if state_bytes:
+        lines.append(f"   keyed state of this TaskExecutor: {_mib(sum(state_bytes.values()))}")
     growth = py.get("typeGrowth") or {}
     lines.append("   objects by type (gc-tracked; + growth since this executor's first report):")
     for name, n in list((py.get("topTypes") or {}).items())[:top]:

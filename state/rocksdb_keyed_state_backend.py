@@ -84,11 +84,15 @@ def _simple(obj: Any) -> bool:
     return obj is None or t in _SIMPLE or (t is tuple and all(_simple(e) for e in obj))
 
 
+_pack = msgpack.Packer(use_bin_type=True).pack
+
+
 def dump_key(obj: Any) -> bytes:
     """A key's bytes: equal keys give equal bytes (msgpack for plain values, else pickle)."""
-    if _simple(obj):
+    t = type(obj)
+    if t is int or t is str or _simple(obj):
         try:
-            return msgpack.packb(obj, use_bin_type=True)
+            return _pack(obj)
         except (OverflowError, ValueError):
             pass
     return bytes((_PICKLED,)) + pickle.dumps(obj, protocol=5)
@@ -118,6 +122,7 @@ class RocksDBMapState(MutableMapping):
     def __init__(self, backend: "RocksDBKeyedStateBackend", state_id: int) -> None:
         self._backend = backend
         self._cache: Dict[Any, Any] = {}
+        self._db_keys: Dict[Any, bytes] = {}  # of cached keys whose bytes are known already
         self._capacity = backend.cache_capacity
         self._key_group_of = backend.key_group_of
         self.bind(backend.db, state_id)
@@ -125,6 +130,7 @@ class RocksDBMapState(MutableMapping):
     def bind(self, db: Any, state_id: int) -> None:
         """Use ``db`` and ``state_id`` (after a restore); the cache is dropped."""
         self._cache.clear()
+        self._db_keys.clear()
         self._db = db
         self.state_id = state_id
         b = self._backend
@@ -140,17 +146,23 @@ class RocksDBMapState(MutableMapping):
         value = self._cache.get(key, _MISSING)
         if value is not _MISSING:
             return value
-        raw = self._db.get(self._db_key(key))
+        db_key = self._db_key(key)
+        raw = self._db.get(db_key)
         if raw is None:
+            self._db_keys[key] = db_key  # most likely stored next (a key's first record)
             return default
         value = load_value(raw)
         self._remember(key, value)
+        self._db_keys[key] = db_key
         return value
 
     def _remember(self, key: Any, value: Any) -> None:
         cache = self._cache
         if len(cache) >= self._capacity and key not in cache:
+            db_key = self._db_keys.get(key)
             self.flush()
+            if db_key is not None:
+                self._db_keys[key] = db_key
         cache[key] = value
 
     def __getitem__(self, key: Any) -> Any:
@@ -163,7 +175,7 @@ class RocksDBMapState(MutableMapping):
         self._remember(key, value)
 
     def pop(self, key: Any, default: Any = _MISSING) -> Any:
-        db_key = self._db_key(key)
+        db_key = self._db_keys.pop(key, None) or self._db_key(key)
         value = self._cache.pop(key, _MISSING)
         if value is _MISSING:
             raw = self._db.get(db_key)
@@ -226,13 +238,23 @@ class RocksDBMapState(MutableMapping):
         """Write the cached objects to RocksDB (one batch) and forget them."""
         cache = self._cache
         if not cache:
+            self._db_keys.clear()
             return
         batch = rocksdict.WriteBatch(raw_mode=True)
         db_key = self._db_key
+        known = self._db_keys.get
+        put = batch.put
+        dumps = pickle.dumps
         for key, value in cache.items():
-            batch.put(db_key(key), dump_value(value))
+            k = known(key)
+            try:
+                v = dumps(value, 5)
+            except (pickle.PicklingError, AttributeError, TypeError):
+                v = dump_value(value)
+            put(k if k is not None else db_key(key), v)
         self._db.write(batch)
         cache.clear()
+        self._db_keys.clear()
 
     def __repr__(self) -> str:
         return f"RocksDBMapState(state id {self.state_id})"
@@ -612,7 +634,7 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
     ) -> None:
         super().__init__(key_group_range, max_parallelism)
         self.settings = settings or RocksDBSettings(os.path.join(tempfile.gettempdir(), "raylink-rocksdb"))
-        self._key_cache_limit = 1 << 16
+        self._key_cache_limit = 1 << 18
         self.cache_capacity = max(1024, self.settings.write_batch_bytes // 64)
         self.uid = uuid.uuid4().hex[:16]
         safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in name)[:60]

@@ -869,6 +869,8 @@ __all__ = [
     "NULL_KEY_MESSAGE",
     "keyed_backend_for",
     "KEYED_BACKEND_MODULES",
+    "KEYED_STATE_ENTRIES",
+    "KEYED_STATE_SIZE",
 ]
 
 
@@ -887,7 +889,29 @@ def keyed_backend_for(runtime_context: Any) -> HeapKeyedStateBackend:
         else:
             backend = importlib.import_module(module).create_keyed_state_backend(rc)
         runtime_context.keyed_state_backend = backend
+        group = getattr(rc, "metrics_group", None)
+        if group is not None:  # read from other threads: the figures tolerate a table changing meanwhile
+            group.gauge(KEYED_STATE_ENTRIES, _tolerant(backend.num_state_entries))
+            group.gauge(KEYED_STATE_SIZE, _tolerant(backend.state_size_bytes))
     return backend
+
+
+#: the operator metrics of its keyed state: entries, and bytes (heap: estimated from a sample;
+#: RocksDB: SST files plus memtables)
+KEYED_STATE_ENTRIES = "keyedStateEntries"
+KEYED_STATE_SIZE = "keyedStateSizeBytes"
+
+
+def _tolerant(read: Callable[[], int]) -> Callable[[], Optional[int]]:
+    """``read`` from a thread other than the task's: None when the state changed under it."""
+
+    def gauge() -> Optional[int]:
+        try:
+            return read()
+        except (RuntimeError, AttributeError, ValueError):
+            return None
+
+    return gauge
 
 
 #: ``state.backend.type`` -> the module whose ``create_keyed_state_backend(runtime_context)``

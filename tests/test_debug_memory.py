@@ -53,6 +53,7 @@ def test_debug_memory_reports_every_executor_and_starts_tracemalloc_once(running
         assert isinstance(report["trimmedRssBytes"], int)  # glibc: the RSS change malloc_trim made
     keyed = [r for r in reports if r["stateEntries"]]
     assert len(keyed) == 1 and list(keyed[0]["stateEntries"]) == ["Count (1/1)"]
+    assert keyed[0]["stateBytes"]["Count (1/1)"] > 0  # keyed state size per operator (issue 31)
 
 
 def test_debug_memory_of_an_unknown_job_names_the_running_ones(running_wordcount, capsys):

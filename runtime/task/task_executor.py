@@ -496,6 +496,7 @@ class TaskExecutor:
         }
         channels: dict = {}
         state: dict = {}
+        state_bytes: dict = {}
         for task in list(self.tasks.values()):
             inputs = [_queued(c) for g in self._gates.get(task.attempt_id, []) for c in g.channels]
             outputs = [s.backlog for w in task.record_writers.values() for s in w.partition.subpartitions]
@@ -506,8 +507,10 @@ class TaskExecutor:
                 if backend is not None:
                     key = f"{name} {task.name.rsplit(' ', 1)[-1]}"
                     state[key] = backend.num_state_entries()
+                    state_bytes[key] = backend.state_size_bytes()
         out["queuedBuffers"] = channels
         out["stateEntries"] = state
+        out["stateBytes"] = state_bytes  # keyed state size per operator (heap: estimated)
         if self.transport is not None:
             out["transport"] = self.transport.stats()
         with self._events_cond:
