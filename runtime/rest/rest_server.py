@@ -138,9 +138,11 @@ class RestServerEndpoint:
         self.jobs.add(client)
 
     async def _stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-        self._loop.stop()
+        try:
+            if self._runner is not None:
+                await self._runner.cleanup()
+        finally:
+            self._loop.stop()  # run_forever returns, the server thread closes the loop and ends
 
     def close(self) -> None:
         """Stop serving and free the port; waits for the server thread unless called from it
@@ -149,18 +151,14 @@ class RestServerEndpoint:
             return
         self._closed = True
         try:
-            done = asyncio.run_coroutine_threadsafe(self._stop(), self._loop)
+            asyncio.run_coroutine_threadsafe(self._stop(), self._loop)
         except RuntimeError:  # the loop is closed already
             return
         self._pool.shutdown(wait=False)
         current = threading.current_thread()
         if current is self._thread or current.name.startswith("rest-handler"):
             return
-        try:
-            done.result(CLOSE_TIMEOUT_S)
-        except Exception:  # noqa: BLE001 - a server that does not stop in time dies with the process
-            pass
-        self._thread.join(CLOSE_TIMEOUT_S)
+        self._thread.join(CLOSE_TIMEOUT_S)  # a server that does not stop in time dies with the process
 
 
 def start_job_endpoint(client: Any) -> Optional[RestServerEndpoint]:
@@ -169,8 +167,15 @@ def start_job_endpoint(client: Any) -> Optional[RestServerEndpoint]:
     conf = client.configuration
     if not conf.get(RestOptions.ENABLED):
         return None
-    endpoint = RestServerEndpoint(conf.get(RestOptions.PORT), conf.get(RestOptions.BIND_ADDRESS))
+    host = conf.get(RestOptions.BIND_ADDRESS)
+    endpoint = RestServerEndpoint(conf.get(RestOptions.PORT), host)
     endpoint.add_job(client)
+    if not is_loopback(host):
+        LOG.warning(
+            "raylink: rest.bind-address %s is reachable from other machines and the job's REST API has no "
+            "authentication (as Flink's): anyone who reaches it can cancel the job",
+            host,
+        )
     LOG.info("raylink: web dashboard of job '%s' at %s/#/jobs/%s", client.job_name, endpoint.url, client.job_id)
     return endpoint
 
