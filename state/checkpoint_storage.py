@@ -331,11 +331,13 @@ class CheckpointStorage:
             raise self._not_writable(chk_path, exc) from exc
         return FileStateHandle(path, len(data), tuple(shared))
 
-    def write_shared_file(self, local_path: str, name: str) -> Tuple[str, int]:
-        """Uploads local file ``local_path`` as ``<job>/shared/<name>`` (a file later checkpoints
-        may refer to as well); returns its path and size. Blocking I/O."""
+    def write_shared_file(self, checkpoint_id: int, local_path: str, name: str) -> Tuple[str, int]:
+        """Uploads local file ``local_path`` for checkpoint ``checkpoint_id`` as
+        ``<job>/shared/<checkpoint id>-<name>`` (a file later checkpoints may refer to as
+        well); returns its path and size. Blocking I/O. Should the checkpoint never complete,
+        the file goes when it is aborted or subsumed."""
         shared_path = posixpath.join(self._job_path(), SHARED_DIR_NAME)
-        path = posixpath.join(shared_path, name)
+        path = posixpath.join(shared_path, f"{int(checkpoint_id)}-{name}")
         fs = self._fs
         try:
             fs.makedirs(shared_path, exist_ok=True)
@@ -406,6 +408,7 @@ class CheckpointStorage:
                 log.warning("not deleting checkpoint %d of job %s on abort: it completed", checkpoint_id, self.job_id)
                 return
             self._delete_dir(checkpoint_id)
+            self._delete_unfinished_shared([checkpoint_id])
 
     def _metadata_bytes(
         self,
@@ -654,9 +657,31 @@ class CheckpointStorage:
                     pass
                 except OSError as exc:  # a leftover file is harmless
                     log.warning("could not delete shared state file %s: %s", self._display(path), exc)
+        unfinished = []
         for checkpoint_id in self._list_checkpoint_ids():
             if checkpoint_id < newest_id and checkpoint_id not in self._completed_ids:
                 self._delete_dir(checkpoint_id)
+                unfinished.append(checkpoint_id)
+        if unfinished:
+            self._delete_unfinished_shared(unfinished)
+
+    def _delete_unfinished_shared(self, checkpoint_ids: list[int]) -> None:
+        """Delete the shared files uploaded for checkpoints that will never complete (named
+        ``<checkpoint id>-...``), unless a completed checkpoint refers to them."""
+        shared_path = posixpath.join(self._job_path(), SHARED_DIR_NAME)
+        try:
+            names = [posixpath.basename(p.rstrip("/")) for p in self._fs.ls(shared_path, detail=False)]
+        except (FileNotFoundError, OSError):
+            return
+        prefixes = tuple(f"{c}-" for c in checkpoint_ids)
+        doomed = {posixpath.join(shared_path, n) for n in names if n.startswith(prefixes)}
+        if doomed:
+            doomed -= set().union(*(self._shared_of(c) for c in self._completed_ids))
+        for path in sorted(doomed):
+            try:
+                self._fs.rm_file(path)
+            except OSError:
+                pass
 
     def _shared_of(self, checkpoint_id: int) -> set[str]:
         """The shared files completed checkpoint ``checkpoint_id`` refers to (none if its

@@ -42,6 +42,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import posixpath
 import shutil
 import struct
 import tempfile
@@ -524,9 +525,8 @@ class RocksDBSnapshot:
                     if reused is not None:
                         sst[name] = reused
                         continue
-                    shared_name = f"{self.backend_uid}-{checkpoint_id}-{name}"
-                    path, size = storage.write_shared_file(local, shared_name)
-                    sst[name] = (shared_name, path, size)
+                    path, size = storage.write_shared_file(checkpoint_id, local, f"{self.backend_uid}-{name}")
+                    sst[name] = (posixpath.basename(path), path, size)
                     written += size
                 else:
                     with open(local, "rb") as f:

@@ -379,3 +379,26 @@ def test_rocksdb_backend_releases_its_working_folder(tmp_path):
     assert os.path.isdir(folder)
     backend.dispose()
     assert not os.path.exists(folder)
+
+
+def test_files_of_a_checkpoint_that_never_completes_are_deleted(tmp_path):
+    backend = make("rocksdb", tmp_path)
+    table = backend.get_table("_op_state", "value").values
+    storage = CheckpointStorage(str(tmp_path / "chk"), "job", num_retained=1)
+    for key in range(3000):
+        table[key] = key
+    completed = checkpoint(backend, storage, 1)[0]
+    kept = set(completed.get_state("op", 0).shared)
+    for checkpoint_id in (2, 3):  # uploaded, then aborted (2) or overtaken by a later one (3)
+        for key in range(checkpoint_id * 1000):
+            table[key] = -checkpoint_id
+        materialize_snapshot({"keyed": backend.snapshot(checkpoint_id)}, storage, checkpoint_id)
+        storage.write_state(checkpoint_id, "op", 0, b"never completes")
+        if checkpoint_id == 2:
+            storage.abort(2)
+            assert shared_files(storage) == kept
+    latest = checkpoint(backend, storage, 4)[0]
+    assert shared_files(storage) == set(latest.get_state("op", 0).shared)
+    restored = make("rocksdb", tmp_path)
+    restore_keyed_state(restored, [loaded_keyed(latest)])
+    assert dict(restored.get_table("_op_state", "value").values.items()) == dict(table.items())
