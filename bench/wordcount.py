@@ -7,13 +7,24 @@ at parallelism 1 and 2, and with the results read back through ``execute_and_col
 Then the tuned shape: a declared output type, the built-in ``sum(1)`` and the two halves
 in their own slot sharing groups.
 
-    python bench/wordcount.py [--words 2000000] [--repeat 3]
+Each row on the compiled per-record path and on its pure-Python twins (``RAYLINK_PURE_PYTHON=1``),
+next to each other: every round runs in a fresh process with its own local Ray (the path is chosen
+per process), compiled and pure rounds alternate, and each round's ratios are to the plain loop
+timed in that same round; the table shows the medians. "tasks running" is the job's net runtime,
+"wall clock" the driver's time from ``execute`` (deploy included) until the job ended or, for
+``execute_and_collect()``, until the driver had read every result.
+
+    python bench/wordcount.py [--words 2000000] [--repeat 3] [--path both|compiled|pure]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 from typing import Optional
 
@@ -51,9 +62,9 @@ def plain_loop(num_lines: int) -> float:
     return time.perf_counter() - start
 
 
-def ordinary_job(num_lines: int, parallelism: int, collect: bool = False) -> float:
-    """The job as a new user writes it; seconds its tasks ran (with ``collect``: seconds
-    until the driver has read every result)."""
+def ordinary_job(num_lines: int, parallelism: int, collect: bool = False) -> tuple[float, float]:
+    """The job as a new user writes it: ``(seconds its tasks ran, wall-clock seconds incl.
+    deploy)``; with ``collect`` both until the driver has read every result."""
     from raylink.api import StreamExecutionEnvironment
 
     env = StreamExecutionEnvironment.get_execution_environment()
@@ -71,12 +82,13 @@ def ordinary_job(num_lines: int, parallelism: int, collect: bool = False) -> flo
             for _ in results:
                 pass
             result = results.job_execution_result
-        return min(time.perf_counter() - start, result.net_runtime_ms / 1000)
+        wall = time.perf_counter() - start
+        return min(wall, result.net_runtime_ms / 1000), wall
     counts.add_sink(discard)
     start = time.perf_counter()
     result = env.execute("ordinary wordcount")
     wall = time.perf_counter() - start
-    return min(wall, result.net_runtime_ms / 1000)
+    return min(wall, result.net_runtime_ms / 1000), wall
 
 
 def raylink_job(
@@ -109,77 +121,140 @@ def _median(xs: list) -> float:
     return statistics.median(xs)
 
 
-def main(argv: Optional[list] = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--words", type=int, default=2_000_000)
-    parser.add_argument("--parallelism", type=int, default=1)
-    parser.add_argument(
-        "--repeat", type=int, default=3, help="alternate loop and job this many times; medians are reported"
-    )
-    args = parser.parse_args(argv)
-    num_lines = args.words // WORDS_PER_LINE
-    words = num_lines * WORDS_PER_LINE
+def _path_of_task_executors() -> str:
+    """Which per-record path the TaskExecutors run (``raylink.shuffle.hotpath.ACTIVE`` there)."""
+    from raylink.api import StreamExecutionEnvironment
 
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(1)
+    stream = env.from_collection([0]).map(lambda _: __import__("raylink.shuffle.hotpath", fromlist=["_"]).ACTIVE)
+    with stream.execute_and_collect() as results:
+        return ", ".join(sorted(set(results)))
+
+
+#: row key -> label (each is measured on both paths)
+ROWS = [
+    ("p1", "as written: untyped, reduce(lambda), defaults, p=1, tasks running"),
+    ("p2", "as written, p=2, tasks running"),
+    ("p2 wall", "as written, p=2, wall clock incl. deploy"),
+    ("p2 collect", "as written, p=2, execute_and_collect(), tasks running"),
+    ("p2 collect wall", "as written, p=2, execute_and_collect(), wall clock incl. deploy"),
+    ("tuned", "tuned: typed, sum(1), 2 slot sharing groups, tasks running"),
+    ("untyped", "tuned without output_type, tasks running"),
+    ("tuned wall", "tuned, wall clock incl. deploy"),
+]
+
+
+def one_round(num_lines: int, parallelism: int) -> dict:
+    """One interleaved round in this process (its own local Ray): seconds of every row, the
+    plain loop's, the path the TaskExecutors ran and the tuned job's metrics."""
     from raylink.actors.cluster import ensure_ray, shutdown_ray
 
     ensure_ray()
-    raylink_job(2000, args.parallelism)  # warm up: worker processes, imports
-    ordinary_job(2000, 1)
-    loops, walls, nets, untyped_nets = [], [], [], []
-    ordinary: dict = {"p1": [], "p2": [], "p2 collect": []}
-    result = None
-    for _ in range(max(1, args.repeat)):  # interleaved, so a slow spell of the machine hits all
-        loops.append(plain_loop(num_lines))
-        ordinary["p1"].append(ordinary_job(num_lines, 1))
-        ordinary["p2"].append(ordinary_job(num_lines, 2))
-        ordinary["p2 collect"].append(ordinary_job(num_lines, 2, collect=True))
-        wall, result = raylink_job(num_lines, args.parallelism)
-        walls.append(wall)
-        nets.append(result.net_runtime_ms / 1000)
-        untyped_nets.append(raylink_job(num_lines, args.parallelism, typed=False)[1].net_runtime_ms / 1000)
-    loop_s, job_s, net, untyped = _median(loops), _median(walls), _median(nets), _median(untyped_nets)
-    executors = {m["executor"] for m in result.task_metrics}
-    sent = sum(s.get("remoteBuffersSent", 0) for s in result.executor_stats)
-    calls = sum(s.get("remoteCalls", 0) for s in result.executor_stats)
-    credit_calls = sum(s.get("remoteCreditCalls", 0) for s in result.executor_stats)
-    print(f"word count, {words:,} words; medians of {len(loops)} interleaved runs")
-    print(f"{'variant':<64}{'seconds':>9}{'words/s':>14}{'vs loop':>9}")
-    rows = [
-        ("plain Python loop (1 process, baseline)", loop_s),
-        ("as written: untyped, reduce(lambda), defaults, p=1, tasks running", _median(ordinary["p1"])),
-        ("as written: untyped, reduce(lambda), defaults, p=2, tasks running", _median(ordinary["p2"])),
-        ("as written, p=2, results read through execute_and_collect()", _median(ordinary["p2 collect"])),
-        (f"tuned: typed, sum(1), 2 slot sharing groups, p={args.parallelism}, tasks running", net),
-        (f"tuned without output_type, p={args.parallelism}, tasks running", untyped),
-        (f"tuned, p={args.parallelism}, wall clock incl. deploy", job_s),
-    ]
-    for label, secs in rows:
-        print(f"{label:<64}{secs:>9.2f}{words / secs:>14,.0f}{loop_s / secs:>8.2f}x")
-    print(
-        f"collect vs discarding sink (p=2): {_median(ordinary['p2']) / _median(ordinary['p2 collect']):.2f}x; "
-        f"tuned job: {len(executors)} TaskExecutors, {sent} remote buffers in {calls} calls "
-        f"(+{credit_calls} credit calls)"
+    try:
+        raylink_job(2000, parallelism)  # warm up: worker processes, imports
+        ordinary_job(2000, 1)
+        secs: dict = {"loop": plain_loop(num_lines)}
+        secs["p1"] = ordinary_job(num_lines, 1)[0]
+        secs["p2"], secs["p2 wall"] = ordinary_job(num_lines, 2)
+        secs["p2 collect"], secs["p2 collect wall"] = ordinary_job(num_lines, 2, collect=True)
+        wall, result = raylink_job(num_lines, parallelism)
+        secs["tuned"], secs["tuned wall"] = result.net_runtime_ms / 1000, wall
+        secs["untyped"] = raylink_job(num_lines, parallelism, typed=False)[1].net_runtime_ms / 1000
+        latency = {}
+        for timeout in (0, 100):
+            res = result if timeout == 100 else raylink_job(num_lines, parallelism, buffer_timeout=timeout)[1]
+            lat = [m["latencyMs"] for m in res.task_metrics if m.get("latencyMs")]
+            if lat:
+                worst = max(lat, key=lambda l: l["p99"])
+                latency[timeout] = (worst["p50"], worst["p99"], sum(l["count"] for l in lat))
+        return {
+            "secs": secs,
+            "path": _path_of_task_executors(),
+            "latency": latency,
+            "executors": len({m["executor"] for m in result.task_metrics}),
+            "remote": [
+                sum(s.get(k, 0) for s in result.executor_stats)
+                for k in ("remoteBuffersSent", "remoteCalls", "remoteCreditCalls")
+            ],
+            "tasks": [
+                (
+                    m["task"],
+                    m["numRecordsIn"],
+                    m["numRecordsOut"],
+                    m["busyTimeMsPerSecond"],
+                    m["idleTimeMsPerSecond"],
+                    m["backPressuredTimeMsPerSecond"],
+                )
+                for m in result.task_metrics
+            ],
+        }
+    finally:
+        shutdown_ray()
+
+
+def _round_in_subprocess(path: str, argv: list) -> dict:
+    env = dict(os.environ, RAYLINK_PURE_PYTHON="1" if path == "pure" else "")
+    out = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--round", *argv],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        check=True,
     )
-    print("end-to-end latency from latency markers (every 50 ms, source -> sink):")
-    for timeout in (0, 100):
-        if timeout == 100:
-            res = result
-        else:
-            _s, res = raylink_job(num_lines, args.parallelism, buffer_timeout=timeout)
-        lat = [m["latencyMs"] for m in res.task_metrics if m.get("latencyMs")]
-        if lat:
-            worst = max(lat, key=lambda l: l["p99"])
-            print(
-                f"  buffer timeout {timeout:>3} ms: p50 {worst['p50']:7.1f} ms  p99 {worst['p99']:7.1f} ms"
-                f"  ({sum(l['count'] for l in lat)} markers)"
-            )
-    for m in result.task_metrics:
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: Optional[list] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--words", type=int, default=2_000_000)
+    parser.add_argument("--parallelism", type=int, default=1, help="of the tuned job")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds per path, alternated; medians are reported")
+    parser.add_argument("--path", choices=("both", "compiled", "pure"), default="both")
+    parser.add_argument("--round", action="store_true", help=argparse.SUPPRESS)  # one round, as JSON
+    args = parser.parse_args(argv)
+    num_lines = args.words // WORDS_PER_LINE
+    words = num_lines * WORDS_PER_LINE
+    if args.round:
+        print(json.dumps(one_round(num_lines, args.parallelism)))
+        return
+    paths = ("compiled", "pure") if args.path == "both" else (args.path,)
+    child_argv = ["--words", str(args.words), "--parallelism", str(args.parallelism)]
+    rounds: dict = {p: [] for p in paths}
+    for _ in range(max(1, args.repeat)):  # alternated, so a slow spell of the machine hits both paths
+        for path in paths:
+            rounds[path].append(_round_in_subprocess(path, child_argv))
+    print(f"word count, {words:,} words; medians of {args.repeat} rounds per path, alternated")
+    for path in paths:
+        loops = [r["secs"]["loop"] for r in rounds[path]]
         print(
-            f"  {m['task']:<60} in {m['numRecordsIn']:>9,} out {m['numRecordsOut']:>9,} "
-            f"busy {m['busyTimeMsPerSecond']:>6.0f} idle {m['idleTimeMsPerSecond']:>6.0f} "
-            f"backpressured {m['backPressuredTimeMsPerSecond']:>6.0f} ms/s"
+            f"  {path} rounds: TaskExecutors ran {rounds[path][-1]['path']}; plain loop {words / _median(loops):,.0f} words/s"
         )
-    shutdown_ray()
+    print(f"{'variant':<66}{'path':<10}{'seconds':>9}{'words/s':>12}{'vs loop':>9}")
+    print(
+        f"{'plain Python loop (1 process, baseline)':<66}{'':<10}{_median([r['secs']['loop'] for p in paths for r in rounds[p]]):>9.2f}{'':>12}{1.0:>8.2f}x"
+    )
+    for key, label in ROWS:
+        for path in paths:
+            secs = _median([r["secs"][key] for r in rounds[path]])
+            ratio = _median([r["secs"]["loop"] / r["secs"][key] for r in rounds[path]])
+            print(f"{label:<66}{path:<10}{secs:>9.2f}{words / secs:>12,.0f}{ratio:>8.2f}x")
+    for path in paths:
+        collect = _median([r["secs"]["p2"] / r["secs"]["p2 collect"] for r in rounds[path]])
+        last = rounds[path][-1]
+        sent, calls, credit_calls = last["remote"]
+        print(
+            f"{path}: collect vs discarding sink (p=2, tasks running) {collect:.2f}x; tuned job: {last['executors']} "
+            f"TaskExecutors, {sent} remote buffers in {calls} calls (+{credit_calls} credit calls)"
+        )
+        for timeout, (p50, p99, count) in sorted(last["latency"].items(), key=lambda kv: int(kv[0])):
+            print(
+                f"  latency, buffer timeout {int(timeout):>3} ms: p50 {p50:7.1f} ms  p99 {p99:7.1f} ms  ({count} markers)"
+            )
+        for task, rin, rout, busy, idle, bp in last["tasks"]:
+            print(
+                f"  {task:<60} in {rin:>9,} out {rout:>9,} busy {busy:>6.0f} idle {idle:>6.0f} backpressured {bp:>6.0f} ms/s"
+            )
 
 
 if __name__ == "__main__":
