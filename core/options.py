@@ -556,8 +556,8 @@ class RestOptions:
         "raylink.rest.enabled",
         "bool",
         True,
-        "Serve Flink's REST API and the web dashboard on the driver of a job on the ray target "
-        "while the job runs (false: no endpoint).",
+        "Serve Flink's REST API and the web dashboard on the driver while a job runs: by default for a "
+        "job on the ray target; a job on the local target serves it only when this is set to true.",
     )
 
 

@@ -331,3 +331,30 @@ def test_session_cluster_rest_api_matches_the_job_client(session):
         running.get_job_execution_result(120)
     assert str(running.get_job_status()) == "CANCELED"
     assert get(base, f"/jobs/{running.job_id}")["state"] == "CANCELED"
+
+
+@pytest.mark.timeout(120)
+def test_a_local_job_serves_the_dashboard_only_when_asked():
+    env = make_env("local", 2, {"raylink.rest.enabled": True})
+    env.add_source(FiniteThenIdleSource(N), "Numbers").set_parallelism(1).rebalance().map(lambda x: x + 1).name(
+        "PlusOne"
+    ).add_sink(DiscardingSink()).name("Discard")
+    client = env.execute_async("local rest job")
+    try:
+        assert client.rest_endpoint is not None
+        assert wait_for(lambda: counters_settled(client), client, timeout=60)
+        assert_matches_client(client.rest_endpoint.url, client)
+        status, page, _ = http(client.rest_endpoint.url + "/")
+        assert status == 200 and "dashboard.js" in page
+    finally:
+        client.cancel()
+        assert client.wait(60)
+    assert port_closed(client.rest_endpoint.port)
+    plain = make_env("local", 1)
+    plain.add_source(FiniteThenIdleSource(N), "Numbers").add_sink(DiscardingSink())
+    other = plain.execute_async("local job")
+    try:
+        assert other.rest_endpoint is None  # Flink's MiniCluster: no web UI unless asked
+    finally:
+        other.cancel()
+        assert other.wait(60)

@@ -43,7 +43,13 @@ from typing import Any, Optional
 
 from raylink.core.checkpointing import DEFAULT_CHECKPOINTS_DIR
 from raylink.core.job_status import JobStatus
-from raylink.core.options import CheckpointingOptions, ExecutionOptions, MetricOptions, SavepointConfigOptions
+from raylink.core.options import (
+    CheckpointingOptions,
+    ExecutionOptions,
+    MetricOptions,
+    RestOptions,
+    SavepointConfigOptions,
+)
 from raylink.errors import suppresses_restarts
 from raylink.graph.execution_graph import ExecutionGraph, build_execution_graph
 from raylink.runtime.client.executors import PipelineExecutor
@@ -597,7 +603,8 @@ class JobExecutor(PipelineExecutor):
     def execute_async(self, env: Any, job_name: Optional[str] = None) -> Any:
         client = self.client_class(env, job_name)
         env.transformations.clear()  # Flink clears the program once it is submitted
-        if client.configuration.get(ExecutionOptions.TARGET) == "ray":  # Flink's MiniCluster has no web UI
+        conf = client.configuration  # Flink's MiniCluster has no web UI unless asked: local jobs only when set
+        if conf.get(ExecutionOptions.TARGET) == "ray" or conf.contains_key(RestOptions.ENABLED.key):
             from raylink.runtime.rest.rest_server import start_job_endpoint  # aiohttp: only when served
 
             try:
