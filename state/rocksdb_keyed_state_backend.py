@@ -41,24 +41,25 @@ from __future__ import annotations
 
 import logging
 import os
-import pickle
-import posixpath
 import shutil
-import struct
 import tempfile
 import threading
 import uuid
 import weakref
-from collections.abc import MutableMapping
-from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-import cloudpickle
-import fsspec
-import msgpack
 import rocksdict
 
-from raylink.core.options import CheckpointingOptions, StateBackendOptions, TaskManagerOptions, read_option
+from raylink.state.rocksdb_options import RocksDBSettings, open_db
+from raylink.state.rocksdb_snapshots import RocksDBSnapshot, RocksDBStateHandle, download_handle, handle_to_key_groups
+from raylink.state.rocksdb_state import (
+    KEY_HEADER,
+    RocksDBMapState,
+    RocksDBNamespacedState,
+    RocksDBStateTable,
+    dump_key,
+    load_key,
+)
 from raylink.state.state_backend import (
     NAMESPACED,
     HeapKeyedStateBackend,
@@ -70,482 +71,10 @@ from raylink.state.state_backend import (
 
 log = logging.getLogger(__name__)
 
-_HEADER = struct.Struct(">HH")  # key group, state id
-_PICKLED = 0xC1  # a byte msgpack never starts an object with: the key is pickled
-_MISSING = object()
-_ABSENT = object()
-_SIMPLE = (int, str, bytes, float, bool)
-DEFAULT_MEMORY = 128 * 1024 * 1024
+
 _MAX_STATES = 1 << 16
 
 
-# -- serialisation ------------------------------------------------------------------------------------
-def _simple(obj: Any) -> bool:
-    t = type(obj)
-    return obj is None or t in _SIMPLE or (t is tuple and all(_simple(e) for e in obj))
-
-
-_pack = msgpack.Packer(use_bin_type=True).pack
-
-
-def dump_key(obj: Any) -> bytes:
-    """A key's bytes: equal keys give equal bytes (msgpack for plain values, else pickle)."""
-    t = type(obj)
-    if t is int or t is str or _simple(obj):
-        try:
-            return _pack(obj)
-        except (OverflowError, ValueError):
-            pass
-    return bytes((_PICKLED,)) + pickle.dumps(obj, protocol=5)
-
-
-def load_key(data: bytes) -> Any:
-    if data[0] == _PICKLED:
-        return pickle.loads(data[1:])
-    return msgpack.unpackb(data, use_list=False, raw=False, strict_map_key=False)
-
-
-def dump_value(obj: Any) -> bytes:
-    try:
-        return pickle.dumps(obj, protocol=5)
-    except (pickle.PicklingError, AttributeError, TypeError):
-        return cloudpickle.dumps(obj)
-
-
-load_value = pickle.loads
-
-
-# -- the tables ------------------------------------------------------------------------------------------
-class RocksDBMapState(MutableMapping):
-    """One state's entries ``key -> value`` in RocksDB, with a write-back cache of Python
-    objects (Flink's ``AbstractRocksDBState`` over a ``RocksDBWriteBatchWrapper``)."""
-
-    def __init__(self, backend: "RocksDBKeyedStateBackend", state_id: int) -> None:
-        self._backend = backend
-        self._cache: Dict[Any, Any] = {}
-        self._db_keys: Dict[Any, bytes] = {}  # of cached keys whose bytes are known already
-        self._capacity = backend.cache_capacity
-        self._key_group_of = backend.key_group_of
-        self.bind(backend.db, state_id)
-
-    def bind(self, db: Any, state_id: int) -> None:
-        """Use ``db`` and ``state_id`` (after a restore); the cache is dropped."""
-        self._cache.clear()
-        self._db_keys.clear()
-        self._db = db
-        self.state_id = state_id
-        b = self._backend
-        self._prefixes = [_HEADER.pack(kg, state_id) for kg in range(b.start, b.end + 1)]
-        self._start = b.start
-
-    # -- keys
-    def _db_key(self, key: Any) -> bytes:
-        return self._prefixes[self._key_group_of(key) - self._start] + dump_key(key)
-
-    # -- the mapping
-    def get(self, key: Any, default: Any = None) -> Any:
-        value = self._cache.get(key, _MISSING)
-        if value is not _MISSING:
-            return value
-        db_key = self._db_key(key)
-        raw = self._db.get(db_key)
-        if raw is None:
-            self._db_keys[key] = db_key  # most likely stored next (a key's first record)
-            return default
-        value = load_value(raw)
-        self._remember(key, value)
-        self._db_keys[key] = db_key
-        return value
-
-    def _remember(self, key: Any, value: Any) -> None:
-        cache = self._cache
-        if len(cache) >= self._capacity and key not in cache:
-            db_key = self._db_keys.get(key)
-            self.flush()
-            if db_key is not None:
-                self._db_keys[key] = db_key
-        cache[key] = value
-
-    def __getitem__(self, key: Any) -> Any:
-        value = self.get(key, _MISSING)
-        if value is _MISSING:
-            raise KeyError(key)
-        return value
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        self._remember(key, value)
-
-    def pop(self, key: Any, default: Any = _MISSING) -> Any:
-        db_key = self._db_keys.pop(key, None) or self._db_key(key)
-        value = self._cache.pop(key, _MISSING)
-        if value is _MISSING:
-            raw = self._db.get(db_key)
-            if raw is None:
-                if default is _MISSING:
-                    raise KeyError(key)
-                return default
-            value = load_value(raw)
-        self._db.delete(db_key)
-        return value
-
-    def __delitem__(self, key: Any) -> None:
-        self.pop(key)
-
-    def setdefault(self, key: Any, default: Any = None) -> Any:
-        value = self.get(key, _MISSING)
-        if value is _MISSING:
-            self._remember(key, default)
-            return default
-        return value
-
-    def __contains__(self, key: Any) -> bool:
-        return key in self._cache or self._db.get(self._db_key(key)) is not None
-
-    def _raw_items(self) -> Iterator[Tuple[bytes, bytes]]:
-        """Every stored (key bytes after the header, value bytes), key group by key group."""
-        self.flush()
-        db = self._db
-        for prefix in self._prefixes:
-            it = db.iter()
-            it.seek(prefix)
-            while it.valid():
-                k = it.key()
-                if not k.startswith(prefix):
-                    break
-                yield k[4:], it.value()
-                it.next()
-
-    def items(self) -> Any:  # type: ignore[override]
-        return [(load_key(k), load_value(v)) for k, v in self._raw_items()]
-
-    def keys(self) -> Any:  # type: ignore[override]
-        return [load_key(k) for k, _ in self._raw_items()]
-
-    def values(self) -> Any:  # type: ignore[override]
-        return [load_value(v) for _, v in self._raw_items()]
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.keys())
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self._raw_items())
-
-    def clear(self) -> None:
-        self._cache.clear()
-        for prefix in self._prefixes:
-            self._db.delete_range(prefix, _next_prefix(prefix))
-
-    def flush(self) -> None:
-        """Write the cached objects to RocksDB (one batch) and forget them."""
-        cache = self._cache
-        if not cache:
-            self._db_keys.clear()
-            return
-        batch = rocksdict.WriteBatch(raw_mode=True)
-        db_key = self._db_key
-        known = self._db_keys.get
-        put = batch.put
-        dumps = pickle.dumps
-        for key, value in cache.items():
-            k = known(key)
-            try:
-                v = dumps(value, 5)
-            except (pickle.PicklingError, AttributeError, TypeError):
-                v = dump_value(value)
-            put(k if k is not None else db_key(key), v)
-        self._db.write(batch)
-        cache.clear()
-        self._db_keys.clear()
-
-    def __repr__(self) -> str:
-        return f"RocksDBMapState(state id {self.state_id})"
-
-
-class RocksDBNamespacedState(RocksDBMapState):
-    """A namespaced state: ``namespace -> pane`` where a pane maps ``key -> value`` (the
-    layout operators see on the heap); stored per ``(key, namespace)`` under the key's key
-    group. The number of entries of every namespace is kept in memory so an empty pane is
-    known without a scan."""
-
-    def __init__(self, backend: "RocksDBKeyedStateBackend", state_id: int) -> None:
-        self._counts: Dict[Any, int] = {}
-        self._panes: Dict[Any, "RocksDBPane"] = {}
-        super().__init__(backend, state_id)
-
-    def bind(self, db: Any, state_id: int) -> None:
-        super().bind(db, state_id)
-        self._counts.clear()
-        self._panes.clear()
-
-    def _db_key(self, pair: Any) -> bytes:
-        return self._prefixes[self._key_group_of(pair[0]) - self._start] + dump_key(pair)
-
-    def recount(self) -> None:
-        """Count the entries of every namespace (after a restore)."""
-        counts = self._counts
-        counts.clear()
-        for k, _ in self._raw_items():
-            ns = load_key(k)[1]
-            counts[ns] = counts.get(ns, 0) + 1
-
-    # -- entries of (key, namespace)
-    def _put(self, pair: Any, value: Any) -> None:
-        if pair not in self._cache and self._db.get(self._db_key(pair)) is None:
-            ns = pair[1]
-            self._counts[ns] = self._counts.get(ns, 0) + 1
-        self._remember(pair, value)
-
-    def _pop(self, pair: Any, default: Any) -> Any:
-        value = RocksDBMapState.pop(self, pair, _ABSENT)
-        if value is _ABSENT:
-            return default
-        ns = pair[1]
-        left = self._counts.get(ns, 1) - 1
-        if left > 0:
-            self._counts[ns] = left
-        else:
-            self._counts[ns] = 0
-        return value
-
-    # -- namespace -> pane
-    def get(self, namespace: Any, default: Any = None) -> Any:  # type: ignore[override]
-        if namespace not in self._counts:
-            return default
-        return self._pane(namespace)
-
-    def _pane(self, namespace: Any) -> "RocksDBPane":
-        pane = self._panes.get(namespace)
-        if pane is None:
-            pane = self._panes[namespace] = RocksDBPane(self, namespace)
-        return pane
-
-    def __getitem__(self, namespace: Any) -> Any:
-        pane = self.get(namespace)
-        if pane is None:
-            raise KeyError(namespace)
-        return pane
-
-    def __setitem__(self, namespace: Any, pane: Any) -> None:
-        self._counts.setdefault(namespace, 0)
-        target = self._pane(namespace)
-        if pane is not target:
-            for key in list(target):
-                target.pop(key, None)
-            for key, value in dict(pane).items():
-                target[key] = value
-
-    def setdefault(self, namespace: Any, default: Any = None) -> Any:
-        pane = self.get(namespace)
-        if pane is None:
-            self[namespace] = default if default is not None else {}
-            pane = self._pane(namespace)
-        return pane
-
-    def pop(self, namespace: Any, default: Any = _MISSING) -> Any:
-        if namespace not in self._counts:
-            if default is _MISSING:
-                raise KeyError(namespace)
-            return default
-        pane = self._pane(namespace)
-        contents = dict(pane.items()) if self._counts[namespace] else {}
-        for key in contents:
-            self._pop((key, namespace), None)
-        del self._counts[namespace]
-        self._panes.pop(namespace, None)
-        return contents
-
-    def __delitem__(self, namespace: Any) -> None:
-        self.pop(namespace)
-
-    def __contains__(self, namespace: Any) -> bool:
-        return namespace in self._counts
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(list(self._counts))
-
-    def __len__(self) -> int:
-        return len(self._counts)
-
-    def keys(self) -> Any:  # type: ignore[override]
-        return list(self._counts)
-
-    def items(self) -> Any:  # type: ignore[override]
-        return [(ns, self._pane(ns)) for ns in list(self._counts)]
-
-    def values(self) -> Any:  # type: ignore[override]
-        return [self._pane(ns) for ns in list(self._counts)]
-
-    def pairs(self) -> List[Tuple[Any, Any]]:
-        """Every stored ``((key, namespace), value)``."""
-        return [(load_key(k), load_value(v)) for k, v in self._raw_items()]
-
-    def clear(self) -> None:
-        super().clear()
-        self._counts.clear()
-        self._panes.clear()
-
-
-class RocksDBPane(MutableMapping):
-    """The entries of one namespace of a :class:`RocksDBNamespacedState`: ``key -> value``."""
-
-    __slots__ = ("_table", "namespace")
-
-    def __init__(self, table: RocksDBNamespacedState, namespace: Any) -> None:
-        self._table = table
-        self.namespace = namespace
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        return RocksDBMapState.get(self._table, (key, self.namespace), default)
-
-    def __getitem__(self, key: Any) -> Any:
-        value = self.get(key, _MISSING)
-        if value is _MISSING:
-            raise KeyError(key)
-        return value
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        self._table._put((key, self.namespace), value)
-
-    def pop(self, key: Any, default: Any = _MISSING) -> Any:
-        value = self._table._pop((key, self.namespace), _MISSING)
-        if value is _MISSING:
-            if default is _MISSING:
-                raise KeyError(key)
-            return default
-        return value
-
-    def __delitem__(self, key: Any) -> None:
-        self.pop(key)
-
-    def setdefault(self, key: Any, default: Any = None) -> Any:
-        value = self.get(key, _MISSING)
-        if value is _MISSING:
-            self[key] = default
-            return default
-        return value
-
-    def __contains__(self, key: Any) -> bool:
-        return self.get(key, _MISSING) is not _MISSING
-
-    def __len__(self) -> int:
-        return self._table._counts.get(self.namespace, 0)
-
-    def __bool__(self) -> bool:
-        return self._table._counts.get(self.namespace, 0) > 0
-
-    def items(self) -> Any:  # type: ignore[override]
-        ns = self.namespace
-        return [(pair[0], value) for pair, value in self._table.pairs() if pair[1] == ns]
-
-    def keys(self) -> Any:  # type: ignore[override]
-        return [k for k, _ in self.items()]
-
-    def values(self) -> Any:  # type: ignore[override]
-        return [v for _, v in self.items()]
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.keys())
-
-
-def _next_prefix(prefix: bytes) -> bytes:
-    """The smallest byte string above every string starting with ``prefix``."""
-    value = int.from_bytes(prefix, "big") + 1
-    return value.to_bytes(len(prefix), "big")
-
-
-class RocksDBStateTable(StateTable):
-    """A :class:`StateTable` whose ``values`` live in RocksDB."""
-
-    __slots__ = ()
-
-    def num_entries(self) -> int:
-        values = self.values
-        if isinstance(values, RocksDBNamespacedState):
-            return sum(values._counts.values())
-        return len(values)
-
-
-# -- snapshots -------------------------------------------------------------------------------------------
-@dataclass
-class RocksDBStateHandle:
-    """A RocksDB checkpoint in the checkpoint storage (Flink's
-    ``IncrementalRemoteKeyedStateHandle``): the SST files (``sst``: local name -> (shared
-    file name, path when written, size)) and the other, small files inline (``private``),
-    with the states' ids and kinds and the key groups it holds. ``resolved`` maps a shared
-    file name to where it is now (set when loaded from a checkpoint that was moved)."""
-
-    backend_uid: str
-    checkpoint_id: int
-    key_group_range: Tuple[int, int]
-    states: List[Tuple[str, int, Optional[str]]]
-    sst: Dict[str, Tuple[str, str, int]]
-    private: Dict[str, bytes] = field(repr=False)
-    resolved: Dict[str, str] = field(default_factory=dict)
-
-    @property
-    def shared_paths(self) -> List[str]:
-        return [path for _, path, _ in self.sst.values()]
-
-    def path_of(self, local_name: str) -> str:
-        shared_name, path, _ = self.sst[local_name]
-        return self.resolved.get(shared_name, path)
-
-
-class RocksDBSnapshot:
-    """The synchronous part of a RocksDB backend's snapshot: a RocksDB checkpoint in a local
-    folder. :meth:`materialize` (the asynchronous part) uploads it."""
-
-    def __init__(
-        self,
-        backend: "RocksDBKeyedStateBackend",
-        checkpoint_id: int,
-        local_path: str,
-        states: List[Tuple[str, int, Optional[str]]],
-        previous: Dict[str, Tuple[str, str, int]],
-    ) -> None:
-        self._backend = backend
-        self.checkpoint_id = checkpoint_id
-        self.local_path = local_path
-        self.states = states
-        self.previous = previous
-        self.key_group_range = (backend.start, backend.end)
-        self.backend_uid = backend.uid
-
-    def materialize(self, storage: Any, checkpoint_id: int) -> Tuple[RocksDBStateHandle, int]:
-        """Upload the checkpoint's new SST files to ``storage``'s shared folder; returns the
-        handle and the bytes written. Blocking I/O: the checkpoint writer thread."""
-        written = 0
-        sst: Dict[str, Tuple[str, str, int]] = {}
-        private: Dict[str, bytes] = {}
-        try:
-            for name in sorted(os.listdir(self.local_path)):
-                local = os.path.join(self.local_path, name)
-                if name.endswith(".sst"):
-                    reused = self.previous.get(name)
-                    if reused is not None:
-                        sst[name] = reused
-                        continue
-                    path, size = storage.write_shared_file(checkpoint_id, local, f"{self.backend_uid}-{name}")
-                    sst[name] = (posixpath.basename(path), path, size)
-                    written += size
-                else:
-                    with open(local, "rb") as f:
-                        private[name] = f.read()
-                    written += len(private[name])
-        finally:
-            shutil.rmtree(self.local_path, ignore_errors=True)
-        self._backend._uploaded(checkpoint_id, sst)
-        handle = RocksDBStateHandle(self.backend_uid, checkpoint_id, self.key_group_range, self.states, sst, private)
-        return handle, written
-
-    def discard(self) -> None:
-        shutil.rmtree(self.local_path, ignore_errors=True)
-
-    def __reduce__(self) -> tuple:
-        raise TypeError("a RocksDB snapshot is uploaded by materialize() before it is stored")
-
-
-# -- the backend -----------------------------------------------------------------------------------------
 class _Resources:
     """What a backend holds outside Python: its database and working folder."""
 
@@ -561,65 +90,6 @@ class _Resources:
                 pass
             self.db = None
         shutil.rmtree(self.folder, ignore_errors=True)
-
-
-@dataclass(frozen=True)
-class RocksDBSettings:
-    """How a backend is set up (from ``state.backend.rocksdb.*``)."""
-
-    local_directory: str
-    memory_bytes: int = DEFAULT_MEMORY
-    write_buffer_ratio: float = 0.5
-    write_batch_bytes: int = 2 * 1024 * 1024
-    incremental: bool = False
-
-    @classmethod
-    def from_parameters(cls, parameters: Any, subtask_index: int = 0) -> "RocksDBSettings":
-        dirs = read_option(parameters, StateBackendOptions.ROCKSDB_LOCAL_DIRECTORIES)
-        if dirs:
-            choices = [d.strip() for d in str(dirs).split(",") if d.strip()]
-            local = choices[subtask_index % len(choices)]
-        else:
-            local = os.path.join(tempfile.gettempdir(), "raylink-rocksdb")
-        memory = read_option(parameters, StateBackendOptions.ROCKSDB_MEMORY_FIXED_PER_SLOT)
-        if not memory:
-            process = read_option(parameters, TaskManagerOptions.TOTAL_PROCESS_MEMORY)
-            slots = read_option(parameters, TaskManagerOptions.NUM_TASK_SLOTS)
-            fraction = read_option(parameters, StateBackendOptions.MANAGED_MEMORY_FRACTION)
-            memory = int(process * fraction / max(1, slots)) if process else DEFAULT_MEMORY
-        return cls(
-            local_directory=local,
-            memory_bytes=max(16 * 1024 * 1024, int(memory)),
-            write_buffer_ratio=read_option(parameters, StateBackendOptions.ROCKSDB_WRITE_BUFFER_RATIO),
-            write_batch_bytes=read_option(parameters, StateBackendOptions.ROCKSDB_WRITE_BATCH_SIZE),
-            incremental=bool(read_option(parameters, CheckpointingOptions.INCREMENTAL_CHECKPOINTS)),
-        )
-
-
-def _open_db(path: str, settings: RocksDBSettings, read_only: bool = False) -> Any:
-    options = rocksdict.Options(raw_mode=True)
-    options.create_if_missing(True)
-    cache = rocksdict.Cache(settings.memory_bytes)
-    write_buffers = int(settings.memory_bytes * settings.write_buffer_ratio)
-    options.set_write_buffer_manager(
-        rocksdict.WriteBufferManager.new_write_buffer_manager_with_cache(write_buffers, False, cache)
-    )
-    options.set_write_buffer_size(max(4 * 1024 * 1024, min(64 * 1024 * 1024, write_buffers // 2)))
-    options.set_max_write_buffer_number(2)
-    options.set_max_open_files(256)
-    options.set_keep_log_file_num(2)
-    table = rocksdict.BlockBasedOptions()
-    table.set_block_cache(cache)
-    table.set_bloom_filter(10, False)
-    table.set_cache_index_and_filter_blocks(True)
-    options.set_block_based_table_factory(table)
-    if read_only:
-        return rocksdict.Rdict(path, options, access_type=rocksdict.AccessType.read_only())
-    db = rocksdict.Rdict(path, options)
-    write = rocksdict.WriteOptions()
-    write.disable_wal = True  # Flink's RocksDB backend writes no WAL: checkpoints are the durability
-    db.set_write_options(write)
-    return db
 
 
 class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
@@ -642,7 +112,7 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
         folder = tempfile.mkdtemp(prefix=f"{safe}-{self.uid}-", dir=self.settings.local_directory)
         self._resources = _Resources(folder)
         self._finalizer = weakref.finalize(self, self._resources.release)
-        self.db = self._resources.db = _open_db(os.path.join(folder, "db"), self.settings)
+        self.db = self._resources.db = open_db(os.path.join(folder, "db"), self.settings)
         self._state_ids: Dict[str, int] = {}
         self._snapshot_seq = 0
         self._lock = threading.Lock()
@@ -746,22 +216,22 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
             and overlapping[0].key_group_range[0] <= self.start <= self.end <= overlapping[0].key_group_range[1]
         ):
             handle = overlapping[0]
-            _download(handle, os.path.join(folder, "db"))
-            self.db = self._resources.db = _open_db(os.path.join(folder, "db"), self.settings)
+            download_handle(handle, os.path.join(folder, "db"))
+            self.db = self._resources.db = open_db(os.path.join(folder, "db"), self.settings)
             for name, sid, kind in handle.states:
                 names[name] = sid
                 kinds[name] = kind
             lo, hi = handle.key_group_range
             if lo < self.start:
-                self.db.delete_range(_HEADER.pack(lo, 0), _HEADER.pack(self.start, 0))
+                self.db.delete_range(KEY_HEADER.pack(lo, 0), KEY_HEADER.pack(self.start, 0))
             if hi > self.end:
-                self.db.delete_range(_HEADER.pack(self.end + 1, 0), (hi + 1).to_bytes(2, "big") + b"\x00\x00")
+                self.db.delete_range(KEY_HEADER.pack(self.end + 1, 0), (hi + 1).to_bytes(2, "big") + b"\x00\x00")
         else:
-            self.db = self._resources.db = _open_db(os.path.join(folder, "db"), self.settings)
+            self.db = self._resources.db = open_db(os.path.join(folder, "db"), self.settings)
             for i, handle in enumerate(overlapping):
                 tmp = os.path.join(folder, f"restore-{i}")
-                _download(handle, tmp)
-                source = _open_db(tmp, self.settings, read_only=True)
+                download_handle(handle, tmp)
+                source = open_db(tmp, self.settings, read_only=True)
                 try:
                     remap = {}
                     for name, sid, kind in handle.states:
@@ -807,7 +277,7 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
 
     def _copy_range(self, source: Any, remap: Dict[int, bytes]) -> None:
         it = source.iter()
-        it.seek(_HEADER.pack(self.start, 0))
+        it.seek(KEY_HEADER.pack(self.start, 0))
         end = (self.end + 1).to_bytes(2, "big")
         batch = rocksdict.WriteBatch(raw_mode=True)
         count = 0
@@ -862,74 +332,11 @@ def create_keyed_state_backend(runtime_context: Any) -> RocksDBKeyedStateBackend
     return RocksDBKeyedStateBackend(key_groups, rc.max_parallelism, settings, name=name)
 
 
-def _download(handle: RocksDBStateHandle, target: str) -> None:
-    """The files of ``handle`` into folder ``target`` (a RocksDB checkpoint to open)."""
-    os.makedirs(target, exist_ok=True)
-    for local_name in handle.sst:
-        path = handle.path_of(local_name)
-        fs, fs_path = fsspec.core.url_to_fs(path)
-        local = os.path.join(target, local_name)
-        try:
-            if "file" in ((fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)):
-                try:
-                    os.link(fs_path, local)  # same filesystem: a hard link, no copy
-                    continue
-                except OSError:
-                    pass
-            fs.get_file(fs_path, local)
-        except FileNotFoundError:
-            from raylink.state.checkpoint_storage import CheckpointStorageError
-
-            raise CheckpointStorageError(
-                f"shared state file {path!r} of a RocksDB checkpoint (checkpoint {handle.checkpoint_id}) is missing",
-                path,
-            ) from None
-    for name, data in handle.private.items():
-        with open(os.path.join(target, name), "wb") as f:
-            f.write(data)
-
-
-def handle_to_key_groups(
-    handle: RocksDBStateHandle, settings: Optional[RocksDBSettings] = None
-) -> Dict[int, Dict[str, Dict[Any, Any]]]:
-    """A RocksDB handle's state as a heap snapshot ``{key group: {name: {key: value}}}``
-    (namespaced states: ``{key: {namespace: value}}``): a RocksDB checkpoint restored into the
-    hashmap backend."""
-    folder = tempfile.mkdtemp(prefix="raylink-rocksdb-read-")
-    try:
-        _download(handle, folder)
-        db = _open_db(folder, settings or RocksDBSettings(folder), read_only=True)
-        try:
-            names = {sid: (name, kind) for name, sid, kind in handle.states}
-            result: Dict[int, Dict[str, Dict[Any, Any]]] = {}
-            it = db.iter()
-            it.seek_to_first()
-            while it.valid():
-                k = it.key()
-                kg, sid = _HEADER.unpack_from(k)
-                name, kind = names.get(sid, (None, None))
-                if name is not None:
-                    per_state = result.setdefault(kg, {}).setdefault(name, {})
-                    key = load_key(k[4:])
-                    value = load_value(it.value())
-                    if _is_namespaced(kind):
-                        per_state.setdefault(key[0], {})[key[1]] = value
-                    else:
-                        per_state[key] = value
-                it.next()
-            return result
-        finally:
-            db.close()
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 __all__ = [
     "NAMESPACED",
     "RocksDBKeyedStateBackend",
     "RocksDBMapState",
     "RocksDBNamespacedState",
-    "RocksDBPane",
     "RocksDBSettings",
     "RocksDBSnapshot",
     "RocksDBStateHandle",

@@ -22,12 +22,8 @@ from __future__ import annotations
 
 from typing import Any, List, Tuple
 
-from raylink.state.rocksdb_keyed_state_backend import (
-    RocksDBKeyedStateBackend,
-    RocksDBSnapshot,
-    RocksDBStateHandle,
-    handle_to_key_groups,
-)
+from raylink.state.rocksdb_keyed_state_backend import RocksDBKeyedStateBackend
+from raylink.state.rocksdb_snapshots import RocksDBSnapshot, RocksDBStateHandle, handle_to_key_groups
 
 
 def materialize_snapshot(snapshot: Any, storage: Any, checkpoint_id: int) -> Tuple[Any, Tuple[str, ...], int]:

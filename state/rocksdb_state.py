@@ -1,0 +1,442 @@
+"""The states of the RocksDB keyed backend as the mappings operators use on the heap: Flink's
+``AbstractRocksDBState`` family over a ``RocksDBWriteBatchWrapper``.
+
+A state's entries live under ``<key group: 2 bytes><state id: 2 bytes><serialised key>``
+(:data:`KEY_HEADER`; a namespaced state's key is the serialised ``(key, namespace)`` pair), so one
+key group of one state is one contiguous range of RocksDB's keys. :class:`RocksDBMapState` is a
+mutable mapping ``key -> value`` with a write-back cache of Python objects: what it hands out is
+the stored object, so states and operators that change a list, map or accumulator in place keep
+working, and the cache is written in one ``WriteBatch`` when full and before every snapshot.
+:class:`RocksDBNamespacedState` maps ``namespace -> pane`` (:class:`RocksDBPane`: ``key ->
+value``), the layout the window operator uses on the heap, with the number of entries of every
+namespace in memory so an empty pane is known without a scan.
+
+Keys are serialised with msgpack (ints, strings, bytes, floats and tuples of them: equal keys give
+equal bytes) or else pickle; values with pickle (cloudpickle when pickle cannot).
+
+Not thread-safe: a state belongs to its backend's task thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import struct
+from collections.abc import MutableMapping
+from typing import Any, Dict, Iterator, List, Tuple
+
+import cloudpickle
+import msgpack
+import rocksdict
+
+from raylink.state.state_backend import (
+    StateTable,
+)
+
+log = logging.getLogger(__name__)
+
+
+KEY_HEADER = struct.Struct(">HH")  # key group, state id
+_PICKLED = 0xC1  # a byte msgpack never starts an object with: the key is pickled
+_MISSING = object()
+_ABSENT = object()
+_SIMPLE = (int, str, bytes, float, bool)
+
+
+def _simple(obj: Any) -> bool:
+    t = type(obj)
+    return obj is None or t in _SIMPLE or (t is tuple and all(_simple(e) for e in obj))
+
+
+_pack = msgpack.Packer(use_bin_type=True).pack
+
+
+def dump_key(obj: Any) -> bytes:
+    """A key's bytes: equal keys give equal bytes (msgpack for plain values, else pickle)."""
+    t = type(obj)
+    if t is int or t is str or _simple(obj):
+        try:
+            return _pack(obj)
+        except (OverflowError, ValueError):
+            pass
+    return bytes((_PICKLED,)) + pickle.dumps(obj, protocol=5)
+
+
+def load_key(data: bytes) -> Any:
+    if data[0] == _PICKLED:
+        return pickle.loads(data[1:])
+    return msgpack.unpackb(data, use_list=False, raw=False, strict_map_key=False)
+
+
+def dump_value(obj: Any) -> bytes:
+    try:
+        return pickle.dumps(obj, protocol=5)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        return cloudpickle.dumps(obj)
+
+
+load_value = pickle.loads
+
+
+# -- the tables ------------------------------------------------------------------------------------------
+class RocksDBMapState(MutableMapping):
+    """One state's entries ``key -> value`` in RocksDB, with a write-back cache of Python
+    objects (Flink's ``AbstractRocksDBState`` over a ``RocksDBWriteBatchWrapper``)."""
+
+    def __init__(self, backend: Any, state_id: int) -> None:
+        self._backend = backend
+        self._cache: Dict[Any, Any] = {}
+        self._db_keys: Dict[Any, bytes] = {}  # of cached keys whose bytes are known already
+        self._capacity = backend.cache_capacity
+        self._key_group_of = backend.key_group_of
+        self.bind(backend.db, state_id)
+
+    def bind(self, db: Any, state_id: int) -> None:
+        """Use ``db`` and ``state_id`` (after a restore); the cache is dropped."""
+        self._cache.clear()
+        self._db_keys.clear()
+        self._db = db
+        self.state_id = state_id
+        b = self._backend
+        self._prefixes = [KEY_HEADER.pack(kg, state_id) for kg in range(b.start, b.end + 1)]
+        self._start = b.start
+
+    # -- keys
+    def _db_key(self, key: Any) -> bytes:
+        return self._prefixes[self._key_group_of(key) - self._start] + dump_key(key)
+
+    # -- the mapping
+    def get(self, key: Any, default: Any = None) -> Any:
+        value = self._cache.get(key, _MISSING)
+        if value is not _MISSING:
+            return value
+        db_key = self._db_key(key)
+        raw = self._db.get(db_key)
+        if raw is None:
+            self._db_keys[key] = db_key  # most likely stored next (a key's first record)
+            return default
+        value = load_value(raw)
+        self._remember(key, value)
+        self._db_keys[key] = db_key
+        return value
+
+    def _remember(self, key: Any, value: Any) -> None:
+        cache = self._cache
+        if len(cache) >= self._capacity and key not in cache:
+            db_key = self._db_keys.get(key)
+            self.flush()
+            if db_key is not None:
+                self._db_keys[key] = db_key
+        cache[key] = value
+
+    def __getitem__(self, key: Any) -> Any:
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            raise KeyError(key)
+        return value
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._remember(key, value)
+
+    def pop(self, key: Any, default: Any = _MISSING) -> Any:
+        db_key = self._db_keys.pop(key, None) or self._db_key(key)
+        value = self._cache.pop(key, _MISSING)
+        if value is _MISSING:
+            raw = self._db.get(db_key)
+            if raw is None:
+                if default is _MISSING:
+                    raise KeyError(key)
+                return default
+            value = load_value(raw)
+        self._db.delete(db_key)
+        return value
+
+    def __delitem__(self, key: Any) -> None:
+        self.pop(key)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            self._remember(key, default)
+            return default
+        return value
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self._cache or self._db.get(self._db_key(key)) is not None
+
+    def _raw_items(self) -> Iterator[Tuple[bytes, bytes]]:
+        """Every stored (key bytes after the header, value bytes), key group by key group."""
+        self.flush()
+        db = self._db
+        for prefix in self._prefixes:
+            it = db.iter()
+            it.seek(prefix)
+            while it.valid():
+                k = it.key()
+                if not k.startswith(prefix):
+                    break
+                yield k[4:], it.value()
+                it.next()
+
+    def items(self) -> Any:  # type: ignore[override]
+        return [(load_key(k), load_value(v)) for k, v in self._raw_items()]
+
+    def keys(self) -> Any:  # type: ignore[override]
+        return [load_key(k) for k, _ in self._raw_items()]
+
+    def values(self) -> Any:  # type: ignore[override]
+        return [load_value(v) for _, v in self._raw_items()]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self._raw_items())
+
+    def clear(self) -> None:
+        self._cache.clear()
+        for prefix in self._prefixes:
+            self._db.delete_range(prefix, next_prefix(prefix))
+
+    def flush(self) -> None:
+        """Write the cached objects to RocksDB (one batch) and forget them."""
+        cache = self._cache
+        if not cache:
+            self._db_keys.clear()
+            return
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        db_key = self._db_key
+        known = self._db_keys.get
+        put = batch.put
+        dumps = pickle.dumps
+        for key, value in cache.items():
+            k = known(key)
+            try:
+                v = dumps(value, 5)
+            except (pickle.PicklingError, AttributeError, TypeError):
+                v = dump_value(value)
+            put(k if k is not None else db_key(key), v)
+        self._db.write(batch)
+        cache.clear()
+        self._db_keys.clear()
+
+    def __repr__(self) -> str:
+        return f"RocksDBMapState(state id {self.state_id})"
+
+
+class RocksDBNamespacedState(RocksDBMapState):
+    """A namespaced state: ``namespace -> pane`` where a pane maps ``key -> value`` (the
+    layout operators see on the heap); stored per ``(key, namespace)`` under the key's key
+    group. The number of entries of every namespace is kept in memory so an empty pane is
+    known without a scan."""
+
+    def __init__(self, backend: Any, state_id: int) -> None:
+        self._counts: Dict[Any, int] = {}
+        self._panes: Dict[Any, "RocksDBPane"] = {}
+        super().__init__(backend, state_id)
+
+    def bind(self, db: Any, state_id: int) -> None:
+        super().bind(db, state_id)
+        self._counts.clear()
+        self._panes.clear()
+
+    def _db_key(self, pair: Any) -> bytes:
+        return self._prefixes[self._key_group_of(pair[0]) - self._start] + dump_key(pair)
+
+    def recount(self) -> None:
+        """Count the entries of every namespace (after a restore)."""
+        counts = self._counts
+        counts.clear()
+        for k, _ in self._raw_items():
+            ns = load_key(k)[1]
+            counts[ns] = counts.get(ns, 0) + 1
+
+    # -- entries of (key, namespace)
+    def _put(self, pair: Any, value: Any) -> None:
+        if pair not in self._cache and self._db.get(self._db_key(pair)) is None:
+            ns = pair[1]
+            self._counts[ns] = self._counts.get(ns, 0) + 1
+        self._remember(pair, value)
+
+    def _pop(self, pair: Any, default: Any) -> Any:
+        value = RocksDBMapState.pop(self, pair, _ABSENT)
+        if value is _ABSENT:
+            return default
+        ns = pair[1]
+        left = self._counts.get(ns, 1) - 1
+        if left > 0:
+            self._counts[ns] = left
+        else:
+            self._counts[ns] = 0
+        return value
+
+    # -- namespace -> pane
+    def get(self, namespace: Any, default: Any = None) -> Any:  # type: ignore[override]
+        if namespace not in self._counts:
+            return default
+        return self._pane(namespace)
+
+    def _pane(self, namespace: Any) -> "RocksDBPane":
+        pane = self._panes.get(namespace)
+        if pane is None:
+            pane = self._panes[namespace] = RocksDBPane(self, namespace)
+        return pane
+
+    def __getitem__(self, namespace: Any) -> Any:
+        pane = self.get(namespace)
+        if pane is None:
+            raise KeyError(namespace)
+        return pane
+
+    def __setitem__(self, namespace: Any, pane: Any) -> None:
+        self._counts.setdefault(namespace, 0)
+        target = self._pane(namespace)
+        if pane is not target:
+            for key in list(target):
+                target.pop(key, None)
+            for key, value in dict(pane).items():
+                target[key] = value
+
+    def setdefault(self, namespace: Any, default: Any = None) -> Any:
+        pane = self.get(namespace)
+        if pane is None:
+            self[namespace] = default if default is not None else {}
+            pane = self._pane(namespace)
+        return pane
+
+    def pop(self, namespace: Any, default: Any = _MISSING) -> Any:
+        if namespace not in self._counts:
+            if default is _MISSING:
+                raise KeyError(namespace)
+            return default
+        pane = self._pane(namespace)
+        contents = dict(pane.items()) if self._counts[namespace] else {}
+        for key in contents:
+            self._pop((key, namespace), None)
+        del self._counts[namespace]
+        self._panes.pop(namespace, None)
+        return contents
+
+    def __delitem__(self, namespace: Any) -> None:
+        self.pop(namespace)
+
+    def __contains__(self, namespace: Any) -> bool:
+        return namespace in self._counts
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(list(self._counts))
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
+    def keys(self) -> Any:  # type: ignore[override]
+        return list(self._counts)
+
+    def items(self) -> Any:  # type: ignore[override]
+        return [(ns, self._pane(ns)) for ns in list(self._counts)]
+
+    def values(self) -> Any:  # type: ignore[override]
+        return [self._pane(ns) for ns in list(self._counts)]
+
+    def pairs(self) -> List[Tuple[Any, Any]]:
+        """Every stored ``((key, namespace), value)``."""
+        return [(load_key(k), load_value(v)) for k, v in self._raw_items()]
+
+    def clear(self) -> None:
+        super().clear()
+        self._counts.clear()
+        self._panes.clear()
+
+
+class RocksDBPane(MutableMapping):
+    """The entries of one namespace of a :class:`RocksDBNamespacedState`: ``key -> value``."""
+
+    __slots__ = ("_table", "namespace")
+
+    def __init__(self, table: RocksDBNamespacedState, namespace: Any) -> None:
+        self._table = table
+        self.namespace = namespace
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return RocksDBMapState.get(self._table, (key, self.namespace), default)
+
+    def __getitem__(self, key: Any) -> Any:
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            raise KeyError(key)
+        return value
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._table._put((key, self.namespace), value)
+
+    def pop(self, key: Any, default: Any = _MISSING) -> Any:
+        value = self._table._pop((key, self.namespace), _MISSING)
+        if value is _MISSING:
+            if default is _MISSING:
+                raise KeyError(key)
+            return default
+        return value
+
+    def __delitem__(self, key: Any) -> None:
+        self.pop(key)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            self[key] = default
+            return default
+        return value
+
+    def __contains__(self, key: Any) -> bool:
+        return self.get(key, _MISSING) is not _MISSING
+
+    def __len__(self) -> int:
+        return self._table._counts.get(self.namespace, 0)
+
+    def __bool__(self) -> bool:
+        return self._table._counts.get(self.namespace, 0) > 0
+
+    def items(self) -> Any:  # type: ignore[override]
+        ns = self.namespace
+        return [(pair[0], value) for pair, value in self._table.pairs() if pair[1] == ns]
+
+    def keys(self) -> Any:  # type: ignore[override]
+        return [k for k, _ in self.items()]
+
+    def values(self) -> Any:  # type: ignore[override]
+        return [v for _, v in self.items()]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.keys())
+
+
+def next_prefix(prefix: bytes) -> bytes:
+    """The smallest byte string above every string starting with ``prefix``."""
+    value = int.from_bytes(prefix, "big") + 1
+    return value.to_bytes(len(prefix), "big")
+
+
+class RocksDBStateTable(StateTable):
+    """A :class:`StateTable` whose ``values`` live in RocksDB."""
+
+    __slots__ = ()
+
+    def num_entries(self) -> int:
+        values = self.values
+        if isinstance(values, RocksDBNamespacedState):
+            return sum(values._counts.values())
+        return len(values)
+
+
+__all__ = [
+    "KEY_HEADER",
+    "RocksDBMapState",
+    "RocksDBNamespacedState",
+    "RocksDBPane",
+    "RocksDBStateTable",
+    "dump_key",
+    "dump_value",
+    "load_key",
+    "load_value",
+    "next_prefix",
+]
