@@ -8,7 +8,20 @@ task emits its first record (its 1 M keys loaded; ``bench/recovery.py``), median
 The word count is the program as people write it (no declared types, ``reduce`` with a
 Python function, default placement) — the baseline is the same job without checkpoints.
 
+Aligned vs unaligned checkpoints under back pressure: a keyed job (p=2) whose sink end is
+slow, so its source task is back-pressured (its ``backPressuredTimeMsPerSecond``, shown) and
+the keyed exchange is full; the in-flight data is varied through the buffer debloating target
+(``taskmanager.network.memory.buffer-debloat.target``: how long the data buffered before a
+task takes it to process). Each row is the median duration of ``--checkpoints`` checkpoints;
+"queued MB" is what was sent and not yet read when they completed, "persisted MB" what an
+unaligned checkpoint wrote of it as channel state. The last row starts aligned and
+switches to unaligned 200 ms into a checkpoint (``aligned-checkpoint-timeout``). The baseline ("time to write the state") is the same
+job with a sink that is not slowed: nothing queues, a checkpoint is its state's write. An
+aligned checkpoint waits until the barrier has passed the queued data; an unaligned one
+overtakes it and writes it.
+
     python bench/checkpoint.py [--words 2000000] [--repeat 3] [--keys 1000000] [--kills 3]
+    python bench/checkpoint.py --only back-pressure [--checkpoints 3]
 """
 
 from __future__ import annotations
@@ -21,6 +34,7 @@ import tempfile
 import time
 from typing import Optional
 
+from raylink.api.functions import MapFunction
 from raylink.bench.wordcount import WORDS_PER_LINE, discard, make_line, split, word_of
 
 
@@ -131,12 +145,155 @@ def state_checkpoint_and_recovery(keys: int, checkpoint_dir: str, kills: int) ->
     }
 
 
+PAYLOAD = "x" * 100  # ~100-byte records: the queued bytes are not millions of tiny records
+
+
+def keyed_record(v: int) -> tuple:
+    return (v % 64, PAYLOAD)
+
+
+def first_field(kv: tuple) -> int:
+    return kv[0]
+
+
+def keep_last(a: tuple, b: tuple) -> tuple:
+    return b
+
+
+class SlowEnd(MapFunction):
+    """The sink end: 1 ms every ``every`` records (0: not slowed) — the workload, not a wait."""
+
+    def __init__(self, every: int) -> None:
+        self.every = every
+        self.seen = 0
+
+    def map(self, value):
+        self.seen += 1
+        if self.every and self.seen % self.every == 0:
+            time.sleep(0.001)
+        return value
+
+
+def checkpoints_under_back_pressure(
+    unaligned: bool, target_ms: int, slow_every: int, checkpoints: int, timeout_ms: int = 0
+) -> dict:
+    """Median checkpoint duration (s) of the keyed job, the in-flight bytes an unaligned one
+    persisted, the source task's back pressure (ms/s) and the slowest subtask's state write
+    (sync + async ms) while it ran."""
+    from raylink.api import Configuration, StreamExecutionEnvironment
+
+    conf = (
+        Configuration()
+        .set_string("taskmanager.network.memory.buffer-debloat.target", f"{target_ms} ms")
+        .set_string("execution.checkpointing.timeout", "10 min")
+        .set_boolean("execution.checkpointing.unaligned.enabled", unaligned)
+        .set_string("execution.checkpointing.aligned-checkpoint-timeout", f"{timeout_ms} ms")
+    )
+    env = StreamExecutionEnvironment.get_execution_environment(conf)
+    env.set_parallelism(2)
+    env.enable_checkpointing(200)
+    with tempfile.TemporaryDirectory() as tmp:
+        env.get_checkpoint_config().set_checkpoint_storage_dir(tmp)
+        (
+            env.from_sequence(0, 10**10)
+            .map(keyed_record)
+            .key_by(first_field)
+            .reduce(keep_last)
+            .map(SlowEnd(slow_every))
+            .add_sink(discard)
+        )
+        client = env.execute_async("checkpoints under back pressure" if slow_every else "checkpoints, no back pressure")
+        durations, persisted, pressure, writes, queued = [], [], [], [], []
+        try:
+            started = time.monotonic()
+            while time.monotonic() < started + 60:  # the exchange fills up (not slowed: the job warms up)
+                back = source_back_pressure(client)
+                ready = back is not None and back >= 900 if slow_every else time.monotonic() > started + 3
+                if ready or client.wait(0.2):
+                    break
+            seen = client.get_checkpoint_stats()["numberOfCompletedCheckpoints"] + 1  # one already under way
+            deadline = time.monotonic() + 600
+            while len(durations) < checkpoints and time.monotonic() < deadline:
+                if client.wait(0.05):
+                    raise RuntimeError(f"the job ended: {client.get_job_status()}")
+                stats = client.get_checkpoint_stats()
+                if stats["numberOfCompletedCheckpoints"] > seen:
+                    seen = stats["numberOfCompletedCheckpoints"]
+                    durations.append(stats["lastCheckpointDuration"] / 1000)
+                    persisted.append(stats.get("lastCheckpointPersistedData") or 0)
+                    subtasks = stats.get("lastCheckpointSubtasks", {}).values()
+                    writes.append(max((s.get("sync_ms", 0.0) + s.get("async_ms", 0.0) for s in subtasks), default=0.0))
+                    pressure.append(source_back_pressure(client) or 0.0)
+                    queued.append(bytes_in_flight(client))
+        finally:
+            client.cancel()
+            client.wait(60)
+    return {
+        "checkpoint_s": statistics.median(durations),
+        "in_flight": statistics.median(persisted),
+        "back_pressure": statistics.median(pressure),
+        "write_ms": statistics.median(writes),
+        "queued": statistics.median(queued),
+    }
+
+
+def bytes_in_flight(client) -> int:
+    """Bytes the tasks sent and no task has read yet: queued in subpartitions, in transit and in
+    input channels (every task's numBytesOut minus every task's numBytesIn)."""
+    metrics = client.get_metrics()
+    return sum(m.get("numBytesOut", 0) for m in metrics) - sum(m.get("numBytesIn", 0) for m in metrics)
+
+
+def source_back_pressure(client) -> Optional[float]:
+    """The source task's back-pressured ms per second (the slowest of its subtasks), or None."""
+    values = [m.get("backPressuredTimeMsPerSecond") for m in client.get_metrics() if m["task"].startswith("Source")]
+    values = [v for v in values if v is not None]
+    return min(values) if values else None
+
+
+DEBLOAT_TARGETS_MS = (250, 1000, 4000)  # taskmanager.network.memory.buffer-debloat.target
+ALIGNED_TIMEOUT_MS = 200  # execution.checkpointing.aligned-checkpoint-timeout of the last row
+
+
+def back_pressure_table(checkpoints: int) -> str:
+    """Aligned vs unaligned checkpoints of the back-pressured keyed job, next to the baseline."""
+    slow = 10  # 1 ms per 10 records at the sink end: far below what the source offers
+    base = checkpoints_under_back_pressure(False, DEBLOAT_TARGETS_MS[1], 0, checkpoints)
+    rows = [("sink not slowed, aligned (baseline: the state's write)", base)]
+    for target in DEBLOAT_TARGETS_MS:
+        rows.append(
+            (f"aligned, debloat target {target} ms", checkpoints_under_back_pressure(False, target, slow, checkpoints))
+        )
+        rows.append(
+            (f"unaligned, debloat target {target} ms", checkpoints_under_back_pressure(True, target, slow, checkpoints))
+        )
+    timed = checkpoints_under_back_pressure(True, DEBLOAT_TARGETS_MS[-1], slow, checkpoints, ALIGNED_TIMEOUT_MS)
+    rows.append((f"aligned, unaligned after {ALIGNED_TIMEOUT_MS} ms, target {DEBLOAT_TARGETS_MS[-1]} ms", timed))
+    lines = [
+        f"checkpoints under back pressure (keyed job, p=2, Ray; medians of {checkpoints} checkpoints each)",
+        f"{'variant':<56}{'source bp ms/s':>15}{'queued MB':>11}{'persisted MB':>14}{'checkpoint s':>14}"
+        f"{'vs baseline':>13}",
+    ]
+    for label, r in rows:
+        lines.append(
+            f"{label:<56}{r['back_pressure']:>15.0f}{r['queued'] / 1e6:>11.2f}{r['in_flight'] / 1e6:>14.2f}"
+            f"{r['checkpoint_s']:>14.3f}{r['checkpoint_s'] / base['checkpoint_s']:>12.2f}x"
+        )
+    lines.append(
+        "queued MB: sent and not yet read when a checkpoint completed (numBytesOut - numBytesIn over all tasks); "
+        "persisted MB: the in-flight data an unaligned checkpoint wrote as channel state"
+    )
+    return "\n".join(lines)
+
+
 def main(argv: Optional[list] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--words", type=int, default=2_000_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keys", type=int, default=1_000_000)
     parser.add_argument("--kills", type=int, default=3, help="recoveries measured (one job, one kill each)")
+    parser.add_argument("--checkpoints", type=int, default=3, help="checkpoints per row of the back-pressure table")
+    parser.add_argument("--only", choices=("back-pressure",), help="run only that part")
     args = parser.parse_args(argv)
     num_lines = args.words // WORDS_PER_LINE
 
@@ -144,6 +301,10 @@ def main(argv: Optional[list] = None) -> None:
     from raylink.bench.recovery import recovery_table
 
     ensure_ray()
+    if args.only == "back-pressure":
+        print(back_pressure_table(max(1, args.checkpoints)))
+        shutdown_ray()
+        return
     word_count(2000, None)  # warm up: worker processes, imports
     plain, checkpointed = [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -172,6 +333,8 @@ def main(argv: Optional[list] = None) -> None:
             state["first_record_s"],
         )
     )
+    print()
+    print(back_pressure_table(max(1, args.checkpoints)))
     shutdown_ray()
 
 

@@ -56,6 +56,7 @@ class TimeoutableBarrier:
     remaining: set
     outputs: List[List[List[Any]]] = field(default_factory=list)
     converted: bool = False
+    timer: Any = None  # the threading.Timer of its timeout
 
     @classmethod
     def of(

@@ -9,6 +9,15 @@ The default action is Flink's ``processInput``: a source emits one batch, a
 one-input task processes the items of one buffer, a two-input task the next
 available input. With no input or no output buffer the action suspends on the
 matching availability future (idle vs. back-pressured time).
+
+Checkpoints (Flink's ``SubtaskCheckpointCoordinator``): the task snapshots its operators
+when its barrier handler triggers, sends the barrier on and hands the snapshot to its
+TaskExecutor. Unaligned (``execution.checkpointing.unaligned.enabled``), the barrier
+overtakes the queued output, which becomes output channel state, and the snapshot is
+acknowledged once the other inputs' barriers brought the input channel state in; an aligned
+barrier with a timeout is acknowledged once it left every subpartition, or converted (with
+what it overtook) when its timeout passed. Restored, the task replays its channel state
+before anything new (``channel_state_handling``).
 """
 
 from __future__ import annotations
@@ -445,6 +454,7 @@ class StreamTask:
 
     def _cleanup_after_failure(self) -> None:
         self._stop_timers()
+        self._cancel_output_timers()
         if self._source_thread is not None and self._source_thread is not threading.current_thread():
             if self.chain is not None:
                 cancel = getattr(self.chain.head, "cancel", None)
@@ -754,9 +764,15 @@ class StreamTask:
         delay = max(0.001, (barrier.timestamp + barrier.timeout_ms) / 1000 - time.time())
         put = self.mailbox_processor.mailbox.put
         # a thread, not the processing-time service: that one is quiesced once the operators finished
-        timer = threading.Timer(delay, lambda: put(lambda: self._output_timed_out(cid)))
+        timer = pending.timer = threading.Timer(delay, lambda: put(lambda: self._output_timed_out(cid)))
         timer.daemon = True
         timer.start()
+
+    def _cancel_output_timers(self) -> None:
+        for pending in self._pending_timeoutable.values():
+            if pending.timer is not None:
+                pending.timer.cancel()
+        self._pending_timeoutable.clear()
 
     def _watch_barriers_sent(self) -> None:
         """With aligned checkpoints that time out, learn when a barrier left a subpartition."""
@@ -801,6 +817,8 @@ class StreamTask:
         pending = self._pending_timeoutable.pop(checkpoint_id, None)
         if pending is None:
             return
+        if pending.timer is not None:
+            pending.timer.cancel()
         self._last_acked_timeoutable = max(self._last_acked_timeoutable, checkpoint_id)
         for old in [c for c in self._sent_early if c <= checkpoint_id]:
             del self._sent_early[old]
@@ -823,7 +841,9 @@ class StreamTask:
 
     def _decline(self, checkpoint_id: int, reason: str) -> None:
         self._pending_unaligned.pop(checkpoint_id, None)
-        self._pending_timeoutable.pop(checkpoint_id, None)
+        pending = self._pending_timeoutable.pop(checkpoint_id, None)
+        if pending is not None and pending.timer is not None:
+            pending.timer.cancel()
         for writer in self.writers:  # downstream tasks stop waiting for this checkpoint's barrier
             writer.broadcast_event(CancelCheckpointMarker(checkpoint_id))
         if self.checkpoint_sink is not None:
@@ -887,6 +907,7 @@ class StreamTask:
         """Release the operators, finish the partitions (end of partition downstream), stop."""
         self._ended = True
         self._stop_timers()
+        self._cancel_output_timers()
         self.chain.close()
         for writer in self.writers:
             writer.finish()
