@@ -41,9 +41,9 @@ def clean_env(tmp_path: Path, **extra: str) -> dict:
     return env
 
 
-def run_job(tmp_path: Path, env: dict) -> subprocess.CompletedProcess:
+def run_job(tmp_path: Path, env: dict, after: str = "") -> subprocess.CompletedProcess:
     job = tmp_path / "job.py"
-    job.write_text(readme_first_program())
+    job.write_text(readme_first_program() + after)
     return subprocess.run(
         [sys.executable, str(job)], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=150
     )
@@ -84,10 +84,12 @@ def test_readme_first_program_on_ray_prints_the_lines_through_the_driver(ray_ses
     only raylink's own lines."""
     address = ray_session.get_runtime_context().gcs_address
     env = clean_env(tmp_path, RAY_ADDRESS=address, RAY_AUTH_MODE=os.environ.get("RAY_AUTH_MODE", "token"))
-    proc = run_job(tmp_path, env)
+    proc = run_job(tmp_path, env, after='print("execute() returned")\n')
     assert proc.returncode == 0, proc.stderr
     assert "\x1b[" not in proc.stdout and "pid=" not in proc.stdout
-    assert_word_count_lines(proc.stdout, words_of(readme_first_program()))
+    *printed, last = proc.stdout.splitlines(keepends=True)
+    assert last == "execute() returned\n", proc.stdout  # every print() line came before
+    assert_word_count_lines("".join(printed), words_of(readme_first_program()))
     foreign = [line for line in proc.stderr.splitlines() if not line.startswith("raylink: ")]
     assert foreign == [], proc.stderr
 
