@@ -113,3 +113,53 @@ def test_dashboard_shows_back_pressure_and_cancels_the_job(ray_session):
     finally:
         client.cancel()
         client.wait(60)
+
+
+@pytest.fixture(scope="module")
+def session(ray_session):
+    from raylink.tests.runtime_jobs import running_session
+
+    yield from running_session(executors=1)
+
+
+@pytest.mark.timeout(300)
+def test_session_dashboard_cancels_with_the_printed_address(session):
+    """The session cluster's Dispatcher serves the same dashboard; its cancel button works once
+    the browser opened the address printed at start (the token becomes a same-site cookie)."""
+    import json
+
+    import ray
+
+    from raylink.actors.dispatcher import dashboard_url
+    from raylink.runtime.client.rest_cluster_client import RestJobClient
+    from raylink.runtime.client.rest_endpoint import RestEndpoint, _endpoint_file
+    from raylink.runtime.runtime_dir import read_private_file
+
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the dev extra")
+    recorded = json.loads(read_private_file(_endpoint_file(ray.get_runtime_context().gcs_address)))
+    endpoint = RestEndpoint(recorded["url"], recorded["token"])
+    env = make_env("ray", 1)
+    env.add_source(CountingSource(), "Counting").rebalance().add_sink(SlowSink()).name("SlowSink")
+    client = RestJobClient.submit(endpoint, env, "session dashboard job")
+    try:
+        with sync_api.sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+            try:
+                page = browser.new_page()
+                page.set_default_timeout(60_000)
+                page.goto(dashboard_url(endpoint.url, endpoint.token))
+                assert "token" not in page.url  # the token left the address bar for a cookie
+                page.locator(f'#jobs tr[data-jid="{client.job_id}"] a').click()
+                expect = sync_api.expect
+                expect(page.locator("svg.dag g.vertex")).to_have_count(2)
+                page.on("dialog", lambda dialog: dialog.accept())
+                page.click("#cancel")
+                expect(page.locator("section.job-head .state")).to_have_text("CANCELED")
+            finally:
+                browser.close()
+        with pytest.raises(Exception):
+            client.get_job_execution_result(60)
+        assert str(client.get_job_status()) == "CANCELED"
+    finally:
+        if str(client.get_job_status()) not in ("CANCELED", "FAILED", "FINISHED"):
+            client.cancel()
