@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from raylink.api.functions import MapFunction
+from raylink.api.functions import CoMapFunction, MapFunction
 from raylink.bench.failover import KEYS, committed_lines, reference
 from raylink.shuffle.barrier_handler import CheckpointBarrierHandler
 from raylink.shuffle.codec import decode_event, encode_event
@@ -453,3 +453,58 @@ def test_savepoints_stay_aligned_and_in_flight_data_is_not_restored_at_another_p
     message = str(info.value)
     assert "unaligned" in message and "in-flight" in message and "savepoint" in message, message
     assert "parallelism 2" in message and "parallelism 3" in message, message
+
+
+class BothToPairs(CoMapFunction):
+    def map1(self, value):
+        return (value % KEYS, 1)
+
+    def map2(self, value):
+        return (value % KEYS, 1)
+
+
+@pytest.mark.timeout(240)
+def test_a_two_input_task_restores_the_channel_state_of_both_inputs_exactly_once(tmp_path):
+    """Two sources connected into a two-input task (the barrier handler numbers the channels of
+    both inputs), keyed on into the slow end; restored from an unaligned checkpoint with
+    in-flight data, the committed output is a failure-free run's."""
+    from raylink.api import Encoder, FileSink, OutputFileConfig, RollingPolicy
+
+    n = 20_000
+    flag = str(tmp_path / "fail-now")
+    env = make_env("local", 2, unaligned_conf(tmp_path))
+    sink = (
+        FileSink.for_row_format(str(tmp_path / "out"), Encoder.simple_string_encoder())
+        .with_output_file_config(OutputFileConfig.builder().with_part_prefix("part").build())
+        .with_rolling_policy(RollingPolicy.on_checkpoint_rolling_policy())
+        .build()
+    )
+    first = env.from_sequence(1, n // 2)
+    second = env.from_sequence(n // 2 + 1, n)
+    (
+        first.connect(second)
+        .map(BothToPairs())
+        .key_by(lambda kv: kv[0])
+        .reduce(add_counts)
+        .map(lambda kv: f"{kv[0]},{kv[1]}")
+        .map(SlowFailOnce(flag))
+        .sink_to(sink)
+    )
+    client = env.execute_async("two inputs, unaligned")
+    assert wait_for(
+        lambda: (client.get_checkpoint_stats().get("lastCheckpointPersistedData") or 0) > 0 or client.wait(0),
+        client,
+        timeout=120,
+    )
+    open(flag, "w").close()
+    assert wait_for(
+        lambda: client.get_checkpoint_stats()["lastRestoredCheckpointId"] is not None or client.wait(0),
+        client,
+        timeout=120,
+    )
+    restored = client.get_checkpoint_stats()["lastRestoredCheckpointId"]
+    assert restored is not None
+    assert restored_channel_state_bytes(tmp_path / "checkpoints", restored) > 0
+    assert client.wait(200), "the job did not finish"
+    assert client.get_job_status() == "FINISHED", client.get_job_status()
+    assert committed_lines(tmp_path / "out") == reference(n)
