@@ -1,8 +1,9 @@
 """Start-up time: wall clock of a trivial job script, ``python job.py`` to exit.
 
 The job: three elements, one map, collected (``execute_and_collect``) and printed.
-Measured as ``/usr/bin/time`` would (elapsed wall clock of the child process), the
-median of ``--runs`` runs, the modes interleaved round by round (this machine's speed
+Measured as ``/usr/bin/time`` would (elapsed wall clock of the child process, and its CPU
+time: on a box other work keeps busy the CPU time shows what a quiet box's wall clock would
+be), with Python's compiled-module cache on as in a user's shell, the median of ``--runs`` runs, the modes interleaved round by round (this machine's speed
 drifts between minutes):
 
 * ``session cluster``: against a running session cluster (``raylink cluster start``), ``RAY_ADDRESS``
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -56,13 +58,17 @@ PYTHON = sys.executable
 PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent.parent)
 
 
-def _timed(argv: list[str], env: dict) -> float:
+def _timed(argv: list[str], env: dict) -> tuple[float, float]:
+    """(wall clock, CPU seconds: user + system) of one run of ``argv`` (the CPU time of the
+    script's process and its children that it waited for; not of Ray's processes)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
     elapsed = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return elapsed
+    return elapsed, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def _start_ray(temp_dir: str) -> tuple[subprocess.Popen, str]:
@@ -75,7 +81,8 @@ def _rounds(modes: dict, runs: int, times: dict) -> None:
     for _ in range(runs):
         for mode, (argv, env) in modes.items():
             times.setdefault(mode, []).append(_timed(argv, env))
-            print(f"  {mode}: {times[mode][-1]:.2f} s", file=sys.stderr, flush=True)
+            wall, cpu = times[mode][-1]
+            print(f"  {mode}: {wall:.2f} s (CPU {cpu:.2f} s)", file=sys.stderr, flush=True)
 
 
 def main() -> None:
@@ -90,6 +97,7 @@ def main() -> None:
     base = dict(os.environ)
     base["PYTHONPATH"] = PACKAGE_PARENT + os.pathsep + base.get("PYTHONPATH", "")
     base.pop("RAY_ADDRESS", None)
+    base.pop("PYTHONDONTWRITEBYTECODE", None)  # as a user's shell: Python caches compiled modules
     nothing = tempfile.mkdtemp(prefix="rlnothing")  # Ray's temp folder with no Ray in it
     nothing_running = dict(base, RAY_TMPDIR=nothing)
     times: dict[str, list[float]] = {}
@@ -110,9 +118,11 @@ def main() -> None:
         f"\nTrivial job (3 elements, 1 map, collected): wall clock of `python job.py`, "
         f"median of {args.runs} (min-max)\n"
     )
-    print("| mode | median s | min s | max s |\n|---|---|---|---|")
+    print("| mode | median s | min s | max s | CPU s (median) |\n|---|---|---|---|---|")
     for mode, values in times.items():
-        print(f"| {mode} | {statistics.median(values):.2f} | {min(values):.2f} | {max(values):.2f} |")
+        wall = [w for w, _ in values]
+        cpu = statistics.median(c for _, c in values)
+        print(f"| {mode} | {statistics.median(wall):.2f} | {min(wall):.2f} | {max(wall):.2f} | {cpu:.2f} |")
 
 
 def _ray_modes(job: str, base: dict, runs: int, times: dict) -> None:
