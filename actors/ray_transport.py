@@ -27,7 +27,10 @@ A producer sends a data buffer only while its reader holds credit
 ``CreditBasedInputChannel`` grants credit from its exclusive and floating
 buffers, so at most exclusive + floating buffers per channel are ever queued.
 Each connection numbers its calls and the receiver applies them in that order,
-so buffers reach each channel in sequence even on a threaded actor.
+so buffers reach each channel in sequence even on a threaded actor. A priority event (the
+barrier of an unaligned checkpoint, ``is_event`` = ``PRIORITY_EVENT``) travels like any
+event, in order, and overtakes the received buffers in the consumer's channel
+(``CreditBasedInputChannel``).
 """
 
 from __future__ import annotations
