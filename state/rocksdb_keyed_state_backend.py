@@ -50,6 +50,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import rocksdict
 
+from raylink.core.types import declared_type
 from raylink.state.rocksdb_options import RocksDBSettings, open_db
 from raylink.state.rocksdb_snapshots import RocksDBSnapshot, RocksDBStateHandle, download_handle, handle_to_key_groups
 from raylink.state.rocksdb_state import (
@@ -159,6 +160,17 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
                 else:
                     values[key] = value
         return table
+
+    def get_or_create_state(self, descriptor: Any, expected_kind: Optional[str] = None) -> Any:
+        state = super().get_or_create_state(descriptor, expected_kind)
+        table = self._tables.get(descriptor.name)
+        if (
+            table is not None
+            and isinstance(table.values, RocksDBMapState)
+            and declared_type(getattr(descriptor, "type_info", None)) is not None
+        ):
+            table.values.use_stream_codec()  # a declared type: the stream's codec, not pickle
+        return state
 
     # -- snapshot / restore ----------------------------------------------------------------------
     def flush(self) -> None:

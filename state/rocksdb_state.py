@@ -12,7 +12,8 @@ value``), the layout the window operator uses on the heap, with the number of en
 namespace in memory so an empty pane is known without a scan.
 
 Keys are serialised with msgpack (ints, strings, bytes, floats and tuples of them: equal keys give
-equal bytes) or else pickle; values with pickle (cloudpickle when pickle cannot).
+equal bytes) or else pickle; values with the stream's codec (``shuffle.codec``, msgpack) when the
+state's descriptor declares a type, else pickle (cloudpickle when pickle cannot).
 
 Not thread-safe: a state belongs to its backend's task thread.
 """
@@ -29,6 +30,7 @@ import cloudpickle
 import msgpack
 import rocksdict
 
+from raylink.shuffle import codec
 from raylink.state.state_backend import (
     StateTable,
 )
@@ -75,7 +77,19 @@ def dump_value(obj: Any) -> bytes:
         return cloudpickle.dumps(obj)
 
 
-load_value = pickle.loads
+def dump_codec_value(obj: Any) -> bytes:
+    """A value of a state with a declared type: the stream's codec (msgpack), tagged."""
+    return _CODEC_TAG + codec.encode(obj)
+
+
+def load_value(data: bytes) -> Any:
+    """A stored value: the stream's codec when tagged so, else pickle."""
+    if data[0] == _PICKLED:
+        return codec.decode(data[1:])
+    return pickle.loads(data)
+
+
+_CODEC_TAG = bytes((_PICKLED,))  # pickle never starts with it either
 
 
 # -- the tables ------------------------------------------------------------------------------------------
@@ -88,6 +102,7 @@ class RocksDBMapState(MutableMapping):
         self._cache: Dict[Any, Any] = {}
         self._db_keys: Dict[Any, bytes] = {}  # of cached keys whose bytes are known already
         self._capacity = backend.cache_capacity
+        self._dump: Any = None  # values: pickle; dump_codec_value for a state with a declared type
         self._key_group_of = backend.key_group_of
         self.bind(backend.db, state_id)
 
@@ -209,16 +224,25 @@ class RocksDBMapState(MutableMapping):
         known = self._db_keys.get
         put = batch.put
         dumps = pickle.dumps
+        dump = self._dump
         for key, value in cache.items():
             k = known(key)
-            try:
-                v = dumps(value, 5)
-            except (pickle.PicklingError, AttributeError, TypeError):
-                v = dump_value(value)
+            if dump is not None:
+                v = dump(value)
+            else:
+                try:
+                    v = dumps(value, 5)
+                except (pickle.PicklingError, AttributeError, TypeError):
+                    v = dump_value(value)
             put(k if k is not None else db_key(key), v)
         self._db.write(batch)
         cache.clear()
         self._db_keys.clear()
+
+    def use_stream_codec(self) -> None:
+        """Store values with the stream's codec (msgpack) instead of pickle: the state's
+        descriptor declares a type."""
+        self._dump = dump_codec_value
 
     def __repr__(self) -> str:
         return f"RocksDBMapState(state id {self.state_id})"
@@ -435,6 +459,7 @@ __all__ = [
     "RocksDBPane",
     "RocksDBStateTable",
     "dump_key",
+    "dump_codec_value",
     "dump_value",
     "load_key",
     "load_value",

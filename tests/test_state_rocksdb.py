@@ -402,3 +402,37 @@ def test_files_of_a_checkpoint_that_never_completes_are_deleted(tmp_path):
     restored = make("rocksdb", tmp_path)
     restore_keyed_state(restored, [loaded_keyed(latest)])
     assert dict(restored.get_table("_op_state", "value").values.items()) == dict(table.items())
+
+
+def test_values_of_a_state_with_a_declared_type_use_the_streams_codec_not_pickle(tmp_path):
+    from raylink.core.types import Types
+    from raylink.shuffle import codec
+
+    backend = make("rocksdb", tmp_path)
+    typed = backend.get_or_create_state(ValueStateDescriptor("typed", Types.TUPLE([Types.STRING(), Types.INT()])))
+    listed = backend.get_or_create_state(ListStateDescriptor("listed", Types.INT()))
+    untyped = backend.get_or_create_state(ValueStateDescriptor("untyped", Types.PICKLED_BYTE_ARRAY()))
+    for key in range(50):
+        backend.set_current_key(key)
+        typed.update((f"k{key}", key))
+        listed.add(key)
+        listed.add(-key)
+        untyped.update({key})
+    backend.flush()
+    kinds = {"typed": "value", "listed": "list", "untyped": "value"}
+    stored = {name: list(backend.get_table(name, kind).values._raw_items()) for name, kind in kinds.items()}
+    typed_bytes = [v for _, v in stored["typed"]]
+    assert len(typed_bytes) == 50 and all(
+        codec.decode(v[1:]) == (f"k{k}", k)
+        for k, v in zip(sorted(range(50), key=lambda k: backend.key_group_of(k)), typed_bytes)
+    )
+    assert all(v[0] == 0xC1 for _, v in stored["listed"])
+    assert all(v[:1] == b"\x80" for _, v in stored["untyped"])  # pickle
+    restored = make("rocksdb", tmp_path)
+    storage = CheckpointStorage(str(tmp_path / "chk"), "job")
+    restore_keyed_state(restored, [loaded_keyed(checkpoint(backend, storage, 1)[0])])
+    for key in range(50):
+        restored.set_current_key(key)
+        assert restored.get_or_create_state(ValueStateDescriptor("typed", None)).value() == (f"k{key}", key)
+        assert restored.get_or_create_state(ListStateDescriptor("listed", None)).get() == [key, -key]
+        assert restored.get_or_create_state(ValueStateDescriptor("untyped", None)).value() == {key}
