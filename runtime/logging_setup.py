@@ -14,7 +14,8 @@ The contract:
   (``print()`` sinks write their ``N> record`` lines there, as PyFlink's). A program that
   configured logging itself (the root logger has a handler) keeps its configuration: raylink
   adds no terminal handler then.
-* **The log file.** Every record of the ``raylink`` logger (DEBUG and up) and of the
+* **The log file.** Every record of the ``raylink`` logger (DEBUG and up; under the program's
+  own logging configuration, from the level that configuration sets) and of the
   libraries in :data:`QUIET_LOGGERS` (Ray, RayDP, py4j, PySpark, ...) goes to
   ``<runtime dir>/logs/run-<time>-<pid>/driver.log`` (:func:`run_log_dir`; the folder also
   holds what the Spark JVM logs, see ``connectors/spark``). Those libraries' records stay out
@@ -159,7 +160,12 @@ def setup_logging() -> None:
     file_handler = _file_handler()
     if file_handler not in raylink_logger.handlers:
         raylink_logger.addHandler(file_handler)
-    if raylink_logger.level == logging.NOTSET or raylink_logger.level > logging.DEBUG:
+    # raylink's DEBUG records for the log file -- only while raylink's terminal handler is the
+    # logger's way out: under the program's own logging configuration they would propagate to
+    # its handlers, so the logger's level is then the program's to set
+    if _state["terminal_handler"] is not None and (
+        raylink_logger.level == logging.NOTSET or raylink_logger.level > logging.DEBUG
+    ):
         raylink_logger.setLevel(logging.DEBUG)
     if not verbose:
         quiet_third_party_loggers()

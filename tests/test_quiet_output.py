@@ -255,3 +255,24 @@ def test_a_job_longer_than_a_few_seconds_gets_a_progress_line(tmp_path):
     assert lines, "no progress line"
     for line in lines:
         assert re.fullmatch(r"raylink: job 'slow job' RUNNING for \d+ s: [\d,]+ records in", line), line
+
+
+def test_a_program_s_own_logging_configuration_is_kept(tmp_path):
+    """A program that configured logging (PyFlink's examples do, at INFO on stdout) gets raylink's
+    records through it, not raylink's terminal handler and not raylink's DEBUG lines."""
+    program = (
+        "import logging, sys\n"
+        "logging.basicConfig(stream=sys.stdout, level=logging.INFO, format='%(name)s %(message)s')\n"
+        + LOGGING_PROGRAM.replace("print(driver_log_path())", "")
+        + "logging.getLogger('raylink.x').debug('a debug detail')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, env=clean_env(tmp_path), timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert proc.stdout.splitlines() == [
+        "raylink job started",
+        "raylink.shuffle.hotpath internal detail",
+        "raylink.state disk almost full",
+    ]
