@@ -76,6 +76,30 @@ log = logging.getLogger(__name__)
 _MAX_STATES = 1 << 16
 
 
+_FOLDER_PREFIX = "rocksdb-pid"
+
+
+def _remove_orphaned_folders(local_directory: str) -> None:
+    """Delete the working folders of backends whose process is gone (a SIGKILLed TaskExecutor
+    never ran its cleanup): ``rocksdb-pid<pid>-...`` with no process ``<pid>``."""
+    try:
+        names = os.listdir(local_directory)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(_FOLDER_PREFIX):
+            continue
+        pid_text = name[len(_FOLDER_PREFIX) :].split("-", 1)[0]
+        if not pid_text.isdigit() or int(pid_text) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid_text), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(local_directory, name), ignore_errors=True)
+        except OSError:  # alive (another user's): not ours to delete
+            pass
+
+
 class _Resources:
     """What a backend holds outside Python: its database and working folder."""
 
@@ -110,7 +134,10 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
         self.uid = uuid.uuid4().hex[:16]
         safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in name)[:60]
         os.makedirs(self.settings.local_directory, exist_ok=True)
-        folder = tempfile.mkdtemp(prefix=f"{safe}-{self.uid}-", dir=self.settings.local_directory)
+        _remove_orphaned_folders(self.settings.local_directory)
+        folder = tempfile.mkdtemp(
+            prefix=f"{_FOLDER_PREFIX}{os.getpid()}-{safe}-{self.uid}-", dir=self.settings.local_directory
+        )
         self._resources = _Resources(folder)
         self._finalizer = weakref.finalize(self, self._resources.release)
         self.db = self._resources.db = open_db(os.path.join(folder, "db"), self.settings)

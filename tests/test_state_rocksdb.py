@@ -436,3 +436,31 @@ def test_values_of_a_state_with_a_declared_type_use_the_streams_codec_not_pickle
         assert restored.get_or_create_state(ValueStateDescriptor("typed", None)).value() == (f"k{key}", key)
         assert restored.get_or_create_state(ListStateDescriptor("listed", None)).get() == [key, -key]
         assert restored.get_or_create_state(ValueStateDescriptor("untyped", None)).value() == {key}
+
+
+def test_working_folders_of_a_killed_process_are_removed_by_the_next_backend(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    local = tmp_path / "local"
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from raylink.state.rocksdb_keyed_state_backend import *;"
+            f"b = RocksDBKeyedStateBackend((0, 127), 128, RocksDBSettings({str(local)!r}));"
+            "b.get_table('_op_state', 'value').values[1] = 1; b.flush(); print('ready', flush=True); time.sleep(600)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        left = os.listdir(local)
+        assert len(left) == 1 and left[0].startswith(f"rocksdb-pid{child.pid}-")
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+    backend = make("rocksdb", tmp_path)  # the next backend on this folder cleans up
+    assert os.listdir(local) == [os.path.basename(backend._resources.folder)]
