@@ -137,6 +137,7 @@ class TaskExecutorActor:
             )
         self._bind(executor_id, settings, max_batch_bytes)
         self.transport.register_peers(peers)
+        self._printed.take()  # print() lines a previous job left (it was cancelled) are not this job's
         return self.location()
 
     def reset(self, timeout: float = 5.0) -> dict:
