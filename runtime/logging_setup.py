@@ -10,17 +10,17 @@ The contract:
   <message>`` from WARNING on), without timestamps. At INFO only the lines meant for the user
   reach the terminal: those of the loggers in :data:`TERMINAL_INFO_LOGGERS` (the ``raylink``
   logger itself, the web dashboard's URLs); a module's own INFO records (which compiled path a
-  process runs, a savepoint written) go to the log file, their WARNINGs to the terminal too; stdout stays for the program's own output
-  (``print()`` sinks write their ``N> record`` lines there, as PyFlink's). A program that
-  configured logging itself (the root logger has a handler) keeps its configuration: raylink
-  adds no terminal handler then.
+  process runs, a savepoint written) go to the log file, its WARNINGs to the terminal too.
+  stdout stays for the program's own output (``print()`` sinks write their ``N> record`` lines
+  there, as PyFlink's). A program that configured logging itself (the root logger has a
+  handler) keeps its configuration: raylink adds no terminal handler then.
 * **The log file.** Every record of the ``raylink`` logger (DEBUG and up; under the program's
-  own logging configuration, from the level that configuration sets) and of the
-  libraries in :data:`QUIET_LOGGERS` (Ray, RayDP, py4j, PySpark, ...) goes to
+  own logging configuration, from the level that configuration sets) and of the libraries in
+  :data:`QUIET_LOGGERS` (Ray, RayDP, py4j, PySpark, ...) goes to
   ``<runtime dir>/logs/run-<time>-<pid>/driver.log`` (:func:`run_log_dir`; the folder also
-  holds what the Spark JVM logs, see ``connectors/spark``). Those libraries' records stay out
-  of the terminal unless verbose. The 20 newest run folders are kept, and those of programs still
-running.
+  holds what the Spark driver JVM logs, see ``connectors/spark/jvm_logging``). Those libraries'
+  records stay out of the terminal unless verbose. The 20 newest run folders are kept, and
+  those of programs still running.
 * **Verbose.** ``RAYLINK_LOG_LEVEL=DEBUG`` (``raylink --verbose`` sets it) prints everything as
   before: raylink's DEBUG lines, the libraries' own terminal output, Ray's worker output
   forwarded to the driver.
