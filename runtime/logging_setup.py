@@ -35,6 +35,7 @@ import logging
 import os
 import shutil
 import sys
+import tempfile
 import threading
 import time
 from typing import Optional
@@ -81,15 +82,20 @@ def is_verbose() -> bool:
 def run_log_dir() -> str:
     """This process's log folder, ``<runtime dir>/logs/run-<UTC time>-<pid>`` (created, mode 0700,
     on first use; older run folders beyond the newest :data:`KEPT_RUNS` are removed unless their
-    program still runs)."""
+    program still runs). Where the runtime folder cannot be written, a new private temp folder;
+    an unsafe runtime folder raises ``UnsafePathError`` as every use of it does."""
     with _lock:
         if _state["dir"] is None:
-            parent = runtime_dir("logs")
             stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-            path = os.path.join(parent, f"{RUN_PREFIX}{stamp}-{os.getpid()}")
-            os.makedirs(path, mode=0o700, exist_ok=True)
+            try:
+                parent = runtime_dir("logs")
+                path = os.path.join(parent, f"{RUN_PREFIX}{stamp}-{os.getpid()}")
+                os.makedirs(path, mode=0o700, exist_ok=True)
+            except OSError:  # e.g. a read-only runtime folder: a private temp folder instead
+                path = tempfile.mkdtemp(prefix=f"raylink-{RUN_PREFIX}{stamp}-")
+            else:
+                _prune(parent)
             _state["dir"] = path
-            _prune(parent)
         return _state["dir"]
 
 
