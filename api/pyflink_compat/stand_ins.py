@@ -146,14 +146,7 @@ JAVA_FORMATS: Dict[str, Tuple[str, str, List[str]]] = {
     "avro": (
         "the Avro format (Java)",
         _python_format("fastavro"),
-        [
-            "AvroSchema",
-            "GenericRecordAvroTypeInfo",
-            "AvroInputFormat",
-            "AvroBulkWriters",
-            "AvroRowDeserializationSchema",
-            "AvroRowSerializationSchema",
-        ],
+        ["AvroInputFormat", "AvroRowDeserializationSchema", "AvroRowSerializationSchema"],  # + AvroBulkWriters ...
     ),
     "csv": (
         "the CSV format (Java)",
