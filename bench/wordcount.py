@@ -230,15 +230,14 @@ def main(argv: Optional[list] = None) -> None:
         print(
             f"  {path} rounds: TaskExecutors ran {rounds[path][-1]['path']}; plain loop {words / _median(loops):,.0f} words/s"
         )
-    print(f"{'variant':<66}{'path':<10}{'seconds':>9}{'words/s':>12}{'vs loop':>9}")
-    print(
-        f"{'plain Python loop (1 process, baseline)':<66}{'':<10}{_median([r['secs']['loop'] for p in paths for r in rounds[p]]):>9.2f}{'':>12}{1.0:>8.2f}x"
-    )
+    loop_s = _median([r["secs"]["loop"] for p in paths for r in rounds[p]])
+    print(f"{'variant [per-record path]':<78}{'seconds':>9}{'words/s':>12}{'vs loop':>9}")
+    print(f"{'plain Python loop (1 process, baseline)':<78}{loop_s:>9.2f}{words / loop_s:>12,.0f}{1.0:>8.2f}x")
     for key, label in ROWS:
         for path in paths:
             secs = _median([r["secs"][key] for r in rounds[path]])
             ratio = _median([r["secs"]["loop"] / r["secs"][key] for r in rounds[path]])
-            print(f"{label:<66}{path:<10}{secs:>9.2f}{words / secs:>12,.0f}{ratio:>8.2f}x")
+            print(f"{label + ' [' + path + ']':<78}{secs:>9.2f}{words / secs:>12,.0f}{ratio:>8.2f}x")
     for path in paths:
         collect = _median([r["secs"]["p2"] / r["secs"]["p2 collect"] for r in rounds[path]])
         last = rounds[path][-1]
