@@ -143,7 +143,8 @@ def _add_run(sub: Any, fmt: type) -> None:
         metavar="JSON",
         help="write the finished job's result (runtime, vertices, executors and their nodes) as JSON",
     )
-    run.add_argument("--verbose", action="store_true", help=VERBOSE_HELP)
+    # SUPPRESS: without the flag here, ``raylink --verbose run`` keeps the top-level one
+    run.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
     run.add_argument("job", help="the program's Python file")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments passed to the program")
     run.set_defaults(func=_handler("run", "cmd_run"))

@@ -276,3 +276,23 @@ def test_a_program_s_own_logging_configuration_is_kept(tmp_path):
         "raylink.shuffle.hotpath internal detail",
         "raylink.state disk almost full",
     ]
+
+
+@pytest.mark.parametrize(
+    "argv, verbose",
+    [(["run"], False), (["--verbose", "run"], True), (["run", "--verbose"], True)],
+)
+def test_raylink_verbose_prints_raylink_s_debug_lines(tmp_path, argv, verbose):
+    proc = subprocess.run(
+        [sys.executable, "-m", "raylink", *argv, "--progress", "off", "examples/word_count.py"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=clean_env(tmp_path),
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()  # the word count's print() lines (18 words), and nothing else
+    assert len(lines) == 18 and all(LINE.fullmatch(line) for line in lines), proc.stdout
+    said_where = "raylink: no Ray to run on" in proc.stderr  # the DEBUG line of the target's choice
+    assert said_where == verbose, proc.stderr
