@@ -72,6 +72,10 @@ def open_db(path: str, settings: RocksDBSettings, read_only: bool = False) -> An
     options.set_max_write_buffer_number(2)
     options.set_max_open_files(256)
     options.set_keep_log_file_num(2)
+    # universal compaction merges files of similar size: the large old files a checkpoint
+    # shares stay untouched for long, so an incremental checkpoint uploads little (level
+    # compaction rewrites the whole level 1 whenever level 0 spills, keys being spread by hash)
+    options.set_compaction_style(rocksdict.DBCompactionStyle.universal())
     table = rocksdict.BlockBasedOptions()
     table.set_block_cache(cache)
     table.set_bloom_filter(10, False)
