@@ -115,3 +115,31 @@ def test_a_rocksdb_savepoint_resumes_at_other_parallelisms_on_either_backend(tmp
         out = tmp_path / f"resumed-{parallelism}"
         run_from("local", parallelism, tmp_path / f"run-{parallelism}", out, path)
         assert before + committed_lines(out) == want, (parallelism, backend)
+
+
+@pytest.mark.timeout(120)
+def test_set_state_backend_runs_the_job_on_embedded_rocksdb(tmp_path):
+    from collections import Counter
+
+    from raylink.api import EmbeddedRocksDBStateBackend, HashMapStateBackend
+    from raylink.tests.runtime_jobs import make_env
+
+    env = make_env("local", 2)
+    backend = EmbeddedRocksDBStateBackend(enable_incremental_checkpointing=True)
+    backend.set_db_storage_paths(str(tmp_path / "a"), str(tmp_path / "b"))
+    env.set_state_backend(backend)
+    assert env.configuration.to_dict()["state.backend.type"] == "rocksdb"
+    assert env.get_state_backend().get_db_storage_paths() == [str(tmp_path / "a"), str(tmp_path / "b")]
+    assert env.get_state_backend().is_incremental_checkpoints_enabled()
+    words = [f"w{i % 37}" for i in range(2000)]
+    got = env.from_collection(words).map(lambda w: (w, 1)).key_by(lambda p: p[0]).sum(1).execute_and_collect()
+    final = {}
+    for word, count in got:
+        final[word] = max(final.get(word, 0), count)
+    assert final == dict(Counter(words))
+    assert (tmp_path / "a").is_dir() and (tmp_path / "b").is_dir()  # one folder per subtask, round robin
+    with pytest.raises(TypeError, match="expected a HashMapStateBackend or EmbeddedRocksDBStateBackend, got str"):
+        env.set_state_backend("rocksdb")
+    with pytest.raises(ValueError, match="is not a local directory path"):
+        backend.set_db_storage_paths("")
+    assert isinstance(env.set_state_backend(HashMapStateBackend()).get_state_backend(), HashMapStateBackend)
