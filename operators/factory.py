@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict
 
-from raylink.operators.async_wait import AsyncWaitOperator
 from raylink.operators.base import StreamOperator
 from raylink.operators.basic import (
     KeyedStreamFilter,
@@ -52,6 +51,13 @@ from raylink.operators.window import create_window_operator
 
 def _params(spec: Any) -> Dict[str, Any]:
     return getattr(spec, "params", None) or {}
+
+
+def _async_wait_operator() -> type:
+    """``AsyncWaitOperator``, imported when a job has one (it brings asyncio along)."""
+    from raylink.operators.async_wait import AsyncWaitOperator
+
+    return AsyncWaitOperator
 
 
 def _required(spec: Any, key: str) -> Any:
@@ -121,7 +127,7 @@ _BUILDERS: Dict[str, Callable[[Any], StreamOperator]] = {
         s.function, s.key_selector, _required(s, "broadcast_state_descriptors")
     ),
     "timestamps": lambda s: TimestampsAndWatermarksOperator(s.function),
-    "async_wait": lambda s: AsyncWaitOperator(
+    "async_wait": lambda s: _async_wait_operator()(
         s.function,
         _params(s).get("timeout_ms", 0),
         _params(s).get("capacity", 100),
