@@ -150,7 +150,9 @@ def port_closed(port: int) -> bool:
 
 @pytest.mark.timeout(180)
 def test_per_job_driver_rest_api_matches_the_job_client(ray_session, tmp_path):
-    client = idle_job(config={"execution.checkpointing.interval": 200})
+    client = idle_job(
+        config={"execution.checkpointing.interval": 200, "execution.checkpointing.dir": str(tmp_path / "checkpoints")}
+    )
     try:
         endpoint = client.rest_endpoint
         base = endpoint.url
