@@ -125,7 +125,8 @@ def test_a_savepoint_is_a_checkpoint_copied_into_a_folder_that_restores_anywhere
     for attempt, subtask in (("a", 0), ("b", 1)):
         ack(coord, storage, attempt, savepoint, subtask, f"state {subtask}".encode())
     path = future.result(timeout=10)
-    assert os.path.basename(path).startswith("savepoint-job-") and savepoint in rec.completed
+    assert os.path.basename(path).startswith("savepoint-job-")
+    assert savepoint not in rec.completed  # Flink: a savepoint commits no side effects (FLINK-25191)
     moved = str(tmp_path / "moved")
     shutil.move(path, moved)
     restored = load_completed_checkpoint(moved)
@@ -148,3 +149,19 @@ def test_a_declined_savepoint_fails_its_future_not_the_job(tmp_path):
         future.result(timeout=10)
     assert rec.failures == [] and coord.stats.num_failed == 0
     assert coord.trigger_savepoint(str(tmp_path / "savepoints"), stop="suspend") is not None  # stopping again works
+
+
+def test_without_an_interval_only_savepoints_are_taken_and_a_stopping_one_is_notified(tmp_path):
+    """No execution.checkpointing.interval: nothing is triggered on its own, a savepoint still
+    is; only a stop-with-savepoint tells the tasks it completed (their sinks commit, they end)."""
+    coord, rec, storage = coordinator(tmp_path)
+    coord.start({"a"})
+    assert not rec.event.wait(0.3) and rec.triggered == []  # no periodic trigger
+    plain = coord.trigger_savepoint(str(tmp_path / "savepoints"))
+    ack(coord, storage, "a", rec.triggered[-1], 0, b"plain")
+    assert os.path.isfile(os.path.join(plain.result(timeout=10), "_metadata")) and rec.completed == []
+    stopping = coord.trigger_savepoint(str(tmp_path / "savepoints"), stop="suspend")
+    ack(coord, storage, "a", rec.triggered[-1], 0, b"stop")
+    assert os.path.isfile(os.path.join(stopping.result(timeout=10), "_metadata"))
+    assert rec.completed == [rec.triggered[-1]] and rec.triggered == [1, 2]
+    coord.stop()

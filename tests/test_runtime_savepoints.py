@@ -275,12 +275,12 @@ def test_a_path_that_is_not_a_savepoint_is_refused_naming_it(tmp_path, kind):
 
 
 @pytest.mark.timeout(60)
-def test_savepoints_need_a_directory_and_checkpointing(tmp_path):
-    env = make_env("local", 1)
+def test_savepoints_need_a_directory(tmp_path):
+    env = make_env("local", 1)  # without checkpointing too (tests/test_runtime_savepoints_without_checkpoints.py)
     env.from_sequence(1, 10).map(Paced()).print()
     client = env.execute_async()
-    with pytest.raises(RaylinkError, match="execution.checkpointing.interval"):
-        client.trigger_savepoint(str(tmp_path)).result(timeout=10)
+    with pytest.raises(RaylinkError, match="state.savepoints.dir"):
+        client.trigger_savepoint().result(timeout=10)
     assert client.wait(60)
     env = checkpointing_env("local", 1, tmp_path)
     build(env, tmp_path / "out", n=10)

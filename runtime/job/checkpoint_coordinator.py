@@ -14,8 +14,11 @@ is aborted (``notify_aborted``) and counted, and more consecutive failures than
 ``execution.checkpointing.tolerable-failed-checkpoints`` fail the job over.
 
 Savepoints (``trigger_savepoint``) are checkpoints that ignore the pause and concurrency
-limits; when one completes its folder is copied into a self-contained savepoint folder and
-its future completes with that folder's path. A failed savepoint fails its future, never the
+limits, taken whether or not periodic checkpoints are on (interval unset: the coordinator only
+takes savepoints); when one completes its folder is copied into a self-contained savepoint
+folder and its future completes with that folder's path. As in Flink, the tasks hear of a
+completed savepoint (``notify_complete``: two-phase-commit sinks commit) only when it stops the
+job; a plain savepoint's output is committed by the next checkpoint (or at the end of input). A failed savepoint fails its future, never the
 job. A stop-with-savepoint (``stop`` "suspend" / "drain") suspends periodic checkpoints
 (none may commit output past it) until it completes, or resumes them if it fails.
 Savepoints reach the tasks with ``stop`` "savepoint" when they do not stop the job, so
@@ -373,7 +376,11 @@ class CheckpointCoordinator:
             self._lock.notify_all()  # a final-checkpoint request may have waited for this one
         if savepoint is not None:
             log.info("savepoint %d of the job written to %s", checkpoint.checkpoint_id, path)
-        self._notify_complete(checkpoint.checkpoint_id)
+        if savepoint is None or savepoint.stop is not None:
+            # Flink (FLINK-25191): a savepoint commits no side effects (no notifyCheckpointComplete),
+            # except a stop-with-savepoint's, whose tasks end once it completed; the next checkpoint
+            # (or the end of input) commits what a savepoint kept
+            self._notify_complete(checkpoint.checkpoint_id)
         if savepoint is not None:
             savepoint.future.set_result(path)
 

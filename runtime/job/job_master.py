@@ -5,8 +5,8 @@ It owns the ExecutionGraph, moves every ``Execution`` through Flink's
 DEPLOYING → INITIALIZING → RUNNING → FINISHED / CANCELED / FAILED) and the job through
 its :class:`~raylink.core.job_status.JobStatus` (CREATED → RUNNING → FINISHED, or FAILING →
 FAILED, CANCELLING → CANCELED, RESTARTING → RUNNING), every move checked against Flink's
-transitions and made under the JobMaster's lock; runs the ``CheckpointCoordinator`` when
-checkpointing is on, and turns the final task reports
+transitions and made under the JobMaster's lock; runs the ``CheckpointCoordinator`` of a
+streaming job (periodic checkpoints when ``execution.checkpointing.interval`` is set), and turns the final task reports
 (:class:`~raylink.runtime.task.task_events.TaskStateEvent`) into a ``JobExecutionResult``.
 
 Failover (Flink's restart-all strategy): on a task failure or a lost TaskExecutor
@@ -20,7 +20,10 @@ ignored.
 A job configured with ``execution.savepoint.path`` starts from that savepoint (or retained
 checkpoint), checked against the program first (``runtime.job.state_assignment``); a failover
 before its own first checkpoint restores that savepoint again. ``trigger_savepoint`` /
-``stop_with_savepoint`` are PyFlink's JobClient calls (futures of the savepoint's folder). A
+``stop_with_savepoint`` are PyFlink's JobClient calls (futures of the savepoint's folder); as in
+Flink every streaming job takes them, with or without ``execution.checkpointing.interval``
+(without it a failover restarts from the start, or from the savepoint the job started from, as
+before: savepoints are not for recovery). A
 failure that ``suppresses_restarts`` (state that cannot be restored into this program) fails
 the job without asking the restart strategy.
 
@@ -159,11 +162,17 @@ class JobMasterBase:
             check_state_assignment(self.restored_from, job_graph, allow)
         self.checkpoint_storage: Optional[CheckpointStorage] = None
         self.coordinator: Optional[CheckpointCoordinator] = None
-        if conf.get(CheckpointingOptions.CHECKPOINTING_INTERVAL) and job_graph.job_type != "BATCH":  # BATCH: none
+        #: execution.checkpointing.interval is set: periodic checkpoints, restarts restore the latest
+        self.periodic_checkpointing = bool(conf.get(CheckpointingOptions.CHECKPOINTING_INTERVAL))
+        # Flink: every streaming job has a CheckpointCoordinator (savepoints are taken whether or not
+        # periodic checkpoints are on); BATCH jobs have none. Without an interval nothing is
+        # written until a savepoint is taken (its state is staged in the checkpoint directory).
+        if job_graph.job_type != "BATCH":
             self.checkpoint_storage = CheckpointStorage.from_configuration(
-                conf, self.job_id, default_directory=DEFAULT_CHECKPOINTS_DIR
+                conf, self.job_id, default_directory=os.path.abspath(DEFAULT_CHECKPOINTS_DIR)
             )
-            self.checkpoint_storage.initialize_base_locations()  # not writable: fail now, naming it
+            if self.periodic_checkpointing:
+                self.checkpoint_storage.initialize_base_locations()  # not writable: fail now, naming it
             self.coordinator = CheckpointCoordinator(
                 self.checkpoint_storage,
                 conf,
@@ -355,7 +364,9 @@ class JobMasterBase:
             if cancelled:
                 self._finish()
                 return
-            restore = self.checkpoint_storage.latest_completed() if self.checkpoint_storage is not None else None
+            restore = None
+            if self.checkpoint_storage is not None and self.periodic_checkpointing:  # savepoints alone: none
+                restore = self.checkpoint_storage.latest_completed()
             if restore is None:  # no checkpoint of its own yet: the savepoint it started from
                 restore = self.restored_from
             if self.coordinator is not None and restore is not None:
@@ -393,8 +404,10 @@ class JobMasterBase:
                 self._transition(JobStatus.FINISHED)
         try:
             self._release_resources()
-            if self.checkpoint_storage is not None and self._status is JobStatus.FINISHED:
-                self.checkpoint_storage.shutdown(discard=True)  # nothing left to restore (Flink's default)
+            if self.checkpoint_storage is not None and (
+                self._status is JobStatus.FINISHED or not self.periodic_checkpointing
+            ):  # nothing left to restore (Flink's default); without an interval: only staged savepoints
+                self.checkpoint_storage.shutdown(discard=True)
         finally:
             if self.metrics_server is not None:
                 self.metrics_server.close()
@@ -505,10 +518,7 @@ class JobMasterBase:
     def _savepoint_target(self, savepoint_directory: Optional[str], what: str) -> str:
         coordinator = self.coordinator
         if coordinator is None:
-            raise CheckpointException(
-                f"{what}: job '{self.job_name}' runs without checkpointing; savepoints need it "
-                f"(set {CheckpointingOptions.CHECKPOINTING_INTERVAL.key})"
-            )
+            raise CheckpointException(f"{what}: job '{self.job_name}' runs in BATCH mode, which takes no savepoints")
         target = savepoint_directory or self.configuration.get(SavepointConfigOptions.SAVEPOINT_DIRECTORY)
         if not target:
             raise CheckpointException(

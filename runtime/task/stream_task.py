@@ -28,7 +28,7 @@ import time
 from concurrent.futures import Future
 from typing import Any, Callable, Optional
 
-from raylink.core.options import MetricOptions, TaskManagerOptions, read_option
+from raylink.core.options import CheckpointingOptions, MetricOptions, TaskManagerOptions, read_option
 from raylink.graph.job_graph import JobVertex
 from raylink.operators.base import MAX_WATERMARK
 from raylink.operators.processing_time import SystemProcessingTimeService
@@ -140,6 +140,11 @@ class StreamTask:
         self.restore = restore
         #: where a snapshot goes (the TaskExecutor writes it off this thread and acknowledges)
         self.checkpoint_sink = checkpoint_sink
+        #: periodic checkpoints are on (execution.checkpointing.interval): the end of input waits for
+        #: a final checkpoint; else the task takes part in savepoints only
+        self.periodic_checkpointing = checkpoint_sink is not None and bool(
+            read_option(job_parameters, CheckpointingOptions.CHECKPOINTING_INTERVAL)
+        )
         self._barrier_handler: Any = None
         # unaligned checkpoints (execution.checkpointing.unaligned.enabled, aligned-checkpoint-timeout)
         self._unaligned, self._alignment_timeout_ms = unaligned_settings(job_parameters)
@@ -277,7 +282,7 @@ class StreamTask:
                 processing_time_service=self._time_service,
                 job_parameters=self.job_parameters,
                 mailbox_executor=MailboxExecutor(mp),
-                checkpointing_enabled=self.checkpoint_sink is not None,
+                checkpointing_enabled=self.periodic_checkpointing,
             )
             self.record_context = context.record_context
             self._set_state(INITIALIZING)  # building, opening and restoring the operators
@@ -890,7 +895,7 @@ class StreamTask:
         if self._final_checkpoint is None:
             if not self._finished_on_restore:  # it ended before the checkpoint it was restored from
                 self.chain.finish(head_inputs_ended=len(self.inputs) == 2)
-            if self.checkpoint_sink is not None:
+            if self.periodic_checkpointing:
                 self._stop_timers()  # Flink quiesces the timer service once the operators finished
                 for writer in self.writers:
                     writer.flush_all()
