@@ -10,6 +10,13 @@ one-input task processes the items of one buffer, a two-input task the next
 available input. With no input or no output buffer the action suspends on the
 matching availability future (idle vs. back-pressured time).
 
+A stop-with-savepoint ends every task once its savepoint completed, the operators unfinished
+(their state is in the savepoint); with drain (FLIP-147) the sources first emit the end of
+event time and stop, and every task ends its operators' input (``finish``: what they hold comes
+out) before its snapshot, so the savepoint is every task's final checkpoint and the job ends
+with everything emitted (restored from it, the tasks stay finished). Without periodic
+checkpoints (no ``execution.checkpointing.interval``) a task still takes part in savepoints.
+
 Checkpoints (Flink's ``SubtaskCheckpointCoordinator``): the task snapshots its operators
 when its barrier handler triggers, sends the barrier on and hands the snapshot to its
 TaskExecutor. Unaligned (``execution.checkpointing.unaligned.enabled``), the barrier
@@ -193,6 +200,8 @@ class StreamTask:
         # completes, without finishing its operators
         self._stop_savepoint: Optional[int] = None
         self._halted = False  # a source after its stop-with-savepoint barrier
+        self._stop_mode: Optional[str] = None  # the stop-with-savepoint's "suspend" or "drain"
+        self._drained = False  # a drain ended its input and finished its operators before the savepoint
         self._unresumable = False  # a drained or cancelled (legacy) source cannot just go on
         self._interruptible = InterruptibleThreads(CancelTaskException)
         self._state_lock = threading.Lock()
@@ -658,6 +667,7 @@ class StreamTask:
 
         ``stop`` ("suspend" or "drain") makes it a stop-with-savepoint: a source first emits
         the end of event time when draining, takes the savepoint and then emits nothing more;
+        draining, every task ends its operators' input (``_drain``) before its snapshot;
         every task ends once the savepoint completes (see :meth:`notify_checkpoint`)."""
         self.mailbox_processor.mailbox.put(lambda: self._on_trigger(checkpoint_id, timestamp, stop))
 
@@ -667,6 +677,7 @@ class StreamTask:
             stop = None
         if stop is not None:
             self._stop_savepoint = checkpoint_id
+            self._stop_mode = stop
         if checkpoint_id <= self._last_checkpoint_id:
             return  # taken already (its barrier came first)
         if self.inputs and self._final_checkpoint is None:
@@ -695,6 +706,26 @@ class StreamTask:
                 head.current_watermark = MAX_WATERMARK
                 head.output.emit_watermark(MAX_WATERMARK)
 
+    def _drain(self) -> None:
+        """Stop-with-savepoint with drain (FLIP-147): the savepoint's (aligned) barrier came
+        after the end of event time and every record of the inputs, which send nothing more:
+        end the input of every operator (``endInput`` + ``finish``: count windows, async
+        requests in flight, buffered sink rows come out now, before the barrier) and take the
+        savepoint as this task's final checkpoint (its state restores as finished)."""
+        self._drained = self._unresumable = True
+        if not self._finished_on_restore:  # it ended before the checkpoint it was restored from
+            with self._legacy_lock or _NO_LOCK:
+                if len(self.inputs) == 2:  # a two-input head: each input that has not ended ends
+                    for index, ended in enumerate(self._input_ended):
+                        if not ended:
+                            self._input_ended[index] = True
+                            self.chain.head.end_input(index + 1)
+                self.chain.finish(head_inputs_ended=len(self.inputs) == 2)
+        self._stop_timers()  # Flink quiesces the timer service once the operators finished
+        for writer in self.writers:
+            writer.flush_all()
+        self._final_checkpoint = -1  # the savepoint is its final checkpoint (snapshots marked finished)
+
     def _perform_checkpoint(self, barrier: CheckpointBarrier) -> None:
         """Task thread: snapshot every operator (copies only), send the barrier on before any
         later record, and hand the snapshot to the TaskExecutor to write and acknowledge."""
@@ -708,6 +739,12 @@ class StreamTask:
             raise self._source.failure  # the source thread failed inside the chain: no checkpoint past it
         started = time.perf_counter()
         self._last_checkpoint_id = max(self._last_checkpoint_id, barrier.checkpoint_id)
+        if (
+            self._stop_mode == "drain"
+            and barrier.checkpoint_id == self._stop_savepoint
+            and self._final_checkpoint is None
+        ):
+            self._drain()
         if self._final_checkpoint == -1:
             self._final_checkpoint = barrier.checkpoint_id
         if self._legacy_lock is not None:
@@ -864,7 +901,7 @@ class StreamTask:
                 for operator in self.chain.operators:
                     notify(operator, checkpoint_id)
             final = self._final_checkpoint
-            if complete and final is not None and 0 <= final <= checkpoint_id and not self._ended:
+            if complete and final is not None and 0 <= final <= checkpoint_id and not self._ended and not self._drained:
                 self._end_of_input(self.mailbox_processor)  # the final checkpoint completed
             stop = self._stop_savepoint
             if stop is not None and checkpoint_id == stop and not self._ended:
@@ -889,7 +926,7 @@ class StreamTask:
         partitions, so everything it and its upstream produced is in a completed checkpoint
         (two-phase-commit sinks commit there) and a restore neither loses nor repeats any of it.
         Called again once that checkpoint completed."""
-        if self._stop_savepoint is not None and self._final_checkpoint is None:
+        if self._stop_savepoint is not None and (self._final_checkpoint is None or self._drained):
             mp.suspend_default_action(IDLE)  # its upstream stopped with a savepoint: it ends with it
             return
         if self._final_checkpoint is None:
