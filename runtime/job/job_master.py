@@ -404,9 +404,11 @@ class JobMasterBase:
                 self._transition(JobStatus.FINISHED)
         try:
             self._release_resources()
-            if self.checkpoint_storage is not None and (
-                self._status is JobStatus.FINISHED or not self.periodic_checkpointing
-            ):  # nothing left to restore (Flink's default); without an interval: only staged savepoints
+            if self.periodic_checkpointing:
+                discard = self._status is JobStatus.FINISHED  # nothing left to restore (Flink's default)
+            else:  # the copies of the savepoints it took (none: nothing was written)
+                discard = self.coordinator is not None and self.coordinator.stats.num_completed > 0
+            if self.checkpoint_storage is not None and discard:
                 self.checkpoint_storage.shutdown(discard=True)
         finally:
             if self.metrics_server is not None:
