@@ -709,7 +709,7 @@ class StreamTask:
     def _drain(self) -> None:
         """Stop-with-savepoint with drain (FLIP-147): the savepoint's (aligned) barrier came
         after the end of event time and every record of the inputs, which send nothing more:
-        end the input of every operator (``endInput`` + ``finish``: count windows, async
+        end the input of every operator (``endInput`` + ``finish``: pending window output, async
         requests in flight, buffered sink rows come out now, before the barrier) and take the
         savepoint as this task's final checkpoint (its state restores as finished)."""
         self._drained = self._unresumable = True
