@@ -166,6 +166,7 @@ _chain_from_iterable = chain.from_iterable
 _Q = struct.Struct(">q")
 _QQ = struct.Struct(">qq")
 _QQQQ = struct.Struct(">qqqq")
+_BARRIER_DRAIN = 2  # a barrier's flags: 1 unaligned, 2 a draining stop-with-savepoint's
 _TS_MARKER = struct.Struct(">BBq")  # fixext 8 header, ext code, timestamp
 
 
@@ -384,8 +385,8 @@ def _default(obj: Any) -> Any:
         return ExtType(EXT_END_OF_PARTITION, b"")
     if t is CheckpointBarrier:
         data = _QQ.pack(obj.checkpoint_id, obj.timestamp)
-        if obj.unaligned or obj.timeout_ms:  # its alignment, when not the default (aligned)
-            data += _QQ.pack(int(obj.unaligned), obj.timeout_ms)
+        if obj.unaligned or obj.timeout_ms or obj.drain:  # its options, when not the default (aligned)
+            data += _QQ.pack(int(obj.unaligned) | (_BARRIER_DRAIN if obj.drain else 0), obj.timeout_ms)
         return ExtType(EXT_BARRIER, data)
     if t is CancelCheckpointMarker:
         return ExtType(EXT_CANCEL_CHECKPOINT, _Q.pack(obj.checkpoint_id))
@@ -752,8 +753,8 @@ def ext_hook(code: int, data: bytes) -> Any:
         return END_OF_PARTITION
     if code == EXT_BARRIER:
         if len(data) > 16:
-            cid, ts, unaligned, timeout_ms = _QQQQ.unpack(data)
-            return CheckpointBarrier(cid, ts, bool(unaligned), timeout_ms)
+            cid, ts, flags, timeout_ms = _QQQQ.unpack(data)
+            return CheckpointBarrier(cid, ts, bool(flags & 1), timeout_ms, bool(flags & _BARRIER_DRAIN))
         cid, ts = _QQ.unpack(data)
         return CheckpointBarrier(cid, ts)
     if code == EXT_CANCEL_CHECKPOINT:

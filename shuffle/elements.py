@@ -142,15 +142,21 @@ class CheckpointBarrier:
     persisted as channel state; otherwise aligned, and with ``timeout_ms`` > 0
     (``execution.checkpointing.aligned-checkpoint-timeout``) aligned until ``timeout_ms``
     after the checkpoint started (``timestamp``), then unaligned (``as_unaligned``).
-    Savepoints are always aligned without a timeout."""
+    Savepoints are always aligned without a timeout. ``drain``: the barrier of a
+    stop-with-savepoint that drains (Flink's ``SavepointType.terminate``): every task it
+    reaches ends its operators' input before its snapshot, whether or not the JobMaster's
+    trigger reached it first."""
 
-    __slots__ = ("checkpoint_id", "timestamp", "unaligned", "timeout_ms")
+    __slots__ = ("checkpoint_id", "timestamp", "unaligned", "timeout_ms", "drain")
 
-    def __init__(self, checkpoint_id: int, timestamp: int, unaligned: bool = False, timeout_ms: int = 0) -> None:
+    def __init__(
+        self, checkpoint_id: int, timestamp: int, unaligned: bool = False, timeout_ms: int = 0, drain: bool = False
+    ) -> None:
         self.checkpoint_id = int(checkpoint_id)
         self.timestamp = int(timestamp)
         self.unaligned = bool(unaligned)
         self.timeout_ms = int(timeout_ms)
+        self.drain = bool(drain)
 
     @property
     def is_timeoutable(self) -> bool:
@@ -168,13 +174,18 @@ class CheckpointBarrier:
             and other.timestamp == self.timestamp
             and other.unaligned == self.unaligned
             and other.timeout_ms == self.timeout_ms
+            and other.drain == self.drain
         )
 
     def __hash__(self) -> int:
-        return hash((CheckpointBarrier, self.checkpoint_id, self.timestamp, self.unaligned, self.timeout_ms))
+        return hash(
+            (CheckpointBarrier, self.checkpoint_id, self.timestamp, self.unaligned, self.timeout_ms, self.drain)
+        )
 
     def __repr__(self) -> str:
         extra = ", unaligned" if self.unaligned else (f", timeout_ms={self.timeout_ms}" if self.timeout_ms else "")
+        if self.drain:
+            extra += ", drain"
         return f"CheckpointBarrier({self.checkpoint_id}, {self.timestamp}{extra})"
 
     def __reduce__(self):

@@ -258,9 +258,17 @@ def test_persisted_buffers_with_split_elements_replay_exactly_the_elements_in_fl
     assert as_lists == [list(v) for v in data]
 
 
-def test_a_decoded_barrier_keeps_its_alignment():
-    for barrier in (CheckpointBarrier(1, 2), CheckpointBarrier(3, 4, True), CheckpointBarrier(5, 6, False, 250)):
-        assert decode_event(encode_event(barrier)) == barrier
+def test_a_decoded_barrier_keeps_its_alignment_and_drain():
+    barriers = (
+        CheckpointBarrier(1, 2),
+        CheckpointBarrier(3, 4, True),
+        CheckpointBarrier(5, 6, False, 250),
+        CheckpointBarrier(7, 8, drain=True),
+    )
+    for barrier in barriers:
+        decoded = decode_event(encode_event(barrier))
+        assert decoded == barrier and decoded.drain == barrier.drain
+    assert CheckpointBarrier(7, 8, drain=True) != CheckpointBarrier(7, 8)
 
 
 # -- end to end on the in-process runtime -------------------------------------------------------------------

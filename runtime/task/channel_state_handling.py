@@ -86,11 +86,12 @@ def unaligned_settings(job_parameters: Any) -> tuple:
 
 
 def barrier_for_trigger(
-    checkpoint_id: int, timestamp: int, unaligned: bool, timeout_ms: int, savepoint: bool
+    checkpoint_id: int, timestamp: int, unaligned: bool, timeout_ms: int, savepoint: bool, drain: bool = False
 ) -> CheckpointBarrier:
-    """The barrier of a triggered checkpoint (Flink's ``CheckpointOptions.forConfig``)."""
+    """The barrier of a triggered checkpoint (Flink's ``CheckpointOptions.forConfig``); a
+    savepoint's is aligned, and marked ``drain`` for a stop-with-savepoint that drains."""
     if savepoint or not unaligned:
-        return CheckpointBarrier(checkpoint_id, timestamp)
+        return CheckpointBarrier(checkpoint_id, timestamp, drain=savepoint and drain)
     if timeout_ms > 0:
         return CheckpointBarrier(checkpoint_id, timestamp, False, timeout_ms)
     return CheckpointBarrier(checkpoint_id, timestamp, True)

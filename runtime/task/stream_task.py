@@ -687,7 +687,9 @@ class StreamTask:
         if stop is not None and not self.inputs and self.chain is not None and not self._ended:
             self._stop_source(stop)
         self._perform_checkpoint(
-            barrier_for_trigger(checkpoint_id, timestamp, self._unaligned, self._alignment_timeout_ms, savepoint)
+            barrier_for_trigger(
+                checkpoint_id, timestamp, self._unaligned, self._alignment_timeout_ms, savepoint, stop == "drain"
+            )
         )
 
     def _stop_source(self, mode: str) -> None:
@@ -739,6 +741,8 @@ class StreamTask:
             raise self._source.failure  # the source thread failed inside the chain: no checkpoint past it
         started = time.perf_counter()
         self._last_checkpoint_id = max(self._last_checkpoint_id, barrier.checkpoint_id)
+        if barrier.drain:  # the barrier may come before the JobMaster's trigger says so
+            self._stop_savepoint, self._stop_mode = barrier.checkpoint_id, "drain"
         if (
             self._stop_mode == "drain"
             and barrier.checkpoint_id == self._stop_savepoint
