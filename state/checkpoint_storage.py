@@ -49,13 +49,15 @@ import uuid
 import zlib
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Tuple, Union
 
-import fsspec
 import msgpack
 
 from raylink.core.options import CheckpointingOptions, ConfigOption
 from raylink.errors import RaylinkError
+
+if TYPE_CHECKING:
+    import fsspec
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +77,14 @@ _CHK_DIR = re.compile(r"^chk-(\d+)$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 # filesystems whose single PUT is atomic and whose rename is a copy: write _metadata directly
 _ATOMIC_PUT_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "adl", "oss"})
+
+
+def _url_to_fs(url: str, **storage_options: Any) -> Tuple[Any, str]:
+    """fsspec's ``url_to_fs``, imported on first use (a job that never writes a checkpoint or
+    savepoint does not load fsspec)."""
+    import fsspec.core
+
+    return fsspec.core.url_to_fs(url, **storage_options)
 
 
 class CheckpointStorageError(RaylinkError, RuntimeError):
@@ -255,7 +265,7 @@ class CheckpointStorage:
     def _filesystem(self) -> tuple[fsspec.AbstractFileSystem, str]:
         if self._fs_and_root is None:
             try:
-                fs, root = fsspec.core.url_to_fs(self.checkpoints_dir, **self.storage_options)
+                fs, root = _url_to_fs(self.checkpoints_dir, **self.storage_options)
             except (ImportError, ValueError) as exc:
                 raise CheckpointStorageError(
                     f"checkpoint directory {self.checkpoints_dir!r} ({_dir_key_text()}) cannot be opened: {exc}",
@@ -454,7 +464,7 @@ class CheckpointStorage:
         folder can be moved or copied elsewhere and still be restored from. Its properties say
         ``savepoint``. Blocking I/O."""
         try:
-            fs, root = fsspec.core.url_to_fs(str(target_directory), **self.storage_options)
+            fs, root = _url_to_fs(str(target_directory), **self.storage_options)
         except (ImportError, ValueError) as exc:
             raise CheckpointStorageError(
                 f"savepoint directory {target_directory!r} cannot be opened: {exc}", str(target_directory)
@@ -476,7 +486,7 @@ class CheckpointStorage:
                         copies = []
                         for source in handle.shared:
                             target = posixpath.join(folder, SHARED_DIR_NAME, posixpath.basename(source))
-                            src_fs, src_path = fsspec.core.url_to_fs(source) if "://" in source else (self._fs, source)
+                            src_fs, src_path = _url_to_fs(source) if "://" in source else (self._fs, source)
                             fs.pipe_file(target, src_fs.cat_file(src_path))
                             copies.append(target)
                         handle = replace(handle, shared=tuple(copies))
@@ -615,6 +625,9 @@ class CheckpointStorage:
             raise
 
     def _list_checkpoint_ids(self) -> list[int]:
+        local = self.checkpoints_dir if "://" not in str(self.checkpoints_dir) else None
+        if self._fs_and_root is None and local is not None and not os.path.isdir(os.path.join(local, self.job_id)):
+            return []  # a new job on a local folder: no filesystem layer loaded for nothing
         try:
             names = self._fs.ls(self._job_path(), detail=False)
         except FileNotFoundError:
@@ -742,7 +755,7 @@ def read_state_handle(handle: StateHandle, fs: Any = None) -> bytes:
         return handle.data
     path = handle.path
     if fs is None or "://" in path:
-        fs, path = fsspec.core.url_to_fs(path)
+        fs, path = _url_to_fs(path)
     shown = _url(fs, path)
     try:
         data = fs.cat_file(path)
@@ -763,7 +776,7 @@ def load_completed_checkpoint(path: str, storage_options: Optional[Mapping[str, 
     Raises :class:`CheckpointStorageError` naming the folder or the file that is wrong."""
     text = str(path).rstrip("/")
     try:
-        fs, folder = fsspec.core.url_to_fs(text, **dict(storage_options or {}))
+        fs, folder = _url_to_fs(text, **dict(storage_options or {}))
     except (ImportError, ValueError) as exc:
         raise CheckpointStorageError(f"savepoint path {text!r} cannot be opened: {exc}", text) from exc
     if posixpath.basename(folder) == METADATA_FILE_NAME:

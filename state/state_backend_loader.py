@@ -20,10 +20,18 @@ Thread-safety: ``materialize_snapshot`` on the writer thread, the rest on the ta
 
 from __future__ import annotations
 
-from typing import Any, List, Tuple
+import sys
+from typing import Any, List, Optional, Tuple
 
-from raylink.state.rocksdb_keyed_state_backend import RocksDBKeyedStateBackend
-from raylink.state.rocksdb_snapshots import RocksDBSnapshot, RocksDBStateHandle, handle_to_key_groups
+_SNAPSHOTS = "raylink.state.rocksdb_snapshots"
+_BACKEND = "raylink.state.rocksdb_keyed_state_backend"
+
+
+def _rocksdb(module: str) -> Optional[Any]:
+    """A RocksDB module when this process imported it, else None: no RocksDB backend,
+    snapshot or handle (unpickling one imports its module) can exist without it, so a job on
+    the heap never loads RocksDB or the filesystem layer for it."""
+    return sys.modules.get(module)
 
 
 def materialize_snapshot(snapshot: Any, storage: Any, checkpoint_id: int) -> Tuple[Any, Tuple[str, ...], int]:
@@ -31,7 +39,8 @@ def materialize_snapshot(snapshot: Any, storage: Any, checkpoint_id: int) -> Tup
     files into ``storage``'s shared folder) and replaced by its handle. Returns the snapshot,
     the shared files it refers to and the bytes uploaded."""
     keyed = snapshot.get("keyed") if isinstance(snapshot, dict) else None
-    if not isinstance(keyed, RocksDBSnapshot):
+    rocksdb = _rocksdb(_SNAPSHOTS)
+    if rocksdb is None or not isinstance(keyed, rocksdb.RocksDBSnapshot):
         return snapshot, (), 0
     handle, written = keyed.materialize(storage, checkpoint_id)
     return dict(snapshot, keyed=handle), tuple(handle.shared_paths), written
@@ -40,7 +49,8 @@ def materialize_snapshot(snapshot: Any, storage: Any, checkpoint_id: int) -> Tup
 def discard_snapshot(snapshot: Any) -> None:
     """Drop the local files of a snapshot that will not be written (a declined checkpoint)."""
     keyed = snapshot.get("keyed") if isinstance(snapshot, dict) else None
-    if isinstance(keyed, RocksDBSnapshot):
+    rocksdb = _rocksdb(_SNAPSHOTS)
+    if rocksdb is not None and isinstance(keyed, rocksdb.RocksDBSnapshot):
         keyed.discard()
 
 
@@ -49,7 +59,8 @@ def bind_shared_files(snapshot: Any, state_handle: Any) -> Any:
     handle's ``shared`` paths, resolved where its ``_metadata`` lies."""
     keyed = snapshot.get("keyed") if isinstance(snapshot, dict) else None
     shared = getattr(state_handle, "shared", ())
-    if isinstance(keyed, RocksDBStateHandle) and shared:
+    rocksdb = _rocksdb(_SNAPSHOTS)
+    if rocksdb is not None and isinstance(keyed, rocksdb.RocksDBStateHandle) and shared:
         keyed.resolved = {path.rstrip("/").rsplit("/", 1)[-1]: path for path in shared}
     return snapshot
 
@@ -57,16 +68,18 @@ def bind_shared_files(snapshot: Any, state_handle: Any) -> Any:
 def restore_keyed_state(backend: Any, snapshots: List[Any]) -> None:
     """Restore ``backend`` from the keyed snapshots of the old subtasks (rescaling: each
     backend keeps the key groups of its range)."""
-    if isinstance(backend, RocksDBKeyedStateBackend):
+    rocksdb_backend = _rocksdb(_BACKEND)
+    if rocksdb_backend is not None and isinstance(backend, rocksdb_backend.RocksDBKeyedStateBackend):
         backend.restore_snapshots(snapshots)
         return
+    rocksdb = _rocksdb(_SNAPSHOTS)
     merged: dict = {}
     for snapshot in snapshots:
-        if isinstance(snapshot, RocksDBStateHandle):
+        if rocksdb is not None and isinstance(snapshot, rocksdb.RocksDBStateHandle):
             lo, hi = snapshot.key_group_range
             if hi < backend.start or lo > backend.end:
                 continue
-            snapshot = handle_to_key_groups(snapshot)
+            snapshot = rocksdb.handle_to_key_groups(snapshot)
         merged.update(snapshot)  # key groups are disjoint between old subtasks
     backend.restore(merged)
 

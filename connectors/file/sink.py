@@ -29,7 +29,6 @@ from raylink.connectors.file.sink_config import (
     RollingPolicy,
     SimpleStringEncoder,
 )
-from raylink.connectors.file.sink_writer import FileCommitter, FileWriter
 from raylink.core.options import parse_duration_ms
 from raylink.core.sink import Sink, SupportsCommitter, SupportsWriterState, WriterInitContext
 
@@ -116,10 +115,14 @@ class FileSink(Sink, SupportsWriterState, SupportsCommitter):
 
     def restore_writer(self, context: WriterInitContext, recovered_state: Sequence[Any]):
         """A ``FileWriter`` continuing from ``FileWriterState`` s of a checkpoint."""
+        from raylink.connectors.file.sink_writer import FileWriter  # fsspec: where the sink runs
+
         return FileWriter(self, context, recovered_state)
 
     def create_committer(self):
         """A :class:`raylink.connectors.file.sink_writer.FileCommitter`."""
+        from raylink.connectors.file.sink_writer import FileCommitter
+
         return FileCommitter(self.base_path, self.storage_options)
 
     # -- builders (PyFlink's) -------------------------------------------------------------------

@@ -26,7 +26,6 @@ import codecs
 import enum
 from typing import Any, Optional, Tuple
 
-from raylink.connectors.file.source_operator import FileSourceOperator
 from raylink.core.options import parse_duration_ms
 from raylink.operators.connector import CONNECTOR_SOURCE
 
@@ -142,6 +141,8 @@ class FileSource:
         return CONNECTOR_SOURCE, self, {}, False
 
     def create_operator(self, spec: Any) -> Any:
+        from raylink.connectors.file.source_operator import FileSourceOperator  # fsspec: where the source runs
+
         return FileSourceOperator(self)
 
     def __repr__(self) -> str:
