@@ -234,6 +234,40 @@ class DataStream(_Configurable):
         check_function(func, "process_element", "Process")
         return self._one_input("process", "Process", func, output_type)
 
+    def map_batches(
+        self,
+        func: Any,
+        batch_format: str = "pyarrow",
+        batch_size: int = 4096,
+        output_type: Any = None,
+    ) -> "DataStream":
+        """Ray Data's ``map_batches`` on a stream: ``func(batch) -> batch`` over Arrow record
+        batches (``batch_format="pyarrow"``) or pandas DataFrames (``"pandas"``). Batches of
+        ``from_spark`` reach ``func`` as Spark made them, rows of a row operator are gathered
+        ``batch_size`` at a time (and before every checkpoint); the result goes on as batches
+        to a chained ``map_batches`` / ``sink_to_spark``, as tuple rows to anything else.
+        See :mod:`raylink.operators.map_batches`."""
+        if batch_format not in ("pyarrow", "pandas"):
+            raise ValueError(f"map_batches: batch_format must be 'pyarrow' or 'pandas', got {batch_format!r}")
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ValueError(f"map_batches: batch_size must be a positive int, got {batch_size!r}")
+        if not callable(func) and not callable(getattr(func, "map_batches", None)):
+            raise TypeError(
+                f"map_batches: expected a callable or an object with map_batches(batch), got {type(func).__name__}"
+            )
+        input_type = self._transformation.output_type
+        # positional rows take the input type's column names (from_spark's schema, a ROW_NAMED)
+        names = getattr(input_type, "names", None) or getattr(input_type, "field_names", None)
+        return self._one_input(
+            "map_batches",
+            "Map Batches",
+            func,
+            output_type,
+            batch_format=batch_format,
+            batch_size=batch_size,
+            input_names=tuple(names) if names else None,
+        )
+
     def project(self, *field_indexes: int) -> "DataStream":
         """The fields ``field_indexes`` of a ``Types.TUPLE`` stream, in that order, as tuples."""
         declared = self._transformation.output_type

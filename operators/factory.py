@@ -35,6 +35,7 @@ from raylink.operators.co import (
     KeyedCoStreamMap,
 )
 from raylink.operators.connector import CONNECTOR_SINK, CONNECTOR_SOURCE, create_connector_operator
+from raylink.operators.map_batches import create_map_batches_operator
 from raylink.operators.process import KeyedProcessOperator, ProcessOperator
 from raylink.operators.reduce import (
     StreamGroupedAggregateOperator,
@@ -108,6 +109,7 @@ _BUILDERS: Dict[str, Callable[[Any], StreamOperator]] = {
     "map": _one_input(StreamMap, KeyedStreamMap),
     "flat_map": _one_input(StreamFlatMap, KeyedStreamFlatMap),
     "filter": _one_input(StreamFilter, KeyedStreamFilter),
+    "map_batches": create_map_batches_operator,
     "process": lambda s: ProcessOperator(s.function),
     "keyed_process": lambda s: KeyedProcessOperator(s.function, s.key_selector),
     "reduce": _reduce,

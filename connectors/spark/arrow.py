@@ -6,7 +6,8 @@
   one-column schema; PyFlink ``Row``\\ s by name when named, else by position) into a
   ``pa.RecordBatch`` of the sink's schema, checking every column
   against the Arrow type; a record that does not fit raises :class:`SparkSchemaError`
-  naming the operator, the record, the field and the value. :func:`ipc_bytes` seals
+  naming the operator, the record, the field and the value. :func:`conform_batch` takes a
+  record batch to the sink's schema by name (cast). :func:`ipc_bytes` seals
   batches into one Arrow IPC stream (a block).
 * **Arrow → records.** :class:`RecordEmitter` emits slices of Arrow tables as tuples,
   dicts or PyFlink ``Row``\\ s through a source operator (with event timestamps from a column and
@@ -342,6 +343,38 @@ def check_emit_options(
             raise ValueError(f"{where}: watermark_delay_ms must be >= 0, got {watermark_delay_ms}")
 
 
+def conform_batch(batch: pa.RecordBatch, schema: pa.Schema, operator_name: str) -> pa.RecordBatch:
+    """``batch`` as a batch of exactly ``schema``: columns by name, cast where the types differ;
+    a missing or extra column, or one that cannot be cast, raises :class:`SparkSchemaError`."""
+    if batch.schema.equals(schema):
+        return batch
+    names = batch.schema.names
+    missing = [n for n in schema.names if n not in names]
+    extra = [n for n in names if n not in schema.names]
+    if missing or extra or len(set(names)) != len(names):
+        raise SparkSchemaError(
+            f"Spark sink '{operator_name}': a record batch with columns {names} does not fit the schema "
+            f"{schema.names} (missing {missing}, unexpected {extra})",
+            operator_name,
+            (missing or extra or [None])[0],
+        )
+    columns = []
+    for field in schema:
+        column = batch.column(field.name)
+        if not column.type.equals(field.type):
+            try:
+                column = pc.cast(column, field.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+                raise SparkSchemaError(
+                    f"Spark sink '{operator_name}': column {field.name!r} of type {column.type} cannot be "
+                    f"written as {field.type}: {exc}",
+                    operator_name,
+                    field.name,
+                ) from None
+        columns.append(column)
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
 # -- Arrow tables of files ----------------------------------------------------------------------------
 def conform_table(table: Any, schema: pa.Schema, partition_values: dict, where: str) -> Any:
     """``table`` with exactly ``schema``'s columns: cast by name, partition columns from the
@@ -392,5 +425,6 @@ __all__ = [
     "blocks_to_dataframe",
     "check_emit_options",
     "conform_table",
+    "conform_batch",
     "ipc_bytes",
 ]

@@ -11,7 +11,9 @@ straight from the Spark executor actors that hold them (a Ray cross-language cal
 ahead of the one being emitted) -- no Ray Data, no driver in the data path, at most two
 partitions in a subtask's memory. Rows are built from Arrow columns
 (:class:`~raylink.connectors.spark.arrow.RecordEmitter`: tuples, dicts or PyFlink
-``Row``\\ s). Without checkpointing a restarted subtask reads its share again, and once
+``Row``\\ s) -- unless every consumer of the source is chained to it and takes Arrow
+batches (``map_batches``, the Spark sink; no ``timestamp_column``): then each Arrow record
+batch Spark made goes on whole, as one element, and no row is built. Without checkpointing a restarted subtask reads its share again, and once
 every subtask has finished the cached RDD is released. With checkpointing, checkpoints
 hold the partitions emitted and the row reached in the one being emitted; a restored
 subtask goes on from there, and a subtask releases its share once a completed
@@ -41,6 +43,7 @@ from raylink.connectors.spark.errors import java_message
 from raylink.connectors.spark.session import is_raydp_session, spark_namespace, wait_driver_connected
 from raylink.connectors.spark.types import SparkRowType, row_type
 from raylink.operators.connector import CONNECTOR_SOURCE as SOURCE_KIND
+from raylink.operators.map_batches import downstream_accepts_batches
 from raylink.operators.sources import SourceOperator
 
 #: how long one wait for the partitions lasts (the task runs its mails in between)
@@ -112,12 +115,15 @@ class SparkBlockSourceOperator(SourceOperator):
         self._skip = 0  # rows of the partition being opened that the restored checkpoint had emitted
         self._restored: Optional[dict] = None
         self._end_checkpoint: Optional[int] = None  # the first checkpoint taken after the last row
+        self.emit_batches = False  # whole Arrow batches to chained map_batches / Spark sink
 
     def open(self) -> None:
         source = self.source
         self._emitter = RecordEmitter(
             self, source.record_format, source.timestamp_column, source.watermark_delay_ms, source.names
         )
+        # columnar all the way: every consumer is chained and takes record batches (no timestamps to carry)
+        self.emit_batches = source.timestamp_column is None and downstream_accepts_batches(self.output)
 
     # -- partitions ---------------------------------------------------------------------------------
     def _await_info(self) -> bool:
@@ -209,11 +215,17 @@ class SparkBlockSourceOperator(SourceOperator):
             if self._skip:  # rows the restored checkpoint had emitted already
                 self._offset = min(self._skip, batch.num_rows)
                 self._skip -= self._offset
-        n = min(max(1, max_records), self._batch.num_rows - self._offset)
+        n = self._batch.num_rows - self._offset
+        if not self.emit_batches:
+            n = min(max(1, max_records), n)
         chunk = self._batch if n == self._batch.num_rows else self._batch.slice(self._offset, n)
         self._offset += n
         self._emitted += n
-        self._emitter.emit(chunk)
+        if self.emit_batches:  # one element of n rows; the position still counts rows
+            self.record_context.timestamp = None
+            self._collect(chunk)
+        else:
+            self._emitter.emit(chunk)
         return True
 
     # -- checkpoints: the partitions emitted and the rows reached in the one being emitted -------------

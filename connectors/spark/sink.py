@@ -49,6 +49,11 @@ streams). Then, by target:
   target (another format, ``partition_by``, ``options``, a new schema) with ONE Spark
   write that reads the staged files. No rows pass through the driver.
 
+Arrow record batches (elements of a chained ``map_batches`` or ``from_spark``) skip the row
+conversion: their columns are taken by name and cast to the sink's schema
+(:func:`~raylink.connectors.spark.arrow.conform_batch`; a missing or extra column, or a column
+that cannot be cast, fails the task naming the sink and the column).
+
 Schema: explicit (DDL string, ``StructType`` or ``[(name, ddl type), ...]``) or
 the stream's type (the schema ``from_spark`` puts on the stream, or
 ``Types.ROW_NAMED``). Records may be tuples/lists (by position), dicts or
@@ -72,7 +77,7 @@ from typing import Any, Dict, List, Optional
 import pyarrow as pa
 import ray
 
-from raylink.connectors.spark.arrow import RecordConverter, ipc_bytes
+from raylink.connectors.spark.arrow import RecordConverter, conform_batch, ipc_bytes
 from raylink.connectors.spark.bridge import CommitError, register_sink_target
 from raylink.connectors.spark.files import (
     STAGING_DIR,
@@ -102,6 +107,7 @@ class SparkSinkOperator(StreamOperator):
     """Buffers records into Arrow blocks; hands them to the driver (result) or to Spark (write)."""
 
     last_latency_marker: Any = None
+    accepts_record_batches = True  # a chained source / map_batches hands whole Arrow batches
 
     def __init__(self, sink: "SparkSink", name: str = "", operator_id: str = "") -> None:
         super().__init__(name or sink.name, operator_id)
@@ -137,6 +143,9 @@ class SparkSinkOperator(StreamOperator):
 
     # -- input ------------------------------------------------------------------------------------
     def process_element(self, value: Any) -> None:
+        if type(value) is pa.RecordBatch:
+            self._add_batch(value)
+            return
         self._rows.append(value)
         if len(self._rows) >= self.sink.batch_rows:
             self._convert()
@@ -157,6 +166,17 @@ class SparkSinkOperator(StreamOperator):
         self._rows = []
         batch = self._converter.to_batch(rows, self._records)
         self._records += len(rows)
+        self._batches.append(batch)
+        self._batch_bytes += batch.nbytes
+        if self._batch_bytes >= self.sink.block_bytes:
+            self._seal()
+
+    def _add_batch(self, batch: pa.RecordBatch) -> None:
+        """A record batch element (``map_batches``, ``from_spark``): no rows built, its columns
+        are taken by name and cast to the sink's schema."""
+        self._convert()  # rows that came before it go first
+        batch = conform_batch(batch, self._converter.schema, self.name)
+        self._records += batch.num_rows
         self._batches.append(batch)
         self._batch_bytes += batch.nbytes
         if self._batch_bytes >= self.sink.block_bytes:
