@@ -79,7 +79,10 @@ def open_db(path: str, settings: RocksDBSettings, read_only: bool = False) -> An
     table = rocksdict.BlockBasedOptions()
     table.set_block_cache(cache)
     table.set_bloom_filter(10, False)
-    table.set_cache_index_and_filter_blocks(True)
+    # index and filter blocks stay with their table readers (about 12 bits a key), not in the
+    # block cache: there, the memtables charged to the cache evict them and every lookup of a
+    # large file reloads its whole filter block
+    table.set_cache_index_and_filter_blocks(False)
     options.set_block_based_table_factory(table)
     if read_only:
         return rocksdict.Rdict(path, options, access_type=rocksdict.AccessType.read_only())
