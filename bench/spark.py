@@ -10,7 +10,13 @@ The pipelines, each writing ``(k, v * 2.0)`` as Parquet (``mode="overwrite"``):
       env.from_spark(df).map(lambda r: (r[0], r[1] * 2.0)) \\
          .sink_to_spark(path, "k int, v double", mode="overwrite", format="parquet")
 
-* **raylink → table**: the same into a managed table (``table=``);
+* **raylink map_batches**: the same on Arrow batches, no rows built anywhere::
+
+      env.from_spark(df).map_batches(double_v_batch) \\
+         .sink_to_spark(path, "k int, v double", mode="overwrite", format="parquet")
+
+  (``double_v_batch``: ``pc.multiply`` of column ``v`` by 2.0, a new ``RecordBatch``);
+* **raylink → table**: the same as the first into a managed table (``table=``);
 * **same, session**: raylink → path on a session cluster (``raylink cluster start``: warm
   TaskExecutors, no per-job process start), when one can be started;
 * **Spark Python UDF**: ``df.select("k", udf(lambda v: v * 2.0)("v"))`` (row by row);
@@ -53,6 +59,14 @@ TABLE = "raylink_bench_spark"
 
 def double_v(r):
     return (r[0], r[1] * 2.0)
+
+
+def double_v_batch(batch):
+    """``double_v`` on a whole Arrow record batch (``map_batches``)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return pa.RecordBatch.from_arrays([batch.column(0), pc.multiply(batch.column(1), 2.0)], names=["k", "v"])
 
 
 # -- memory -------------------------------------------------------------------------------------------
@@ -134,7 +148,7 @@ class PeakWatcher:
 
 
 # -- the pipelines ------------------------------------------------------------------------------------
-def raylink_pipeline(df, out: str, parallelism: int, table: bool, session: bool = False) -> dict:
+def raylink_pipeline(df, out: str, parallelism: int, table: bool, session: bool = False, batches: bool = False) -> dict:
     from raylink.api import Configuration, StreamExecutionEnvironment
 
     watcher = PeakWatcher()
@@ -143,7 +157,8 @@ def raylink_pipeline(df, out: str, parallelism: int, table: bool, session: bool 
         conf.set_string("raylink.session.enabled", "false")  # per-job TaskExecutors, as by default
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     env.set_parallelism(parallelism)
-    stream = env.from_spark(df).map(double_v)
+    source = env.from_spark(df)
+    stream = source.map_batches(double_v_batch) if batches else source.map(double_v)
     if table:
         stream.sink_to_spark(table=TABLE, schema=SCHEMA, mode="overwrite", format="parquet")
     else:
@@ -198,7 +213,7 @@ BASELINES = (("Spark Python UDF", "vs UDF"), ("Spark pandas_udf", "vs pandas"), 
 def table(rows_list: List[int], names: List[str], times: dict, tasks: dict, peaks: dict) -> str:
     """One line per (rows, pipeline): median wall clock and tasks-running seconds, rows/s, the
     wall clock's ratio to each Spark baseline of the same run, peak RSS."""
-    head = f"{'rows':>11}  {'pipeline':18s} {'wall s':>7} {'tasks s':>7} {'rows/s':>10}"
+    head = f"{'rows':>11}  {'pipeline':20s} {'wall s':>7} {'tasks s':>7} {'rows/s':>10}"
     head += "".join(f" {label:>9}" for _, label in BASELINES)
     lines = [head + f"  {'peak RSS MB: driver':>19} {'TaskExec':>8} {'Spark JVM':>9}"]
     for rows in rows_list:
@@ -206,7 +221,7 @@ def table(rows_list: List[int], names: List[str], times: dict, tasks: dict, peak
         for name in names:
             median = medians[name]
             task_s = tasks.get((rows, name))
-            line = f"{rows:>11,}  {name:18s} {median:7.2f} "
+            line = f"{rows:>11,}  {name:20s} {median:7.2f} "
             line += f"{statistics.median(task_s):7.2f}" if task_s else f"{'-':>7}"
             line += f" {rows / median:10,.0f}"
             for base, _label in BASELINES:
@@ -235,7 +250,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         "--only",
         nargs="*",
         default=None,
-        help="run only these pipelines (raylink-path raylink-table raylink-session spark-udf spark-pandas "
+        help="run only these pipelines (raylink-path raylink-batches raylink-table raylink-session spark-udf spark-pandas "
         "spark-native)",
     )
     parser.add_argument("--no-warmup", action="store_true", help="time the first run of each pipeline too")
@@ -270,6 +285,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     work = tempfile.mkdtemp(prefix="raylink-bench-spark-")
     pipelines: Dict[str, Callable] = {
         "raylink -> path": lambda df, out: raylink_pipeline(df, out, args.parallelism, table=False),
+        "raylink map_batches": lambda df, out: raylink_pipeline(df, out, args.parallelism, table=False, batches=True),
         "raylink -> table": lambda df, out: raylink_pipeline(df, out, args.parallelism, table=True),
         "  same, session": lambda df, out: raylink_pipeline(df, out, args.parallelism, table=False, session=True),
         "Spark Python UDF": spark_udf_pipeline,
@@ -278,6 +294,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     }
     keys = {
         "raylink-path": "raylink -> path",
+        "raylink-batches": "raylink map_batches",
         "raylink-table": "raylink -> table",
         "raylink-session": "  same, session",
         "spark-udf": "Spark Python UDF",
@@ -336,7 +353,7 @@ def main(argv: Optional[List[str]] = None) -> None:
                     best = peaks.setdefault((rows, name), {})
                     for key, value in peak.items():
                         best[key] = max(best.get(key, 0.0), value)
-                    print(f"  round {round_no + 1}: {rows:>11,} rows  {name:18s} {elapsed:7.2f} s", flush=True)
+                    print(f"  round {round_no + 1}: {rows:>11,} rows  {name:20s} {elapsed:7.2f} s", flush=True)
         print()
         print(table(args.rows, names, times, tasks, peaks))
         print(

@@ -11,7 +11,8 @@ Columnar where the data is: a ``pyarrow.RecordBatch`` is a stream element of its
 upstream that holds Arrow data (``from_spark``, another ``map_batches``) hands whole batches
 to this operator when it is chained to it; rows (tuples, dicts, PyFlink ``Row``\\ s) from a
 row operator are gathered into a batch of up to ``batch_size`` rows, which is handed to
-``fn`` when it is full, before every checkpoint's snapshot (so no buffered row is missing
+``fn`` when it is full, :data:`FLUSH_AFTER_MS` after its first row (a processing-time
+timer, so a slow unbounded input is not held back), before every checkpoint's snapshot (so no buffered row is missing
 from a checkpoint: the rows go downstream ahead of the barrier) and at the end of input.
 What ``fn`` returns goes on as ONE batch element when every consumer of this operator is
 chained to it and takes batches (:data:`ACCEPTS_RECORD_BATCHES`: another ``map_batches``,
@@ -30,6 +31,8 @@ from raylink.operators.base import StreamOperator
 
 BATCH_FORMATS = ("pyarrow", "pandas")
 DEFAULT_BATCH_SIZE = 4096
+#: gathered rows wait at most this long for their batch to fill (a slow unbounded input)
+FLUSH_AFTER_MS = 100
 #: class attribute of an operator that takes ``pyarrow.RecordBatch`` elements as ``N`` rows
 ACCEPTS_RECORD_BATCHES = "accepts_record_batches"
 
@@ -94,6 +97,7 @@ class MapBatchesOperator(StreamOperator):
         self._schema: Any = None  # the schema of the first batch fn returned
         self.emit_batches = False
         self.batches_in = 0
+        self._timer: Any = None  # the flush timer of the rows gathered so far
 
     def open(self) -> None:
         import pyarrow as pa
@@ -119,6 +123,8 @@ class MapBatchesOperator(StreamOperator):
         self._rows.append(value)
         if len(self._rows) >= self.batch_size:
             self._flush()
+        elif self._timer is None:
+            self._schedule()
 
     def process_batch(self, values: List[Any]) -> None:
         record_batch = self._pa.RecordBatch
@@ -129,6 +135,17 @@ class MapBatchesOperator(StreamOperator):
             self._rows.append(value)
             if len(self._rows) >= self.batch_size:
                 self._flush()
+        if self._rows and self._timer is None:
+            self._schedule()
+
+    def _schedule(self) -> None:
+        service = getattr(self.runtime_context, "processing_time_service", None)
+        if service is not None:
+            self._timer = service.register_timer(service.current_processing_time() + FLUSH_AFTER_MS, self._on_timer)
+
+    def _on_timer(self, _timestamp: int) -> None:
+        self._timer = None
+        self._flush()
 
     def _flush(self) -> None:
         rows = self._rows
@@ -219,6 +236,7 @@ __all__ = [
     "ACCEPTS_RECORD_BATCHES",
     "BATCH_FORMATS",
     "DEFAULT_BATCH_SIZE",
+    "FLUSH_AFTER_MS",
     "MapBatchesOperator",
     "batch_of_rows",
     "create_map_batches_operator",
