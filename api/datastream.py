@@ -247,6 +247,11 @@ class DataStream(_Configurable):
         ``batch_size`` at a time (and before every checkpoint); the result goes on as batches
         to a chained ``map_batches`` / ``sink_to_spark``, as tuple rows to anything else.
         See :mod:`raylink.operators.map_batches`."""
+        if getattr(self, "_key_selector", None) is not None:
+            raise NotImplementedError(
+                "map_batches on a KeyedStream (a function over each key group's batch) is not supported; "
+                "call map_batches before key_by"
+            )
         if batch_format not in ("pyarrow", "pandas"):
             raise ValueError(f"map_batches: batch_format must be 'pyarrow' or 'pandas', got {batch_format!r}")
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:

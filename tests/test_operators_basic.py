@@ -363,6 +363,7 @@ def test_factory_builds_every_kind_with_name_and_id():
         "map": spec("map", str),
         "flat_map": spec("flat_map", list),
         "filter": spec("filter", bool),
+        "map_batches": spec("map_batches", str, params={"batch_format": "pandas"}),
         "process": spec("process", lambda v, c: None),
         "keyed_process": spec("keyed_process", lambda v, c: None, key_selector=lambda v: v),
         "reduce": spec("reduce", lambda a, b: a, key_selector=lambda v: v),

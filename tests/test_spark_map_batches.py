@@ -138,6 +138,8 @@ def test_a_bad_return_fails_naming_the_operator(spark, tmp_path):
     env = new_env(1)
     with pytest.raises(ValueError, match="batch_format must be"):
         env.from_spark(frame(spark, 10, 1)).map_batches(square_v, batch_format="numpy")
+    with pytest.raises(NotImplementedError, match="call map_batches before key_by"):
+        env.from_collection([(1, 2)]).key_by(lambda r: r[0]).map_batches(square_v)
 
 
 class PacedBatches:
@@ -165,3 +167,31 @@ def test_from_spark_map_batches_into_a_path_survives_sigkills_exactly_once(spark
     assert client.get_job_status() == "FINISHED", client.get_job_status()
     assert client.get_checkpoint_stats()["numRestarts"] == kills >= 2
     assert Counter(r[0] for r in spark.read.parquet(out).collect()) == Counter(range(n))
+
+
+def test_gathered_rows_flush_at_size_timer_checkpoint_and_end():
+    """The operator alone: rows gathered ``batch_size`` at a time, the rest at the flush timer,
+    before a checkpoint's snapshot and at the end of input; batch elements pass whole; rows out
+    (no chained batch consumer)."""
+    from raylink.operators.map_batches import FLUSH_AFTER_MS, MapBatchesOperator
+    from raylink.tests.test_operators_basic import start
+
+    sizes = []
+
+    def plus_one(batch):
+        sizes.append(batch.num_rows)
+        return pa.RecordBatch.from_arrays([pc.add(batch.column("a"), 1)], names=["a"])
+
+    op = MapBatchesOperator(plus_one, batch_size=3, input_names=("a",))
+    out, rc = start(op)
+    op.process_batch([(1,), (2,), (3,), (4,)])
+    assert out.records == [(2,), (3,), (4,)] and sizes == [3]
+    rc.processing_time_service.advance(FLUSH_AFTER_MS)  # the flush timer of row (4,)
+    assert out.records[3:] == [(5,)] and sizes == [3, 1]
+    op.process_element((5,))
+    assert op.snapshot_operator_state(1) is None  # nothing kept: the row went out before the barrier
+    assert out.records[4:] == [(6,)]
+    op.process_element(pa.RecordBatch.from_pylist([{"a": 10}, {"a": 20}]))
+    op.process_element((7,))
+    op.end_input()
+    assert out.records[5:] == [(11,), (21,), (8,)] and sizes == [3, 1, 1, 2, 1]
