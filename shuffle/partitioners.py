@@ -304,11 +304,13 @@ class KeyGroupStreamPartitioner(StreamPartitioner):
         bucket = bucket_pure
     else:
 
-        def select_channels(self, values: List[Any]) -> List[int]:
+        def _native(self, loop: Any, values: List[Any], pure: Any, *extra: Any) -> Any:
+            """``loop`` of the compiled module over ``values``; on any error the pure twin
+            ``pure`` runs instead (it raises the worded error, or handles unhashable keys)."""
             if type(values) is not list:
                 values = list(values)
             try:
-                return NATIVE.select_key_channels(
+                return loop(
                     self.key_selector,
                     values,
                     self.max_parallelism,
@@ -316,26 +318,16 @@ class KeyGroupStreamPartitioner(StreamPartitioner):
                     self._channel_of,
                     _CHANNEL_CACHE_SIZE,
                     stable_hash,
-                )
-            except Exception:  # the pure path raises the worded error (or handles unhashable keys)
-                return self.select_channels_pure(values)
-
-        def bucket(self, values: List[Any]) -> List[List[Any]]:
-            if type(values) is not list:
-                values = list(values)
-            try:
-                return NATIVE.bucket_by_key(
-                    self.key_selector,
-                    values,
-                    self.max_parallelism,
-                    self._table,
-                    self._channel_of,
-                    _CHANNEL_CACHE_SIZE,
-                    stable_hash,
-                    self.num_channels,
+                    *extra,
                 )
             except Exception:
-                return self.bucket_pure(values)
+                return pure(values)
+
+        def select_channels(self, values: List[Any]) -> List[int]:
+            return self._native(NATIVE.select_key_channels, values, self.select_channels_pure)
+
+        def bucket(self, values: List[Any]) -> List[List[Any]]:
+            return self._native(NATIVE.bucket_by_key, values, self.bucket_pure, self.num_channels)
 
     def __repr__(self) -> str:
         return f"KeyGroupStreamPartitioner(max_parallelism={self.max_parallelism})"

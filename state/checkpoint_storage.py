@@ -872,18 +872,22 @@ def _decode_metadata(
 
 def _verify_state_files(fs: Any, display: Any, completed: CompletedCheckpoint, shown: str) -> None:
     """Every file the metadata names exists with its recorded size (one listing per folder)."""
-    sizes: dict[str, Optional[dict[str, int]]] = {}
+    sizes: dict[str, dict[str, int]] = {}
+
+    def listed(folder: str) -> dict[str, int]:
+        """The sizes of the files in ``folder`` by name (listed once)."""
+        if folder not in sizes:
+            try:
+                listing = fs.ls(folder, detail=True)
+                sizes[folder] = {posixpath.basename(e["name"].rstrip("/")): e.get("size") for e in listing}
+            except FileNotFoundError:
+                sizes[folder] = {}
+        return sizes[folder]
+
     for operator_id, subtasks in completed.operator_states.items():
         for subtask, handle in subtasks.items():
             for path in handle.shared:
-                folder = posixpath.dirname(path)
-                if folder not in sizes:
-                    try:
-                        listing = fs.ls(folder, detail=True)
-                        sizes[folder] = {posixpath.basename(e["name"].rstrip("/")): e.get("size") for e in listing}
-                    except FileNotFoundError:
-                        sizes[folder] = {}
-                if posixpath.basename(path) not in sizes[folder]:
+                if posixpath.basename(path) not in listed(posixpath.dirname(path)):
                     raise _UnusableCheckpoint(
                         f"shared state file {display(path)!r} of operator {operator_id!r} subtask {subtask}, "
                         f"named in {shown!r}, is missing",
@@ -891,14 +895,7 @@ def _verify_state_files(fs: Any, display: Any, completed: CompletedCheckpoint, s
                     )
             if not isinstance(handle, FileStateHandle):
                 continue
-            folder = posixpath.dirname(handle.path)
-            if folder not in sizes:
-                try:
-                    listing = fs.ls(folder, detail=True)
-                    sizes[folder] = {posixpath.basename(e["name"].rstrip("/")): e.get("size") for e in listing}
-                except FileNotFoundError:
-                    sizes[folder] = {}
-            actual = sizes[folder].get(posixpath.basename(handle.path))
+            actual = listed(posixpath.dirname(handle.path)).get(posixpath.basename(handle.path))
             file_shown = display(handle.path)
             if actual is None:
                 raise _UnusableCheckpoint(

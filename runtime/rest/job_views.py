@@ -36,23 +36,13 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from raylink.core.job_status import JobStatus
+from raylink.runtime.execution_state import ExecutionState
 from raylink.runtime.metrics import MAXED, SUMMED, back_pressure_status
 
 #: what the REST API says it is (Flink's ``flink-version``)
 RAYLINK_VERSION = "raylink-0.1.0"
 #: Flink's ``ExecutionState`` names, as the ``tasks`` / ``status-counts`` objects key them
-TASK_STATES = (
-    "CREATED",
-    "SCHEDULED",
-    "DEPLOYING",
-    "INITIALIZING",
-    "RUNNING",
-    "FINISHED",
-    "CANCELING",
-    "CANCELED",
-    "FAILED",
-    "RECONCILING",
-)
+TASK_STATES = tuple(state.value for state in ExecutionState)
 
 
 @dataclass
