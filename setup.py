@@ -32,6 +32,5 @@ def _ext_modules() -> list:
     return modules
 
 
-ext_modules = _ext_modules()
-
-setup(ext_modules=ext_modules)
+if __name__ == "__main__":  # pip's build backend runs it so; importing it (a walk of raylink) builds nothing
+    setup(ext_modules=_ext_modules())

@@ -97,10 +97,13 @@ def format_table(rows: list[dict], title: str, prefix: str = "") -> list[str]:
 
 def checkpoint_summary(client: Any) -> str:
     """``; checkpoints 4 completed, 0 failed, last #4 212 ms 1.3 MB; restarts 1`` when the
-    job checkpoints (the progress title, and so ``raylink status``), else ``""``."""
-    if getattr(client, "coordinator", None) is None:
+    job checkpoints or took a savepoint (the progress title, and so ``raylink status``), else ``""``."""
+    coordinator = getattr(client, "coordinator", None)
+    if coordinator is None:
         return ""
     stats = client.get_checkpoint_stats()
+    if not getattr(coordinator, "interval_ms", 1) and not stats.get("numberOfCompletedCheckpoints"):
+        return ""  # no periodic checkpoints (the coordinator is there for savepoints) and none taken
     text = (
         f"; checkpoints {stats['numberOfCompletedCheckpoints']} completed, {stats['numberOfFailedCheckpoints']} failed"
     )

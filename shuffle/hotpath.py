@@ -45,9 +45,10 @@ _logged = False
 
 
 def log_active(logger: Optional[logging.Logger] = None) -> str:
-    """Log (INFO, once per process) which per-record path is active; returns its description."""
+    """Log (DEBUG, once per process: the run's log file) which per-record path is active;
+    returns its description."""
     global _logged
     if not _logged:
         _logged = True
-        (logger or _log).info("raylink per-record path: %s", ACTIVE)
+        (logger or _log).debug("raylink per-record path: %s", ACTIVE)
     return ACTIVE

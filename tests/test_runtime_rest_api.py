@@ -195,7 +195,10 @@ def test_per_job_driver_rest_api_matches_the_job_client(ray_session, tmp_path):
         client.cancel()
         client.wait(60)
     assert port_closed(endpoint.port), "the REST endpoint outlived its job"
-    assert not [t for t in threading.enumerate() if t.name.startswith(("rest-endpoint", "rest-handler"))]
+    leftover = [t for t in threading.enumerate() if t.name.startswith(("rest-endpoint", "rest-handler"))]
+    for thread in leftover:
+        thread.join(10)  # the handler pool's idle threads end just after its shutdown
+    assert not [t for t in leftover if t.is_alive()], leftover
 
 
 @pytest.mark.timeout(180)

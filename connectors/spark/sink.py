@@ -125,6 +125,7 @@ class SparkSinkOperator(StreamOperator):
         self._exactly_once = False  # commits follow completed checkpoints
         #: checkpoint id -> (staged files, rows, ended) not committed yet (the committables)
         self._pending: Dict[int, tuple] = {}
+        self._rows_only: Optional[bool] = None  # record batch elements go through the row converter
         #: restored from an earlier run's savepoint/checkpoint: the target is that run's output,
         #: continued (every commit appends; ``mode`` applied to that run's first write)
         self._resumed = False
@@ -175,6 +176,12 @@ class SparkSinkOperator(StreamOperator):
         """A record batch element (``map_batches``, ``from_spark``): no rows built, its columns
         are taken by name and cast to the sink's schema."""
         self._convert()  # rows that came before it go first
+        if self._rows_only is None:
+            self._rows_only = _has_nested_required_field(self._converter.schema)
+        if self._rows_only:  # Arrow keeps nulls under a null parent that Parquet refuses: convert rows
+            self._rows.extend(batch.to_pylist())
+            self._convert()
+            return
         batch = conform_batch(batch, self._converter.schema, self.name)
         self._records += batch.num_rows
         self._batches.append(batch)
@@ -583,6 +590,22 @@ class SparkSink:
     def get_dataframe(self, result: Any, spark: Any = None) -> Any:
         """The result DataFrame of this sink in the job of ``result`` (see :mod:`.results`)."""
         return get_spark_dataframe(result, self, spark)
+
+
+def _has_nested_required_field(schema: pa.Schema) -> bool:
+    """A struct (at any depth) with a field declared non-nullable (Spark's ``named_struct`` of
+    non-null values): where the struct is null, Spark's Arrow batches hold nulls in that field,
+    which the Parquet writer refuses; the row converter writes such values."""
+
+    def required_in_struct(data_type: pa.DataType) -> bool:
+        if pa.types.is_map(data_type):  # its entries' key is required, and an entry is never null
+            return required_in_struct(data_type.key_type) or required_in_struct(data_type.item_type)
+        children = [data_type.field(i) for i in range(data_type.num_fields)]
+        if pa.types.is_struct(data_type) and any(not f.nullable for f in children):
+            return True
+        return any(required_in_struct(f.type) for f in children)
+
+    return any(required_in_struct(field.type) for field in schema)
 
 
 def _is_struct(schema: Any) -> bool:
