@@ -5,7 +5,8 @@
 buffer ratio, write batch size) and ``execution.checkpointing.incremental``; :func:`open_db`
 opens a database whose memtables are charged to its block cache (one write buffer manager and
 one LRU cache per backend), so its native memory stays within ``memory_bytes`` whatever the
-number of keys, with bloom filters (point lookups) and no write-ahead log (checkpoints are the
+number of keys, with bloom filters (point lookups; the memtables' too, so a key stored nowhere is
+known absent without a skip-list search), hash indexes in data blocks and no write-ahead log (checkpoints are the
 durability, as in Flink). Plain values and functions; thread-safe.
 """
 
@@ -83,7 +84,13 @@ def open_db(path: str, settings: RocksDBSettings, read_only: bool = False) -> An
     # block cache: there, the memtables charged to the cache evict them and every lookup of a
     # large file reloads its whole filter block
     table.set_cache_index_and_filter_blocks(False)
+    # a hash index in every data block: a point lookup finds its entry without a binary search
+    table.set_data_block_index_type(rocksdict.DataBlockIndexType.binary_and_hash())
     options.set_block_based_table_factory(table)
+    # a bloom filter over the memtables' keys: looking up a key stored nowhere (a key's first
+    # record) skips the memtable's skip list as the SST files' filters skip their blocks
+    options.set_memtable_prefix_bloom_ratio(0.1)
+    options.set_memtable_whole_key_filtering(True)
     if read_only:
         return rocksdict.Rdict(path, options, access_type=rocksdict.AccessType.read_only())
     db = rocksdict.Rdict(path, options)

@@ -11,6 +11,12 @@ working, and the cache is written in one ``WriteBatch`` when full and before eve
 value``), the layout the window operator uses on the heap, with the number of entries of every
 namespace in memory so an empty pane is known without a scan.
 
+The keyed rolling reduce calls :meth:`RocksDBMapState.reduce_batch` / ``sum_pairs_batch`` once per
+batch of records (the contract of ``operators.reduce``'s pure loops): the batch's keys not cached
+get their key groups and bytes at once (a C-level map of msgpack's pack for int or str keys) and
+are fetched with one multi-get; the loop itself then runs over the cache. The cache is written in
+key order (RocksDB inserts a sorted batch into its memtable several times faster).
+
 Keys are serialised with msgpack (ints, strings, bytes, floats and tuples of them: equal keys give
 equal bytes) or else pickle; values with the stream's codec (``shuffle.codec``, msgpack) when the
 state's descriptor declares a type, else pickle (cloudpickle when pickle cannot).
@@ -23,13 +29,16 @@ from __future__ import annotations
 import logging
 import pickle
 import struct
+from collections import deque
 from collections.abc import MutableMapping
-from typing import Any, Dict, Iterator, List, Tuple
+from itertools import filterfalse, repeat
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import cloudpickle
 import msgpack
 import rocksdict
 
+from raylink.core.key_groups import assign_key_groups
 from raylink.shuffle import codec
 from raylink.state.state_backend import (
     StateTable,
@@ -51,6 +60,7 @@ def _simple(obj: Any) -> bool:
 
 
 _pack = msgpack.Packer(use_bin_type=True).pack
+_PLAIN_KEY_TYPES = ({int}, {str})  # a batch of only these: one C-level map of msgpack's pack
 
 
 def dump_key(obj: Any) -> bytes:
@@ -115,6 +125,8 @@ class RocksDBMapState(MutableMapping):
         b = self._backend
         self._prefixes = [KEY_HEADER.pack(kg, state_id) for kg in range(b.start, b.end + 1)]
         self._start = b.start
+        # key group -> prefix, None outside the backend's range (the batch paths index it by key group)
+        self._prefix_of_group: List[Optional[bytes]] = [None] * b.start + self._prefixes
 
     # -- keys
     def _db_key(self, key: Any) -> bytes:
@@ -219,25 +231,134 @@ class RocksDBMapState(MutableMapping):
         if not cache:
             self._db_keys.clear()
             return
-        batch = rocksdict.WriteBatch(raw_mode=True)
-        db_key = self._db_key
-        known = self._db_keys.get
-        put = batch.put
-        dumps = pickle.dumps
+        keys = list(cache)
+        db_keys = list(map(self._db_keys.get, keys))
+        if None in db_keys:
+            db_key = self._db_key
+            db_keys = [k if k is not None else db_key(key) for key, k in zip(keys, db_keys)]
+        values = list(cache.values())
         dump = self._dump
-        for key, value in cache.items():
-            k = known(key)
-            if dump is not None:
-                v = dump(value)
-            else:
-                try:
-                    v = dumps(value, 5)
-                except (pickle.PicklingError, AttributeError, TypeError):
-                    v = dump_value(value)
-            put(k if k is not None else db_key(key), v)
+        if dump is not None:
+            blobs = list(map(dump, values))
+        else:
+            try:
+                blobs = list(map(pickle.dumps, values, repeat(5)))
+            except (pickle.PicklingError, AttributeError, TypeError):
+                blobs = list(map(dump_value, values))
+        # in key order: RocksDB inserts a sorted batch into its memtable several times faster
+        # (each insert starts where the previous one ended) than one in hash order
+        entries = dict(zip(db_keys, blobs))
+        ordered = sorted(entries)
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        deque(map(batch.put, ordered, map(entries.__getitem__, ordered)), maxlen=0)
         self._db.write(batch)
         cache.clear()
         self._db_keys.clear()
+
+    # -- batches (the keyed rolling reduce's loops, one call per batch of records)
+    def _fetch(self, keys: List[Any]) -> None:
+        """Bring the stored values of those of ``keys`` not cached yet into the cache: their
+        key groups and bytes computed for all at once, one multi-get. A key that cannot be
+        stored here (None, another subtask's key group) is left out: the caller's first-record
+        check raises for it in order."""
+        cache = self._cache
+        missing = list(filterfalse(cache.__contains__, dict.fromkeys(keys)))
+        if not missing:
+            return
+        if len(cache) + len(missing) > self._capacity:
+            self.flush()
+            missing = list(dict.fromkeys(keys))
+        groups = self._key_groups(missing)
+        if groups is None:  # some key is not ours (or None): only the others are looked up
+            checked = [(k, g) for k, g in zip(missing, map(self._checked_group, missing)) if g is not None]
+            if not checked:
+                return
+            missing = [k for k, _ in checked]
+            groups = [g for _, g in checked]
+        types = set(map(type, missing))
+        dumped: Optional[List[bytes]] = None
+        if types in _PLAIN_KEY_TYPES:
+            try:
+                dumped = list(map(_pack, missing))
+            except (OverflowError, ValueError):
+                dumped = None
+        if dumped is None:
+            dumped = list(map(dump_key, missing))
+        db_keys = list(map(bytes.__add__, map(self._prefix_of_group.__getitem__, groups), dumped))
+        self._db_keys.update(zip(missing, db_keys))
+        raws = self._db.get(db_keys)
+        if raws.count(None) != len(raws):
+            for key, raw in zip(missing, raws):
+                if raw is not None:
+                    cache[key] = load_value(raw)
+
+    def _key_groups(self, keys: List[Any]) -> Optional[List[int]]:
+        """The key groups of ``keys`` (all at once), remembered by the backend for its key
+        check; None when one of them is None or not in this backend's range."""
+        b = self._backend
+        try:
+            groups = assign_key_groups(keys, b.max_parallelism)
+        except (ValueError, TypeError):
+            return None
+        if min(groups) < b.start or max(groups) > b.end:
+            return None
+        known = b._kg_cache
+        if len(known) + len(keys) > b._key_cache_limit:
+            known.clear()
+        known.update(zip(keys, groups))
+        return groups
+
+    def _checked_group(self, key: Any) -> Optional[int]:
+        try:
+            return self._key_group_of(key)
+        except (ValueError, TypeError):
+            return None
+
+    def reduce_batch(self, values: List[Any], key_of: Callable[[Any], Any], reduce: Any, on_miss: Any) -> List[Any]:
+        """The rolling reduce of a batch (``operators.reduce.reduce_batch_pure``): per record in
+        order, ``v = reduce(stored, record)``, or ``v = on_miss(key, record)`` for a key with no
+        stored value; ``v`` is stored and returned in order. The batch's uncached keys are
+        fetched with one multi-get first."""
+        keys = list(map(key_of, values))
+        self._fetch(keys)
+        cache = self._cache
+        get = cache.get
+        out: List[Any] = []
+        append = out.append
+        missing = _MISSING
+        for value, key in zip(values, keys):
+            current = get(key, missing)
+            if current is missing:
+                value = on_miss(key, value)
+            else:
+                value = reduce(current, value)
+            cache[key] = value
+            append(value)
+        return out
+
+    def sum_pairs_batch(self, values: List[Any], key_of: Callable[[Any], Any], on_miss: Any) -> Tuple[List[Any], int]:
+        """``sum(1)`` over ``(key, count)`` pairs (``operators.reduce.sum_pairs_batch_pure``):
+        ``(results, stop)``; ``stop < len(values)`` is the first record that is its key's first
+        and not an exact 2-tuple (nothing of it stored)."""
+        keys = list(map(key_of, values))
+        self._fetch(keys)
+        cache = self._cache
+        get = cache.get
+        out: List[Any] = []
+        append = out.append
+        missing = _MISSING
+        tuple_ = tuple
+        for index, (value, key) in enumerate(zip(values, keys)):
+            current = get(key, missing)
+            if current is missing:
+                if type(value) is not tuple_ or len(value) != 2:
+                    return out, index
+                value = on_miss(key, value)
+            else:
+                value = (current[0], current[1] + value[1])
+            cache[key] = value
+            append(value)
+        return out, len(values)
 
     def use_stream_codec(self) -> None:
         """Store values with the stream's codec (msgpack) instead of pickle: the state's
