@@ -6,8 +6,10 @@ which it extends: the same states, TTL states, namespaced states and operator fa
 run over it unchanged). Its state lives in one RocksDB database in a working folder under
 ``state.backend.rocksdb.localdir`` on the TaskExecutor; every entry's key is
 ``<key group: 2 bytes><state id: 2 bytes><serialised key>`` (namespaced states: the key
-and namespace as one serialised pair), so one key group of one state is one contiguous
-range (Flink's key-group prefix) and rescaling restores by key-group range.
+and namespace as one serialised pair; map states: one entry per user key, ``<serialised
+key><serialised user key>``, :mod:`raylink.state.rocksdb_map_state`), so one key group of one
+state is one contiguous range (Flink's key-group prefix) and rescaling restores by key-group
+range.
 
 Values are Python objects between RocksDB and the operators: a table's ``values`` is a
 mutable mapping (:class:`RocksDBMapState`) whose write-back cache hands out the stored
@@ -51,6 +53,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import rocksdict
 
 from raylink.core.types import declared_type
+from raylink.state.rocksdb_map_state import RocksDBMapEntries, RocksDBUserMapState
 from raylink.state.rocksdb_options import RocksDBSettings, open_db
 from raylink.state.rocksdb_snapshots import RocksDBSnapshot, RocksDBStateHandle, download_handle, handle_to_key_groups
 from raylink.state.rocksdb_state import (
@@ -69,6 +72,7 @@ from raylink.state.state_backend import (
     _is_namespaced,
     key_group_range_for_subtask,
 )
+from raylink.state.ttl_state import ttl_config_of
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +178,12 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
         if table is None:
             table = self._tables[name] = RocksDBStateTable(name, kind)
         table.kind = kind
-        table.values = (RocksDBNamespacedState if _is_namespaced(kind) else RocksDBMapState)(self, sid)
+        if _is_namespaced(kind):
+            table.values = RocksDBNamespacedState(self, sid)
+        elif kind == "map":  # one entry per user key (Flink's RocksDBMapState)
+            table.values = RocksDBMapEntries(self, sid)
+        else:
+            table.values = RocksDBMapState(self, sid)
         if _is_namespaced(kind):
             table.values.recount()
         restored = self._heap_restored.pop(name, None)
@@ -189,6 +198,15 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
         return table
 
     def get_or_create_state(self, descriptor: Any, expected_kind: Optional[str] = None) -> Any:
+        name = descriptor.name
+        if (
+            descriptor.kind == "map"
+            and expected_kind in (None, "map")
+            and name not in self._states
+            and ttl_config_of(descriptor) is None
+            and getattr(self, "_new_state_error", None) is None
+        ):  # a map state reads and writes one entry per user key; the checks below stay the base's
+            self._states[name] = RocksDBUserMapState(self, self.get_table(name, "map"))
         state = super().get_or_create_state(descriptor, expected_kind)
         table = self._tables.get(descriptor.name)
         if (

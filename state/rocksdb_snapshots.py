@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import fsspec
 
+from raylink.state.rocksdb_map_state import split_key
 from raylink.state.rocksdb_options import RocksDBSettings, open_db
 from raylink.state.rocksdb_state import (
     KEY_HEADER,
@@ -148,7 +149,7 @@ def handle_to_key_groups(
     handle: RocksDBStateHandle, settings: Optional[RocksDBSettings] = None
 ) -> Dict[int, Dict[str, Dict[Any, Any]]]:
     """A RocksDB handle's state as a heap snapshot ``{key group: {name: {key: value}}}``
-    (namespaced states: ``{key: {namespace: value}}``): a RocksDB checkpoint restored into the
+    (namespaced states: ``{key: {namespace: value}}``, map states ``{key: {user key: value}}``): a RocksDB checkpoint restored into the
     hashmap backend."""
     folder = tempfile.mkdtemp(prefix="raylink-rocksdb-read-")
     try:
@@ -165,12 +166,16 @@ def handle_to_key_groups(
                 name, kind = names.get(sid, (None, None))
                 if name is not None:
                     per_state = result.setdefault(kg, {}).setdefault(name, {})
-                    key = load_key(k[4:])
                     value = load_value(it.value())
-                    if _is_namespaced(kind):
-                        per_state.setdefault(key[0], {})[key[1]] = value
+                    if kind == "map":  # one entry per user key: <key><user key>
+                        key, cut = split_key(k[4:])
+                        per_state.setdefault(key, {})[load_key(k[4 + cut :])] = value
                     else:
-                        per_state[key] = value
+                        key = load_key(k[4:])
+                        if _is_namespaced(kind):
+                            per_state.setdefault(key[0], {})[key[1]] = value
+                        else:
+                            per_state[key] = value
                 it.next()
             return result
         finally:

@@ -464,3 +464,186 @@ def test_working_folders_of_a_killed_process_are_removed_by_the_next_backend(tmp
         child.wait(30)
     backend = make("rocksdb", tmp_path)  # the next backend on this folder cleans up
     assert os.listdir(local) == [os.path.basename(backend._resources.folder)]
+
+
+# -- map state: one RocksDB entry per user key -------------------------------------------------------------
+MAP_KEYS = [0, 7, 42, "k", ("t", 1), frozenset({1, 2}), 2**70]  # frozenset, 2**70: pickled keys
+USER_KEYS = [0, 1, -3, "a", "", ("u", 2), frozenset({3}), 2**80, 1.5]
+MAP_OPS = ["get", "put", "put_all", "remove", "contains", "keys", "values", "items", "is_empty", "clear"]
+MAP_OPS += ["setitem", "getitem", "delitem", "in", "iter", "flush", "restore"]
+
+
+def map_ops(seed, n=1500):
+    rng = random.Random(seed)
+    ops = []
+    for _ in range(n):
+        op = rng.choice(MAP_OPS + ["put"] * 4)
+        arg = {uk: rng.randrange(100) for uk in rng.sample(USER_KEYS, 3)} if op == "put_all" else rng.choice(USER_KEYS)
+        ops.append((op, rng.choice(MAP_KEYS), arg, rng.randrange(1000)))
+    return ops
+
+
+def run_map_ops(backend, ops, restore):
+    """``ops`` through a MapState (``restore(backend) -> backend`` at a "restore"); what each returned."""
+    descriptor = MapStateDescriptor("user-map", None, None)
+    state = backend.get_or_create_state(descriptor)
+    reads = []
+    for op, key, arg, value in ops:
+        if op == "restore":
+            backend = restore(backend)
+            state = backend.get_or_create_state(descriptor)
+            continue
+        if op == "flush":
+            getattr(backend, "flush", lambda: None)()
+            continue
+        backend.set_current_key(key)
+        if op == "put":
+            state.put(arg, value)
+        elif op == "setitem":
+            state[arg] = value
+        elif op == "put_all":
+            state.put_all(arg)
+        elif op == "remove":
+            state.remove(arg)
+        elif op == "delitem":
+            del state[arg]
+        elif op == "clear":
+            state.clear()
+        elif op == "getitem":
+            reads.append(state[arg])
+        elif op in ("keys", "values", "items", "iter"):
+            got = list(state) if op == "iter" else list(getattr(state, op)())
+            reads.append(sorted(map(repr, got)))
+        elif op == "in":
+            reads.append(arg in state)
+        else:
+            reads.append(getattr(state, op)() if op == "is_empty" else getattr(state, op)(arg))
+    return backend, reads
+
+
+def map_reference(ops):
+    maps, reads = {}, []
+    for op, key, arg, value in ops:
+        m = maps.setdefault(key, {})
+        if op in ("put", "setitem"):
+            m[arg] = value
+        elif op == "put_all":
+            m.update(arg)
+        elif op in ("remove", "delitem"):
+            m.pop(arg, None)
+        elif op == "clear":
+            m.clear()
+        elif op in ("get", "getitem"):
+            reads.append(m.get(arg))
+        elif op in ("contains", "in"):
+            reads.append(arg in m)
+        elif op in ("keys", "iter"):
+            reads.append(sorted(map(repr, m)))
+        elif op == "values":
+            reads.append(sorted(map(repr, m.values())))
+        elif op == "items":
+            reads.append(sorted(map(repr, m.items())))
+        elif op == "is_empty":
+            reads.append(not m)
+    return reads, {k: m for k, m in maps.items() if m}
+
+
+def map_contents(backend):
+    state = backend.get_or_create_state(MapStateDescriptor("user-map", None, None))
+    out = {}
+    for key in backend.keys("user-map"):
+        backend.set_current_key(key)
+        if not state.is_empty():
+            out[key] = dict(state.items())
+    return out
+
+
+def through_checkpoint(backend, tmp_path, target_kind, key_groups=(0, MAX_P - 1), checkpoint_id=1):
+    """``backend``'s state through a completed checkpoint (a heap snapshot as it is) into a new
+    backend of ``target_kind`` holding ``key_groups``."""
+    if isinstance(backend, RocksDBKeyedStateBackend):
+        storage = CheckpointStorage(str(tmp_path / f"chk-{checkpoint_id}"), "job")
+        completed, _ = checkpoint(backend, storage, checkpoint_id)
+        snapshot = loaded_keyed(completed)
+    else:
+        snapshot = dict(backend.snapshot())
+    restored = make(target_kind, tmp_path, key_groups)
+    restore_keyed_state(restored, [snapshot])
+    return restored
+
+
+@pytest.mark.parametrize("kind", ["heap", "rocksdb"])
+def test_every_map_state_method_reads_what_a_dict_reference_reads(kind, tmp_path):
+    ops = map_ops(4)
+    expected_reads, expected = map_reference(ops)
+    restores = iter(range(2, 1000))
+
+    def restore(backend):  # into the other backend and back, alternately
+        other = "heap" if isinstance(backend, RocksDBKeyedStateBackend) else "rocksdb"
+        return through_checkpoint(backend, tmp_path, other, checkpoint_id=next(restores))
+
+    backend, reads = run_map_ops(make(kind, tmp_path), ops, restore)
+    assert reads == expected_reads
+    assert map_contents(backend) == expected
+
+
+@pytest.mark.parametrize("source_kind", ["heap", "rocksdb"])
+@pytest.mark.parametrize("target_kind", ["heap", "rocksdb"])
+def test_map_state_restores_rescaled_between_the_backends(source_kind, target_kind, tmp_path):
+    ops = [op for op in map_ops(5) if op[0] != "restore"]
+    _, expected = map_reference(ops)
+    old = []
+    for i in range(2):
+        groups = key_group_range_for_subtask(MAX_P, 2, i)
+        from raylink.core.key_groups import assign_to_key_group
+
+        mine = [op for op in ops if groups[0] <= assign_to_key_group(op[1], MAX_P) <= groups[1]]
+        backend, _ = run_map_ops(make(source_kind, tmp_path, groups), mine, None)
+        old.append(backend)
+    snapshots = []
+    for i, backend in enumerate(old):
+        if source_kind == "rocksdb":
+            completed, _ = checkpoint(backend, CheckpointStorage(str(tmp_path / f"old{i}"), "job"), 1)
+            snapshots.append(loaded_keyed(completed))
+        else:
+            snapshots.append(dict(backend.snapshot()))
+    got = {}
+    for i in range(3):
+        backend = make(target_kind, tmp_path, key_group_range_for_subtask(MAX_P, 3, i))
+        restore_keyed_state(backend, snapshots)
+        part = map_contents(backend)
+        assert not set(part) & set(got)
+        got.update(part)
+    assert got == expected
+
+
+def test_a_map_with_many_user_keys_is_one_rocksdb_entry_per_user_key(tmp_path, monkeypatch):
+    """A get, put, remove or contains on a big map reads and writes one entry, never the map."""
+    from raylink.state import rocksdb_map_state
+
+    backend = make("rocksdb", tmp_path)
+    state = backend.get_or_create_state(MapStateDescriptor("big", None, None))
+    backend.set_current_key("k")
+    n = 50_000
+    state.put_all({i: ("v", i) for i in range(n)})
+    backend.flush()
+    table = backend.get_table("big", "map").values
+    assert sum(1 for _ in table._raw_items()) == n  # one RocksDB entry per user key
+    loads = []
+    real = rocksdb_map_state.load_value
+    monkeypatch.setattr(rocksdb_map_state, "load_value", lambda raw: loads.append(1) or real(raw))
+    assert state.get(123) == ("v", 123) and state.contains(n - 1) and not state.contains(n)
+    state.put(n, "new")
+    state.remove(7)
+    assert not state.is_empty()
+    assert len(loads) <= 2  # the get and the removed entry's value, nothing else
+    backend.flush()
+    assert sum(1 for _ in table._raw_items()) == n
+    items = state.items()
+    first = next(items)  # iteration is lazy: one entry read
+    assert first == (0, ("v", 0)) and len(loads) <= 3
+    assert dict(state.items()) == {**{i: ("v", i) for i in range(n) if i != 7}, n: "new"}
+    state.clear()
+    assert state.is_empty() and list(state.keys()) == []
+    backend.flush()
+    assert sum(1 for _ in table._raw_items()) == 0
