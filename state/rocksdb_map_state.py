@@ -89,10 +89,11 @@ class RocksDBMapEntries(RocksDBMapState):
     def entry_put(self, key: Any, user_key: Any, value: Any) -> None:
         cached = self._cache.get(key)
         if cached is None:
-            if self._pending >= self._capacity:
-                self.flush()
             cached = self._cache[key] = {}
         if user_key not in cached:
+            if self._pending >= self._capacity:  # full (a big map's puts too): written first
+                self.flush()
+                cached = self._cache[key] = {}
             self._pending += 1
         cached[user_key] = value
 

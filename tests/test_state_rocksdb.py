@@ -626,8 +626,9 @@ def test_a_map_with_many_user_keys_is_one_rocksdb_entry_per_user_key(tmp_path, m
     backend.set_current_key("k")
     n = 50_000
     state.put_all({i: ("v", i) for i in range(n)})
-    backend.flush()
     table = backend.get_table("big", "map").values
+    assert table._pending <= backend.cache_capacity  # written as they came, not held in memory
+    backend.flush()
     assert sum(1 for _ in table._raw_items()) == n  # one RocksDB entry per user key
     loads = []
     real = rocksdb_map_state.load_value
