@@ -91,12 +91,33 @@ def run_one(backend_type: str, keys: int, checkpoint_every: int, folder: str) ->
         )
     else:
         backend = HeapKeyedStateBackend((0, 127), 128)
-    table = backend.get_table("_op_state", "value").values
-    loop = reduce_batch if type(table) is dict else reduce_batch_pure
+    table = backend.get_table("_op_state", "value")
     key_group_of = backend.key_group_of
+    missing = object()
 
-    def new_key(key: Any, value: Any) -> None:
+    def on_miss(key: Any, value: Any) -> Any:  # what the reduce operator does for a key live misses
+        if table.lower:
+            current = table.lookup(key, missing)
+            if current is not missing:
+                return add(current, value)
         key_group_of(key)
+        return value
+
+    mapping = table.live
+    if type(mapping) is dict:
+
+        def loop(batch: list) -> None:
+            reduce_batch(batch, key_of, table.live, add, on_miss)
+
+    elif hasattr(mapping, "reduce_batch"):
+
+        def loop(batch: list) -> None:
+            mapping.reduce_batch(batch, key_of, add, on_miss)
+
+    else:
+
+        def loop(batch: list) -> None:
+            reduce_batch_pure(batch, key_of, mapping, add, on_miss)
 
     def add(a: tuple, b: tuple) -> tuple:
         return (a[0], a[1] + b[1])
@@ -112,7 +133,7 @@ def run_one(backend_type: str, keys: int, checkpoint_every: int, folder: str) ->
     for i in range(0, keys, BATCH):
         batch = _batch(i, min(i + BATCH, keys))
         start = time.perf_counter()
-        loop(batch, key_of, table, add, new_key)
+        loop(batch)
         elapsed += time.perf_counter() - start
         if (i // BATCH + 1) * BATCH % checkpoint_every < BATCH:
             checkpoint_id += 1
@@ -123,7 +144,7 @@ def run_one(backend_type: str, keys: int, checkpoint_every: int, folder: str) ->
     sync, _, full = _checkpoint(backend, storage, checkpoint_id)
     syncs.append(sync)
     for i in range(0, keys, BATCH * 100):  # 1% of the keys change
-        loop(_batch(i, min(i + BATCH * 100, keys), 100), key_of, table, add, new_key)
+        loop(_batch(i, min(i + BATCH * 100, keys), 100))
     checkpoint_id += 1
     sync, incremental, _ = _checkpoint(backend, storage, checkpoint_id)
     syncs.append(sync)

@@ -34,10 +34,11 @@ from raylink.state.state_backend import keyed_backend_for
 _MISSING = object()
 
 
-def reduce_batch_pure(values: List[Any], key_of: Any, state: dict, reduce: Any, new_key: Any) -> List[Any]:
+def reduce_batch_pure(values: List[Any], key_of: Any, state: dict, reduce: Any, on_miss: Any) -> List[Any]:
     """The rolling reduce of a batch: per record, its key's stored value combined with it
-    (``reduce(stored, record)``), or ``new_key(key, record)`` for a key's first record; each
-    result stored and returned in order."""
+    (``reduce(stored, record)``), or ``on_miss(key, record)`` for a key ``state`` does not hold
+    (a key's first record, or one whose value is in an older layer); each result stored and
+    returned in order."""
     out: List[Any] = []
     append = out.append
     get = state.get
@@ -46,7 +47,7 @@ def reduce_batch_pure(values: List[Any], key_of: Any, state: dict, reduce: Any, 
         key = key_of(value)
         current = get(key, missing)
         if current is missing:
-            new_key(key, value)
+            value = on_miss(key, value)
         else:
             value = reduce(current, value)
         state[key] = value
@@ -54,9 +55,10 @@ def reduce_batch_pure(values: List[Any], key_of: Any, state: dict, reduce: Any, 
     return out
 
 
-def sum_pairs_batch_pure(values: List[Any], key_of: Any, state: dict, new_key: Any) -> "tuple[List[Any], int]":
+def sum_pairs_batch_pure(values: List[Any], key_of: Any, state: dict, on_miss: Any) -> "tuple[List[Any], int]":
     """``sum(1)`` over ``(key, count)`` pairs: ``(results, stop)``; ``stop < len(values)`` is the
-    first record that is a key's first and not an exact pair (nothing of it was stored)."""
+    first record that misses ``state`` and is not an exact pair (nothing of it was stored);
+    a miss stores ``on_miss(key, record)``."""
     out: List[Any] = []
     append = out.append
     get = state.get
@@ -68,7 +70,7 @@ def sum_pairs_batch_pure(values: List[Any], key_of: Any, state: dict, new_key: A
         if current is missing:
             if type(value) is not tuple_ or len(value) != 2:
                 return out, index
-            new_key(key, value)
+            value = on_miss(key, value)
         else:  # the accumulator's fields, field 1 replaced by the running sum
             value = (current[0], current[1] + value[1])
         state[key] = value
@@ -94,11 +96,21 @@ class StreamGroupedReduceOperator(AbstractUdfStreamOperator):
     def setup(self, output: Any, runtime_context: Any) -> None:
         super().setup(output, runtime_context)
         self.keyed_state_backend = keyed_backend_for(runtime_context)
-        self._values = self.keyed_state_backend.get_table(self.STATE_NAME, "value").values
-        # the compiled loops take a dict: another backend's table (RocksDB's mapping) runs the pure ones
-        native = type(self._values) is dict
-        self._reduce_batch = reduce_batch if native else reduce_batch_pure
-        self._sum_pairs_batch = sum_pairs_batch if native else sum_pairs_batch_pure
+        self._table = table = self.keyed_state_backend.get_table(self.STATE_NAME, "value")
+        # the compiled loops take a dict; another backend's table (RocksDB's mapping) runs its own
+        # batch loops when it has them (same contract, without the state argument), else the pure ones
+        mapping = table.live
+        if type(mapping) is dict:
+            self._reduce_batch, self._sum_pairs_batch = reduce_batch, sum_pairs_batch
+        elif hasattr(mapping, "reduce_batch") and hasattr(mapping, "sum_pairs_batch"):
+            self._reduce_batch = lambda values, key_of, state, reduce, on_miss: state.reduce_batch(
+                values, key_of, reduce, on_miss
+            )
+            self._sum_pairs_batch = lambda values, key_of, state, on_miss: state.sum_pairs_batch(
+                values, key_of, on_miss
+            )
+        else:
+            self._reduce_batch, self._sum_pairs_batch = reduce_batch_pure, sum_pairs_batch_pure
 
     def open(self) -> None:
         if self.key_selector is None:
@@ -106,26 +118,36 @@ class StreamGroupedReduceOperator(AbstractUdfStreamOperator):
         self._key_of = resolve_function(self.key_selector, "get_key", self.name)
         self._reduce = self._resolve(self.function, "reduce")
         self._key_group_of = self.keyed_state_backend.key_group_of
-        self._new_key = self._first_of_key  # validates a key once, when its first record is stored
         self._open_functions()
 
     def _first_of_key(self, key: Any, value: Any) -> None:
+        """Checks the first record of a key (its key group)."""
         self._key_group_of(key)
+
+    def _on_miss(self, key: Any, value: Any) -> Any:
+        """What to store for a record whose key the live layer does not hold: combined with the
+        value an older layer holds (copy-on-write snapshots), else the key's first record,
+        checked once."""
+        table = self._table
+        if table.lower:
+            current = table.lookup(key, _MISSING)
+            if current is not _MISSING:
+                return self._reduce(current, value)
+        self._first_of_key(key, value)
+        return value
 
     def process_element(self, value: Any) -> None:
         key = self._key_of(value)
-        current = self._values.get(key, _MISSING)
-        if current is _MISSING:
-            self._new_key(key, value)
-        else:
-            value = self._reduce(current, value)
-        self._values[key] = value
+        live = self._table.live
+        current = live.get(key, _MISSING)
+        value = self._on_miss(key, value) if current is _MISSING else self._reduce(current, value)
+        live[key] = value
         self._collect(value)
 
     def process_batch(self, values: List[Any]) -> None:
         if type(values) is not list:
             values = list(values)
-        out = self._reduce_batch(values, self._key_of, self._values, self._reduce, self._new_key)
+        out = self._reduce_batch(values, self._key_of, self._table.live, self._reduce, self._on_miss)
         if out:
             self._collect_batch(out)
 
@@ -145,10 +167,11 @@ class StreamGroupedReduceOperatorWithKeyedState(StreamGroupedReduceOperator):
             return
         key = self._key_of(value)
         self.keyed_state_backend.set_current_key(key)  # validates the key as well
-        current = self._values.get(key, _MISSING)
+        table = self._table
+        current = table.lookup(key, _MISSING)
         if current is not _MISSING:
             value = self._reduce(current, value)
-        self._values[key] = value
+        table.live[key] = value
         self._collect(value)
 
     def process_batch(self, values: List[Any]) -> None:
@@ -160,8 +183,9 @@ class StreamGroupedReduceOperatorWithKeyedState(StreamGroupedReduceOperator):
         key_of = self._key_of
         set_key = self.keyed_state_backend.set_current_key  # validates the key as well
         reduce = self._reduce
-        state = self._values
-        get = state.get
+        table = self._table
+        state = table.live
+        get = state.get if not table.lower else table.lookup
         missing = _MISSING
         for value in values:
             key = key_of(value)
@@ -200,7 +224,7 @@ class StreamGroupedAggregateOperator(StreamGroupedReduceOperator):
             return
         if type(values) is not list:
             values = list(values)
-        out, stop = self._sum_pairs_batch(values, self._key_of, self._values, self._new_key)
+        out, stop = self._sum_pairs_batch(values, self._key_of, self._table.live, self._on_miss)
         if out:
             self._collect_batch(out)
         if stop < len(values):  # not a pair: the generic path from here on

@@ -16,15 +16,42 @@ the timers of process functions and the window for the window operator (Flink's
 The ``triggerable`` (the operator) gets ``on_event_time(ts, key, namespace)`` and
 ``on_processing_time(ts, key, namespace)``. Snapshots list ``(ts, key)`` for timers
 without a namespace and ``(ts, key, namespace)`` otherwise.
+
+The registered timers of each domain are a ``StateTable`` (``timer -> True``, Flink's
+``HeapPriorityQueueSet`` keyed by timer) so a snapshot is copy-on-write like the keyed
+state's: the barrier freezes the live layer (O(1)), and sorting and grouping the timers by
+key group happens when the snapshot is first read, on the checkpoint writer thread. The
+heaps only order the timers; an entry the set no longer holds is skipped when it surfaces.
+Not thread-safe: the task thread only (the snapshot's reading excepted).
 """
 
 from __future__ import annotations
 
 import heapq
-from typing import Any, Dict, List, Optional, Set, Tuple
+from collections.abc import Mapping
+from typing import Any, Dict, List, Optional, Tuple
 
 from raylink.core.functions import TimerService
 from raylink.operators.base import MIN_WATERMARK
+from raylink.state.state_table import LazySnapshot, SnapshotRegistry, StateTable, flat_items
+
+_MISSING = object()
+
+
+def _holds(timers: StateTable, entry: Any) -> bool:
+    """Whether the set ``timers`` holds ``entry`` (the live layer first, then the frozen ones)."""
+    present = timers.live.get(entry, _MISSING)
+    if present is _MISSING:
+        return bool(timers.lower) and timers.lookup(entry, _MISSING) is not _MISSING
+    return present is True
+
+
+def _discard(timers: StateTable, entry: Any) -> None:
+    if timers.lower:
+        timers.remove(entry)
+    else:
+        timers.live.pop(entry, None)
+
 
 _Entry = Tuple[int, int, Any, Any]  # (timestamp, sequence, key, namespace)
 _Timer = Tuple[int, Any, Any]  # (timestamp, key, namespace)
@@ -38,9 +65,10 @@ class InternalTimerService:
         self._pts = processing_time_service
         self._triggerable = triggerable
         self._event_queue: List[_Entry] = []
-        self._event_set: Set[_Timer] = set()
+        self._event_set = StateTable("event-time timers", "value")
         self._proc_queue: List[_Entry] = []
-        self._proc_set: Set[_Timer] = set()
+        self._proc_set = StateTable("processing-time timers", "value")
+        self._snapshots = SnapshotRegistry()
         self._seq = 0
         self._next_timer: Any = None
         self._next_timer_ts: Optional[int] = None
@@ -54,28 +82,28 @@ class InternalTimerService:
     # -- registration ---------------------------------------------------------------
     def register_event_time_timer(self, key: Any, timestamp: int, namespace: Any = None) -> None:
         entry = (timestamp, key, namespace)
-        if entry not in self._event_set:
+        if not _holds(self._event_set, entry):
             self._backend.key_group_of(key)  # validates the key
-            self._event_set.add(entry)
+            self._event_set.live[entry] = True
             self._seq += 1
             heapq.heappush(self._event_queue, (timestamp, self._seq, key, namespace))
 
     def delete_event_time_timer(self, key: Any, timestamp: int, namespace: Any = None) -> None:
-        self._event_set.discard((timestamp, key, namespace))  # the heap entry is skipped lazily
+        _discard(self._event_set, (timestamp, key, namespace))  # the heap entry is skipped lazily
 
     def register_processing_time_timer(self, key: Any, timestamp: int, namespace: Any = None) -> None:
         entry = (timestamp, key, namespace)
-        if entry in self._proc_set:
+        if _holds(self._proc_set, entry):
             return
         self._backend.key_group_of(key)
-        self._proc_set.add(entry)
+        self._proc_set.live[entry] = True
         self._seq += 1
         heapq.heappush(self._proc_queue, (timestamp, self._seq, key, namespace))
         if self._next_timer_ts is None or timestamp < self._next_timer_ts:
             self._schedule(timestamp)
 
     def delete_processing_time_timer(self, key: Any, timestamp: int, namespace: Any = None) -> None:
-        self._proc_set.discard((timestamp, key, namespace))
+        _discard(self._proc_set, (timestamp, key, namespace))
 
     def _schedule(self, timestamp: int) -> None:
         if self._closed:
@@ -86,10 +114,10 @@ class InternalTimerService:
         self._next_timer = self._pts.register_timer(timestamp, self.on_processing_time)
 
     @staticmethod
-    def _head(queue: List[_Entry], live: Set[_Timer]) -> Optional[_Entry]:
+    def _head(queue: List[_Entry], live: StateTable) -> Optional[_Entry]:
         while queue:
             head = queue[0]
-            if (head[0], head[2], head[3]) in live:
+            if _holds(live, (head[0], head[2], head[3])):
                 return head
             heapq.heappop(queue)  # deleted or already fired
         return None
@@ -104,8 +132,8 @@ class InternalTimerService:
         while queue and queue[0][0] <= timestamp:
             ts, _, key, namespace = heapq.heappop(queue)
             entry = (ts, key, namespace)
-            if entry in live:
-                live.discard(entry)
+            if _holds(live, entry):
+                _discard(live, entry)
                 set_key(key)
                 fire(ts, key, namespace)
 
@@ -124,7 +152,7 @@ class InternalTimerService:
                 break
             heapq.heappop(queue)
             ts, _, key, namespace = head
-            live.discard((ts, key, namespace))
+            _discard(live, (ts, key, namespace))
             set_key(key)
             fire(ts, key, namespace)
         head = self._head(queue, live)
@@ -133,21 +161,29 @@ class InternalTimerService:
 
     # -- inspection / snapshot ------------------------------------------------------
     def num_event_time_timers(self) -> int:
-        return len(self._event_set)
+        return len(self._event_set.values)
 
     def num_processing_time_timers(self) -> int:
-        return len(self._proc_set)
+        return len(self._proc_set.values)
 
-    def snapshot(self) -> Dict[int, Dict[str, List[Tuple[Any, ...]]]]:
+    def snapshot(self) -> Mapping[int, Dict[str, List[Tuple[Any, ...]]]]:
         """``{key_group: {"event": [(ts, key[, namespace])...], "processing": [...]}}``, sorted
-        by timestamp; the namespace is left out when it is ``None``."""
-        result: Dict[int, Dict[str, List[Tuple[Any, ...]]]] = {}
+        by timestamp; the namespace is left out when it is ``None``. Taken copy-on-write: the
+        barrier freezes the timer sets, the mapping is built when first read."""
+        seq = self._snapshots.begin()
+        domains = (("event", self._event_set.freeze(seq)), ("processing", self._proc_set.freeze(seq)))
         kg_of = self._backend.key_group_of
-        for domain, live in (("event", self._event_set), ("processing", self._proc_set)):
-            for ts, key, namespace in sorted(live, key=lambda e: e[0]):
-                timer = (ts, key) if namespace is None else (ts, key, namespace)
-                result.setdefault(kg_of(key), {"event": [], "processing": []})[domain].append(timer)
-        return dict(sorted(result.items()))
+
+        def build() -> Dict[int, Dict[str, List[Tuple[Any, ...]]]]:
+            result: Dict[int, Dict[str, List[Tuple[Any, ...]]]] = {}
+            for domain, layers in domains:
+                timers = sorted((timer for timer, _ in flat_items(layers)), key=lambda e: e[0])
+                for ts, key, namespace in timers:
+                    timer = (ts, key) if namespace is None else (ts, key, namespace)
+                    result.setdefault(kg_of(key), {"event": [], "processing": []})[domain].append(timer)
+            return result
+
+        return LazySnapshot(self._snapshots, seq, build, lambda: (self._event_set, self._proc_set))
 
     def restore(self, snapshot: Dict[int, Dict[str, List[Tuple[Any, ...]]]]) -> None:
         """Re-register the timers of the key groups this backend owns."""

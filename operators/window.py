@@ -41,6 +41,7 @@ from raylink.operators.batch import internal_timer_service
 from raylink.operators.merging_window_set import MergingWindowSet
 from raylink.operators.window_contexts import AssignerContext, EvictorContext, ProcessWindowContext, TriggerContext
 from raylink.state.state_backend import keyed_backend_for
+from raylink.state.state_table import REMOVED
 
 CONTENTS_STATE = "window-contents"
 MERGING_SET_STATE = "merging-window-set"
@@ -80,7 +81,9 @@ class WindowOperatorDescriptor:
         return f"{'AllWindow' if all_windows else 'Window'}({', '.join(parts)})"
 
 
-_MISSING = object()
+# a pane's "no value": also what a pane holds for a key removed since a checkpoint, so the hot
+# loops' one identity check sends both to the full lookup (copy-on-write layers)
+_MISSING = REMOVED
 
 _NO_TIMESTAMP = (
     "Record has Long.MIN_VALUE timestamp (= no timestamp marker). Is the time characteristic set to "
@@ -127,7 +130,7 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
         self.keyed_state_backend = backend = keyed_backend_for(runtime_context)
         self.timer_service = internal_timer_service(backend, runtime_context.processing_time_service, self)
         kind = "list" if (self.evictor is not None or self.contents_kind == LIST) else self.contents_kind
-        self._contents = backend.get_namespaced_table(CONTENTS_STATE, kind).values
+        self._table = backend.get_namespaced_table(CONTENTS_STATE, kind)
         self._merging_sets = backend.get_table(MERGING_SET_STATE, "map").values if self.merging else None
         self._set_key = backend.set_current_key
         self._trigger_ctx = TriggerContext(self)
@@ -265,31 +268,19 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
 
     # -- state helpers -----------------------------------------------------------------------------
     def _get_contents(self, key: Any, namespace: Any) -> Any:
-        pane = self._contents.get(namespace)
-        return None if pane is None else pane.get(key)
+        # an evictor changes the contents in place: a copy when a checkpoint shares them
+        return self._table.ns_lookup(namespace, key, None, self.evictor is not None)
 
     def _pop_contents(self, key: Any, namespace: Any) -> Any:
-        pane = self._contents.get(namespace)
-        if pane is None:
-            return _MISSING
-        value = pane.pop(key, _MISSING)
-        if not pane:
-            del self._contents[namespace]
-        return value
+        return self._table.ns_remove(namespace, key, _MISSING)
 
     def _clear_contents(self, key: Any, namespace: Any) -> None:
         self._pop_contents(key, namespace)
 
-    def _pane(self, namespace: Any, key: Any) -> dict:
-        """The contents of ``namespace`` (a dict key -> contents), created for a new key."""
-        pane = self._contents.get(namespace)
-        if pane is None:
-            pane = self._contents.setdefault(namespace, {})
-        return pane
-
     def _add_contents(self, key: Any, namespace: Any, value: Any, timestamp: Optional[int]) -> None:
-        pane = self._pane(namespace, key)
-        current = pane.get(key, _MISSING)
+        table = self._table
+        current = table.ns_lookup(namespace, key, _MISSING, True)  # (in place below: copy-on-write)
+        pane = table.live_pane(namespace)
         if current is _MISSING:
             self.keyed_state_backend.key_group_of(key)  # validates the key once per pane
         if self.evictor is not None:
@@ -316,9 +307,9 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
             if value is not _MISSING:
                 merged = value if merged is _MISSING else self._merge_values(merged, value)
         if merged is not _MISSING:
-            pane = self._pane(target, key)
-            current = pane.get(key, _MISSING)
-            pane[key] = merged if current is _MISSING else self._merge_values(current, merged)
+            table = self._table
+            current = table.ns_lookup(target, key, _MISSING, True)
+            table.ns_put(target, key, merged if current is _MISSING else self._merge_values(current, merged))
 
     def _merge_values(self, a: Any, b: Any) -> Any:
         if self.evictor is not None or self.contents_kind == LIST:
@@ -530,10 +521,8 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
 
     def _new_pane(self, key: Any, window: TimeWindow, value: Any) -> dict:
         """First element of (key, window): its contents, the trigger's timer and the cleanup
-        timer. Returns the window's pane (key -> contents)."""
-        pane = self._contents.get(window)
-        if pane is None:
-            pane = self._contents.setdefault(window, {})
+        timer. Returns the window's pane (key -> contents) in the live layer."""
+        pane = self._table.live_pane(window)
         self.keyed_state_backend.key_group_of(key)  # validates the key
         kind = self.contents_kind
         if kind == REDUCING:
@@ -557,7 +546,9 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
 
     def _process_tumbling(self, values: List[Any], timestamps: Any) -> None:
         key_of = self._key_of
-        contents = self._contents
+        table = self._table
+        contents = table.live
+        older = self._older_contents if table.lower else None
         size = self.assigner.size
         offset = self.assigner.offset
         # a window starting at or before this is due at the current watermark
@@ -588,8 +579,14 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
             key = key_of(value)
             acc = missing if pane is None else pane.get(key, missing)
             if acc is missing:
-                pane = new_pane(key, window, value)
-            elif reducing:
+                if older is None:
+                    pane = new_pane(key, window, value)
+                    continue
+                acc, pane = older(key, window)
+                if acc is missing:
+                    pane = new_pane(key, window, value)
+                    continue
+            if reducing:
                 pane[key] = reduce(acc, value)
             elif aggregating:
                 pane[key] = add(value, acc)
@@ -598,9 +595,11 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
 
     def _process_in_window(self, values: List[Any], window: TimeWindow) -> None:
         """Elements that all belong to ``window`` alone (not due): one pane, one loop per kind."""
-        pane = self._contents.get(window)
-        if pane is None:
-            pane = self._contents.setdefault(window, {})
+        table = self._table
+        if table.lower:  # copy-on-write layers since a checkpoint: the general loop's lookups
+            self._process_tumbling_in(values, window)
+            return
+        pane = table.live_pane(window)
         get = pane.get
         new_pane = self._new_pane
         missing = _MISSING
@@ -630,9 +629,43 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
                 else:
                     acc.append(value)
 
+    def _process_tumbling_in(self, values: List[Any], window: TimeWindow) -> None:
+        """:meth:`_process_in_window` while a checkpoint's layers lie below the live one: a key
+        the live pane misses is looked up below (:meth:`_older_contents`)."""
+        pane = self._table.live.get(window)
+        older = self._older_contents
+        new_pane = self._new_pane
+        key_of = self._key_of
+        kind = self.contents_kind
+        reduce, add = self._reduce, getattr(self, "_add", None)
+        missing = _MISSING
+        for value in values:
+            key = key_of(value)
+            acc = missing if pane is None else pane.get(key, missing)
+            if acc is missing:
+                acc, pane = older(key, window)
+                if acc is missing:
+                    pane = new_pane(key, window, value)
+                    continue
+            if kind == REDUCING:
+                pane[key] = reduce(acc, value)
+            elif kind == AGGREGATING:
+                pane[key] = add(value, acc)
+            else:
+                acc.append(value)
+
+    def _older_contents(self, key: Any, window: Any) -> tuple:
+        """``(contents or _MISSING, the window's live pane)`` for a key the live pane misses:
+        contents changed in place are copied into the live pane first (copy-on-write)."""
+        table = self._table
+        acc = table.ns_lookup(window, key, _MISSING, True)
+        return acc, table.live_pane(window)
+
     def _process_sliding(self, values: List[Any], timestamps: Any) -> None:
         key_of = self._key_of
-        contents = self._contents
+        table = self._table
+        contents = table.live
+        older = self._older_contents if table.lower else None
         size = self.assigner.size
         slide = self.assigner.slide
         offset = self.assigner.offset
@@ -659,8 +692,13 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
                 window, pane = found
                 acc = missing if pane is None else pane.get(key, missing)
                 if acc is missing:
-                    panes[start] = (window, new_pane(key, window, value))
-                elif reducing:
+                    if older is not None:
+                        acc, pane = older(key, window)
+                        panes[start] = (window, pane)
+                    if acc is missing:
+                        panes[start] = (window, new_pane(key, window, value))
+                        continue
+                if reducing:
                     pane[key] = reduce(acc, value)
                 elif aggregating:
                     pane[key] = add(value, acc)
@@ -693,17 +731,14 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
         self._flush_pending()
 
     def _on_event_time_fast(self, timestamp: int, key: Any, window: Any) -> None:
-        pane = self._contents.get(window)
-        contents = None if pane is None else pane.get(key)
+        contents = self._get_contents(key, window)
         if contents is None:
             return
         max_ts = window[1] - 1
         if timestamp == max_ts:
             self._emit_window(key, window, contents, window)
         if timestamp == min(max_ts + self.allowed_lateness, MAX_LONG_VALUE):
-            del pane[key]
-            if not pane:
-                del self._contents[window]
+            self._table.ns_remove(window, key)
             if self._fn_clear is not None:
                 self._clear_function(window)
 

@@ -213,10 +213,10 @@ def is_flat_batch(values) -> bool:
 _MISSING = object()
 
 
-def reduce_batch(list values, key_of, dict state, reduce, new_key) -> list:
+def reduce_batch(list values, key_of, dict state, reduce, on_miss) -> list:
     """The rolling reduce of a batch: per record, its key's stored value combined with it
-    (``reduce(stored, record)``), or ``new_key(key, record)`` for a key's first record;
-    stored and returned in order."""
+    (``reduce(stored, record)``), or ``on_miss(key, record)`` for a key ``state`` does not
+    hold; stored and returned in order."""
     cdef list out = []
     cdef Py_ssize_t i, n = PyList_GET_SIZE(values)
     cdef PyObject* current
@@ -226,7 +226,7 @@ def reduce_batch(list values, key_of, dict state, reduce, new_key) -> list:
         key = key_of(value)
         current = PyDict_GetItemWithError(state, key)
         if current == NULL:
-            new_key(key, value)
+            value = on_miss(key, value)
         else:
             value = reduce(<object>current, value)
         state[key] = value
@@ -234,10 +234,10 @@ def reduce_batch(list values, key_of, dict state, reduce, new_key) -> list:
     return out
 
 
-def sum_pairs_batch(list values, key_of, dict state, new_key) -> tuple:
+def sum_pairs_batch(list values, key_of, dict state, on_miss) -> tuple:
     """``sum(1)`` over ``(key, count)`` pairs: ``(results, stop)``; ``stop < len(values)`` is the
-    first record that is a key's first and not an exact pair (the caller takes the generic
-    path from there; nothing of it was stored)."""
+    first record that misses ``state`` and is not an exact pair (the caller takes the generic
+    path from there; nothing of it was stored); a miss stores ``on_miss(key, record)``."""
     cdef list out = []
     cdef Py_ssize_t i, n = PyList_GET_SIZE(values)
     cdef PyObject* current
@@ -249,7 +249,7 @@ def sum_pairs_batch(list values, key_of, dict state, new_key) -> tuple:
         if current == NULL:
             if type(value) is not tuple or PyTuple_GET_SIZE(value) != 2:
                 return out, i
-            new_key(key, value)
+            value = on_miss(key, value)
         else:
             acc = <object>current
             value = (acc[0], acc[1] + value[1])

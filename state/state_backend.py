@@ -2,9 +2,9 @@
 
 A backend serves one keyed operator of one subtask and owns the key groups
 ``[start, end]`` of that subtask (Flink's ``KeyGroupRange``). Every registered
-state is a ``StateTable`` holding one plain dict ``key -> value``; state is
-snapshotted, restored and rescaled by key group, the key group of each key
-being derived when a snapshot is taken (Flink keeps one ``StateMap`` per key
+state is a ``StateTable`` (``raylink.state.state_table``: plain dicts ``key -> value`` in
+copy-on-write layers); state is snapshotted, restored and rescaled by key group, the key
+group of each key being derived when a snapshot is read (Flink keeps one ``StateMap`` per key
 group; one dict saves the hot path a lookup per record). A key's key group is
 computed once (``assign_to_key_group`` from ``raylink.core.key_groups``),
 validated against the range and cached.
@@ -13,13 +13,14 @@ Two access paths:
 
 * descriptor states (``get_or_create_state``) read the backend's current key,
   set (and validated) per record / timer by the operator (``set_current_key``);
-* hot operators (reduce, aggregate) keep the per-key value directly in
-  ``get_table(name).values`` and validate a key with ``backend.key_group_of``
-  the first time they store it — one dict lookup per record.
+* hot operators (reduce, aggregate, windows) keep the per-key value directly in the
+  table's ``live`` dict -- one dict lookup per record -- and look below it
+  (``StateTable.lookup``) only for a key ``live`` misses; they validate a key with
+  ``backend.key_group_of`` the first time they store it.
 
 Namespaced state (Flink's ``InternalKvState`` with a namespace: window contents,
 trigger and per-window state) lives in tables of kind ``"ns:<kind>"`` whose
-``values`` map ``namespace -> {key -> value}`` (namespace first: the window
+layers map ``namespace -> {key -> value}`` (namespace first: the window
 operator finds a window's pane once per batch, then touches keys only); an empty
 namespace has no entry. Snapshots list them key first, ``{key_group: {name: {key:
 {namespace: value}}}}``, so they are by key group like every other state, and a
@@ -33,13 +34,14 @@ States whose descriptor enables a time-to-live (``StateTtlConfig``) are built by
 ``"ttl:<kind>"`` holding ``(value, last_access_ms)``; ``ttl_time_provider`` is their
 clock, and a table's ``snapshot_filter`` leaves expired values out of snapshots.
 
-A snapshot is taken in Flink's two phases: at the barrier ``snapshot()`` only copies each
-table's entries (one C-level dict copy per table; values that may change in place -- list,
-map, aggregating -- and TTL states one by one); the :class:`KeyedStateSnapshot` it returns
-groups them by key group when first read, i.e. when the TaskExecutor's checkpoint writer
-thread pickles it, while the task goes on (``bench/state_snapshot.py``: the task pauses for
-about one dict copy). Not thread-safe: a backend belongs to one task thread; a
-``KeyedStateSnapshot`` may be read from any thread.
+A snapshot is taken in Flink's two phases, copy-on-write: at the barrier ``snapshot()``
+freezes each table's live layer (O(1) per state, whatever its size; values changed in place
+-- list, map, aggregating -- are copied when next written instead); the
+:class:`KeyedStateSnapshot` it returns groups the frozen layers by key group when first
+read, i.e. when the TaskExecutor's checkpoint writer thread pickles it (key group by key
+group), while the task goes on, and then folds them into the base layer
+(``python -m raylink.bench.state``: the worst synchronous phase). Not thread-safe: a backend
+belongs to one task thread; a ``KeyedStateSnapshot`` may be read from any thread.
 """
 
 from __future__ import annotations
@@ -48,14 +50,13 @@ import copy
 import importlib
 import itertools
 import sys
-import threading
-from collections.abc import Mapping
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from raylink.core.key_groups import assign_to_key_group
 from raylink.core.options import StateBackendOptions, read_option
 from raylink.core.reprs import record_repr
 from raylink.core.state import AggregatingState, ListState, MapState, ReducingState, State, ValueState
+from raylink.state.state_table import NAMESPACED, LazySnapshot, SnapshotRegistry, StateTable, _same, group_by_key_group
 from raylink.state.ttl_state import TTL, create_ttl_state, ttl_config_of, wall_clock_millis
 
 NULL_KEY_MESSAGE = "Assigned key must not be null!"
@@ -92,12 +93,6 @@ def _copy_map(v: Any) -> Any:
     return dict(v)
 
 
-def _same(v: Any) -> Any:
-    return v
-
-
-NAMESPACED = "ns:"  # kind prefix of namespaced tables
-
 _COPY = {"list": _copy_list, "map": _copy_map, "aggregating": copy.deepcopy}
 _COPY.update(
     {
@@ -122,22 +117,6 @@ def _namespace_first(key_first: Dict[Any, Dict[Any, Any]]) -> Dict[Any, Dict[Any
                 per_ns = result[ns] = {}
             per_ns[key] = value
     return result
-
-
-class StateTable:
-    """One state's values: ``values`` maps each key to its value (Flink's ``StateTable``)."""
-
-    __slots__ = ("name", "kind", "values", "snapshot_filter")
-
-    def __init__(self, name: str, kind: Optional[str]) -> None:
-        self.name = name
-        self.kind = kind
-        self.values: Dict[Any, Any] = {}
-        # (value, now_ms) -> what a snapshot keeps of it, None: nothing (TTL states)
-        self.snapshot_filter: Optional[Callable[[Any, int], Any]] = None
-
-    def num_entries(self) -> int:
-        return len(self.values)
 
 
 class _HeapState:
@@ -298,13 +277,13 @@ _STATE_CLASSES = {"value": HeapValueState, "list": HeapListState, "map": HeapMap
 
 # -- namespaced states ------------------------------------------------------------------------------
 class NamespacedState:
-    """Base of descriptor states under a namespace: ``values[namespace][key]``."""
+    """Base of descriptor states under a namespace: the table's ``namespace -> {key -> value}``."""
 
-    __slots__ = ("_backend", "_values", "name", "namespace")
+    __slots__ = ("_backend", "_table", "name", "namespace")
 
     def __init__(self, backend: "HeapKeyedStateBackend", table: StateTable) -> None:
         self._backend = backend
-        self._values = table.values
+        self._table = table
         self.name = table.name
         self.namespace: Any = None
 
@@ -317,28 +296,22 @@ class NamespacedState:
             raise RuntimeError(f"state {self.name!r} accessed with no current key set")
         return key
 
-    def _get(self) -> Any:
-        key = self._key()
-        per_ns = self._values.get(self.namespace)
-        return None if per_ns is None else per_ns.get(key)
+    def _get(self, promote: bool = False) -> Any:
+        """The value under the current key and namespace; with ``promote`` one that may be
+        changed in place (copy-on-write)."""
+        return self._table.ns_lookup(self.namespace, self._key(), None, promote)
 
     def _put(self, value: Any) -> None:
         key = self._key()
-        per_ns = self._values.get(self.namespace)
-        if per_ns is None:
+        table = self._table
+        pane = table.live.get(self.namespace)
+        if pane is None:
             self._backend.key_group_of(key)  # validates the key
-            per_ns = self._values.setdefault(self.namespace, {})
-        per_ns[key] = value
+            pane = table.live_pane(self.namespace)
+        pane[key] = value
 
     def _pop(self, namespace: Any) -> Any:
-        key = self._key()
-        per_ns = self._values.get(namespace)
-        if per_ns is None:
-            return None
-        value = per_ns.pop(key, None)
-        if not per_ns:
-            del self._values[namespace]
-        return value
+        return self._table.ns_remove(namespace, self._key(), None)
 
     def clear(self) -> None:
         self._pop(self.namespace)
@@ -385,7 +358,7 @@ class NamespacedListState(NamespacedState, ListState):
     def add(self, value: Any) -> None:
         if value is None:
             raise ValueError("You cannot add null to a ListState.")
-        current = self._get()
+        current = self._get(True)
         if current is None:
             self._put([value])
         else:
@@ -396,7 +369,7 @@ class NamespacedListState(NamespacedState, ListState):
         if any(v is None for v in values):
             raise ValueError("You cannot add null to a ListState.")
         if values:
-            current = self._get()
+            current = self._get(True)
             if current is None:
                 self._put(values)
             else:
@@ -425,7 +398,7 @@ class NamespacedMapState(_MapStateReads, NamespacedState, MapState):
         return self._user_map().get(key)
 
     def put(self, key: Any, value: Any) -> None:
-        current = self._get()
+        current = self._get(True)
         if current is None:
             self._put({key: value})
         else:
@@ -434,14 +407,14 @@ class NamespacedMapState(_MapStateReads, NamespacedState, MapState):
     def put_all(self, mapping: Any) -> None:
         mapping = dict(mapping)
         if mapping:
-            current = self._get()
+            current = self._get(True)
             if current is None:
                 self._put(mapping)
             else:
                 current.update(mapping)
 
     def remove(self, key: Any) -> None:
-        current = self._get()
+        current = self._get(True)
         if current is not None:
             current.pop(key, None)
             if not current:
@@ -478,7 +451,7 @@ class NamespacedAggregatingState(NamespacedState, AggregatingState):
         return None if acc is None else self._function.get_result(acc)
 
     def add(self, value: Any) -> None:
-        acc = self._get()
+        acc = self._get(True)
         if acc is None:
             acc = self._function.create_accumulator()
         self._put(self._function.add(value, acc))
@@ -490,66 +463,10 @@ class NamespacedAggregatingState(NamespacedState, AggregatingState):
 _NAMESPACED_CLASSES = {"value": NamespacedValueState, "list": NamespacedListState, "map": NamespacedMapState}
 
 
-class KeyedStateSnapshot(Mapping):
+class KeyedStateSnapshot(LazySnapshot):
     """A heap backend's keyed state at a checkpoint (see :meth:`HeapKeyedStateBackend.snapshot`):
-    a read-only ``{key_group: {state name: {key: value}}}`` mapping whose grouping by key group
-    runs on first access, once (thread-safe), from the entries copied at the barrier. It
-    pickles as the plain dict, so a checkpoint file holds no trace of it."""
-
-    def __init__(
-        self, parts: list, eager: Snapshot, key_groups: Dict[Any, int], assign: Callable, max_parallelism: int
-    ) -> None:
-        self._parts = parts  # (state name, namespaced, entries copied at the barrier)
-        self._eager = eager  # what was grouped at the barrier (TTL states)
-        self._key_groups = key_groups  # the backend's cache (read only: a lookup is atomic)
-        self._assign = assign
-        self._max_parallelism = max_parallelism
-        self._lock = threading.Lock()
-        self._grouped: Optional[Snapshot] = None
-
-    def _group(self) -> Snapshot:
-        with self._lock:
-            if self._grouped is None:
-                result = self._eager
-                cached, assign, max_p = self._key_groups.get, self._assign, self._max_parallelism
-                for name, namespaced, entries in self._parts:
-                    if namespaced:
-                        for ns, per_ns in entries.items():
-                            for k, v in per_ns.items():
-                                kg = cached(k)
-                                if kg is None:
-                                    kg = assign(k, max_p)
-                                result.setdefault(kg, {}).setdefault(name, {}).setdefault(k, {})[ns] = v
-                    else:
-                        for k, v in entries.items():
-                            kg = cached(k)
-                            if kg is None:
-                                kg = assign(k, max_p)
-                            per_kg = result.get(kg)
-                            if per_kg is None:
-                                per_kg = result[kg] = {}
-                            per_state = per_kg.get(name)
-                            if per_state is None:
-                                per_state = per_kg[name] = {}
-                            per_state[k] = v
-                self._grouped = dict(sorted(result.items()))
-                self._parts, self._eager = [], {}
-            return self._grouped
-
-    def __getitem__(self, key_group: int) -> Dict[str, Any]:
-        return self._group()[key_group]
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self._group())
-
-    def __len__(self) -> int:
-        return len(self._group())
-
-    def __reduce__(self) -> tuple:
-        return (dict, (self._group(),))
-
-    def __repr__(self) -> str:
-        return f"KeyedStateSnapshot({self._group()!r})"
+    a read-only ``{key_group: {state name: {key: value}}}`` mapping over the layers frozen at the
+    barrier, grouped by key group when first read (:class:`LazySnapshot`)."""
 
 
 class HeapKeyedStateBackend:
@@ -576,6 +493,7 @@ class HeapKeyedStateBackend:
         self.ttl_time_provider: Callable[[], int] = wall_clock_millis
         self._per_record_cleanups: List[Callable[[], None]] = []
         self._new_state_error: Optional[str] = None  # set: registering a new state fails with it
+        self.snapshots = SnapshotRegistry()  # snapshots not read yet (their layers stay apart)
 
     @classmethod
     def for_subtask(cls, max_parallelism: int, parallelism: int, subtask_index: int) -> "HeapKeyedStateBackend":
@@ -638,13 +556,14 @@ class HeapKeyedStateBackend:
         """The raw table of a state (created on first use), for operators' fast paths."""
         table = self._tables.get(name)
         if table is None:
-            table = self._tables[name] = StateTable(name, kind)
+            table = self._tables[name] = StateTable(name, kind, _COPY.get(kind, _same))
         elif table.kind is None:  # restored before first registration
-            table.kind = kind
+            restored = dict(table.flat_items())
+            table.set_kind(kind, _COPY.get(kind, _same))
             if _is_namespaced(kind):  # restored key first: namespace first from now on
-                restored = _namespace_first(table.values)
-                table.values.clear()
-                table.values.update(restored)
+                restored = _namespace_first(restored)
+            table.reset()
+            table.live.update(restored)
         elif table.kind != kind:
             raise ValueError(f"state {name!r} is a {_describe(table.kind)} state, not a {_describe(kind)} state")
         return table
@@ -723,57 +642,45 @@ class HeapKeyedStateBackend:
         table = self._tables.get(state_name)
         if table is None:
             return iter(())
-        if _is_namespaced(table.kind):
-            return iter(sorted({k for per_ns in table.values.values() for k in per_ns}, key=self.key_group_of))
-        return iter(sorted(table.values, key=self.key_group_of))
+        with self.snapshots.lock:  # the base may be being merged into on the snapshot's thread
+            if _is_namespaced(table.kind):
+                keys = {k for _, k, _ in table.namespaced_items()}
+            else:
+                keys = {k for k, _ in table.flat_items()}
+        return iter(sorted(keys, key=self.key_group_of))
 
     # -- snapshot / restore -------------------------------------------------------------
     def snapshot(self, checkpoint_id: Optional[int] = None) -> "KeyedStateSnapshot":
         """The keyed state as ``{key_group: {state name: {key: value}}}`` for every non-empty key
         group (the value of a namespaced state is ``{namespace: value}``), taken in Flink's two
-        phases: here, between two records, each table's entries are copied (one C-level dict
-        copy; list, map and aggregating values and TTL states copied one by one, as they may be
-        changed in place); grouping them by key group waits for the first read of the
-        :class:`KeyedStateSnapshot` -- its pickling on the TaskExecutor's checkpoint writer
-        thread, while the task goes on."""
+        phases: here, between two records, each table's ``live`` layer is frozen (O(1) per state,
+        :meth:`StateTable.freeze`: copy-on-write from now on); grouping the frozen layers by
+        key group waits for the first read of the :class:`KeyedStateSnapshot` -- its pickling
+        on the TaskExecutor's checkpoint writer thread, while the task goes on."""
+        seq = self.snapshots.begin()
+        parts = [
+            (name, _is_namespaced(table.kind), table.freeze(seq), table.snapshot_filter)
+            for name, table in self._tables.items()
+        ]
         now = self.ttl_time_provider()
-        eager: Snapshot = {}
-        parts: List[tuple] = []
-        for name, table in self._tables.items():
-            copy = _COPY.get(table.kind or "", _same)
-            namespaced = _is_namespaced(table.kind)
-            live = table.snapshot_filter
-            if live is not None:  # TTL: expired values stay out of the snapshot
-                for k, v in table.values.items():
-                    v = live(v, now)
-                    if v is not None:
-                        eager.setdefault(self.key_group_of(k), {}).setdefault(name, {})[k] = copy(v)
-            elif namespaced:
-                parts.append(
-                    (
-                        name,
-                        True,
-                        {
-                            ns: dict(per_ns) if copy is _same else {k: copy(v) for k, v in per_ns.items()}
-                            for ns, per_ns in table.values.items()
-                        },
-                    )
-                )
-            else:
-                parts.append(
-                    (
-                        name,
-                        False,
-                        dict(table.values) if copy is _same else {k: copy(v) for k, v in table.values.items()},
-                    )
-                )
-        return KeyedStateSnapshot(parts, eager, self._kg_cache, self._assign, self.max_parallelism)
+        cached, assign, max_p = self._kg_cache.get, self._assign, self.max_parallelism
+
+        def key_group_of(key: Any) -> int:  # (the snapshot's thread: reads the cache only)
+            kg = cached(key)
+            return assign(key, max_p) if kg is None else kg
+
+        return KeyedStateSnapshot(
+            self.snapshots,
+            seq,
+            lambda: group_by_key_group(parts, now, key_group_of),
+            lambda: self._tables.values(),
+        )
 
     def restore(self, snapshot: Snapshot) -> None:
         """Replace all state by the key groups of ``snapshot`` that belong to this range
         (snapshots of several old subtasks may be merged before: rescaling)."""
         for table in self._tables.values():
-            table.values.clear()
+            table.reset()
         for kg, states in snapshot.items():
             if not self.start <= kg <= self.end:
                 continue
@@ -781,42 +688,39 @@ class HeapKeyedStateBackend:
                 table = self._tables.get(name)
                 if table is None:
                     table = self._tables[name] = StateTable(name, None)
-                copy = _COPY.get(table.kind or "", _same)
+                copy = table.copy_value
+                live = table.live
                 if _is_namespaced(table.kind):
-                    values = table.values
                     for k, namespaces in entries.items():
                         for ns, v in namespaces.items():
-                            values.setdefault(ns, {})[k] = copy(v)
+                            pane = live.get(ns)
+                            if pane is None:
+                                pane = live[ns] = {}
+                            pane[k] = copy(v)
                 else:  # (a namespaced table not registered yet stays key first until it is)
-                    table.values.update({k: copy(v) for k, v in entries.items()})
+                    live.update({k: copy(v) for k, v in entries.items()} if copy is not _same else entries)
                 for k in entries:
                     self._kg_cache[k] = kg
 
     # -- figures ---------------------------------------------------------------------------
     def num_state_entries(self) -> int:
-        """Entries over all states (a namespaced state's: its (key, namespace) pairs)."""
-        total = 0
-        for table in self._tables.values():
-            if _is_namespaced(table.kind):
-                total += sum(len(per_ns) for per_ns in table.values.values())
-            else:
-                total += len(table.values)
-        return total
+        """Entries over all states (a namespaced state's: its (key, namespace) pairs); between a
+        checkpoint and the merge of its layers an upper bound."""
+        return sum(table.num_entries() for table in list(self._tables.values()))
 
     def state_size_bytes(self, sample: int = 64) -> int:
         """Estimated bytes of the states' Python objects: a sample of each table's entries
         measured (``sys.getsizeof`` of key and value plus a dict slot) times its entries."""
         total = 0
-        for table in self._tables.values():
-            values = table.values
-            if _is_namespaced(table.kind):
-                entries = [
-                    (k, v) for per_ns in list(values.values())[:sample] for k, v in list(per_ns.items())[:sample]
-                ]
-                count = sum(len(per_ns) for per_ns in values.values())
-            else:
-                entries = list(itertools.islice(values.items(), sample))
-                count = len(values)
+        for table in list(self._tables.values()):
+            try:  # (a metrics thread: the task may change the live layer meanwhile)
+                if _is_namespaced(table.kind):
+                    entries = [(k, v) for _, k, v in itertools.islice(table.namespaced_items(), sample)]
+                else:
+                    entries = list(itertools.islice(table.flat_items(), sample))
+            except RuntimeError:
+                continue
+            count = table.num_entries()
             if entries:
                 measured = sum(sys.getsizeof(k) + _deep_size(v) + 3 * 8 for k, v in entries)
                 total += measured * count // len(entries)

@@ -263,9 +263,15 @@ def test_keyed_state_is_isolated_per_key_and_snapshotted_by_key_group():
         assert snap == {kg_a: {name: {**expected_a[name], **expected_b[name]} for name in expected_a}}
     else:
         assert snap == {kg_a: expected_a, kg_b: expected_b}
-    # the snapshot is a copy
-    snap[kg_a]["seen"]["a"].append(99)
-    assert backend.snapshot()[kg_a]["seen"]["a"] == [1, 1, 2]
+    # the snapshot does not change with the state (copy-on-write): taken before these records,
+    # read after them
+    later = backend.snapshot()
+    op.process_element(("a", 5))
+    op.process_element(("b", 7))
+    assert later[kg_a]["seen"]["a"] == [1, 1, 2]
+    assert later[kg_a]["per_value"]["a"] == {1: 2, 2: 1}
+    assert later[kg_b]["seen"]["b"] == [10]
+    assert backend.snapshot()[kg_a]["seen"]["a"] == [1, 1, 2, 5]
 
 
 def test_state_clear_and_map_state_api():

@@ -175,8 +175,12 @@ def _run_reduce(fn, values, state, fail_at):
             raise ValueError(f"bad {b}")
         return (a[0], a[1] + b[1])
 
+    def on_miss(k, v):
+        seen_new.append((k, v))
+        return (k, -v[1]) if k == "f" else v  # what a miss stores is the callback's to say
+
     try:
-        out = fn(values, lambda v: v[0], state, reducer, lambda k, v: seen_new.append((k, v)))
+        out = fn(values, lambda v: v[0], state, reducer, on_miss)
     except ValueError as e:
         out = str(e)
     return out, state, seen_new
@@ -196,7 +200,7 @@ def test_compiled_reduce_loop_equals_the_pure_twin(values, state, fail_at):
 def test_reduce_loop_matches_brute_force(values):
     """On whichever path is active: the running sum per key, record by record."""
     state: dict = {}
-    out = reduce.reduce_batch(values, lambda v: v[0], state, lambda a, b: (a[0], a[1] + b[1]), lambda k, v: None)
+    out = reduce.reduce_batch(values, lambda v: v[0], state, lambda a, b: (a[0], a[1] + b[1]), lambda k, v: v)
     totals: dict = {}
     expected = []
     for k, n in values:
@@ -219,7 +223,12 @@ def test_compiled_sum_of_pairs_loop_equals_the_pure_twin(values):
     for fn in (native.sum_pairs_batch, reduce.sum_pairs_batch_pure):
         state: dict = {}
         new = []
-        out, stop = fn(values, lambda v: v[0], state, lambda k, v: new.append(k))
+
+        def on_miss(k, v, new=new):
+            new.append(k)
+            return v
+
+        out, stop = fn(values, lambda v: v[0], state, on_miss)
         runs.append((out, stop, state, new))
     assert runs[0] == runs[1]
 
