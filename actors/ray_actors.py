@@ -192,10 +192,14 @@ class TaskExecutorActor:
         return cloudpickle.dumps((events, self._printed.take()))
 
     def take_collected(self, timeout: float, attempt_ids: Optional[list] = None) -> bytes:
-        # each sink's records pickled on their own: a Dispatcher passes them on as they are
+        # each sink's records as bytes of their own (the collect buffer encoded them batch by
+        # batch: shuffle.collect_codec): a Dispatcher passes them on as they are
         taken = self.te.take_collected(timeout, attempt_ids)
         return cloudpickle.dumps(
-            [(a, c, cloudpickle.dumps(records) if records else [], closed) for a, c, records, closed in taken]
+            [
+                (a, c, records if type(records) is bytes or not records else cloudpickle.dumps(records), closed)
+                for a, c, records, closed in taken
+            ]
         )
 
     def trigger_checkpoint(self, checkpoint_id: int, timestamp: int, stop: Optional[str] = None) -> None:

@@ -625,8 +625,10 @@ class RaylinkOptions:
     COLLECT_MAX_BUFFERED_RECORDS = option(
         "raylink.collect.max-buffered-records",
         "int",
-        16 * 1024,
-        "Records an execute_and_collect sink subtask holds for its reader before it blocks (back pressure).",
+        128 * 1024,
+        "Records an execute_and_collect sink subtask holds for its reader before it blocks (back pressure; "
+        "a reader in another process also gets at most 4 MiB of encoded records per sink before it blocks). "
+        "A remote reader is answered once half of it is queued, or 100 ms after the first record.",
         check=_at_least(1),
     )
     COLLECT_PARALLEL_SINK = option(

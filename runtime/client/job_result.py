@@ -7,11 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
-import cloudpickle
-
 from raylink.core.job_status import JobStatus
 from raylink.errors import RaylinkError
 from raylink.runtime.metrics import aggregate_by_vertex
+from raylink.shuffle.collect_codec import decode_records
 
 
 class JobExecutionException(RaylinkError, RuntimeError):
@@ -98,10 +97,14 @@ FETCH_TIMEOUT_S = 0.5  # one long poll of the collect sinks
 
 def collected_records(chunks: list) -> list:
     """The records of ``fetch_collected_chunks``' chunks, in order: a chunk is a list of
-    records, or the bytes of one cloudpickled by the TaskExecutor that took it."""
+    records, or the bytes the TaskExecutor that took them encoded them into
+    (``shuffle.collect_codec``)."""
+    if len(chunks) == 1:
+        chunk = chunks[0]
+        return chunk if type(chunk) is list else decode_records(chunk)
     out: list = []
     for chunk in chunks:
-        out.extend(chunk if type(chunk) is list else cloudpickle.loads(chunk))
+        out.extend(chunk if type(chunk) is list else decode_records(chunk))
     return out
 
 
