@@ -5,9 +5,12 @@ process of its own (so its peak RSS is its own), printed as one table:
 * throughput of the reduce loop the operator runs (``operators.reduce``: the compiled loop
   over the heap's dict, the pure loop over RocksDB's mapping), as a ratio to a plain dict loop
   doing the same updates in the same process (the baseline no backend can beat);
-* the worst synchronous snapshot phase over the checkpoints taken (the task's pause);
-* the size of a full checkpoint, then of the next one after 1% of the keys changed (RocksDB:
-  incremental -- only the new SST files; the heap backend writes everything again);
+* the worst synchronous snapshot phase over the checkpoints taken (the task's pause: the heap
+  backend freezes its live layers, copy-on-write; RocksDB flushes its memtable and takes a
+  native checkpoint);
+* the size of a full checkpoint, then of the next one after 1% of the keys changed, both
+  backends with incremental checkpoints (RocksDB: only the new SST files; the heap backend:
+  a file of the changed entries after the chain's full one);
 * the process's peak RSS (the baseline's plain dict fills a process of its own).
 
     python -m raylink.bench.state [--keys 1000000,3000000,10000000] [--backends hashmap,rocksdb]
@@ -74,7 +77,9 @@ def _checkpoint(backend: Any, storage: Any, checkpoint_id: int) -> tuple:
     if hasattr(backend, "notify_checkpoint_complete"):
         backend.notify_checkpoint_complete(checkpoint_id)
     keyed = materialized["keyed"]
-    whole = len(data) + sum(size for _, _, size in getattr(keyed, "sst", {}).values())
+    shared = [size for _, _, size in getattr(keyed, "sst", {}).values()]  # RocksDB's SST files
+    shared += [size for _, _, size, _ in getattr(keyed, "files", ())]  # the heap's chain
+    whole = len(data) + sum(shared)
     return sync, len(data) + uploaded, whole
 
 
@@ -91,6 +96,7 @@ def run_one(backend_type: str, keys: int, checkpoint_every: int, folder: str) ->
         )
     else:
         backend = HeapKeyedStateBackend((0, 127), 128)
+        backend.enable_incremental_checkpoints()
     table = backend.get_table("_op_state", "value")
     key_group_of = backend.key_group_of
     missing = object()

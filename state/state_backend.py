@@ -47,15 +47,18 @@ belongs to one task thread; a ``KeyedStateSnapshot`` may be read from any thread
 from __future__ import annotations
 
 import copy
+import gc
 import importlib
 import itertools
 import sys
+import uuid
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from raylink.core.key_groups import assign_to_key_group
-from raylink.core.options import StateBackendOptions, read_option
+from raylink.core.options import CheckpointingOptions, StateBackendOptions, read_option
 from raylink.core.reprs import record_repr
 from raylink.core.state import AggregatingState, ListState, MapState, ReducingState, State, ValueState
+from raylink.state.heap_incremental import HeapIncrementalSnapshot
 from raylink.state.state_table import NAMESPACED, LazySnapshot, SnapshotRegistry, StateTable, _same, group_by_key_group
 from raylink.state.ttl_state import TTL, create_ttl_state, ttl_config_of, wall_clock_millis
 
@@ -494,6 +497,13 @@ class HeapKeyedStateBackend:
         self._per_record_cleanups: List[Callable[[], None]] = []
         self._new_state_error: Optional[str] = None  # set: registering a new state fails with it
         self.snapshots = SnapshotRegistry()  # snapshots not read yet (their layers stay apart)
+        #: incremental checkpoints (``execution.checkpointing.incremental``): set before the
+        #: first snapshot by :meth:`enable_incremental_checkpoints`
+        self.incremental = False
+        self.uid = uuid.uuid4().hex[:8]
+        self._chain: Optional[list] = None  # the files of the last completed incremental checkpoint
+        self._pending_chains: Dict[int, list] = {}  # checkpoint id -> its files, until it completes
+        self._checkpoint_seqs: Dict[int, int] = {}  # checkpoint id -> its snapshot's number
 
     @classmethod
     def for_subtask(cls, max_parallelism: int, parallelism: int, subtask_index: int) -> "HeapKeyedStateBackend":
@@ -657,11 +667,19 @@ class HeapKeyedStateBackend:
         :meth:`StateTable.freeze`: copy-on-write from now on); grouping the frozen layers by
         key group waits for the first read of the :class:`KeyedStateSnapshot` -- its pickling
         on the TaskExecutor's checkpoint writer thread, while the task goes on."""
-        seq = self.snapshots.begin()
-        parts = [
-            (name, _is_namespaced(table.kind), table.freeze(seq), table.snapshot_filter)
-            for name, table in self._tables.items()
-        ]
+        registry = self.snapshots
+        seq = registry.begin()
+        collecting = gc.isenabled()
+        if collecting:  # a cyclic collection a few allocations here might set off waits for the next record
+            gc.disable()
+        try:
+            parts = [
+                (name, _is_namespaced(table.kind), table.freeze(seq), table.snapshot_filter)
+                for name, table in self._tables.items()
+            ]
+        finally:
+            if collecting:
+                gc.enable()
         now = self.ttl_time_provider()
         cached, assign, max_p = self._kg_cache.get, self._assign, self.max_parallelism
 
@@ -669,18 +687,69 @@ class HeapKeyedStateBackend:
             kg = cached(key)
             return assign(key, max_p) if kg is None else kg
 
-        return KeyedStateSnapshot(
-            self.snapshots,
+        def build_full() -> Snapshot:
+            return group_by_key_group(parts, now, key_group_of)
+
+        if not self.incremental:
+            return KeyedStateSnapshot(registry, seq, build_full, lambda: list(self._tables.values()))
+        if checkpoint_id is not None:
+            self._checkpoint_seqs[checkpoint_id] = seq
+        if registry.overflowed:  # layers of unwritten changes were merged: start a new chain
+            registry.overflowed = False
+            self._chain = None
+        written = registry.merge_limit or 0  # layers up to this one are in the chain's files
+        changes = [
+            (
+                name,
+                namespaced,
+                tuple(layer for layer in layers if self._tables[name].frozen_at.get(id(layer), 0) > written),
+                live,
+            )
+            for name, namespaced, layers, live in parts
+        ]
+        return HeapIncrementalSnapshot(
+            self,
             seq,
-            lambda: group_by_key_group(parts, now, key_group_of),
-            lambda: self._tables.values(),
+            build_full,
+            lambda: group_by_key_group(changes, now, key_group_of, keep_removed=True),
+            [name for name, namespaced, _, _ in parts if namespaced],
+            self._chain,
         )
+
+    def enable_incremental_checkpoints(self) -> None:
+        """Checkpoints write what changed since the last completed one (``heap_incremental``):
+        layers stay apart until a checkpoint that wrote them completes."""
+        self.incremental = True
+        self.snapshots.merge_limit = 0
+
+    def _materialized(self, checkpoint_id: int, files: list) -> None:
+        """Checkpoint ``checkpoint_id`` wrote its file: ``files`` is its chain (writer thread)."""
+        self._pending_chains[checkpoint_id] = files
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """An incremental checkpoint completed: the next one refers to its files, and the layers
+        it wrote may be merged."""
+        if not self.incremental:
+            return
+        files = self._pending_chains.pop(checkpoint_id, None)
+        seq = self._checkpoint_seqs.get(checkpoint_id)
+        if files is not None and seq is not None:
+            self._chain = files
+            self.snapshots.merge_limit = max(self.snapshots.merge_limit or 0, seq)
+        for older in [c for c in self._checkpoint_seqs if c <= checkpoint_id]:
+            self._checkpoint_seqs.pop(older, None)
+            self._pending_chains.pop(older, None)
 
     def restore(self, snapshot: Snapshot) -> None:
         """Replace all state by the key groups of ``snapshot`` that belong to this range
         (snapshots of several old subtasks may be merged before: rescaling)."""
         for table in self._tables.values():
             table.reset()
+        self._chain = None  # the next incremental checkpoint is a full one
+        self._pending_chains.clear()
+        self._checkpoint_seqs.clear()
+        if self.incremental:
+            self.snapshots.merge_limit = self.snapshots.seq
         for kg, states in snapshot.items():
             if not self.start <= kg <= self.end:
                 continue
@@ -790,6 +859,8 @@ def keyed_backend_for(runtime_context: Any) -> HeapKeyedStateBackend:
         module = KEYED_BACKEND_MODULES.get(backend_type)
         if module is None:
             backend = HeapKeyedStateBackend.for_subtask(rc.max_parallelism, rc.parallelism, rc.subtask_index)
+            if read_option(getattr(rc, "job_parameters", None) or {}, CheckpointingOptions.INCREMENTAL_CHECKPOINTS):
+                backend.enable_incremental_checkpoints()
         else:
             backend = importlib.import_module(module).create_keyed_state_backend(rc)
         runtime_context.keyed_state_backend = backend

@@ -25,6 +25,7 @@ from typing import Any, List, Optional, Tuple
 
 _SNAPSHOTS = "raylink.state.rocksdb_snapshots"
 _BACKEND = "raylink.state.rocksdb_keyed_state_backend"
+_HEAP_INCREMENTAL = "raylink.state.heap_incremental"
 
 
 def _rocksdb(module: str) -> Optional[Any]:
@@ -36,11 +37,16 @@ def _rocksdb(module: str) -> Optional[Any]:
 
 def materialize_snapshot(snapshot: Any, storage: Any, checkpoint_id: int) -> Tuple[Any, Tuple[str, ...], int]:
     """An operator's snapshot ready to serialise: a RocksDB keyed snapshot uploaded (its new
-    files into ``storage``'s shared folder) and replaced by its handle. Returns the snapshot,
-    the shared files it refers to and the bytes uploaded."""
+    files into ``storage``'s shared folder), or an incremental heap snapshot written as the next
+    file of its chain, and replaced by its handle. Returns the snapshot, the shared files it
+    refers to and the bytes uploaded."""
     keyed = snapshot.get("keyed") if isinstance(snapshot, dict) else None
     rocksdb = _rocksdb(_SNAPSHOTS)
-    if rocksdb is None or not isinstance(keyed, rocksdb.RocksDBSnapshot):
+    heap = _rocksdb(_HEAP_INCREMENTAL)
+    if not (
+        (rocksdb is not None and isinstance(keyed, rocksdb.RocksDBSnapshot))
+        or (heap is not None and isinstance(keyed, heap.HeapIncrementalSnapshot))
+    ):
         return snapshot, (), 0
     handle, written = keyed.materialize(storage, checkpoint_id)
     return dict(snapshot, keyed=handle), tuple(handle.shared_paths), written
@@ -59,8 +65,7 @@ def bind_shared_files(snapshot: Any, state_handle: Any) -> Any:
     handle's ``shared`` paths, resolved where its ``_metadata`` lies."""
     keyed = snapshot.get("keyed") if isinstance(snapshot, dict) else None
     shared = getattr(state_handle, "shared", ())
-    rocksdb = _rocksdb(_SNAPSHOTS)
-    if rocksdb is not None and isinstance(keyed, rocksdb.RocksDBStateHandle) and shared:
+    if shared and hasattr(keyed, "resolved") and hasattr(keyed, "shared_paths"):  # a RocksDB or heap handle
         keyed.resolved = {path.rstrip("/").rsplit("/", 1)[-1]: path for path in shared}
     return snapshot
 
@@ -68,6 +73,12 @@ def bind_shared_files(snapshot: Any, state_handle: Any) -> Any:
 def restore_keyed_state(backend: Any, snapshots: List[Any]) -> None:
     """Restore ``backend`` from the keyed snapshots of the old subtasks (rescaling: each
     backend keeps the key groups of its range)."""
+    heap = _rocksdb(_HEAP_INCREMENTAL)
+    if heap is not None:  # an incremental heap checkpoint: its chain replayed, this range only
+        snapshots = [
+            heap.handle_to_key_groups(s, (backend.start, backend.end)) if isinstance(s, heap.HeapStateHandle) else s
+            for s in snapshots
+        ]
     rocksdb_backend = _rocksdb(_BACKEND)
     if rocksdb_backend is not None and isinstance(backend, rocksdb_backend.RocksDBKeyedStateBackend):
         backend.restore_snapshots(snapshots)

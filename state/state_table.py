@@ -36,8 +36,24 @@ import weakref
 from collections.abc import Mapping, MutableMapping
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
+
+class _Removed:
+    """The type of :data:`REMOVED` (pickled by reference: change files hold tombstones)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "REMOVED"
+
+    def __reduce__(self) -> str:
+        return "REMOVED"
+
+
 #: an entry removed since a lower layer was frozen (a tombstone in ``live``)
-REMOVED: Any = type("Removed", (), {"__repr__": lambda self: "REMOVED"})()
+REMOVED: Any = _Removed()
+#: at most this many layers per table: beyond, layers are merged even if an incremental
+#: checkpoint would have written them apart (its next checkpoint is a full one)
+MAX_LAYERS = 8
 _MISSING = object()
 NAMESPACED = "ns:"  # kind prefix of namespaced tables
 
@@ -234,12 +250,12 @@ class StateTable:
         return sum(len(layer) for layer in self.layers())
 
     # -- the snapshot's thread -------------------------------------------------------------------
-    def merge_frozen(self, oldest_outstanding: Optional[int]) -> None:
-        """Fold lower layers into the base (the last layer), oldest first, as long as no snapshot
-        taken before a layer was frozen is outstanding (``oldest_outstanding``: the lowest
-        outstanding snapshot's sequence number, None: none). Runs on the snapshot's thread under
-        the backend's snapshot lock; the task thread drops the folded layers at its next
-        :meth:`freeze`."""
+    def merge_frozen(self, limit: Optional[int]) -> None:
+        """Fold lower layers into the base (the last layer), oldest first, up to the layer frozen
+        by snapshot ``limit`` (None: all): no snapshot taken before a layer was frozen may be
+        outstanding, and with incremental checkpoints a layer stays apart until a checkpoint
+        that wrote it completed. Runs on the snapshot's thread under the snapshot lock; the
+        task thread drops the folded layers at its next :meth:`freeze`."""
         lower, frozen_at, merged = self.lower, self.frozen_at, self.merged
         if len(lower) < 2:
             return
@@ -248,8 +264,8 @@ class StateTable:
             if id(layer) in merged:
                 continue
             seq = frozen_at.get(id(layer))
-            if seq is None or (oldest_outstanding is not None and oldest_outstanding < seq):
-                return  # a snapshot from before this layer still reads the base
+            if seq is None or (limit is not None and limit < seq):
+                return  # a snapshot from before this layer still reads the base, or it is unwritten
             if self.namespaced:
                 for ns, pane in layer.items():
                     target = base.get(ns)
@@ -442,6 +458,10 @@ class SnapshotRegistry:
         self.seq = 0
         self.outstanding: Dict[int, bool] = {}
         self.lock = threading.Lock()
+        #: None, or the last snapshot whose layers may be merged (incremental checkpoints: the
+        #: last completed one); ``overflowed``: layers beyond it were merged (:data:`MAX_LAYERS`)
+        self.merge_limit: Optional[int] = None
+        self.overflowed = False
 
     def begin(self) -> int:
         """A new snapshot's number (task thread, at the barrier)."""
@@ -457,9 +477,15 @@ class SnapshotRegistry:
         """Snapshot ``seq`` has been read: merge what may be merged (the snapshot's thread)."""
         self.outstanding.pop(seq, None)
         with self.lock:
-            oldest = min(self.outstanding, default=None)
-            for table in list(tables):
-                table.merge_frozen(oldest)
+            tables = list(tables)
+            limit = min(self.outstanding, default=None)
+            if self.merge_limit is not None:
+                if any(len(table.lower) > MAX_LAYERS for table in tables):
+                    self.overflowed = True
+                else:
+                    limit = self.merge_limit if limit is None else min(limit, self.merge_limit)
+            for table in tables:
+                table.merge_frozen(limit)
 
 
 class LazySnapshot(Mapping):
@@ -483,14 +509,29 @@ class LazySnapshot(Mapping):
         with self._lock:
             if self._built is None:
                 build = self._build
-                assert build is not None
+                if build is None:
+                    raise RuntimeError("this snapshot's layers were read and released already")
                 with self._registry.lock:
                     built = build()
                 self._built = dict(sorted(built.items()))
-                self._build = None
-                self._forget.detach()
-                self._registry.release(self._seq, self._tables())
+                self._release()
             return self._built
+
+    def _read(self, build: Callable[[], Dict[int, Any]]) -> Dict[int, Any]:
+        """``build()`` over the frozen layers instead of the whole mapping (once; the layers
+        are released after it)."""
+        with self._lock:
+            if self._build is None:
+                raise RuntimeError("this snapshot's layers were read and released already")
+            with self._registry.lock:
+                part = build()
+            self._release()
+            return part
+
+    def _release(self) -> None:
+        self._build = None
+        self._forget.detach()
+        self._registry.release(self._seq, self._tables())
 
     def __getitem__(self, key_group: int) -> Any:
         return self._get()[key_group]
@@ -517,11 +558,12 @@ def _load_key_groups(pickled: Dict[int, bytes]) -> Dict[int, Any]:
     return {kg: pickle.loads(data) for kg, data in pickled.items()}
 
 
-def flat_items(layers: Tuple[Any, ...]) -> Iterator[Tuple[Any, Any]]:
-    """The entries of a flat table's ``layers`` (newest first), each key once, removed ones left out."""
+def flat_items(layers: Tuple[Any, ...], keep_removed: bool = False) -> Iterator[Tuple[Any, Any]]:
+    """The entries of a flat table's ``layers`` (newest first), each key once, removed ones left
+    out (``keep_removed``: given as :data:`REMOVED`)."""
     if len(layers) == 1:
         for key, value in layers[0].items():
-            if value is not REMOVED:
+            if keep_removed or value is not REMOVED:
                 yield key, value
         return
     seen: set = set()
@@ -529,16 +571,17 @@ def flat_items(layers: Tuple[Any, ...]) -> Iterator[Tuple[Any, Any]]:
         for key, value in layer.items():
             if key not in seen:
                 seen.add(key)
-                if value is not REMOVED:
+                if keep_removed or value is not REMOVED:
                     yield key, value
 
 
-def namespaced_items(layers: Tuple[Any, ...]) -> Iterator[Tuple[Any, Any, Any]]:
-    """``(namespace, key, value)`` of a namespaced table's ``layers`` (newest first), each pair once."""
+def namespaced_items(layers: Tuple[Any, ...], keep_removed: bool = False) -> Iterator[Tuple[Any, Any, Any]]:
+    """``(namespace, key, value)`` of a namespaced table's ``layers`` (newest first), each pair
+    once (``keep_removed``: see :func:`flat_items`)."""
     if len(layers) == 1:
         for ns, pane in layers[0].items():
             for key, value in pane.items():
-                if value is not REMOVED:
+                if keep_removed or value is not REMOVED:
                     yield ns, key, value
         return
     seen: set = set()
@@ -548,7 +591,7 @@ def namespaced_items(layers: Tuple[Any, ...]) -> Iterator[Tuple[Any, Any, Any]]:
                 pair = (ns, key)
                 if pair not in seen:
                     seen.add(pair)
-                    if value is not REMOVED:
+                    if keep_removed or value is not REMOVED:
                         yield ns, key, value
 
 
@@ -556,18 +599,22 @@ def group_by_key_group(
     parts: List[Tuple[str, bool, Tuple[dict, ...], Optional[Callable[[Any, int], Any]]]],
     now: int,
     key_group_of: Callable[[Any], int],
+    keep_removed: bool = False,
 ) -> Dict[int, Dict[str, Dict[Any, Any]]]:
     """``{key_group: {state name: {key: value}}}`` (a namespaced state's value: ``{namespace:
     value}``) of the frozen layers of each state in ``parts`` (name, namespaced, layers newest
-    first, TTL filter)."""
+    first, TTL filter); ``keep_removed``: removed and expired entries as :data:`REMOVED` (a
+    change set)."""
     result: Dict[int, Dict[str, Dict[Any, Any]]] = {}
     for name, namespaced, layers, live in parts:
         if namespaced:
-            for ns, key, value in namespaced_items(layers):
-                if live is not None:
+            for ns, key, value in namespaced_items(layers, keep_removed):
+                if live is not None and value is not REMOVED:
                     value = live(value, now)
                     if value is None:
-                        continue
+                        if not keep_removed:
+                            continue
+                        value = REMOVED
                 kg = key_group_of(key)
                 per_kg = result.get(kg)
                 if per_kg is None:
@@ -580,11 +627,13 @@ def group_by_key_group(
                     per_key = per_state[key] = {}
                 per_key[ns] = value
         else:
-            for key, value in flat_items(layers):
-                if live is not None:
+            for key, value in flat_items(layers, keep_removed):
+                if live is not None and value is not REMOVED:
                     value = live(value, now)
                     if value is None:
-                        continue
+                        if not keep_removed:
+                            continue
+                        value = REMOVED
                 kg = key_group_of(key)
                 per_kg = result.get(kg)
                 if per_kg is None:
@@ -599,6 +648,7 @@ def group_by_key_group(
 __all__ = [
     "FlatView",
     "LazySnapshot",
+    "MAX_LAYERS",
     "NAMESPACED",
     "NamespacedView",
     "PaneView",

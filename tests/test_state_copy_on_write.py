@@ -6,6 +6,7 @@ dict references computed in the tests."""
 
 import copy
 import gc
+import os
 import pickle
 import random
 import threading
@@ -409,3 +410,183 @@ def test_windows_restored_from_a_snapshot_read_late_fire_like_an_uninterrupted_r
     feed(restored, events[cut:])
     restored.process_watermark(MAX_WATERMARK)
     assert sorted(map(repr, out.records[emitted:])) == sorted(map(repr, out2.records))
+
+
+# -- incremental checkpoints of the heap backend -------------------------------------------------
+def _checkpoint(backend, storage, checkpoint_id, complete=True):
+    """Checkpoint ``checkpoint_id`` of ``backend`` written as the TaskExecutor writes it; completed
+    (finalized, the backend notified) or aborted."""
+    import cloudpickle
+
+    from raylink.state.state_backend_loader import materialize_snapshot
+
+    snapshot, shared, written = materialize_snapshot({"keyed": backend.snapshot(checkpoint_id)}, storage, checkpoint_id)
+    handle = storage.write_state(checkpoint_id, "op", 0, cloudpickle.dumps(snapshot), shared=shared)
+    if not complete:
+        storage.abort(checkpoint_id)
+        return None, written
+    completed = storage.finalize(checkpoint_id, {"op": {0: handle}})
+    backend.notify_checkpoint_complete(checkpoint_id)
+    return completed, written
+
+
+def _loaded_keyed(completed, subtask=0):
+    import cloudpickle
+
+    from raylink.state.checkpoint_storage import read_state_handle
+    from raylink.state.state_backend_loader import bind_shared_files
+
+    handle = completed.get_state("op", subtask)
+    return bind_shared_files(cloudpickle.loads(read_state_handle(handle)), handle)["keyed"]
+
+
+def _incremental_backend(key_groups=(0, 127)):
+    backend = HeapKeyedStateBackend(key_groups, 128)
+    backend.ttl_time_provider = lambda: 1_000
+    backend.enable_incremental_checkpoints()
+    return backend
+
+
+def _restored(snapshots, key_groups=(0, 127)):
+    from raylink.state.state_backend_loader import restore_keyed_state
+
+    backend = HeapKeyedStateBackend(key_groups, 128)
+    backend.ttl_time_provider = lambda: 1_000
+    restore_keyed_state(backend, snapshots)
+    return backend
+
+
+incremental_steps = st.lists(
+    st.one_of(
+        st.tuples(st.sampled_from(OPS), st.sampled_from(KEYS), st.integers(-50, 50)),
+        st.tuples(st.sampled_from(["checkpoint", "checkpoint", "abort", "drop"]), st.just(None), st.just(0)),
+    ),
+    max_size=100,
+)
+
+
+@SETTINGS
+@given(incremental_steps)
+def test_incremental_heap_checkpoints_restore_exactly_what_each_completed_one_held(tmp_path_factory, program):
+    """Every state kind, with checkpoints that complete, are aborted after writing their file,
+    or are never written: the latest two retained checkpoints restore (through the files of
+    their chains, a full one first) exactly the state at their barriers."""
+    from raylink.state.checkpoint_storage import CheckpointStorage
+    from raylink.state.heap_incremental import HeapStateHandle
+
+    storage = CheckpointStorage(str(tmp_path_factory.mktemp("chk")), "job", num_retained=2)
+    backend = _incremental_backend()
+    states = _states(backend)
+    reference = _empty_reference()
+    completed = []
+    checkpoint_id = 0
+    for op, key, arg in program + [("checkpoint", None, 0)]:
+        if op in ("checkpoint", "abort"):
+            checkpoint_id += 1
+            done, _ = _checkpoint(backend, storage, checkpoint_id, complete=op == "checkpoint")
+            if done is not None:
+                completed.append((done, copy.deepcopy(reference)))
+        elif op == "drop":
+            checkpoint_id += 1
+            backend.snapshot(checkpoint_id)  # declined before it was written
+            gc.collect()
+        else:
+            _apply(states, backend, op, key, arg)
+            _reference_apply(reference, op, key, arg)
+    for done, expected in completed[-2:]:
+        handle = _loaded_keyed(done)
+        assert isinstance(handle, HeapStateHandle) and handle.files[0][3]  # a chain, full first
+        restored = _restored([handle])
+        assert _read_all(restored, _states(restored)) == expected
+    assert _read_all(backend, states) == reference
+
+
+def test_an_incremental_heap_checkpoint_writes_the_changes_and_shares_the_rest(tmp_path):
+    from raylink.state.checkpoint_storage import CheckpointStorage
+
+    storage = CheckpointStorage(str(tmp_path / "chk"), "job", num_retained=2)
+    backend = _incremental_backend()
+    table = backend.get_table("_op_state", "value")
+    for k in range(20_000):
+        table.live[k] = (k, 1)
+    first, full = _checkpoint(backend, storage, 1)
+    for k in range(0, 20_000, 100):  # 1% of the keys change
+        table.live[k] = (k, 2)
+    second, changes = _checkpoint(backend, storage, 2)
+    assert changes < 0.05 * full
+    files = _loaded_keyed(second).files
+    assert [f[3] for f in files] == [True, False] and files[0] == _loaded_keyed(first).files[0]
+    restored = _restored([_loaded_keyed(second)])
+    expected = {k: (k, 2 if k % 100 == 0 else 1) for k in range(20_000)}
+    assert {k: restored.get_table("_op_state", "value").lookup(k) for k in expected} == expected
+
+
+def test_deleting_retained_heap_checkpoints_never_breaks_a_later_one(tmp_path):
+    """Older checkpoints' folders deleted by hand; the newest restores, and so does a copy of
+    the job folder elsewhere and a savepoint of it, each on its own."""
+    from raylink.state.checkpoint_storage import CheckpointStorage, load_completed_checkpoint
+
+    storage = CheckpointStorage(str(tmp_path / "chk"), "job", num_retained=3)
+    backend = _incremental_backend()
+    table = backend.get_table("_op_state", "value")
+    expected = {}
+    for checkpoint_id in range(1, 12):  # long enough for the chain to start again
+        for key in range(checkpoint_id * 100, checkpoint_id * 100 + 300):
+            table.live[key] = expected[key] = checkpoint_id
+        table.remove(checkpoint_id)
+        expected.pop(checkpoint_id, None)
+        done, _ = _checkpoint(backend, storage, checkpoint_id)
+    for old in (9, 10):
+        import shutil
+
+        shutil.rmtree(os.path.join(storage.checkpoints_dir, "job", f"chk-{old}"))
+    latest = CheckpointStorage(str(tmp_path / "chk"), "job", num_retained=3).latest_completed()
+    assert latest.checkpoint_id == 11
+    assert dict(_restored([_loaded_keyed(latest)]).get_table("_op_state", "value").flat_items()) == expected
+    savepoint = storage.write_savepoint(done, str(tmp_path / "savepoints"))
+    import shutil
+
+    shutil.copytree(tmp_path / "chk" / "job", tmp_path / "elsewhere" / "job")
+    shutil.rmtree(tmp_path / "chk")
+    for path in (str(tmp_path / "elsewhere" / "job" / "chk-11"), savepoint):
+        restored = _restored([_loaded_keyed(load_completed_checkpoint(path))])
+        assert dict(restored.get_table("_op_state", "value").flat_items()) == expected
+
+
+@pytest.mark.parametrize("new_parallelism", [1, 3])
+def test_incremental_heap_checkpoints_restore_rescaled_and_into_rocksdb(new_parallelism, tmp_path):
+    from raylink.state.checkpoint_storage import CheckpointStorage
+    from raylink.state.rocksdb_keyed_state_backend import RocksDBKeyedStateBackend, RocksDBSettings
+    from raylink.state.state_backend import key_group_range_for_subtask
+    from raylink.state.state_backend_loader import restore_keyed_state
+
+    storage = CheckpointStorage(str(tmp_path / "chk"), "job")
+    old = [_incremental_backend(key_group_range_for_subtask(128, 2, i)) for i in range(2)]
+    expected = {}
+    for round_ in range(3):
+        for backend in old:
+            table = backend.get_table("_op_state", "value")
+            for key in range(400):
+                if backend.start <= assign_to_key_group(key, 128) <= backend.end and key % (round_ + 1) == 0:
+                    table.live[key] = expected[key] = (key, round_)
+        handles = {}
+        for i, backend in enumerate(old):
+            import cloudpickle
+
+            from raylink.state.state_backend_loader import materialize_snapshot
+
+            snapshot, shared, _ = materialize_snapshot({"keyed": backend.snapshot(round_ + 1)}, storage, round_ + 1)
+            handles[i] = storage.write_state(round_ + 1, "op", i, cloudpickle.dumps(snapshot), shared=shared)
+        done = storage.finalize(round_ + 1, {"op": handles})
+        for backend in old:
+            backend.notify_checkpoint_complete(round_ + 1)
+    keyed = [_loaded_keyed(done, i) for i in range(2)]
+    for i in range(new_parallelism):
+        key_groups = key_group_range_for_subtask(128, new_parallelism, i)
+        heap = _restored(keyed, key_groups)
+        rocks = RocksDBKeyedStateBackend(key_groups, 128, RocksDBSettings(str(tmp_path / f"local{i}")))
+        restore_keyed_state(rocks, keyed)
+        mine = {k: v for k, v in expected.items() if key_groups[0] <= assign_to_key_group(k, 128) <= key_groups[1]}
+        assert dict(heap.get_table("_op_state", "value").flat_items()) == mine
+        assert dict(rocks.get_table("_op_state", "value").values.items()) == mine
+        rocks.dispose()
