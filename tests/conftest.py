@@ -34,8 +34,8 @@ def target(request):
 
 @pytest.fixture(params=["hashmap", "rocksdb"])
 def state_backend(request, monkeypatch, tmp_path_factory):
-    """Runs a keyed-state test once per state backend: ``state.backend.type`` (rocksdb with
-    incremental checkpoints and its own local folder) through ``RAYLINK_CONF``, under what the
+    """Runs a keyed-state test once per state backend: ``state.backend.type`` with incremental
+    checkpoints (rocksdb with its own local folder) through ``RAYLINK_CONF``, under what the
     test configures itself; after a rocksdb run the folder must exist (the backend ran)."""
     import json
     import os
@@ -47,7 +47,7 @@ def state_backend(request, monkeypatch, tmp_path_factory):
         localdir = str(tmp_path_factory.mktemp("rocksdb-local"))
         os.rmdir(localdir)
         conf["state.backend.rocksdb.localdir"] = localdir
-        conf["execution.checkpointing.incremental"] = "true"
+    conf["execution.checkpointing.incremental"] = "true"
     monkeypatch.setenv("RAYLINK_CONF", json.dumps(conf))
     yield request.param
     if localdir is not None:

@@ -1,6 +1,6 @@
-"""The RocksDB state backend end to end: TaskExecutor processes SIGKILLed on a real Ray while a
-keyed rolling count takes incremental RocksDB checkpoints (every restore from them, the
-committed output exactly a failure-free run's), windows of every assigner on Ray, and a
+"""The state backends end to end: TaskExecutor processes SIGKILLed on a real Ray while a
+keyed rolling count takes incremental checkpoints -- RocksDB's SST files, the heap's chains
+of changes -- (every restore from them, the committed output exactly a failure-free run's), windows of every assigner on Ray, and a
 savepoint of a RocksDB job resumed at other parallelisms on RocksDB and on the heap. The
 references are computed in the tests without raylink."""
 
@@ -29,17 +29,19 @@ def use_backend(monkeypatch, tmp_path, backend: str = "rocksdb", incremental: bo
     return local
 
 
-def shared_sst_files(tmp_path) -> list:
+def shared_sst_files(tmp_path, pattern: str = "*.sst") -> list:
     root = tmp_path / "checkpoints"
-    return [p for p in root.glob("*/shared/*.sst")] if root.exists() else []
+    return [p for p in root.glob(f"*/shared/{pattern}")] if root.exists() else []
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_sigkilled_task_executors_restore_exact_results_from_incremental_rocksdb_checkpoints(
-    ray_session, tmp_path, monkeypatch
+@pytest.mark.parametrize("backend", ["rocksdb", "hashmap"])
+def test_sigkilled_task_executors_restore_exact_results_from_incremental_checkpoints(
+    ray_session, tmp_path, monkeypatch, backend
 ):
-    local = use_backend(monkeypatch, tmp_path)
+    local = use_backend(monkeypatch, tmp_path, backend)
+    pattern = "*.sst" if backend == "rocksdb" else "*-heap-*-changes-*"  # a heap chain's file of changes
     env = checkpointing_env("ray", 2, tmp_path, **{"execution.checkpointing.num-retained": 2})
     out = tmp_path / "out"
     n = 4 * N
@@ -59,7 +61,7 @@ def test_sigkilled_task_executors_restore_exact_results_from_incremental_rocksdb
         )
         if client.wait(0):
             break
-        shared_seen = max(shared_seen, len(shared_sst_files(tmp_path)))
+        shared_seen = max(shared_seen, len(shared_sst_files(tmp_path, pattern)))
         pids = executor_pids(client)
         os.kill(pids[round_ % len(pids)], os_signal.SIGKILL)
         kills += 1
@@ -70,8 +72,8 @@ def test_sigkilled_task_executors_restore_exact_results_from_incremental_rocksdb
     assert client.get_job_status() == "FINISHED", client.get_job_status()
     assert client.get_checkpoint_stats()["numRestarts"] == kills >= 2
     assert committed_lines(out) == expected_counts(n)
-    assert shared_seen > 0, "no RocksDB checkpoint uploaded SST files to the shared folder"
-    assert os.path.isdir(local)
+    assert shared_seen > 0, f"no incremental checkpoint wrote {pattern} files to the shared folder"
+    assert os.path.isdir(local) == (backend == "rocksdb")
 
 
 @pytest.mark.timeout(300)
