@@ -725,9 +725,10 @@ class CheckpointingOptions:
         "bool",
         False,
         "Checkpoints write only what changed since the last completed one (the rocksdb backend: "
-        "its new SST files; older files are shared with earlier checkpoints under the job's "
-        "shared/ folder and deleted when no retained checkpoint refers to them). The hashmap "
-        "backend writes its whole state every time.",
+        "its new SST files; the hashmap backend: a file of the entries written or removed since, "
+        "after a full one that a chain of at most 8 such files starts from); older files are "
+        "shared with earlier checkpoints under the job's shared/ folder and deleted when no "
+        "retained checkpoint refers to them.",
         fallback_keys=("state.backend.incremental",),
     )
     CHECKPOINTING_INTERVAL = option(
