@@ -64,9 +64,10 @@ def plain_loop(num_lines: int) -> float:
     return time.perf_counter() - start
 
 
-def task_executor_cpu(num_lines: int) -> float:
+def task_executor_cpu(num_lines: int, collect: bool = False) -> "tuple[float, float]":
     """CPU seconds (user + system, every thread) the TaskExecutor processes of the as-written
-    job at p=2 used until it ended: unlike its wall clock, hardly moved by other work on the machine."""
+    job at p=2 used until it ended, and the driver's process (``execute_and_collect()``: until it
+    had read every result): unlike their wall clock, hardly moved by other work on the machine."""
     import psutil
 
     from raylink.actors.cluster import task_executor_pids
@@ -74,15 +75,20 @@ def task_executor_cpu(num_lines: int) -> float:
 
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(2)
-    (
+    counts = (
         env.from_sequence(0, num_lines - 1)
         .map(make_line)
         .flat_map(lambda line: [(w, 1) for w in line.split()])
         .key_by(lambda pair: pair[0])
         .reduce(lambda a, b: (a[0], a[1] + b[1]))
-        .add_sink(discard)
     )
-    client = env.execute_async("ordinary wordcount (CPU)")
+    driver_start = time.process_time()
+    if collect:
+        results = counts.execute_and_collect()
+        client = results.job_client
+    else:
+        counts.add_sink(discard)
+        client = env.execute_async("ordinary wordcount (CPU)")
     deadline = time.monotonic() + 120
     pids: list = []
     while not pids:  # the job's TaskExecutors, once deployed
@@ -106,10 +112,16 @@ def task_executor_cpu(num_lines: int) -> float:
 
     start = used()
     last = list(start)
+    if collect:  # read every result, sampling now and then (the job ends with the last one)
+        for i, _ in enumerate(results):
+            if not i & 0xFFFF:
+                last = [new if new is not None else old for new, old in zip(used(), last)]
+        results.close()
     while not client.wait(0.05):  # sampled until the job ends (its processes are released then)
         last = [new if new is not None else old for new, old in zip(used(), last)]
     client.get_job_execution_result()
-    return sum(b - a for a, b in zip(start, last) if a is not None and b is not None)
+    driver = time.process_time() - driver_start
+    return sum(b - a for a, b in zip(start, last) if a is not None and b is not None), driver
 
 
 def ordinary_job(num_lines: int, parallelism: int, collect: bool = False) -> tuple[float, float]:
@@ -210,8 +222,9 @@ def one_round(num_lines: int, parallelism: int) -> dict:
         cpu_start = time.process_time()
         plain_loop(num_lines)
         secs["loop cpu"] = time.process_time() - cpu_start
-        secs["p2 cpu"] = task_executor_cpu(num_lines)
+        secs["p2 cpu"], secs["p2 driver cpu"] = task_executor_cpu(num_lines)
         secs["p2 collect"], secs["p2 collect wall"] = ordinary_job(num_lines, 2, collect=True)
+        secs["p2 collect cpu"], secs["p2 collect driver cpu"] = task_executor_cpu(num_lines, collect=True)
         wall, result = raylink_job(num_lines, parallelism)
         secs["tuned"], secs["tuned wall"] = result.net_runtime_ms / 1000, wall
         secs["untyped"] = raylink_job(num_lines, parallelism, typed=False)[1].net_runtime_ms / 1000
@@ -257,6 +270,14 @@ def _round_in_subprocess(path: str, argv: list) -> dict:
         check=True,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+_CPU_KEYS = ("p2 cpu", "p2 driver cpu", "p2 collect cpu", "p2 collect driver cpu")
+
+
+def _cpu_of(round_: dict, job: str) -> float:
+    """CPU seconds of the TaskExecutors and the driver in one round's ``job`` (p2 or p2 collect)."""
+    return round_["secs"][f"{job} cpu"] + round_["secs"][f"{job} driver cpu"]
 
 
 def main(argv: Optional[list] = None) -> None:
@@ -306,6 +327,14 @@ def main(argv: Optional[list] = None) -> None:
         print(
             f"{path}: collect vs discarding sink (p=2, tasks running) {collect:.2f}x; tuned job: {last['executors']} "
             f"TaskExecutors, {sent} remote buffers in {calls} calls (+{credit_calls} credit calls)"
+        )
+        cpu = {k: _median([r["secs"][k] for r in rounds[path]]) for k in _CPU_KEYS}
+        ratio = _median([_cpu_of(r, "p2") / _cpu_of(r, "p2 collect") for r in rounds[path]])
+        print(
+            f"{path}: collect vs discarding sink, CPU time of the TaskExecutors + the driver {ratio:.2f}x "
+            f"(discarding: {cpu['p2 cpu']:.2f} + {cpu['p2 driver cpu']:.2f} s; collect: {cpu['p2 collect cpu']:.2f} "
+            f"+ {cpu['p2 collect driver cpu']:.2f} s, {cpu['p2 collect driver cpu'] / words * 1e6:.2f} µs per word "
+            "in the driver)"
         )
         for timeout, (p50, p99, count) in sorted(last["latency"].items(), key=lambda kv: int(kv[0])):
             print(
