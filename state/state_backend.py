@@ -59,7 +59,16 @@ from raylink.core.options import CheckpointingOptions, StateBackendOptions, read
 from raylink.core.reprs import record_repr
 from raylink.core.state import AggregatingState, ListState, MapState, ReducingState, State, ValueState
 from raylink.state.heap_incremental import HeapIncrementalSnapshot
-from raylink.state.state_table import NAMESPACED, LazySnapshot, SnapshotRegistry, StateTable, _same, group_by_key_group
+from raylink.state.state_table import (
+    NAMESPACED,
+    LazySnapshot,
+    SnapshotRegistry,
+    StateTable,
+    _same,
+    flat_items,
+    group_by_key_group,
+    namespaced_items,
+)
 from raylink.state.ttl_state import TTL, create_ttl_state, ttl_config_of, wall_clock_millis
 
 NULL_KEY_MESSAGE = "Assigned key must not be null!"
@@ -652,11 +661,10 @@ class HeapKeyedStateBackend:
         table = self._tables.get(state_name)
         if table is None:
             return iter(())
-        with self.snapshots.lock:  # the base may be being merged into on the snapshot's thread
-            if _is_namespaced(table.kind):
-                keys = {k for _, k, _ in table.namespaced_items()}
-            else:
-                keys = {k for k, _ in table.flat_items()}
+        if _is_namespaced(table.kind):
+            keys = {k for _, k, _ in table.namespaced_items()}
+        else:
+            keys = {k for k, _ in table.flat_items()}
         return iter(sorted(keys, key=self.key_group_of))
 
     # -- snapshot / restore -------------------------------------------------------------
@@ -784,9 +792,9 @@ class HeapKeyedStateBackend:
         for table in list(self._tables.values()):
             try:  # (a metrics thread: the task may change the live layer meanwhile)
                 if _is_namespaced(table.kind):
-                    entries = [(k, v) for _, k, v in itertools.islice(table.namespaced_items(), sample)]
+                    entries = [(k, v) for _, k, v in itertools.islice(namespaced_items(table.layers()), sample)]
                 else:
-                    entries = list(itertools.islice(table.flat_items(), sample))
+                    entries = list(itertools.islice(flat_items(table.layers()), sample))
             except RuntimeError:
                 continue
             count = table.num_entries()

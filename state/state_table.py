@@ -235,12 +235,15 @@ class StateTable:
         return (self.live,) + self.lower
 
     def flat_items(self) -> Iterator[Tuple[Any, Any]]:
-        """The entries of a flat table, each key once."""
-        return flat_items(self.layers())
+        """The entries of a flat table, each key once (task thread: the base may be merged into
+        meanwhile, so each layer is read from a copy of its items, taken atomically)."""
+        return flat_items(tuple(list(layer.items()) for layer in self.layers()))
 
     def namespaced_items(self) -> Iterator[Tuple[Any, Any, Any]]:
-        """``(namespace, key, value)`` of a namespaced table, each pair once."""
-        return namespaced_items(self.layers())
+        """``(namespace, key, value)`` of a namespaced table, each pair once (read as
+        :meth:`flat_items` reads)."""
+        layers = tuple([(ns, list(pane.items())) for ns, pane in list(layer.items())] for layer in self.layers())
+        return namespaced_items(layers)
 
     def num_entries(self) -> int:
         """Entries (a namespaced state's: its (key, namespace) pairs); with lower layers an upper
@@ -558,17 +561,22 @@ def _load_key_groups(pickled: Dict[int, bytes]) -> Dict[int, Any]:
     return {kg: pickle.loads(data) for kg, data in pickled.items()}
 
 
+def _items(layer: Any) -> Any:
+    """A layer's (or pane's) items: a dict's, or a list of pairs already copied."""
+    return layer if type(layer) is list else layer.items()
+
+
 def flat_items(layers: Tuple[Any, ...], keep_removed: bool = False) -> Iterator[Tuple[Any, Any]]:
     """The entries of a flat table's ``layers`` (newest first), each key once, removed ones left
     out (``keep_removed``: given as :data:`REMOVED`)."""
     if len(layers) == 1:
-        for key, value in layers[0].items():
+        for key, value in _items(layers[0]):
             if keep_removed or value is not REMOVED:
                 yield key, value
         return
     seen: set = set()
     for layer in layers:
-        for key, value in layer.items():
+        for key, value in _items(layer):
             if key not in seen:
                 seen.add(key)
                 if keep_removed or value is not REMOVED:
@@ -579,15 +587,15 @@ def namespaced_items(layers: Tuple[Any, ...], keep_removed: bool = False) -> Ite
     """``(namespace, key, value)`` of a namespaced table's ``layers`` (newest first), each pair
     once (``keep_removed``: see :func:`flat_items`)."""
     if len(layers) == 1:
-        for ns, pane in layers[0].items():
-            for key, value in pane.items():
+        for ns, pane in _items(layers[0]):
+            for key, value in _items(pane):
                 if keep_removed or value is not REMOVED:
                     yield ns, key, value
         return
     seen: set = set()
     for layer in layers:
-        for ns, pane in layer.items():
-            for key, value in pane.items():
+        for ns, pane in _items(layer):
+            for key, value in _items(pane):
                 pair = (ns, key)
                 if pair not in seen:
                     seen.add(pair)
