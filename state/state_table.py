@@ -23,10 +23,11 @@ copied into ``live`` the first time they are read for a change after a checkpoin
 (:meth:`lookup` with ``promote``), so a frozen layer never sees a later change -- Flink's
 copy-on-write of entries that a snapshot shares.
 
-Thread-safety: the task thread calls everything except :meth:`merge_frozen` and the
-iteration the snapshot does (:meth:`frozen_items`), which run on one other thread under the
-backend's snapshot lock; dict reads and writes are atomic under the GIL and the task thread
-never iterates a layer the other thread writes (the base) without that lock.
+Thread-safety: the task thread calls everything except :meth:`merge_frozen` and a
+snapshot's reading of its layers, which run on one other thread under the
+:class:`SnapshotRegistry`'s lock; dict reads and writes are atomic under the GIL, and the task
+thread reads a whole table (:meth:`flat_items`, the views) from copies of the layers' items
+taken in one C call each, as the base may be merged into meanwhile.
 """
 
 from __future__ import annotations
