@@ -170,6 +170,7 @@ class InternalTimerService:
         """``{key_group: {"event": [(ts, key[, namespace])...], "processing": [...]}}``, sorted
         by timestamp; the namespace is left out when it is ``None``. Taken copy-on-write: the
         barrier freezes the timer sets, the mapping is built when first read."""
+        self._snapshots.compact((self._event_set, self._proc_set))
         seq = self._snapshots.begin()
         domains = (("event", self._event_set.freeze(seq)), ("processing", self._proc_set.freeze(seq)))
         kg_of = self._backend.key_group_of

@@ -676,6 +676,7 @@ class HeapKeyedStateBackend:
         key group waits for the first read of the :class:`KeyedStateSnapshot` -- its pickling
         on the TaskExecutor's checkpoint writer thread, while the task goes on."""
         registry = self.snapshots
+        registry.compact(self._tables.values())
         seq = registry.begin()
         collecting = gc.isenabled()
         if collecting:  # a cyclic collection a few allocations here might set off waits for the next record

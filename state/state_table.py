@@ -481,15 +481,27 @@ class SnapshotRegistry:
         """Snapshot ``seq`` has been read: merge what may be merged (the snapshot's thread)."""
         self.outstanding.pop(seq, None)
         with self.lock:
-            tables = list(tables)
-            limit = min(self.outstanding, default=None)
-            if self.merge_limit is not None:
-                if any(len(table.lower) > MAX_LAYERS for table in tables):
-                    self.overflowed = True
-                else:
-                    limit = self.merge_limit if limit is None else min(limit, self.merge_limit)
-            for table in tables:
-                table.merge_frozen(limit)
+            self._merge(list(tables))
+
+    def _merge(self, tables: List[StateTable]) -> None:
+        limit = min(self.outstanding, default=None)
+        if self.merge_limit is not None:
+            if any(len(table.lower) > MAX_LAYERS for table in tables):
+                self.overflowed = True
+            else:
+                limit = self.merge_limit if limit is None else min(limit, self.merge_limit)
+        for table in tables:
+            table.merge_frozen(limit)
+
+    def compact(self, tables: Iterable[StateTable]) -> None:
+        """At a barrier (task thread): when snapshots were dropped unread for long, so that
+        nothing merged their layers, merge them here -- only if no snapshot's thread is at work."""
+        tables = list(tables)
+        if any(len(table.lower) > 2 * MAX_LAYERS for table in tables) and self.lock.acquire(blocking=False):
+            try:
+                self._merge(tables)
+            finally:
+                self.lock.release()
 
 
 class LazySnapshot(Mapping):

@@ -590,3 +590,21 @@ def test_incremental_heap_checkpoints_restore_rescaled_and_into_rocksdb(new_para
         assert dict(heap.get_table("_op_state", "value").flat_items()) == mine
         assert dict(rocks.get_table("_op_state", "value").values.items()) == mine
         rocks.dispose()
+
+
+def test_snapshots_dropped_unread_for_long_do_not_pile_up_layers():
+    """Checkpoints declined before their snapshots were read (nothing merges their layers):
+    a later barrier merges them, and the state reads the same."""
+    backend = HeapKeyedStateBackend((0, 127), 128)
+    table = backend.get_table("_op_state", "value")
+    expected = {}
+    for round_ in range(40):
+        for k in range(round_, round_ + 50):
+            table.live[k] = expected[k] = round_
+        table.remove(round_)
+        expected.pop(round_)
+        backend.snapshot()  # dropped unread
+        gc.collect()
+        assert len(table.lower) <= 17
+    assert dict(table.flat_items()) == expected
+    assert dict(_flat(backend.snapshot())) == expected
