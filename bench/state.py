@@ -99,13 +99,9 @@ def run_one(backend_type: str, keys: int, checkpoint_every: int, folder: str) ->
         backend.enable_incremental_checkpoints()
     table = backend.get_table("_op_state", "value")
     key_group_of = backend.key_group_of
-    missing = object()
+    from raylink.state.state_table import REMOVED
 
-    def on_miss(key: Any, value: Any) -> Any:  # what the reduce operator does for a key live misses
-        if table.lower:
-            current = table.lookup(key, missing)
-            if current is not missing:
-                return add(current, value)
+    def first_record(key: Any, value: Any) -> Any:  # what the reduce operator does for a key's first record
         key_group_of(key)
         return value
 
@@ -113,17 +109,17 @@ def run_one(backend_type: str, keys: int, checkpoint_every: int, folder: str) ->
     if type(mapping) is dict:
 
         def loop(batch: list) -> None:
-            reduce_batch(batch, key_of, table.live, add, on_miss)
+            reduce_batch(batch, key_of, table.live, add, first_record, table.lower, REMOVED)
 
     elif hasattr(mapping, "reduce_batch"):
 
         def loop(batch: list) -> None:
-            mapping.reduce_batch(batch, key_of, add, on_miss)
+            mapping.reduce_batch(batch, key_of, add, first_record)
 
     else:
 
         def loop(batch: list) -> None:
-            reduce_batch_pure(batch, key_of, mapping, add, on_miss)
+            reduce_batch_pure(batch, key_of, mapping, add, first_record)
 
     def add(a: tuple, b: tuple) -> tuple:
         return (a[0], a[1] + b[1])

@@ -30,15 +30,28 @@ from raylink.operators.base import AbstractUdfStreamOperator, resolve_function
 from raylink.operators.runtime_context import holds_keyed_state
 from raylink.shuffle.hotpath import NATIVE
 from raylink.state.state_backend import keyed_backend_for
+from raylink.state.state_table import REMOVED
 
 _MISSING = object()
 
 
-def reduce_batch_pure(values: List[Any], key_of: Any, state: dict, reduce: Any, on_miss: Any) -> List[Any]:
+_NO_TOMBSTONE = object()
+
+
+def reduce_batch_pure(
+    values: List[Any],
+    key_of: Any,
+    state: dict,
+    reduce: Any,
+    on_miss: Any,
+    lower: tuple = (),
+    removed: Any = _NO_TOMBSTONE,
+) -> List[Any]:
     """The rolling reduce of a batch: per record, its key's stored value combined with it
-    (``reduce(stored, record)``), or ``on_miss(key, record)`` for a key ``state`` does not hold
-    (a key's first record, or one whose value is in an older layer); each result stored and
-    returned in order."""
+    (``reduce(stored, record)``), or ``on_miss(key, record)`` for a key with no value (its
+    first record); each result stored (in ``state``) and returned in order. A key ``state``
+    misses is looked up in the older layers ``lower`` (newest first, copy-on-write
+    snapshots); ``removed`` marks a key removed since one."""
     out: List[Any] = []
     append = out.append
     get = state.get
@@ -47,6 +60,11 @@ def reduce_batch_pure(values: List[Any], key_of: Any, state: dict, reduce: Any, 
         key = key_of(value)
         current = get(key, missing)
         if current is missing:
+            for layer in lower:
+                current = layer.get(key, missing)
+                if current is not missing:
+                    break
+        if current is missing or current is removed:
             value = on_miss(key, value)
         else:
             value = reduce(current, value)
@@ -55,10 +73,13 @@ def reduce_batch_pure(values: List[Any], key_of: Any, state: dict, reduce: Any, 
     return out
 
 
-def sum_pairs_batch_pure(values: List[Any], key_of: Any, state: dict, on_miss: Any) -> "tuple[List[Any], int]":
+def sum_pairs_batch_pure(
+    values: List[Any], key_of: Any, state: dict, on_miss: Any, lower: tuple = (), removed: Any = _NO_TOMBSTONE
+) -> "tuple[List[Any], int]":
     """``sum(1)`` over ``(key, count)`` pairs: ``(results, stop)``; ``stop < len(values)`` is the
-    first record that misses ``state`` and is not an exact pair (nothing of it was stored);
-    a miss stores ``on_miss(key, record)``."""
+    first record of a key with no value that is not an exact pair (nothing of it was stored);
+    such a key stores ``on_miss(key, record)``. ``lower`` and ``removed`` as in
+    :func:`reduce_batch_pure`."""
     out: List[Any] = []
     append = out.append
     get = state.get
@@ -68,6 +89,11 @@ def sum_pairs_batch_pure(values: List[Any], key_of: Any, state: dict, on_miss: A
         key = key_of(value)
         current = get(key, missing)
         if current is missing:
+            for layer in lower:
+                current = layer.get(key, missing)
+                if current is not missing:
+                    break
+        if current is missing or current is removed:
             if type(value) is not tuple_ or len(value) != 2:
                 return out, index
             value = on_miss(key, value)
@@ -103,10 +129,11 @@ class StreamGroupedReduceOperator(AbstractUdfStreamOperator):
         if type(mapping) is dict:
             self._reduce_batch, self._sum_pairs_batch = reduce_batch, sum_pairs_batch
         elif hasattr(mapping, "reduce_batch") and hasattr(mapping, "sum_pairs_batch"):
-            self._reduce_batch = lambda values, key_of, state, reduce, on_miss: state.reduce_batch(
+            # (no older layers: such a table snapshots itself)
+            self._reduce_batch = lambda values, key_of, state, reduce, on_miss, lower, removed: state.reduce_batch(
                 values, key_of, reduce, on_miss
             )
-            self._sum_pairs_batch = lambda values, key_of, state, on_miss: state.sum_pairs_batch(
+            self._sum_pairs_batch = lambda values, key_of, state, on_miss, lower, removed: state.sum_pairs_batch(
                 values, key_of, on_miss
             )
         else:
@@ -123,6 +150,12 @@ class StreamGroupedReduceOperator(AbstractUdfStreamOperator):
     def _first_of_key(self, key: Any, value: Any) -> None:
         """Checks the first record of a key (its key group)."""
         self._key_group_of(key)
+
+    def _first_record(self, key: Any, value: Any) -> Any:
+        """A key's first record, checked once (the batch loops' ``on_miss``: they look in the
+        older layers themselves)."""
+        self._first_of_key(key, value)
+        return value
 
     def _on_miss(self, key: Any, value: Any) -> Any:
         """What to store for a record whose key the live layer does not hold: combined with the
@@ -147,7 +180,10 @@ class StreamGroupedReduceOperator(AbstractUdfStreamOperator):
     def process_batch(self, values: List[Any]) -> None:
         if type(values) is not list:
             values = list(values)
-        out = self._reduce_batch(values, self._key_of, self._table.live, self._reduce, self._on_miss)
+        table = self._table
+        out = self._reduce_batch(
+            values, self._key_of, table.live, self._reduce, self._first_record, table.lower, REMOVED
+        )
         if out:
             self._collect_batch(out)
 
@@ -224,7 +260,8 @@ class StreamGroupedAggregateOperator(StreamGroupedReduceOperator):
             return
         if type(values) is not list:
             values = list(values)
-        out, stop = self._sum_pairs_batch(values, self._key_of, self._table.live, self._on_miss)
+        table = self._table
+        out, stop = self._sum_pairs_batch(values, self._key_of, table.live, self._first_record, table.lower, REMOVED)
         if out:
             self._collect_batch(out)
         if stop < len(values):  # not a pair: the generic path from here on

@@ -33,7 +33,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from raylink.core.functions import TimerService
 from raylink.operators.base import MIN_WATERMARK
-from raylink.state.state_table import LazySnapshot, SnapshotRegistry, StateTable, flat_items
+from raylink.state.state_table import LazySnapshot, SnapshotRegistry, StateTable, flat_items, without_cyclic_gc
 
 _MISSING = object()
 
@@ -170,9 +170,10 @@ class InternalTimerService:
         """``{key_group: {"event": [(ts, key[, namespace])...], "processing": [...]}}``, sorted
         by timestamp; the namespace is left out when it is ``None``. Taken copy-on-write: the
         barrier freezes the timer sets, the mapping is built when first read."""
-        self._snapshots.compact((self._event_set, self._proc_set))
-        seq = self._snapshots.begin()
-        domains = (("event", self._event_set.freeze(seq)), ("processing", self._proc_set.freeze(seq)))
+        with without_cyclic_gc():
+            self._snapshots.compact((self._event_set, self._proc_set))
+            seq = self._snapshots.begin()
+            domains = (("event", self._event_set.freeze(seq)), ("processing", self._proc_set.freeze(seq)))
         kg_of = self._backend.key_group_of
 
         def build() -> Dict[int, Dict[str, List[Tuple[Any, ...]]]]:

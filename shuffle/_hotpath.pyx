@@ -213,10 +213,27 @@ def is_flat_batch(values) -> bool:
 _MISSING = object()
 
 
-def reduce_batch(list values, key_of, dict state, reduce, on_miss) -> list:
+cdef object _NO_TOMBSTONE = object()
+
+
+cdef inline PyObject* _lower_get(tuple lower, object key) except? NULL:
+    """The value of ``key`` in the first of the dicts ``lower`` holding it (borrowed), or NULL."""
+    cdef Py_ssize_t j
+    cdef PyObject* found
+    for j in range(PyTuple_GET_SIZE(lower)):
+        found = PyDict_GetItemWithError(<object>PyTuple_GET_ITEM(lower, j), key)
+        if found != NULL:
+            return found
+    return NULL
+
+
+def reduce_batch(
+    list values, key_of, dict state, reduce, on_miss, tuple lower=(), removed=_NO_TOMBSTONE
+) -> list:
     """The rolling reduce of a batch: per record, its key's stored value combined with it
-    (``reduce(stored, record)``), or ``on_miss(key, record)`` for a key ``state`` does not
-    hold; stored and returned in order."""
+    (``reduce(stored, record)``), or ``on_miss(key, record)`` for a key with no value; stored
+    (in ``state``) and returned in order. A key ``state`` misses is looked up in the older
+    layers ``lower`` (newest first); ``removed`` marks a key removed since one."""
     cdef list out = []
     cdef Py_ssize_t i, n = PyList_GET_SIZE(values)
     cdef PyObject* current
@@ -226,6 +243,8 @@ def reduce_batch(list values, key_of, dict state, reduce, on_miss) -> list:
         key = key_of(value)
         current = PyDict_GetItemWithError(state, key)
         if current == NULL:
+            current = _lower_get(lower, key)
+        if current == NULL or <object>current is removed:
             value = on_miss(key, value)
         else:
             value = reduce(<object>current, value)
@@ -234,10 +253,11 @@ def reduce_batch(list values, key_of, dict state, reduce, on_miss) -> list:
     return out
 
 
-def sum_pairs_batch(list values, key_of, dict state, on_miss) -> tuple:
+def sum_pairs_batch(list values, key_of, dict state, on_miss, tuple lower=(), removed=_NO_TOMBSTONE) -> tuple:
     """``sum(1)`` over ``(key, count)`` pairs: ``(results, stop)``; ``stop < len(values)`` is the
-    first record that misses ``state`` and is not an exact pair (the caller takes the generic
-    path from there; nothing of it was stored); a miss stores ``on_miss(key, record)``."""
+    first record of a key with no value that is not an exact pair (the caller takes the generic
+    path from there; nothing of it was stored); such a key stores ``on_miss(key, record)``.
+    ``lower`` and ``removed`` as in :func:`reduce_batch`."""
     cdef list out = []
     cdef Py_ssize_t i, n = PyList_GET_SIZE(values)
     cdef PyObject* current
@@ -247,6 +267,8 @@ def sum_pairs_batch(list values, key_of, dict state, on_miss) -> tuple:
         key = key_of(value)
         current = PyDict_GetItemWithError(state, key)
         if current == NULL:
+            current = _lower_get(lower, key)
+        if current == NULL or <object>current is removed:
             if type(value) is not tuple or PyTuple_GET_SIZE(value) != 2:
                 return out, i
             value = on_miss(key, value)

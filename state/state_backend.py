@@ -47,7 +47,6 @@ belongs to one task thread; a ``KeyedStateSnapshot`` may be read from any thread
 from __future__ import annotations
 
 import copy
-import gc
 import importlib
 import itertools
 import sys
@@ -68,6 +67,7 @@ from raylink.state.state_table import (
     flat_items,
     group_by_key_group,
     namespaced_items,
+    without_cyclic_gc,
 )
 from raylink.state.ttl_state import TTL, create_ttl_state, ttl_config_of, wall_clock_millis
 
@@ -675,20 +675,17 @@ class HeapKeyedStateBackend:
         :meth:`StateTable.freeze`: copy-on-write from now on); grouping the frozen layers by
         key group waits for the first read of the :class:`KeyedStateSnapshot` -- its pickling
         on the TaskExecutor's checkpoint writer thread, while the task goes on."""
+        with without_cyclic_gc():
+            return self._snapshot(checkpoint_id)
+
+    def _snapshot(self, checkpoint_id: Optional[int]) -> "KeyedStateSnapshot":
         registry = self.snapshots
         registry.compact(self._tables.values())
         seq = registry.begin()
-        collecting = gc.isenabled()
-        if collecting:  # a cyclic collection a few allocations here might set off waits for the next record
-            gc.disable()
-        try:
-            parts = [
-                (name, _is_namespaced(table.kind), table.freeze(seq), table.snapshot_filter)
-                for name, table in self._tables.items()
-            ]
-        finally:
-            if collecting:
-                gc.enable()
+        parts = [
+            (name, _is_namespaced(table.kind), table.freeze(seq), table.snapshot_filter)
+            for name, table in self._tables.items()
+        ]
         now = self.ttl_time_provider()
         cached, assign, max_p = self._kg_cache.get, self._assign, self.max_parallelism
 

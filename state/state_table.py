@@ -32,6 +32,8 @@ taken in one C call each, as the base may be merged into meanwhile.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import threading
 import weakref
 from collections.abc import Mapping, MutableMapping
@@ -61,6 +63,20 @@ NAMESPACED = "ns:"  # kind prefix of namespaced tables
 
 def _same(value: Any) -> Any:
     return value
+
+
+@contextlib.contextmanager
+def without_cyclic_gc() -> Iterator[None]:
+    """No cyclic garbage collection in the block (a barrier's few allocations could set off a
+    full collection of a large state's objects there; it runs at a later allocation instead)."""
+    collecting = gc.isenabled()
+    if collecting:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
 
 
 class StateTable:
@@ -679,4 +695,5 @@ __all__ = [
     "flat_items",
     "group_by_key_group",
     "namespaced_items",
+    "without_cyclic_gc",
 ]

@@ -31,6 +31,7 @@ from raylink.shuffle import codec, hotpath, shareable
 from raylink.shuffle.partitioners import KeyGroupStreamPartitioner, bucket_by_channel_pure
 from raylink.shuffle.record_writer import RecordWriter
 from raylink.shuffle.result_partition import ResultPartition
+from raylink.state.state_table import REMOVED
 
 try:
     from raylink.shuffle import _hotpath as native
@@ -167,7 +168,7 @@ def test_compiled_flatness_and_shareability_equal_the_pure_twins(values):
 pairs = st.lists(st.tuples(st.sampled_from("abcdef"), st.integers(-100, 100)), max_size=40)
 
 
-def _run_reduce(fn, values, state, fail_at):
+def _run_reduce(fn, values, state, fail_at, lower=()):
     seen_new = []
 
     def reducer(a, b):
@@ -180,7 +181,7 @@ def _run_reduce(fn, values, state, fail_at):
         return (k, -v[1]) if k == "f" else v  # what a miss stores is the callback's to say
 
     try:
-        out = fn(values, lambda v: v[0], state, reducer, on_miss)
+        out = fn(values, lambda v: v[0], state, reducer, on_miss, lower, REMOVED)
     except ValueError as e:
         out = str(e)
     return out, state, seen_new
@@ -188,10 +189,21 @@ def _run_reduce(fn, values, state, fail_at):
 
 @needs_native
 @SETTINGS
-@given(pairs, st.dictionaries(st.sampled_from("abc"), st.tuples(st.just("x"), st.integers())), st.integers(-3, 3))
-def test_compiled_reduce_loop_equals_the_pure_twin(values, state, fail_at):
-    assert _run_reduce(native.reduce_batch, values, dict(state), fail_at) == _run_reduce(
-        reduce.reduce_batch_pure, values, dict(state), fail_at
+@given(
+    pairs,
+    st.dictionaries(st.sampled_from("abc"), st.tuples(st.just("x"), st.integers())),
+    st.integers(-3, 3),
+    st.lists(
+        st.dictionaries(st.sampled_from("abcdef"), st.one_of(st.tuples(st.just("y"), st.integers()), st.just(REMOVED))),
+        max_size=3,
+    ),
+)
+def test_compiled_reduce_loop_equals_the_pure_twin(values, state, fail_at, lower):
+    """Also over older layers (copy-on-write snapshots): a key the live dict misses is read from
+    the newest layer holding it, a removed one starts again."""
+    lower = tuple(lower)
+    assert _run_reduce(native.reduce_batch, values, dict(state), fail_at, lower) == _run_reduce(
+        reduce.reduce_batch_pure, values, dict(state), fail_at, lower
     )
 
 
@@ -228,7 +240,9 @@ def test_compiled_sum_of_pairs_loop_equals_the_pure_twin(values):
             new.append(k)
             return v
 
-        out, stop = fn(values, lambda v: v[0], state, on_miss)
+        out, stop = fn(
+            values, lambda v: v[0], state, on_miss, ({"a": ("a", 100)}, {"b": REMOVED, "c": ("c", 5)}), REMOVED
+        )
         runs.append((out, stop, state, new))
     assert runs[0] == runs[1]
 
