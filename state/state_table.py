@@ -645,39 +645,29 @@ def group_by_key_group(
     result: Dict[int, Dict[str, Dict[Any, Any]]] = {}
     for name, namespaced, layers, live in parts:
         if namespaced:
-            for ns, key, value in namespaced_items(layers, keep_removed):
-                if live is not None and value is not REMOVED:
-                    value = live(value, now)
-                    if value is None:
-                        if not keep_removed:
-                            continue
-                        value = REMOVED
-                kg = key_group_of(key)
-                per_kg = result.get(kg)
-                if per_kg is None:
-                    per_kg = result[kg] = {}
-                per_state = per_kg.get(name)
-                if per_state is None:
-                    per_state = per_kg[name] = {}
+            entries = namespaced_items(layers, keep_removed)
+        else:
+            entries = ((None, key, value) for key, value in flat_items(layers, keep_removed))
+        for ns, key, value in entries:
+            if live is not None and value is not REMOVED:
+                value = live(value, now)
+                if value is None:
+                    if not keep_removed:
+                        continue
+                    value = REMOVED
+            kg = key_group_of(key)
+            per_kg = result.get(kg)
+            if per_kg is None:
+                per_kg = result[kg] = {}
+            per_state = per_kg.get(name)
+            if per_state is None:
+                per_state = per_kg[name] = {}
+            if namespaced:
                 per_key = per_state.get(key)
                 if per_key is None:
                     per_key = per_state[key] = {}
                 per_key[ns] = value
-        else:
-            for key, value in flat_items(layers, keep_removed):
-                if live is not None and value is not REMOVED:
-                    value = live(value, now)
-                    if value is None:
-                        if not keep_removed:
-                            continue
-                        value = REMOVED
-                kg = key_group_of(key)
-                per_kg = result.get(kg)
-                if per_kg is None:
-                    per_kg = result[kg] = {}
-                per_state = per_kg.get(name)
-                if per_state is None:
-                    per_state = per_kg[name] = {}
+            else:
                 per_state[key] = value
     return result
 
