@@ -84,7 +84,18 @@ class StateTable:
     mapping view over them (``key -> value``, or ``namespace -> {key -> value}``) for the
     descriptor states and for readers that do not care about layers."""
 
-    __slots__ = ("name", "kind", "values", "_live", "lower", "frozen_at", "merged", "snapshot_filter", "copy_value")
+    __slots__ = (
+        "name",
+        "kind",
+        "values",
+        "_live",
+        "lower",
+        "frozen_at",
+        "merged",
+        "dropped",
+        "snapshot_filter",
+        "copy_value",
+    )
 
     def __init__(self, name: str, kind: Optional[str], copy_value: Callable[[Any], Any] = _same) -> None:
         self.name = name
@@ -94,6 +105,7 @@ class StateTable:
         self.lower: Tuple[dict, ...] = ()
         self.frozen_at: Dict[int, int] = {}  # id() of a lower layer -> the snapshot that froze it
         self.merged: Dict[int, bool] = {}  # id() of lower layers folded into the base (droppable)
+        self.dropped: List[dict] = []  # folded layers the task dropped, emptied on the snapshot's thread
         # (value, now_ms) -> what a snapshot keeps of it, None: nothing (TTL states)
         self.snapshot_filter: Optional[Callable[[Any, int], Any]] = None
         self.copy_value = copy_value
@@ -127,6 +139,7 @@ class StateTable:
             for layer in lower:
                 if merged.pop(id(layer), False):
                     self.frozen_at.pop(id(layer), None)
+                    self.dropped.append(layer)  # (freeing a big dict here would hold the task)
                 else:
                     kept.append(layer)
             lower = tuple(kept)
@@ -144,6 +157,7 @@ class StateTable:
         self.lower = ()
         self.frozen_at = {}
         self.merged = {}
+        self.dropped = []
 
     # -- flat tables -----------------------------------------------------------------------------
     def lookup(self, key: Any, default: Any = None, promote: bool = False) -> Any:
@@ -276,6 +290,12 @@ class StateTable:
         outstanding, and with incremental checkpoints a layer stays apart until a checkpoint
         that wrote it completed. Runs on the snapshot's thread under the snapshot lock; the
         task thread drops the folded layers at its next :meth:`freeze`."""
+        dropped = self.dropped
+        while dropped:  # emptied a slice at a time: freeing a big dict at once holds the GIL long
+            layer = dropped.pop()
+            popitem = layer.popitem
+            for _ in range(len(layer)):
+                popitem()
         lower, frozen_at, merged = self.lower, self.frozen_at, self.merged
         if len(lower) < 2:
             return
