@@ -77,6 +77,12 @@ def open_db(path: str, settings: RocksDBSettings, read_only: bool = False) -> An
     # shares stay untouched for long, so an incremental checkpoint uploads little (level
     # compaction rewrites the whole level 1 whenever level 0 spills, keys being spread by hash)
     options.set_compaction_style(rocksdict.DBCompactionStyle.universal())
+    # ... and no merge of everything because the newer files outgrow the oldest: keyed state is
+    # mostly new keys and overwrites of a few, so "space amplification" (RocksDB's default trigger
+    # at 200 %) is growth, not garbage, and a full merge re-uploads the whole state
+    universal = rocksdict.UniversalCompactOptions()
+    universal.max_size_amplification_percent = 1000
+    options.set_universal_compaction_options(universal)
     table = rocksdict.BlockBasedOptions()
     table.set_block_cache(cache)
     table.set_bloom_filter(10, False)
