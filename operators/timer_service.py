@@ -54,7 +54,6 @@ def _discard(timers: StateTable, entry: Any) -> None:
 
 
 _Entry = Tuple[int, int, Any, Any]  # (timestamp, sequence, key, namespace)
-_Timer = Tuple[int, Any, Any]  # (timestamp, key, namespace)
 
 
 class InternalTimerService:
