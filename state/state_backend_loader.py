@@ -23,9 +23,10 @@ from __future__ import annotations
 import sys
 from typing import Any, List, Optional, Tuple
 
+from raylink.state.heap_incremental import HeapIncrementalSnapshot, HeapStateHandle, handle_to_key_groups
+
 _SNAPSHOTS = "raylink.state.rocksdb_snapshots"
 _BACKEND = "raylink.state.rocksdb_keyed_state_backend"
-_HEAP_INCREMENTAL = "raylink.state.heap_incremental"
 
 
 def _rocksdb(module: str) -> Optional[Any]:
@@ -42,10 +43,8 @@ def materialize_snapshot(snapshot: Any, storage: Any, checkpoint_id: int) -> Tup
     refers to and the bytes uploaded."""
     keyed = snapshot.get("keyed") if isinstance(snapshot, dict) else None
     rocksdb = _rocksdb(_SNAPSHOTS)
-    heap = _rocksdb(_HEAP_INCREMENTAL)
-    if not (
-        (rocksdb is not None and isinstance(keyed, rocksdb.RocksDBSnapshot))
-        or (heap is not None and isinstance(keyed, heap.HeapIncrementalSnapshot))
+    if not isinstance(keyed, HeapIncrementalSnapshot) and (
+        rocksdb is None or not isinstance(keyed, rocksdb.RocksDBSnapshot)
     ):
         return snapshot, (), 0
     handle, written = keyed.materialize(storage, checkpoint_id)
@@ -73,12 +72,10 @@ def bind_shared_files(snapshot: Any, state_handle: Any) -> Any:
 def restore_keyed_state(backend: Any, snapshots: List[Any]) -> None:
     """Restore ``backend`` from the keyed snapshots of the old subtasks (rescaling: each
     backend keeps the key groups of its range)."""
-    heap = _rocksdb(_HEAP_INCREMENTAL)
-    if heap is not None:  # an incremental heap checkpoint: its chain replayed, this range only
-        snapshots = [
-            heap.handle_to_key_groups(s, (backend.start, backend.end)) if isinstance(s, heap.HeapStateHandle) else s
-            for s in snapshots
-        ]
+    snapshots = [  # an incremental heap checkpoint: its chain replayed, this range only
+        handle_to_key_groups(s, (backend.start, backend.end)) if isinstance(s, HeapStateHandle) else s
+        for s in snapshots
+    ]
     rocksdb_backend = _rocksdb(_BACKEND)
     if rocksdb_backend is not None and isinstance(backend, rocksdb_backend.RocksDBKeyedStateBackend):
         backend.restore_snapshots(snapshots)
