@@ -597,7 +597,7 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
         """Elements that all belong to ``window`` alone (not due): one pane, one loop per kind."""
         table = self._table
         if table.lower:  # copy-on-write layers since a checkpoint: the general loop's lookups
-            self._process_tumbling_in(values, window)
+            self._process_in_window_layered(values, window)
             return
         pane = table.live_pane(window)
         get = pane.get
@@ -629,7 +629,7 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
                 else:
                     acc.append(value)
 
-    def _process_tumbling_in(self, values: List[Any], window: TimeWindow) -> None:
+    def _process_in_window_layered(self, values: List[Any], window: TimeWindow) -> None:
         """:meth:`_process_in_window` while a checkpoint's layers lie below the live one: a key
         the live pane misses is looked up below (:meth:`_older_contents`)."""
         pane = self._table.live.get(window)
