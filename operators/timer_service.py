@@ -46,11 +46,11 @@ def _holds(timers: StateTable, entry: Any) -> bool:
     return present is True
 
 
-def _discard(timers: StateTable, entry: Any) -> None:
+def _discard(timers: StateTable, entry: Any) -> bool:
+    """Remove ``entry`` from the set ``timers``; whether it held it."""
     if timers.lower:
-        timers.remove(entry)
-    else:
-        timers.live.pop(entry, None)
+        return timers.remove(entry, _MISSING) is not _MISSING
+    return timers.live.pop(entry, None) is True
 
 
 _Entry = Tuple[int, int, Any, Any]  # (timestamp, sequence, key, namespace)
@@ -131,8 +131,7 @@ class InternalTimerService:
         while queue and queue[0][0] <= timestamp:
             ts, _, key, namespace = heapq.heappop(queue)
             entry = (ts, key, namespace)
-            if _holds(live, entry):
-                _discard(live, entry)
+            if _discard(live, entry):
                 set_key(key)
                 fire(ts, key, namespace)
 
