@@ -309,3 +309,128 @@ def keyed_filter_batch(list values, key_of, set_key, fn) -> list:
         if fn(value):
             out.append(value)
     return out
+
+
+# -- the RocksDB keyed backend's batch paths (twins: ``state.rocksdb_state``) ------------------------
+def state_db_keys(
+    list keys, int max_parallelism, list prefix_of_group, dict known_groups, Py_ssize_t known_limit, pack
+):
+    """``[prefix_of_group[key group of k] + pack(k) for k in keys]`` for keys of exact type int
+    or str, their key groups remembered in ``known_groups`` (cleared first when it would pass
+    ``known_limit``); None when a key is of another type, cannot be packed, or its key group has
+    no prefix (not this backend's): the caller takes the generic path."""
+    cdef Py_ssize_t i, n = PyList_GET_SIZE(keys)
+    cdef list out = [None] * n
+    cdef list groups = [None] * n
+    cdef object key, prefix
+    cdef type t
+    cdef int64_t group
+    for i in range(n):
+        key = <object>PyList_GET_ITEM(keys, i)
+        t = type(key)
+        if t is not int and t is not str:
+            return None
+        group = _murmur_int(_stable_hash(key, None)) % max_parallelism
+        if group >= PyList_GET_SIZE(prefix_of_group):
+            return None
+        prefix = <object>PyList_GET_ITEM(prefix_of_group, group)
+        if prefix is None:
+            return None
+        try:
+            out[i] = prefix + pack(key)
+        except (OverflowError, ValueError):
+            return None
+        groups[i] = group
+    if len(known_groups) + n > known_limit:
+        known_groups.clear()
+    for i in range(n):
+        PyDict_SetItem(known_groups, <object>PyList_GET_ITEM(keys, i), <object>PyList_GET_ITEM(groups, i))
+    return out
+
+
+def reduce_keyed_batch(list values, list keys, dict state, reduce, on_miss) -> list:
+    """``reduce_batch`` over a dict with the batch's keys given (``keys[i]`` is the key of
+    ``values[i]``): the key selector ran once per record, before the state was fetched."""
+    cdef list out = []
+    cdef Py_ssize_t i, n = PyList_GET_SIZE(values)
+    cdef PyObject* current
+    cdef object value, key
+    if PyList_GET_SIZE(keys) != n:
+        raise ValueError(f"{n} values but {PyList_GET_SIZE(keys)} keys")
+    for i in range(n):
+        value = <object>PyList_GET_ITEM(values, i)
+        key = <object>PyList_GET_ITEM(keys, i)
+        current = PyDict_GetItemWithError(state, key)
+        if current == NULL:
+            value = on_miss(key, value)
+        else:
+            value = reduce(<object>current, value)
+        state[key] = value
+        out.append(value)
+    return out
+
+
+def sum_pairs_keyed_batch(list values, list keys, dict state, on_miss) -> tuple:
+    """``sum_pairs_batch`` over a dict with the batch's keys given (as ``reduce_keyed_batch``)."""
+    cdef list out = []
+    cdef Py_ssize_t i, n = PyList_GET_SIZE(values)
+    cdef PyObject* current
+    cdef object value, key, acc
+    if PyList_GET_SIZE(keys) != n:
+        raise ValueError(f"{n} values but {PyList_GET_SIZE(keys)} keys")
+    for i in range(n):
+        value = <object>PyList_GET_ITEM(values, i)
+        key = <object>PyList_GET_ITEM(keys, i)
+        current = PyDict_GetItemWithError(state, key)
+        if current == NULL:
+            if type(value) is not tuple or PyTuple_GET_SIZE(value) != 2:
+                return out, i
+            value = on_miss(key, value)
+        else:
+            acc = <object>current
+            value = (acc[0], acc[1] + value[1])
+        state[key] = value
+        out.append(value)
+    return out, n
+
+
+cdef bint _plain_value(object value) except -1:
+    """None, a scalar of an exact built-in type, or a tuple of such (any depth): what msgpack
+    stores and gives back as it was (arrays read back as tuples)."""
+    cdef type t = type(value)
+    cdef Py_ssize_t j
+    if _is_scalar_type(t):
+        return True
+    if t is tuple:
+        for j in range(PyTuple_GET_SIZE(value)):
+            if not _plain_value(<object>PyTuple_GET_ITEM(value, j)):
+                return False
+        return True
+    return False
+
+
+def state_entries(dict cache, dict db_keys, db_key, pack, dump) -> tuple:
+    """Every cached entry as ``(key bytes list, value bytes list)`` in key order: the key's bytes
+    from ``db_keys`` (else ``db_key(key)``); a plain value (``_plain_value``) packed with
+    ``pack`` unless ``pack`` is None or raises, any other value through ``dump``."""
+    cdef dict blobs = {}
+    cdef PyObject* known
+    cdef object key, value, k, blob
+    for key, value in cache.items():
+        known = PyDict_GetItemWithError(db_keys, key)
+        k = <object>known if known != NULL else db_key(key)
+        if pack is not None and _plain_value(value):
+            try:
+                blob = pack(value)
+            except (OverflowError, ValueError):
+                blob = dump(value)
+        else:
+            blob = dump(value)
+        PyDict_SetItem(blobs, k, blob)
+    cdef list ordered = list(blobs)  # sorting the keys alone: three times faster than (key, value) pairs
+    ordered.sort()
+    cdef Py_ssize_t i, n = PyList_GET_SIZE(ordered)
+    cdef list values = [None] * n
+    for i in range(n):
+        values[i] = <object>PyDict_GetItemWithError(blobs, <object>PyList_GET_ITEM(ordered, i))
+    return ordered, values

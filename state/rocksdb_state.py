@@ -12,14 +12,19 @@ value``), the layout the window operator uses on the heap, with the number of en
 namespace in memory so an empty pane is known without a scan.
 
 The keyed rolling reduce calls :meth:`RocksDBMapState.reduce_batch` / ``sum_pairs_batch`` once per
-batch of records (the contract of ``operators.reduce``'s pure loops): the batch's keys not cached
-get their key groups and bytes at once (a C-level map of msgpack's pack for int or str keys) and
-are fetched with one multi-get; the loop itself then runs over the cache. The cache is written in
-key order (RocksDB inserts a sorted batch into its memtable several times faster).
+batch of records (the contract of ``operators.reduce``'s pure loops): the key selector runs once
+per record, the batch's keys not cached get their key groups and bytes at once and are fetched
+with one multi-get; the loop itself then runs over the cache with the keys already known. The
+cache is written in key order (RocksDB inserts a sorted batch into its memtable several times
+faster). These batch steps run compiled (``shuffle._hotpath``: ``state_db_keys``,
+``reduce_keyed_batch``, ``sum_pairs_keyed_batch``, ``state_entries``) or as their pure twins here.
 
 Keys are serialised with msgpack (ints, strings, bytes, floats and tuples of them: equal keys give
-equal bytes) or else pickle; values with the stream's codec (``shuffle.codec``, msgpack) when the
-state's descriptor declares a type, else pickle (cloudpickle when pickle cannot).
+equal bytes) or else pickle. Values: with the stream's codec (``shuffle.codec``, tagged) when the
+state's descriptor declares a type; else plain values (None, scalars of exact built-in types and
+tuples of them) with msgpack, read back as they were (arrays as tuples), and anything else with
+pickle (cloudpickle when pickle cannot). The first byte tells them apart: pickle's ``0x80``, the
+codec's tag ``0xC1`` (msgpack never writes either: it packs no dicts here).
 
 Not thread-safe: a state belongs to its backend's task thread.
 """
@@ -31,7 +36,8 @@ import pickle
 import struct
 from collections import deque
 from collections.abc import MutableMapping
-from itertools import filterfalse, repeat
+from functools import partial
+from itertools import chain, filterfalse
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import cloudpickle
@@ -40,6 +46,7 @@ import rocksdict
 
 from raylink.core.key_groups import assign_key_groups
 from raylink.shuffle import codec
+from raylink.shuffle.hotpath import NATIVE
 from raylink.state.state_backend import (
     StateTable,
 )
@@ -60,7 +67,6 @@ def _simple(obj: Any) -> bool:
 
 
 _pack = msgpack.Packer(use_bin_type=True).pack
-_PLAIN_KEY_TYPES = ({int}, {str})  # a batch of only these: one C-level map of msgpack's pack
 
 
 def dump_key(obj: Any) -> bytes:
@@ -92,14 +98,154 @@ def dump_codec_value(obj: Any) -> bytes:
     return _CODEC_TAG + codec.encode(obj)
 
 
+_PICKLE_START = 0x80  # pickle's PROTO opcode: every pickle of protocol 2 and above starts with it
+_unpack_plain = partial(msgpack.unpackb, use_list=False, raw=False)
+
+
 def load_value(data: bytes) -> Any:
-    """A stored value: the stream's codec when tagged so, else pickle."""
-    if data[0] == _PICKLED:
+    """A stored value: pickle, the stream's codec when tagged so, else a plain value (msgpack)."""
+    first = data[0]
+    if first == _PICKLE_START:
+        return pickle.loads(data)
+    if first == _PICKLED:
         return codec.decode(data[1:])
-    return pickle.loads(data)
+    return _unpack_plain(data)
 
 
 _CODEC_TAG = bytes((_PICKLED,))  # pickle never starts with it either
+
+
+# -- the batch steps' pure twins (compiled: ``shuffle._hotpath``) --------------------------------
+def state_db_keys_pure(
+    keys: List[Any],
+    max_parallelism: int,
+    prefix_of_group: List[Optional[bytes]],
+    known_groups: Dict[Any, int],
+    known_limit: int,
+    pack: Callable[[Any], bytes],
+) -> Optional[List[bytes]]:
+    """``[prefix_of_group[key group of k] + pack(k) for k in keys]`` for keys of exact type int
+    or str, their key groups remembered in ``known_groups`` (cleared first when it would pass
+    ``known_limit``); None when a key is of another type, cannot be packed, or its key group has
+    no prefix (not this backend's): the caller takes the generic path."""
+    if not set(map(type, keys)) <= _INT_OR_STR:
+        return None
+    groups = assign_key_groups(keys, max_parallelism)
+    prefixes = list(map(prefix_of_group.__getitem__, groups))
+    if None in prefixes:
+        return None
+    try:
+        dumped = list(map(pack, keys))
+    except (OverflowError, ValueError):
+        return None
+    if len(known_groups) + len(keys) > known_limit:
+        known_groups.clear()
+    known_groups.update(zip(keys, groups))
+    return list(map(bytes.__add__, prefixes, dumped))
+
+
+_INT_OR_STR = {int, str}
+
+
+def reduce_keyed_batch_pure(values: List[Any], keys: List[Any], state: dict, reduce: Any, on_miss: Any) -> List[Any]:
+    """``operators.reduce.reduce_batch_pure`` over a dict with the batch's keys given (``keys[i]``
+    is the key of ``values[i]``: the key selector ran once, before the state was fetched)."""
+    if len(keys) != len(values):
+        raise ValueError(f"{len(values)} values but {len(keys)} keys")
+    out: List[Any] = []
+    append = out.append
+    get = state.get
+    missing = _MISSING
+    for value, key in zip(values, keys):
+        current = get(key, missing)
+        if current is missing:
+            value = on_miss(key, value)
+        else:
+            value = reduce(current, value)
+        state[key] = value
+        append(value)
+    return out
+
+
+def sum_pairs_keyed_batch_pure(values: List[Any], keys: List[Any], state: dict, on_miss: Any) -> Tuple[List[Any], int]:
+    """``operators.reduce.sum_pairs_batch_pure`` over a dict with the batch's keys given."""
+    if len(keys) != len(values):
+        raise ValueError(f"{len(values)} values but {len(keys)} keys")
+    out: List[Any] = []
+    append = out.append
+    get = state.get
+    missing = _MISSING
+    tuple_ = tuple
+    for index, (value, key) in enumerate(zip(values, keys)):
+        current = get(key, missing)
+        if current is missing:
+            if type(value) is not tuple_ or len(value) != 2:
+                return out, index
+            value = on_miss(key, value)
+        else:
+            value = (current[0], current[1] + value[1])
+        state[key] = value
+        append(value)
+    return out, len(values)
+
+
+def state_entries_pure(
+    cache: Dict[Any, Any],
+    db_keys: Dict[Any, bytes],
+    db_key: Callable[[Any], bytes],
+    pack: Optional[Callable[[Any], bytes]],
+    dump: Callable[[Any], bytes],
+) -> Tuple[List[bytes], List[bytes]]:
+    """Every cached entry as ``(key bytes list, value bytes list)`` in key order: the key's bytes
+    from ``db_keys`` (else ``db_key(key)``); a plain value (:func:`_simple`) packed with ``pack``
+    unless ``pack`` is None or raises, any other value through ``dump``."""
+    keys = list(cache)
+    known = list(map(db_keys.get, keys))
+    if None in known:
+        known = [k if k is not None else db_key(key) for key, k in zip(keys, known)]
+    values = list(cache.values())
+    blobs: Optional[List[bytes]] = None
+    if pack is not None and _all_plain(values):
+        try:
+            blobs = list(map(pack, values))
+        except (OverflowError, ValueError):
+            blobs = None
+    if blobs is None:
+        blobs = [_plain_or_dumped(value, pack, dump) for value in values]
+    entries = dict(zip(known, blobs))
+    ordered = sorted(entries)  # the keys alone: three times faster than sorting (key, value) pairs
+    return ordered, list(map(entries.__getitem__, ordered))
+
+
+_SCALAR_TYPES = frozenset((int, str, bytes, float, bool, type(None)))
+
+
+def _all_plain(values: List[Any]) -> bool:
+    """Whether every value is plain (:func:`_simple`); scalars and flat tuples checked by type
+    at C speed, anything else value by value."""
+    types = set(map(type, values))
+    if types <= _SCALAR_TYPES:
+        return True
+    if types == {tuple} and set(map(type, chain.from_iterable(values))) <= _SCALAR_TYPES:
+        return True
+    return all(map(_simple, values))
+
+
+def _plain_or_dumped(value: Any, pack: Optional[Callable[[Any], bytes]], dump: Callable[[Any], bytes]) -> bytes:
+    if pack is not None and _simple(value):
+        try:
+            return pack(value)
+        except (OverflowError, ValueError):
+            pass
+    return dump(value)
+
+
+if NATIVE is None:
+    _state_db_keys, _state_entries = state_db_keys_pure, state_entries_pure
+    _reduce_keyed_batch, _sum_pairs_keyed_batch = reduce_keyed_batch_pure, sum_pairs_keyed_batch_pure
+else:
+    _state_db_keys, _state_entries = NATIVE.state_db_keys, NATIVE.state_entries
+    _reduce_keyed_batch, _sum_pairs_keyed_batch = NATIVE.reduce_keyed_batch, NATIVE.sum_pairs_keyed_batch
 
 
 # -- the tables ------------------------------------------------------------------------------------------
@@ -126,7 +272,9 @@ class RocksDBMapState(MutableMapping):
         self._prefixes = [KEY_HEADER.pack(kg, state_id) for kg in range(b.start, b.end + 1)]
         self._start = b.start
         # key group -> prefix, None outside the backend's range (the batch paths index it by key group)
-        self._prefix_of_group: List[Optional[bytes]] = [None] * b.start + self._prefixes
+        self._prefix_of_group: List[Optional[bytes]] = (
+            [None] * b.start + self._prefixes + [None] * (b.max_parallelism - 1 - b.end)
+        )
 
     # -- keys
     def _db_key(self, key: Any) -> bytes:
@@ -226,31 +374,19 @@ class RocksDBMapState(MutableMapping):
             self._db.delete_range(prefix, next_prefix(prefix))
 
     def flush(self) -> None:
-        """Write the cached objects to RocksDB (one batch) and forget them."""
+        """Write the cached objects to RocksDB (one batch, in key order: RocksDB inserts a sorted
+        batch into its memtable several times faster than one in hash order) and forget them."""
         cache = self._cache
         if not cache:
             self._db_keys.clear()
             return
-        keys = list(cache)
-        db_keys = list(map(self._db_keys.get, keys))
-        if None in db_keys:
-            db_key = self._db_key
-            db_keys = [k if k is not None else db_key(key) for key, k in zip(keys, db_keys)]
-        values = list(cache.values())
         dump = self._dump
-        if dump is not None:
-            blobs = list(map(dump, values))
+        if dump is None:
+            entries = _state_entries(cache, self._db_keys, self._db_key, _pack, dump_value)
         else:
-            try:
-                blobs = list(map(pickle.dumps, values, repeat(5)))
-            except (pickle.PicklingError, AttributeError, TypeError):
-                blobs = list(map(dump_value, values))
-        # in key order: RocksDB inserts a sorted batch into its memtable several times faster
-        # (each insert starts where the previous one ended) than one in hash order
-        entries = dict(zip(db_keys, blobs))
-        ordered = sorted(entries)
+            entries = _state_entries(cache, self._db_keys, self._db_key, None, dump)
         batch = rocksdict.WriteBatch(raw_mode=True)
-        deque(map(batch.put, ordered, map(entries.__getitem__, ordered)), maxlen=0)
+        deque(map(batch.put, *entries), maxlen=0)
         self._db.write(batch)
         cache.clear()
         self._db_keys.clear()
@@ -268,29 +404,34 @@ class RocksDBMapState(MutableMapping):
         if len(cache) + len(missing) > self._capacity:
             self.flush()
             missing = list(dict.fromkeys(keys))
-        groups = self._key_groups(missing)
-        if groups is None:  # some key is not ours (or None): only the others are looked up
-            checked = [(k, g) for k, g in zip(missing, map(self._checked_group, missing)) if g is not None]
-            if not checked:
+        b = self._backend
+        db_keys = _state_db_keys(
+            missing, b.max_parallelism, self._prefix_of_group, b._kg_cache, b._key_cache_limit, _pack
+        )
+        if db_keys is None:
+            planned = self._db_keys_generic(missing)
+            if planned is None:
                 return
-            missing = [k for k, _ in checked]
-            groups = [g for _, g in checked]
-        types = set(map(type, missing))
-        dumped: Optional[List[bytes]] = None
-        if types in _PLAIN_KEY_TYPES:
-            try:
-                dumped = list(map(_pack, missing))
-            except (OverflowError, ValueError):
-                dumped = None
-        if dumped is None:
-            dumped = list(map(dump_key, missing))
-        db_keys = list(map(bytes.__add__, map(self._prefix_of_group.__getitem__, groups), dumped))
+            missing, db_keys = planned
         self._db_keys.update(zip(missing, db_keys))
         raws = self._db.get(db_keys)
         if raws.count(None) != len(raws):
             for key, raw in zip(missing, raws):
                 if raw is not None:
                     cache[key] = load_value(raw)
+
+    def _db_keys_generic(self, missing: List[Any]) -> Optional[Tuple[List[Any], List[bytes]]]:
+        """``(keys, their bytes)`` of the keys of ``missing`` this backend stores, for keys of
+        any type; None if there are none."""
+        groups = self._key_groups(missing)
+        if groups is None:  # some key is not ours (or None): only the others are looked up
+            checked = [(k, g) for k, g in zip(missing, map(self._checked_group, missing)) if g is not None]
+            if not checked:
+                return None
+            missing = [k for k, _ in checked]
+            groups = [g for _, g in checked]
+        db_keys = list(map(bytes.__add__, map(self._prefix_of_group.__getitem__, groups), map(dump_key, missing)))
+        return missing, db_keys
 
     def _key_groups(self, keys: List[Any]) -> Optional[List[int]]:
         """The key groups of ``keys`` (all at once), remembered by the backend for its key
@@ -321,20 +462,7 @@ class RocksDBMapState(MutableMapping):
         fetched with one multi-get first."""
         keys = list(map(key_of, values))
         self._fetch(keys)
-        cache = self._cache
-        get = cache.get
-        out: List[Any] = []
-        append = out.append
-        missing = _MISSING
-        for value, key in zip(values, keys):
-            current = get(key, missing)
-            if current is missing:
-                value = on_miss(key, value)
-            else:
-                value = reduce(current, value)
-            cache[key] = value
-            append(value)
-        return out
+        return _reduce_keyed_batch(values, keys, self._cache, reduce, on_miss)
 
     def sum_pairs_batch(self, values: List[Any], key_of: Callable[[Any], Any], on_miss: Any) -> Tuple[List[Any], int]:
         """``sum(1)`` over ``(key, count)`` pairs (``operators.reduce.sum_pairs_batch_pure``):
@@ -342,23 +470,7 @@ class RocksDBMapState(MutableMapping):
         and not an exact 2-tuple (nothing of it stored)."""
         keys = list(map(key_of, values))
         self._fetch(keys)
-        cache = self._cache
-        get = cache.get
-        out: List[Any] = []
-        append = out.append
-        missing = _MISSING
-        tuple_ = tuple
-        for index, (value, key) in enumerate(zip(values, keys)):
-            current = get(key, missing)
-            if current is missing:
-                if type(value) is not tuple_ or len(value) != 2:
-                    return out, index
-                value = on_miss(key, value)
-            else:
-                value = (current[0], current[1] + value[1])
-            cache[key] = value
-            append(value)
-        return out, len(values)
+        return _sum_pairs_keyed_batch(values, keys, self._cache, on_miss)
 
     def use_stream_codec(self) -> None:
         """Store values with the stream's codec (msgpack) instead of pickle: the state's
@@ -585,4 +697,8 @@ __all__ = [
     "load_key",
     "load_value",
     "next_prefix",
+    "reduce_keyed_batch_pure",
+    "state_db_keys_pure",
+    "state_entries_pure",
+    "sum_pairs_keyed_batch_pure",
 ]

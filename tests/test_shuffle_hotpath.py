@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from raylink.core.key_groups import (
     assign_key_to_parallel_operator,
+    assign_to_key_group,
     compute_default_max_parallelism,
     murmur_hash,
     operator_index_table,
@@ -31,6 +32,7 @@ from raylink.shuffle import codec, hotpath, shareable
 from raylink.shuffle.partitioners import KeyGroupStreamPartitioner, bucket_by_channel_pure
 from raylink.shuffle.record_writer import RecordWriter
 from raylink.shuffle.result_partition import ResultPartition
+from raylink.state import rocksdb_state
 from raylink.state.state_table import REMOVED
 
 try:
@@ -262,6 +264,101 @@ def test_compiled_keyed_loops_equal_the_pure_twins(values):
             out = loop(values, lambda v: v % 5, keys_set.append, fn)
             logs.append((out, keys_set))
         assert logs[0] == logs[1]
+
+
+# -- the RocksDB backend's batch steps -----------------------------------------------------
+state_keys = st.one_of(
+    st.integers(-(2**70), 2**70),  # beyond 64 bits: msgpack cannot, the generic path takes the batch
+    st.text(max_size=6),
+    st.sampled_from([True, None, 1.5, ("t", 1)]),  # other types: the generic path too
+)
+state_values = st.recursive(
+    st.one_of(scalars, st.none()),
+    lambda inner: st.one_of(
+        st.tuples(inner, inner), st.lists(inner, max_size=2), st.frozensets(st.integers(), max_size=2)
+    ),
+    max_leaves=4,
+)
+
+
+@needs_native
+@SETTINGS
+@given(st.lists(state_keys, max_size=30), st.integers(0, 127), st.integers(0, 40))
+def test_compiled_state_key_bytes_equal_the_pure_twin(key_list, start, known_limit):
+    """Key groups, prefixes and key bytes of a batch, or None for the generic path (a key of
+    another type, too large, or of another subtask's key group)."""
+    prefix_of_group = [None] * start + [bytes([g, 0, 9]) for g in range(start, 128)]
+    runs = []
+    for fn in (native.state_db_keys, rocksdb_state.state_db_keys_pure):
+        known = {"old": 5}
+        runs.append((fn(key_list, 128, prefix_of_group, known, known_limit, rocksdb_state._pack), known))
+    assert runs[0] == runs[1]
+    out, known = runs[0]
+    if out is not None:  # the generic path would give the same bytes
+        for key, db_key in zip(key_list, out):
+            assert db_key == prefix_of_group[known[key]] + rocksdb_state.dump_key(key)
+            assert known[key] == assign_to_key_group(key, 128)
+
+
+@needs_native
+@SETTINGS
+@given(st.dictionaries(st.integers(0, 10**6), state_values, max_size=30), st.booleans())
+def test_compiled_state_entries_equal_the_pure_twin_and_read_back_exactly(cache, use_pack):
+    """The bytes written for a cache: identical on both paths, in key order, and every value
+    reads back equal and of the same types (tuples stay tuples, lists lists, bools bools)."""
+    db_keys = {k: rocksdb_state.dump_key(k) for k in list(cache)[::2]}
+    pack = rocksdb_state._pack if use_pack else None
+    runs = [
+        fn(cache, db_keys, rocksdb_state.dump_key, pack, rocksdb_state.dump_value)
+        for fn in (native.state_entries, rocksdb_state.state_entries_pure)
+    ]
+    assert runs[0] == runs[1]
+    ordered, blobs = runs[0]
+    assert ordered == sorted(rocksdb_state.dump_key(k) for k in cache)
+    for db_key, blob in zip(ordered, blobs):
+        value = cache[rocksdb_state.load_key(db_key)]
+        loaded = rocksdb_state.load_value(blob)
+        assert loaded == value and _types(loaded) == _types(value)
+
+
+def _types(value):
+    """The types of a value, through tuples and lists."""
+    if type(value) in (tuple, list):
+        return type(value), [_types(v) for v in value]
+    return type(value)
+
+
+@needs_native
+@SETTINGS
+@given(
+    st.lists(
+        st.one_of(st.tuples(st.sampled_from("abcd"), st.integers()), st.tuples(st.just("z"), st.just(1), st.just(2))),
+        max_size=40,
+    ),
+    st.dictionaries(st.sampled_from("abc"), st.tuples(st.just("x"), st.integers())),
+)
+def test_compiled_keyed_reduce_loops_equal_the_pure_twins(values, state):
+    """The loops over the RocksDB backend's cache, the keys given (the key selector ran once)."""
+    keys_ = [v[0] for v in values]
+    runs = []
+    for reduce_fn, sum_fn in (
+        (native.reduce_keyed_batch, native.sum_pairs_keyed_batch),
+        (rocksdb_state.reduce_keyed_batch_pure, rocksdb_state.sum_pairs_keyed_batch_pure),
+    ):
+        new: list = []
+
+        def on_miss(k, v, new=new):
+            new.append(k)
+            return v
+
+        first = dict(state)
+        reduced = reduce_fn(values, keys_, first, lambda a, b: (a[0], a[1] * 2 + b[-1]), on_miss)
+        second = dict(state)
+        summed = sum_fn(values, keys_, second, on_miss)
+        runs.append((reduced, first, summed, second, new))
+    assert runs[0] == runs[1]
+    with pytest.raises(ValueError, match="1 values but 0 keys"):
+        native.reduce_keyed_batch([("a", 1)], [], {}, None, None)
 
 
 # -- bytes on the wire ----------------------------------------------------------------------
