@@ -19,6 +19,9 @@ and state. What it holds, and the twin of each:
 * ``keyed_map_batch`` / ``keyed_flat_map_batch`` / ``keyed_filter_batch``: the loops of the
   keyed map/flat_map/filter that set the backend's current key per record
   (``operators.basic``).
+* ``state_db_keys`` / ``reduce_keyed_batch`` / ``sum_pairs_keyed_batch`` / ``state_entries``:
+  the RocksDB keyed backend's batch steps (a batch's key groups and key bytes, the rolling
+  reduce over its fetched keys, the sorted write batch; twins: ``state.rocksdb_state``).
 
 Anything a function cannot decide by exact types (a key of another type, a subclass) it hands
 to the Python callable it was given, so both paths agree by construction. Functions raise

@@ -1,9 +1,10 @@
 """Which per-record path runs: the compiled one (``raylink.shuffle._hotpath``) or its pure-Python twins.
 
 The compiled module holds the per-batch framework loops (keyed channel selection with Flink's
-murmur key-group hash, bucketing per channel, the flatness check, the rolling reduce and the
-keyed map/flat_map/filter loops); the modules that own those loops (``shuffle.partitioners``,
-``shuffle.record_writer``, ``shuffle.codec``, ``operators.reduce``, ``operators.basic``) keep
+murmur key-group hash, bucketing per channel, the flatness check, the rolling reduce, the
+keyed map/flat_map/filter loops and the RocksDB backend's batch steps); the modules that own
+those loops (``shuffle.partitioners``, ``shuffle.record_writer``, ``shuffle.codec``,
+``operators.reduce``, ``operators.basic``, ``state.rocksdb_state``) keep
 their pure-Python versions as the reference and the fallback, and pick one through
 ``NATIVE`` when they are imported. ``NATIVE`` is None -- the pure-Python path -- when
 ``RAYLINK_PURE_PYTHON`` is set to anything but ``""``/``"0"``, or when the compiled module is
