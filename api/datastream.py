@@ -170,7 +170,7 @@ class _Configurable:
 
 
 # the one-input kinds that run keyed (with keyed state) when applied to a KeyedStream
-_KEYED_KINDS = frozenset({"map", "flat_map", "filter", "reduce", "aggregate", "keyed_process"})
+_KEYED_KINDS = frozenset({"map", "flat_map", "filter", "map_batches", "reduce", "aggregate", "keyed_process"})
 
 
 class DataStream(_Configurable):
@@ -246,12 +246,8 @@ class DataStream(_Configurable):
         ``from_spark`` reach ``func`` as Spark made them, rows of a row operator are gathered
         ``batch_size`` at a time (and before every checkpoint); the result goes on as batches
         to a chained ``map_batches`` / ``sink_to_spark``, as tuple rows to anything else.
-        See :mod:`raylink.operators.map_batches`."""
-        if getattr(self, "_key_selector", None) is not None:
-            raise NotImplementedError(
-                "map_batches on a KeyedStream (a function over each key group's batch) is not supported; "
-                "call map_batches before key_by"
-            )
+        On a ``KeyedStream``, ``func`` gets the gathered rows of one key at a time, that key
+        current for its keyed state. See :mod:`raylink.operators.map_batches`."""
         if batch_format not in ("pyarrow", "pandas"):
             raise ValueError(f"map_batches: batch_format must be 'pyarrow' or 'pandas', got {batch_format!r}")
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:

@@ -19,15 +19,24 @@ chained to it and takes batches (:data:`ACCEPTS_RECORD_BATCHES`: another ``map_b
 the Spark sink); otherwise it is exploded into tuple rows, so a row function downstream
 keeps working and rows are built only where one needs them.
 
+On a ``KeyedStream`` (:class:`KeyedMapBatchesOperator`), ``fn`` gets the rows of one key at a
+time: the rows gathered since the last flush are split by key (each key's rows in arrival
+order, the keys in the order they first arrived), and the backend's current key is that key
+while ``fn`` runs, so keyed state a function object registered in ``open(runtime_context)``
+is that key's (Ray Data's ``groupby(...).map_groups(fn)``, over a stream). Rows reach it across
+the keyed exchange; an Arrow batch reaching it is split into rows first.
+
 Per-record event timestamps do not survive a batch (the batches carry none). One instance
-per subtask, driven by the task thread only (not thread-safe, like every operator).
+per subtask, driven by the task thread only (not thread-safe, like every operator). A function
+object's ``open(runtime_context)`` / ``close()`` are called as for ``map``.
 """
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
-from raylink.operators.base import StreamOperator
+from raylink.operators.base import AbstractUdfStreamOperator, resolve_function
+from raylink.state.state_backend import keyed_backend_for
 
 BATCH_FORMATS = ("pyarrow", "pandas")
 DEFAULT_BATCH_SIZE = 4096
@@ -72,7 +81,7 @@ def batch_of_rows(rows: List[Any], names: Optional[Sequence[str]]) -> Any:
     return pa.RecordBatch.from_arrays([pa.array(list(c)) for c in columns], names=list(names))
 
 
-class MapBatchesOperator(StreamOperator):
+class MapBatchesOperator(AbstractUdfStreamOperator):
     """Calls ``fn`` on each Arrow batch (or the rows gathered into one); emits batches or rows."""
 
     accepts_record_batches = True
@@ -86,10 +95,9 @@ class MapBatchesOperator(StreamOperator):
         name: str = "",
         operator_id: str = "",
     ) -> None:
-        super().__init__(name or "Map Batches", operator_id)
+        super().__init__(function, name or "Map Batches", operator_id)
         if batch_format not in BATCH_FORMATS:
             raise ValueError(f"map_batches: batch_format must be one of {BATCH_FORMATS}, got {batch_format!r}")
-        self.function = function
         self.batch_format = batch_format
         self.batch_size = batch_size
         self.input_names = tuple(input_names) if input_names is not None else None
@@ -111,8 +119,11 @@ class MapBatchesOperator(StreamOperator):
                 f"map_batches {self.name!r}: expected a callable or an object with map_batches(batch), "
                 f"got {type(self.function).__name__}"
             )
+        if fn is not self.function:
+            self._lifecycle.append(self.function)  # its open(runtime_context) / close()
         self._fn = fn
         self.emit_batches = downstream_accepts_batches(self.output)
+        self._open_functions()
 
     # -- input ------------------------------------------------------------------------------------
     def process_element(self, value: Any) -> None:
@@ -218,18 +229,92 @@ class MapBatchesOperator(StreamOperator):
         self._flush()
 
 
+class KeyedMapBatchesOperator(MapBatchesOperator):
+    """``map_batches`` of a ``KeyedStream``: ``fn`` over the gathered rows of one key at a time,
+    that key the backend's current key (its keyed state is that key's)."""
+
+    accepts_record_batches = False  # rows come across the keyed exchange
+
+    def __init__(
+        self,
+        function: Any,
+        key_selector: Any,
+        batch_format: str = "pyarrow",
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        input_names: Optional[Sequence[str]] = None,
+        name: str = "",
+        operator_id: str = "",
+    ) -> None:
+        super().__init__(function, batch_format, batch_size, input_names, name, operator_id)
+        self.key_selector = key_selector
+
+    def setup(self, output: Any, runtime_context: Any) -> None:
+        super().setup(output, runtime_context)
+        self.keyed_state_backend = keyed_backend_for(runtime_context)
+
+    def open(self) -> None:
+        if self.key_selector is None:
+            raise ValueError(f"keyed operator {self.name!r} has no key selector")
+        self._key_of = resolve_function(self.key_selector, "get_key", self.name)
+        super().open()
+
+    def process_element(self, value: Any) -> None:
+        if isinstance(value, self._pa.RecordBatch):
+            self.process_batch(rows_of(value))
+            return
+        super().process_element(value)
+
+    def process_batch(self, values: List[Any]) -> None:
+        record_batch = self._pa.RecordBatch
+        if any(isinstance(value, record_batch) for value in values):
+            values = [
+                row for value in values for row in (rows_of(value) if isinstance(value, record_batch) else (value,))
+            ]
+        super().process_batch(values)
+
+    def _flush(self) -> None:
+        rows = self._rows
+        if not rows:
+            return
+        self._rows = []
+        by_key: Dict[Any, List[Any]] = {}
+        key_of = self._key_of
+        for row in rows:
+            key = key_of(row)
+            group = by_key.get(key)
+            if group is None:
+                by_key[key] = [row]
+            else:
+                group.append(row)
+        set_key = self.keyed_state_backend.set_current_key
+        for key, group in by_key.items():
+            set_key(key)  # raises, naming the key, for None or another subtask's key
+            try:
+                batch = batch_of_rows(group, self.input_names)
+            except (self._pa.ArrowException, TypeError, ValueError) as exc:
+                raise TypeError(
+                    f"map_batches {self.name!r}: the input rows of key {key!r} do not form an Arrow batch: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from None
+            self._apply(batch)
+
+
 def _describe(schema: Any) -> str:
     return ", ".join(f"{f.name}: {f.type}" for f in schema)
 
 
 def create_map_batches_operator(spec: Any) -> MapBatchesOperator:
     params = getattr(spec, "params", None) or {}
-    return MapBatchesOperator(
+    args = (
         spec.function,
         params.get("batch_format", "pyarrow"),
         params.get("batch_size", DEFAULT_BATCH_SIZE),
         params.get("input_names"),
     )
+    key_selector = getattr(spec, "key_selector", None)
+    if key_selector is not None:
+        return KeyedMapBatchesOperator(args[0], key_selector, *args[1:])
+    return MapBatchesOperator(*args)
 
 
 __all__ = [
@@ -237,6 +322,7 @@ __all__ = [
     "BATCH_FORMATS",
     "DEFAULT_BATCH_SIZE",
     "FLUSH_AFTER_MS",
+    "KeyedMapBatchesOperator",
     "MapBatchesOperator",
     "batch_of_rows",
     "create_map_batches_operator",

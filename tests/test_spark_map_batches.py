@@ -138,8 +138,6 @@ def test_a_bad_return_fails_naming_the_operator(spark, tmp_path):
     env = new_env(1)
     with pytest.raises(ValueError, match="batch_format must be"):
         env.from_spark(frame(spark, 10, 1)).map_batches(square_v, batch_format="numpy")
-    with pytest.raises(NotImplementedError, match="call map_batches before key_by"):
-        env.from_collection([(1, 2)]).key_by(lambda r: r[0]).map_batches(square_v)
 
 
 class PacedBatches:
