@@ -3,7 +3,7 @@ small integer keys on the ``hashmap`` and the ``rocksdb`` backend, each size and
 process of its own (so its peak RSS is its own), printed as one table:
 
 * throughput of the reduce loop the operator runs (``operators.reduce``: the compiled loop
-  over the heap's dict, the pure loop over RocksDB's mapping), as a ratio to a plain dict loop
+  over the heap's dict; RocksDB's batch path, compiled too), as a ratio to a plain dict loop
   doing the same updates in the same process (the baseline no backend can beat);
 * the worst synchronous snapshot phase over the checkpoints taken (the task's pause: the heap
   backend freezes its live layers, copy-on-write; RocksDB flushes its memtable and takes a

@@ -5,7 +5,9 @@ Headline rows: the job as a new user writes it: ``from_sequence`` -> ``map(make_
 function -> a sink; no declared types, no slot sharing groups, default configuration;
 at parallelism 1 and 2, and with the results read back through ``execute_and_collect()``.
 Then the tuned shape: a declared output type, the built-in ``sum(1)`` and the two halves
-in their own slot sharing groups.
+in their own slot sharing groups. A first row times the as-written job's own functions called
+one after the other with nothing between them: the ceiling of any engine running that program
+in one process (the plain loop adds in place, without the lambdas' calls and tuples).
 
 Each row on the compiled per-record path and on its pure-Python twins (``RAYLINK_PURE_PYTHON=1``),
 next to each other: every round runs in a fresh process with its own local Ray (the path is chosen
@@ -61,6 +63,28 @@ def plain_loop(num_lines: int) -> float:
             total = counts.get(key, 0) + pair[1]
             counts[key] = total
             discard((key, total))
+    return time.perf_counter() - start
+
+
+def functions_only(num_lines: int) -> float:
+    """The as-written job's own functions called as its p=1 tasks call them, with no framework
+    between them (``make_line``, the ``flat_map`` lambda, the key selector once per pair, the
+    ``reduce`` lambda from a key's second pair on, the sink function): the ceiling of any
+    engine running that program in one process (the plain loop adds in place, without the
+    lambdas' calls and tuples)."""
+    flat_map = lambda line: [(w, 1) for w in line.split()]  # noqa: E731 -- as the job is written
+    key_of = lambda pair: pair[0]  # noqa: E731
+    reduce = lambda a, b: (a[0], a[1] + b[1])  # noqa: E731
+    state: dict = {}
+    get = state.get
+    start = time.perf_counter()
+    for i in range(num_lines):
+        for pair in flat_map(make_line(i)):
+            key = key_of(pair)
+            current = get(key)
+            value = pair if current is None else reduce(current, pair)
+            state[key] = value
+            discard(value)
     return time.perf_counter() - start
 
 
@@ -196,6 +220,7 @@ def _path_of_task_executors() -> str:
 
 #: row key -> label (each is measured on both paths)
 ROWS = [
+    ("functions", "the job's own functions alone, no framework (p=1's ceiling)"),
     ("p1", "as written: untyped, reduce(lambda), defaults, p=1, tasks running"),
     ("p2", "as written, p=2, tasks running"),
     ("p2 wall", "as written, p=2, wall clock incl. deploy"),
@@ -217,6 +242,7 @@ def one_round(num_lines: int, parallelism: int) -> dict:
         raylink_job(2000, parallelism)  # warm up: worker processes, imports
         ordinary_job(2000, 1)
         secs: dict = {"loop": plain_loop(num_lines)}
+        secs["functions"] = functions_only(num_lines)
         secs["p1"] = ordinary_job(num_lines, 1)[0]
         secs["p2"], secs["p2 wall"] = ordinary_job(num_lines, 2)
         cpu_start = time.process_time()
