@@ -599,8 +599,9 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
         if table.lower:  # copy-on-write layers since a checkpoint: the general loop's lookups
             self._process_in_window_layered(values, window)
             return
+        # a key's pane entry is read by subscript (a miss -- the pane's first element -- raises
+        # KeyError once per (key, window)): cheaper per element than a dict.get call
         pane = table.live_pane(window)
-        get = pane.get
         new_pane = self._new_pane
         missing = _MISSING
         pairs = zip(map(self._key_of, values), values)
@@ -608,7 +609,10 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
         if kind == REDUCING:
             reduce = self._reduce
             for key, value in pairs:
-                acc = get(key, missing)
+                try:
+                    acc = pane[key]
+                except KeyError:
+                    acc = missing
                 if acc is missing:
                     new_pane(key, window, value)
                 else:
@@ -616,14 +620,20 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
         elif kind == AGGREGATING:
             add = self._add
             for key, value in pairs:
-                acc = get(key, missing)
+                try:
+                    acc = pane[key]
+                except KeyError:
+                    acc = missing
                 if acc is missing:
                     new_pane(key, window, value)
                 else:
                     pane[key] = add(value, acc)
         else:
             for key, value in pairs:
-                acc = get(key, missing)
+                try:
+                    acc = pane[key]
+                except KeyError:
+                    acc = missing
                 if acc is missing:
                     new_pane(key, window, value)
                 else:
