@@ -114,7 +114,7 @@ def run_one(backend_type: str, keys: int, checkpoint_every: int, folder: str) ->
     elif hasattr(mapping, "reduce_batch"):
 
         def loop(batch: list) -> None:
-            mapping.reduce_batch(batch, key_of, add, first_record)
+            mapping.reduce_batch(batch, key_of, add, first_record, reduce_batch)
 
     else:
 

@@ -23,7 +23,7 @@ Single-threaded (the task thread), like every operator.
 
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any, List, Optional
 
 from raylink.operators.aggregation import field_check, make_aggregator
 from raylink.operators.base import AbstractUdfStreamOperator, resolve_function
@@ -38,6 +38,15 @@ _MISSING = object()
 _NO_TOMBSTONE = object()
 
 
+def _keys_of(values: List[Any], key_of: Any, keys: Optional[List[Any]]) -> Any:
+    """The records' keys: ``keys`` (checked against ``values``), else ``key_of`` of each, lazily."""
+    if keys is None:
+        return map(key_of, values)
+    if len(keys) != len(values):
+        raise ValueError(f"{len(values)} values but {len(keys)} keys")
+    return keys
+
+
 def reduce_batch_pure(
     values: List[Any],
     key_of: Any,
@@ -46,18 +55,19 @@ def reduce_batch_pure(
     on_miss: Any,
     lower: tuple = (),
     removed: Any = _NO_TOMBSTONE,
+    keys: Optional[List[Any]] = None,
 ) -> List[Any]:
     """The rolling reduce of a batch: per record, its key's stored value combined with it
     (``reduce(stored, record)``), or ``on_miss(key, record)`` for a key with no value (its
     first record); each result stored (in ``state``) and returned in order. A key ``state``
     misses is looked up in the older layers ``lower`` (newest first, copy-on-write
-    snapshots); ``removed`` marks a key removed since one."""
+    snapshots); ``removed`` marks a key removed since one. ``keys``: the records' keys when
+    the caller has them already (``key_of`` is then not called)."""
     out: List[Any] = []
     append = out.append
     get = state.get
     missing = _MISSING
-    for value in values:
-        key = key_of(value)
+    for value, key in zip(values, _keys_of(values, key_of, keys)):
         current = get(key, missing)
         if current is missing:
             for layer in lower:
@@ -74,19 +84,24 @@ def reduce_batch_pure(
 
 
 def sum_pairs_batch_pure(
-    values: List[Any], key_of: Any, state: dict, on_miss: Any, lower: tuple = (), removed: Any = _NO_TOMBSTONE
+    values: List[Any],
+    key_of: Any,
+    state: dict,
+    on_miss: Any,
+    lower: tuple = (),
+    removed: Any = _NO_TOMBSTONE,
+    keys: Optional[List[Any]] = None,
 ) -> "tuple[List[Any], int]":
     """``sum(1)`` over ``(key, count)`` pairs: ``(results, stop)``; ``stop < len(values)`` is the
     first record of a key with no value that is not an exact pair (nothing of it was stored);
-    such a key stores ``on_miss(key, record)``. ``lower`` and ``removed`` as in
+    such a key stores ``on_miss(key, record)``. ``lower``, ``removed`` and ``keys`` as in
     :func:`reduce_batch_pure`."""
     out: List[Any] = []
     append = out.append
     get = state.get
     missing = _MISSING
     tuple_ = tuple
-    for index, value in enumerate(values):
-        key = key_of(value)
+    for index, (value, key) in enumerate(zip(values, _keys_of(values, key_of, keys))):
         current = get(key, missing)
         if current is missing:
             for layer in lower:
@@ -129,12 +144,12 @@ class StreamGroupedReduceOperator(AbstractUdfStreamOperator):
         if type(mapping) is dict:
             self._reduce_batch, self._sum_pairs_batch = reduce_batch, sum_pairs_batch
         elif hasattr(mapping, "reduce_batch") and hasattr(mapping, "sum_pairs_batch"):
-            # (no older layers: such a table snapshots itself)
+            # (no older layers: such a table snapshots itself; it runs these loops over its cache)
             self._reduce_batch = lambda values, key_of, state, reduce, on_miss, lower, removed: state.reduce_batch(
-                values, key_of, reduce, on_miss
+                values, key_of, reduce, on_miss, reduce_batch
             )
             self._sum_pairs_batch = lambda values, key_of, state, on_miss, lower, removed: state.sum_pairs_batch(
-                values, key_of, on_miss
+                values, key_of, on_miss, sum_pairs_batch
             )
         else:
             self._reduce_batch, self._sum_pairs_batch = reduce_batch_pure, sum_pairs_batch_pure

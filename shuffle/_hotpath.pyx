@@ -15,13 +15,13 @@ and state. What it holds, and the twin of each:
   ``shuffle.partitioners``);
 * ``bucket_by_channel``: a batch split by precomputed channels (``RecordWriter.emit_batch``);
 * ``is_flat_batch``: scalars, or tuples of scalars, by exact type (``codec.is_flat_batch``);
-* ``reduce_batch`` / ``sum_pairs_batch``: the rolling reduce's loop (``operators.reduce``);
+* ``reduce_batch`` / ``sum_pairs_batch``: the rolling reduce's loop (``operators.reduce``), over
+  the heap's layers or the RocksDB backend's cache;
 * ``keyed_map_batch`` / ``keyed_flat_map_batch`` / ``keyed_filter_batch``: the loops of the
   keyed map/flat_map/filter that set the backend's current key per record
   (``operators.basic``).
-* ``state_db_keys`` / ``reduce_keyed_batch`` / ``sum_pairs_keyed_batch`` / ``state_entries``:
-  the RocksDB keyed backend's batch steps (a batch's key groups and key bytes, the rolling
-  reduce over its fetched keys, the sorted write batch; twins: ``state.rocksdb_state``).
+* ``state_db_keys`` / ``state_entries``: the RocksDB keyed backend's batch steps (a batch's key
+  groups and key bytes, the sorted write batch; twins: ``state.rocksdb_state``).
 
 Anything a function cannot decide by exact types (a key of another type, a subclass) it hands
 to the Python callable it was given, so both paths agree by construction. Functions raise
@@ -230,20 +230,27 @@ cdef inline PyObject* _lower_get(tuple lower, object key) except? NULL:
     return NULL
 
 
+cdef inline Py_ssize_t _check_keys(list keys, Py_ssize_t n) except -1:
+    if keys is not None and PyList_GET_SIZE(keys) != n:
+        raise ValueError(f"{n} values but {PyList_GET_SIZE(keys)} keys")
+    return n
+
+
 def reduce_batch(
-    list values, key_of, dict state, reduce, on_miss, tuple lower=(), removed=_NO_TOMBSTONE
+    list values, key_of, dict state, reduce, on_miss, tuple lower=(), removed=_NO_TOMBSTONE, list keys=None
 ) -> list:
     """The rolling reduce of a batch: per record, its key's stored value combined with it
     (``reduce(stored, record)``), or ``on_miss(key, record)`` for a key with no value; stored
     (in ``state``) and returned in order. A key ``state`` misses is looked up in the older
-    layers ``lower`` (newest first); ``removed`` marks a key removed since one."""
+    layers ``lower`` (newest first); ``removed`` marks a key removed since one. ``keys``: the
+    records' keys when the caller has them already (``key_of`` is then not called)."""
     cdef list out = []
-    cdef Py_ssize_t i, n = PyList_GET_SIZE(values)
+    cdef Py_ssize_t i, n = _check_keys(keys, PyList_GET_SIZE(values))
     cdef PyObject* current
     cdef object value, key
     for i in range(n):
         value = <object>PyList_GET_ITEM(values, i)
-        key = key_of(value)
+        key = key_of(value) if keys is None else <object>PyList_GET_ITEM(keys, i)
         current = PyDict_GetItemWithError(state, key)
         if current == NULL:
             current = _lower_get(lower, key)
@@ -256,18 +263,20 @@ def reduce_batch(
     return out
 
 
-def sum_pairs_batch(list values, key_of, dict state, on_miss, tuple lower=(), removed=_NO_TOMBSTONE) -> tuple:
+def sum_pairs_batch(
+    list values, key_of, dict state, on_miss, tuple lower=(), removed=_NO_TOMBSTONE, list keys=None
+) -> tuple:
     """``sum(1)`` over ``(key, count)`` pairs: ``(results, stop)``; ``stop < len(values)`` is the
     first record of a key with no value that is not an exact pair (the caller takes the generic
     path from there; nothing of it was stored); such a key stores ``on_miss(key, record)``.
-    ``lower`` and ``removed`` as in :func:`reduce_batch`."""
+    ``lower``, ``removed`` and ``keys`` as in :func:`reduce_batch`."""
     cdef list out = []
-    cdef Py_ssize_t i, n = PyList_GET_SIZE(values)
+    cdef Py_ssize_t i, n = _check_keys(keys, PyList_GET_SIZE(values))
     cdef PyObject* current
     cdef object value, key, acc
     for i in range(n):
         value = <object>PyList_GET_ITEM(values, i)
-        key = key_of(value)
+        key = key_of(value) if keys is None else <object>PyList_GET_ITEM(keys, i)
         current = PyDict_GetItemWithError(state, key)
         if current == NULL:
             current = _lower_get(lower, key)
@@ -349,52 +358,6 @@ def state_db_keys(
     for i in range(n):
         PyDict_SetItem(known_groups, <object>PyList_GET_ITEM(keys, i), <object>PyList_GET_ITEM(groups, i))
     return out
-
-
-def reduce_keyed_batch(list values, list keys, dict state, reduce, on_miss) -> list:
-    """``reduce_batch`` over a dict with the batch's keys given (``keys[i]`` is the key of
-    ``values[i]``): the key selector ran once per record, before the state was fetched."""
-    cdef list out = []
-    cdef Py_ssize_t i, n = PyList_GET_SIZE(values)
-    cdef PyObject* current
-    cdef object value, key
-    if PyList_GET_SIZE(keys) != n:
-        raise ValueError(f"{n} values but {PyList_GET_SIZE(keys)} keys")
-    for i in range(n):
-        value = <object>PyList_GET_ITEM(values, i)
-        key = <object>PyList_GET_ITEM(keys, i)
-        current = PyDict_GetItemWithError(state, key)
-        if current == NULL:
-            value = on_miss(key, value)
-        else:
-            value = reduce(<object>current, value)
-        state[key] = value
-        out.append(value)
-    return out
-
-
-def sum_pairs_keyed_batch(list values, list keys, dict state, on_miss) -> tuple:
-    """``sum_pairs_batch`` over a dict with the batch's keys given (as ``reduce_keyed_batch``)."""
-    cdef list out = []
-    cdef Py_ssize_t i, n = PyList_GET_SIZE(values)
-    cdef PyObject* current
-    cdef object value, key, acc
-    if PyList_GET_SIZE(keys) != n:
-        raise ValueError(f"{n} values but {PyList_GET_SIZE(keys)} keys")
-    for i in range(n):
-        value = <object>PyList_GET_ITEM(values, i)
-        key = <object>PyList_GET_ITEM(keys, i)
-        current = PyDict_GetItemWithError(state, key)
-        if current == NULL:
-            if type(value) is not tuple or PyTuple_GET_SIZE(value) != 2:
-                return out, i
-            value = on_miss(key, value)
-        else:
-            acc = <object>current
-            value = (acc[0], acc[1] + value[1])
-        state[key] = value
-        out.append(value)
-    return out, n
 
 
 cdef bint _plain_value(object value) except -1:

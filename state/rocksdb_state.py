@@ -14,10 +14,10 @@ namespace in memory so an empty pane is known without a scan.
 The keyed rolling reduce calls :meth:`RocksDBMapState.reduce_batch` / ``sum_pairs_batch`` once per
 batch of records (the contract of ``operators.reduce``'s pure loops): the key selector runs once
 per record, the batch's keys not cached get their key groups and bytes at once and are fetched
-with one multi-get; the loop itself then runs over the cache with the keys already known. The
-cache is written in key order (RocksDB inserts a sorted batch into its memtable several times
-faster). These batch steps run compiled (``shuffle._hotpath``: ``state_db_keys``,
-``reduce_keyed_batch``, ``sum_pairs_keyed_batch``, ``state_entries``) or as their pure twins here.
+with one multi-get; the operator's own loop then runs over the cache with the keys already known.
+The cache is written in key order (RocksDB inserts a sorted batch into its memtable several times
+faster). The key and write steps run compiled (``shuffle._hotpath``: ``state_db_keys``,
+``state_entries``) or as their pure twins here.
 
 Keys are serialised with msgpack (ints, strings, bytes, floats and tuples of them: equal keys give
 equal bytes) or else pickle. Values: with the stream's codec (``shuffle.codec``, tagged) when the
@@ -147,48 +147,6 @@ def state_db_keys_pure(
 _INT_OR_STR = {int, str}
 
 
-def reduce_keyed_batch_pure(values: List[Any], keys: List[Any], state: dict, reduce: Any, on_miss: Any) -> List[Any]:
-    """``operators.reduce.reduce_batch_pure`` over a dict with the batch's keys given (``keys[i]``
-    is the key of ``values[i]``: the key selector ran once, before the state was fetched)."""
-    if len(keys) != len(values):
-        raise ValueError(f"{len(values)} values but {len(keys)} keys")
-    out: List[Any] = []
-    append = out.append
-    get = state.get
-    missing = _MISSING
-    for value, key in zip(values, keys):
-        current = get(key, missing)
-        if current is missing:
-            value = on_miss(key, value)
-        else:
-            value = reduce(current, value)
-        state[key] = value
-        append(value)
-    return out
-
-
-def sum_pairs_keyed_batch_pure(values: List[Any], keys: List[Any], state: dict, on_miss: Any) -> Tuple[List[Any], int]:
-    """``operators.reduce.sum_pairs_batch_pure`` over a dict with the batch's keys given."""
-    if len(keys) != len(values):
-        raise ValueError(f"{len(values)} values but {len(keys)} keys")
-    out: List[Any] = []
-    append = out.append
-    get = state.get
-    missing = _MISSING
-    tuple_ = tuple
-    for index, (value, key) in enumerate(zip(values, keys)):
-        current = get(key, missing)
-        if current is missing:
-            if type(value) is not tuple_ or len(value) != 2:
-                return out, index
-            value = on_miss(key, value)
-        else:
-            value = (current[0], current[1] + value[1])
-        state[key] = value
-        append(value)
-    return out, len(values)
-
-
 def state_entries_pure(
     cache: Dict[Any, Any],
     db_keys: Dict[Any, bytes],
@@ -242,10 +200,8 @@ def _plain_or_dumped(value: Any, pack: Optional[Callable[[Any], bytes]], dump: C
 
 if NATIVE is None:
     _state_db_keys, _state_entries = state_db_keys_pure, state_entries_pure
-    _reduce_keyed_batch, _sum_pairs_keyed_batch = reduce_keyed_batch_pure, sum_pairs_keyed_batch_pure
 else:
     _state_db_keys, _state_entries = NATIVE.state_db_keys, NATIVE.state_entries
-    _reduce_keyed_batch, _sum_pairs_keyed_batch = NATIVE.reduce_keyed_batch, NATIVE.sum_pairs_keyed_batch
 
 
 # -- the tables ------------------------------------------------------------------------------------------
@@ -455,22 +411,27 @@ class RocksDBMapState(MutableMapping):
         except (ValueError, TypeError):
             return None
 
-    def reduce_batch(self, values: List[Any], key_of: Callable[[Any], Any], reduce: Any, on_miss: Any) -> List[Any]:
-        """The rolling reduce of a batch (``operators.reduce.reduce_batch_pure``): per record in
-        order, ``v = reduce(stored, record)``, or ``v = on_miss(key, record)`` for a key with no
-        stored value; ``v`` is stored and returned in order. The batch's uncached keys are
-        fetched with one multi-get first."""
+    def reduce_batch(
+        self, values: List[Any], key_of: Callable[[Any], Any], reduce: Any, on_miss: Any, loop: Callable[..., Any]
+    ) -> List[Any]:
+        """The rolling reduce of a batch: the batch's keys (the key selector runs once per
+        record), those not cached fetched with one multi-get, then ``loop``
+        (``operators.reduce.reduce_batch``: per record in order ``v = reduce(stored, record)``,
+        or ``v = on_miss(key, record)`` for a key with no stored value; ``v`` stored and
+        returned) over the cache with those keys."""
         keys = list(map(key_of, values))
         self._fetch(keys)
-        return _reduce_keyed_batch(values, keys, self._cache, reduce, on_miss)
+        return loop(values, key_of, self._cache, reduce, on_miss, keys=keys)
 
-    def sum_pairs_batch(self, values: List[Any], key_of: Callable[[Any], Any], on_miss: Any) -> Tuple[List[Any], int]:
-        """``sum(1)`` over ``(key, count)`` pairs (``operators.reduce.sum_pairs_batch_pure``):
-        ``(results, stop)``; ``stop < len(values)`` is the first record that is its key's first
-        and not an exact 2-tuple (nothing of it stored)."""
+    def sum_pairs_batch(
+        self, values: List[Any], key_of: Callable[[Any], Any], on_miss: Any, loop: Callable[..., Any]
+    ) -> Tuple[List[Any], int]:
+        """``sum(1)`` over ``(key, count)`` pairs with ``loop`` (``operators.reduce.sum_pairs_batch``)
+        as :meth:`reduce_batch`: ``(results, stop)``; ``stop < len(values)`` is the first record
+        that is its key's first and not an exact 2-tuple (nothing of it stored)."""
         keys = list(map(key_of, values))
         self._fetch(keys)
-        return _sum_pairs_keyed_batch(values, keys, self._cache, on_miss)
+        return loop(values, key_of, self._cache, on_miss, keys=keys)
 
     def use_stream_codec(self) -> None:
         """Store values with the stream's codec (msgpack) instead of pickle: the state's
@@ -697,8 +658,6 @@ __all__ = [
     "load_key",
     "load_value",
     "next_prefix",
-    "reduce_keyed_batch_pure",
     "state_db_keys_pure",
     "state_entries_pure",
-    "sum_pairs_keyed_batch_pure",
 ]

@@ -170,7 +170,11 @@ def test_compiled_flatness_and_shareability_equal_the_pure_twins(values):
 pairs = st.lists(st.tuples(st.sampled_from("abcdef"), st.integers(-100, 100)), max_size=40)
 
 
-def _run_reduce(fn, values, state, fail_at, lower=()):
+def _no_key_selector(value):
+    raise AssertionError("the key selector ran although the keys were given")
+
+
+def _run_reduce(fn, values, state, fail_at, lower=(), given_keys=False):
     seen_new = []
 
     def reducer(a, b):
@@ -183,7 +187,10 @@ def _run_reduce(fn, values, state, fail_at, lower=()):
         return (k, -v[1]) if k == "f" else v  # what a miss stores is the callback's to say
 
     try:
-        out = fn(values, lambda v: v[0], state, reducer, on_miss, lower, REMOVED)
+        if given_keys:  # the RocksDB backend's way: the keys computed once, before its fetch
+            out = fn(values, _no_key_selector, state, reducer, on_miss, lower, REMOVED, [v[0] for v in values])
+        else:
+            out = fn(values, lambda v: v[0], state, reducer, on_miss, lower, REMOVED)
     except ValueError as e:
         out = str(e)
     return out, state, seen_new
@@ -199,14 +206,18 @@ def _run_reduce(fn, values, state, fail_at, lower=()):
         st.dictionaries(st.sampled_from("abcdef"), st.one_of(st.tuples(st.just("y"), st.integers()), st.just(REMOVED))),
         max_size=3,
     ),
+    st.booleans(),
 )
-def test_compiled_reduce_loop_equals_the_pure_twin(values, state, fail_at, lower):
+def test_compiled_reduce_loop_equals_the_pure_twin(values, state, fail_at, lower, given_keys):
     """Also over older layers (copy-on-write snapshots): a key the live dict misses is read from
-    the newest layer holding it, a removed one starts again."""
+    the newest layer holding it, a removed one starts again; and with the keys given."""
     lower = tuple(lower)
-    assert _run_reduce(native.reduce_batch, values, dict(state), fail_at, lower) == _run_reduce(
-        reduce.reduce_batch_pure, values, dict(state), fail_at, lower
+    assert _run_reduce(native.reduce_batch, values, dict(state), fail_at, lower, given_keys) == _run_reduce(
+        reduce.reduce_batch_pure, values, dict(state), fail_at, lower, given_keys
     )
+    for fn in (native.reduce_batch, reduce.reduce_batch_pure):
+        with pytest.raises(ValueError, match="1 values but 0 keys"):
+            fn([("a", 1)], _no_key_selector, {}, None, None, (), REMOVED, [])
 
 
 @SETTINGS
@@ -230,10 +241,12 @@ def test_reduce_loop_matches_brute_force(values):
     st.lists(
         st.one_of(st.tuples(st.sampled_from("abcd"), st.integers()), st.tuples(st.just("z"), st.just(1), st.just(2))),
         max_size=40,
-    )
+    ),
+    st.booleans(),
 )
-def test_compiled_sum_of_pairs_loop_equals_the_pure_twin(values):
+def test_compiled_sum_of_pairs_loop_equals_the_pure_twin(values, given_keys):
     runs = []
+    lower = ({"a": ("a", 100)}, {"b": REMOVED, "c": ("c", 5)})
     for fn in (native.sum_pairs_batch, reduce.sum_pairs_batch_pure):
         state: dict = {}
         new = []
@@ -242,9 +255,10 @@ def test_compiled_sum_of_pairs_loop_equals_the_pure_twin(values):
             new.append(k)
             return v
 
-        out, stop = fn(
-            values, lambda v: v[0], state, on_miss, ({"a": ("a", 100)}, {"b": REMOVED, "c": ("c", 5)}), REMOVED
-        )
+        if given_keys:
+            out, stop = fn(values, _no_key_selector, state, on_miss, lower, REMOVED, [v[0] for v in values])
+        else:
+            out, stop = fn(values, lambda v: v[0], state, on_miss, lower, REMOVED)
         runs.append((out, stop, state, new))
     assert runs[0] == runs[1]
 
@@ -326,39 +340,6 @@ def _types(value):
     if type(value) in (tuple, list):
         return type(value), [_types(v) for v in value]
     return type(value)
-
-
-@needs_native
-@SETTINGS
-@given(
-    st.lists(
-        st.one_of(st.tuples(st.sampled_from("abcd"), st.integers()), st.tuples(st.just("z"), st.just(1), st.just(2))),
-        max_size=40,
-    ),
-    st.dictionaries(st.sampled_from("abc"), st.tuples(st.just("x"), st.integers())),
-)
-def test_compiled_keyed_reduce_loops_equal_the_pure_twins(values, state):
-    """The loops over the RocksDB backend's cache, the keys given (the key selector ran once)."""
-    keys_ = [v[0] for v in values]
-    runs = []
-    for reduce_fn, sum_fn in (
-        (native.reduce_keyed_batch, native.sum_pairs_keyed_batch),
-        (rocksdb_state.reduce_keyed_batch_pure, rocksdb_state.sum_pairs_keyed_batch_pure),
-    ):
-        new: list = []
-
-        def on_miss(k, v, new=new):
-            new.append(k)
-            return v
-
-        first = dict(state)
-        reduced = reduce_fn(values, keys_, first, lambda a, b: (a[0], a[1] * 2 + b[-1]), on_miss)
-        second = dict(state)
-        summed = sum_fn(values, keys_, second, on_miss)
-        runs.append((reduced, first, summed, second, new))
-    assert runs[0] == runs[1]
-    with pytest.raises(ValueError, match="1 values but 0 keys"):
-        native.reduce_keyed_batch([("a", 1)], [], {}, None, None)
 
 
 # -- bytes on the wire ----------------------------------------------------------------------

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from raylink.operators import reduce as reduce_loops
 from raylink.state.checkpoint_storage import CheckpointStorage, read_state_handle
 from raylink.state.rocksdb_keyed_state_backend import RocksDBKeyedStateBackend, RocksDBSettings
 from raylink.state.state_backend_loader import bind_shared_files, materialize_snapshot, restore_keyed_state
@@ -119,12 +120,12 @@ def run(steps, folder, capacity):
                 try:
                     if op == "sum_pairs":
                         if target is not None:
-                            got = target.sum_pairs_batch(batch, key_of, on_miss)
+                            got = target.sum_pairs_batch(batch, key_of, on_miss, reduce_loops.sum_pairs_batch)
                         else:
                             got = reference_sum_pairs(batch, key_of, state, on_miss)
                     elif op == "reduce":
                         if target is not None:
-                            got = target.reduce_batch(batch, key_of, reduce, on_miss)
+                            got = target.reduce_batch(batch, key_of, reduce, on_miss, reduce_loops.reduce_batch)
                         else:
                             got = reference_reduce(batch, key_of, state, reduce, on_miss)
                     else:  # what process_element does, through the mapping's get / __setitem__
@@ -165,7 +166,7 @@ def test_a_large_batch_over_many_keys_and_repeated_keys(tmp_path):
     mine = [k for k in range(20000) if backend.start <= _group(k) <= backend.end]
     for round_ in range(3):
         batch = [(k, round_) for k in mine[round_ * 3000 : round_ * 3000 + 5000]] + [(mine[0], 1)] * 10
-        got, stop = table.sum_pairs_batch(batch, lambda r: r[0], on_miss)
+        got, stop = table.sum_pairs_batch(batch, lambda r: r[0], on_miss, reduce_loops.sum_pairs_batch)
         want, want_stop = reference_sum_pairs(batch, lambda r: r[0], expected, lambda k, r: r)
         assert (got, stop) == (want, want_stop)
     assert dict(table.items()) == expected
