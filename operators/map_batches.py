@@ -35,8 +35,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence
 
-from raylink.operators.base import AbstractUdfStreamOperator, resolve_function
-from raylink.state.state_backend import keyed_backend_for
+from raylink.operators.base import AbstractUdfStreamOperator
+from raylink.operators.basic import _KeyedContext
 
 BATCH_FORMATS = ("pyarrow", "pandas")
 DEFAULT_BATCH_SIZE = 4096
@@ -229,34 +229,17 @@ class MapBatchesOperator(AbstractUdfStreamOperator):
         self._flush()
 
 
-class KeyedMapBatchesOperator(MapBatchesOperator):
+class KeyedMapBatchesOperator(_KeyedContext, MapBatchesOperator):
     """``map_batches`` of a ``KeyedStream``: ``fn`` over the gathered rows of one key at a time,
     that key the backend's current key (its keyed state is that key's)."""
 
     accepts_record_batches = False  # rows come across the keyed exchange
 
-    def __init__(
-        self,
-        function: Any,
-        key_selector: Any,
-        batch_format: str = "pyarrow",
-        batch_size: int = DEFAULT_BATCH_SIZE,
-        input_names: Optional[Sequence[str]] = None,
-        name: str = "",
-        operator_id: str = "",
-    ) -> None:
-        super().__init__(function, batch_format, batch_size, input_names, name, operator_id)
+    def __init__(self, function: Any, key_selector: Any, *args: Any, **kwargs: Any) -> None:
+        """``key_selector``, then :class:`MapBatchesOperator`'s arguments."""
+        MapBatchesOperator.__init__(self, function, *args, **kwargs)
         self.key_selector = key_selector
-
-    def setup(self, output: Any, runtime_context: Any) -> None:
-        super().setup(output, runtime_context)
-        self.keyed_state_backend = keyed_backend_for(runtime_context)
-
-    def open(self) -> None:
-        if self.key_selector is None:
-            raise ValueError(f"keyed operator {self.name!r} has no key selector")
-        self._key_of = resolve_function(self.key_selector, "get_key", self.name)
-        super().open()
+        self._sets_key = True
 
     def process_element(self, value: Any) -> None:
         if isinstance(value, self._pa.RecordBatch):
