@@ -29,6 +29,7 @@ through the task's mailbox).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable, List, Optional
 
 from raylink.core.evictors import TimestampedValue
@@ -39,6 +40,7 @@ from raylink.core.window_types import MAX_LONG_VALUE, MIN_LONG_VALUE, TimeWindow
 from raylink.operators.base import AbstractUdfStreamOperator, EmittingMixin, resolve_function
 from raylink.operators.batch import internal_timer_service
 from raylink.operators.merging_window_set import MergingWindowSet
+from raylink.operators.reduce import reduce_batch
 from raylink.operators.window_contexts import AssignerContext, EvictorContext, ProcessWindowContext, TriggerContext
 from raylink.state.state_backend import keyed_backend_for
 from raylink.state.state_table import REMOVED
@@ -531,12 +533,24 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
             pane[key] = self._add(value, self._create_acc())
         else:
             pane[key] = [value]
+        self._register_pane_timers(key, window)
+        return pane
+
+    def _register_pane_timers(self, key: Any, window: TimeWindow) -> None:
+        """A new pane's timers: the trigger's at the window's end and, with allowed lateness,
+        the cleanup timer."""
         max_ts = window[1] - 1
         register = self.timer_service.register_event_time_timer
         register(key, max_ts, window)
         if self.allowed_lateness:
             register(key, min(max_ts + self.allowed_lateness, MAX_LONG_VALUE), window)
-        return pane
+
+    def _first_reduced(self, window: TimeWindow, key: Any, value: Any) -> Any:
+        """``on_miss`` of the rolling reduce: (key, window)'s first element is its reduced value
+        (stored by the loop); validates the key and registers the pane's timers."""
+        self.keyed_state_backend.key_group_of(key)
+        self._register_pane_timers(key, window)
+        return value
 
     def _window(self, start: int) -> TimeWindow:
         window = self._window_cache.get(start)
@@ -599,13 +613,19 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
         if table.lower:  # copy-on-write layers since a checkpoint: the general loop's lookups
             self._process_in_window_layered(values, window)
             return
+        pane = table.live_pane(window)
+        missing = _MISSING
+        kind = self.contents_kind
+        if kind == REDUCING and type(pane) is dict:  # the keyed reduce's rolling loop (compiled
+            # when built) into the heap pane (a RocksDB pane takes the loop below)
+            if type(values) is not list:
+                values = list(values)
+            reduce_batch(values, self._key_of, pane, self._reduce, partial(self._first_reduced, window), (), missing)
+            return
         # a key's pane entry is read by subscript (a miss -- the pane's first element -- raises
         # KeyError once per (key, window)): cheaper per element than a dict.get call
-        pane = table.live_pane(window)
         new_pane = self._new_pane
-        missing = _MISSING
         pairs = zip(map(self._key_of, values), values)
-        kind = self.contents_kind
         if kind == REDUCING:
             reduce = self._reduce
             for key, value in pairs:
@@ -642,7 +662,18 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
     def _process_in_window_layered(self, values: List[Any], window: TimeWindow) -> None:
         """:meth:`_process_in_window` while a checkpoint's layers lie below the live one: a key
         the live pane misses is looked up below (:meth:`_older_contents`)."""
-        pane = self._table.live.get(window)
+        table = self._table
+        if self.contents_kind == REDUCING:  # reduced values are replaced, never changed in place:
+            # the rolling loop reads the window's panes in the lower layers itself (newest first)
+            live = table.live_pane(window)
+            lower = tuple(p for p in (layer.get(window) for layer in table.lower) if p is not None)
+            if type(live) is dict and all(type(p) is dict for p in lower):
+                if type(values) is not list:
+                    values = list(values)
+                first = partial(self._first_reduced, window)
+                reduce_batch(values, self._key_of, live, self._reduce, first, lower, _MISSING)
+                return
+        pane = table.live.get(window)
         older = self._older_contents
         new_pane = self._new_pane
         key_of = self._key_of

@@ -110,6 +110,47 @@ def test_one_pane_runs_match_a_brute_force_reference(contents):
     assert op.timer_service.num_event_time_timers() == 0
 
 
+def pane_contents(events, watermark, contents):
+    """``{(key, window start): contents}`` of the panes not fired at ``watermark``, by brute force."""
+    panes = {}
+    for value, ts in events:
+        start = ts - ts % SIZE
+        if start + SIZE - 1 > watermark:
+            panes.setdefault((value[0], start), []).append(value)
+    if contents == "reducing":
+        return {p: (p[0], "".join(v[1] for v in vs)) for p, vs in panes.items()}
+    if contents == "aggregating":
+        return {p: "".join(v[1] for v in vs) for p, vs in panes.items()}
+    return panes
+
+
+@pytest.mark.parametrize("contents", ["reducing", "aggregating", "list"])
+def test_one_pane_runs_after_checkpoints_keep_every_snapshot_and_the_output_exact(contents):
+    """Snapshots freeze the panes into lower layers (copy-on-write): the runs after them read
+    through the layers, and no snapshot sees a later change."""
+    rnd = random.Random(contents + "layers")
+    events = [((f"k{rnd.randrange(30)}", rnd.choice("abcdefgh")), i // 16) for i in range(4800)]
+    op, out = window_operator(contents)
+    snapshots = []  # (snapshot, what it must hold)
+    for n, i in enumerate(range(0, len(events), 48)):
+        run = events[i : i + 48]
+        op.process_timestamped_batch([v for v, _ in run], [t for _, t in run])
+        watermark = run[-1][1] - 1
+        op.process_watermark(watermark)
+        if n % 7 == 3:
+            snapshots.append((op.keyed_state_backend.snapshot(), pane_contents(events[: i + 48], watermark, contents)))
+    op.process_watermark(MAX_WATERMARK)
+    assert sorted(zip(out.records, out.timestamps), key=repr) == reference(events, contents)
+    assert len(snapshots) > 5
+    for snapshot, expected in snapshots:
+        held = {}
+        for groups in snapshot.values():
+            for key, panes in groups.get("window-contents", {}).items():
+                for window, value in panes.items():
+                    held[(key, window.start)] = value
+        assert held == expected
+
+
 class SecondField:
     def extract_timestamp(self, value, record_timestamp):
         return value[1]
