@@ -102,7 +102,10 @@ def test_one_pane_runs_match_a_brute_force_reference(contents):
     for i in range(0, len(events), 48):
         run = events[i : i + 48]
         op.process_timestamped_batch([v for v, _ in run], [t for _, t in run])
-        op.process_watermark(run[-1][1] - 1)
+        watermark = run[-1][1] - 1
+        op.process_watermark(watermark)
+        # one timer per (key, window) with contents, however many elements it holds
+        assert op.timer_service.num_event_time_timers() == len(pane_contents(events[: i + 48], watermark, contents))
     op.process_watermark(MAX_WATERMARK)
     assert sorted(zip(out.records, out.timestamps), key=repr) == reference(events, contents)
     assert sum(one_pane_runs) > len(events) // 2  # the loop under test did most of the work
