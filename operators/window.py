@@ -620,7 +620,7 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
             # when built) into the heap pane (a RocksDB pane takes the loop below)
             if type(values) is not list:
                 values = list(values)
-            reduce_batch(values, self._key_of, pane, self._reduce, partial(self._first_reduced, window), (), missing)
+            reduce_batch(values, self._key_of, pane, self._reduce, partial(self._first_reduced, window), (), REMOVED)
             return
         # a key's pane entry is read by subscript (a miss -- the pane's first element -- raises
         # KeyError once per (key, window)): cheaper per element than a dict.get call
@@ -671,7 +671,7 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
                 if type(values) is not list:
                     values = list(values)
                 first = partial(self._first_reduced, window)
-                reduce_batch(values, self._key_of, live, self._reduce, first, lower, _MISSING)
+                reduce_batch(values, self._key_of, live, self._reduce, first, lower, REMOVED)
                 return
         pane = table.live.get(window)
         older = self._older_contents
