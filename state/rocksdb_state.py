@@ -175,7 +175,7 @@ def state_entries_pure(
     return ordered, list(map(entries.__getitem__, ordered))
 
 
-_SCALAR_TYPES = frozenset((int, str, bytes, float, bool, type(None)))
+_SCALAR_TYPES = frozenset(_SIMPLE + (type(None),))  # what _simple takes as a scalar, None included
 
 
 def _all_plain(values: List[Any]) -> bool:
