@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, List, Optional
 
+from raylink.core.field_selectors import field_getter
 from raylink.operators.output import Output
 
 MIN_WATERMARK = -(1 << 63)
@@ -198,6 +199,12 @@ def resolve_function(function: Any, method: str, operator_name: str) -> Callable
     raise TypeError(
         f"operator {operator_name!r}: expected a callable or an object with a {method}() method, got {function!r}"
     )
+
+
+def resolve_key_selector(key_selector: Any, operator_name: str) -> Callable[[Any], Any]:
+    """The key selector to call per record: its ``get_key`` or itself, as an
+    ``operator.itemgetter`` when it only reads fields (:func:`field_getter`)."""
+    return field_getter(resolve_function(key_selector, "get_key", operator_name))
 
 
 class AbstractUdfStreamOperator(StreamOperator):

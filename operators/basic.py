@@ -20,7 +20,7 @@ from __future__ import annotations
 from itertools import chain
 from typing import Any, List
 
-from raylink.operators.base import AbstractUdfStreamOperator, resolve_function
+from raylink.operators.base import AbstractUdfStreamOperator, resolve_key_selector
 from raylink.operators.runtime_context import holds_keyed_state
 from raylink.shuffle.hotpath import NATIVE
 from raylink.state.state_backend import keyed_backend_for
@@ -147,7 +147,7 @@ class _KeyedContext:
     def open(self) -> None:
         if self.key_selector is None:
             raise ValueError(f"keyed operator {self.name!r} has no key selector")
-        self._key_of = resolve_function(self.key_selector, "get_key", self.name)
+        self._key_of = resolve_key_selector(self.key_selector, self.name)
         super().open()  # type: ignore[misc]
         self._sets_key = holds_keyed_state(self)
 

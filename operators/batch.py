@@ -39,7 +39,7 @@ from raylink.operators.base import (
     MIN_WATERMARK,
     AbstractUdfStreamOperator,
     StreamOperator,
-    resolve_function,
+    resolve_key_selector,
 )
 from raylink.operators.timer_service import InternalTimerService
 from raylink.state.state_backend import keyed_backend_for
@@ -128,7 +128,7 @@ class BatchGroupedReduceOperator(AbstractUdfStreamOperator):
     def open(self) -> None:
         if self.key_selector is None:
             raise ValueError(f"keyed operator {self.name!r} has no key selector")
-        self._key_of = resolve_function(self.key_selector, "get_key", self.name)
+        self._key_of = resolve_key_selector(self.key_selector, self.name)
         self._reduce = self._resolve(self.function, "reduce")
         self._open_functions()
 
@@ -243,7 +243,7 @@ class SortingOneInputOperator(_SortingInputBase):
         self._watermark = MIN_WATERMARK
 
     def open(self) -> None:
-        self._key_of = resolve_function(self.key_selector, "get_key", self.name)
+        self._key_of = resolve_key_selector(self.key_selector, self.name)
         self.operator.open()
 
     def _add(self, value: Any, timestamp: Optional[int]) -> None:
@@ -313,7 +313,7 @@ class SortingTwoInputOperator(_SortingInputBase):
         self._ended = [False, False]
 
     def open(self) -> None:
-        self._key_of = [None if s is None else resolve_function(s, "get_key", self.name) for s in self.key_selectors]
+        self._key_of = [None if s is None else resolve_key_selector(s, self.name) for s in self.key_selectors]
         op = self.operator
         self._element = (op.process_element1, op.process_element2)
         self._batch = (op.process_batch1, op.process_batch2)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from raylink.core.functions import BroadcastProcessFunction, KeyedBroadcastProcessFunction, TimeDomain
-from raylink.operators.base import EmittingMixin, TwoInputUdfStreamOperator, resolve_function
+from raylink.operators.base import EmittingMixin, TwoInputUdfStreamOperator, resolve_function, resolve_key_selector
 from raylink.operators.process import KeyedTimersMixin
 from raylink.state.broadcast_state import HeapBroadcastState
 from raylink.state.snapshots import OperatorStateStore
@@ -216,7 +216,7 @@ class CoBroadcastWithKeyedOperator(KeyedTimersMixin, CoBroadcastWithNonKeyedOper
     def open(self) -> None:
         if self.key_selector is None:
             raise ValueError(f"keyed operator {self.name!r} has no key selector")
-        self._key_of = resolve_function(self.key_selector, "get_key", self.name)
+        self._key_of = resolve_key_selector(self.key_selector, self.name)
         self._process, self._process_broadcast = self._resolve_pair("process_element", "process_broadcast_element")
         self._resolve_on_timer()
         self._read_only_ctx = KeyedReadOnlyContextImpl(self)

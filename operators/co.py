@@ -19,7 +19,7 @@ from __future__ import annotations
 from itertools import chain
 from typing import Any, List
 
-from raylink.operators.base import EmittingMixin, TwoInputUdfStreamOperator, resolve_function
+from raylink.operators.base import EmittingMixin, TwoInputUdfStreamOperator, resolve_key_selector
 from raylink.operators.process import KeyedTimersMixin, ProcessContextImpl
 from raylink.operators.runtime_context import holds_keyed_state
 from raylink.operators.timer_service import NonKeyedTimerService
@@ -111,8 +111,8 @@ class KeyedCoProcessOperator(KeyedTimersMixin, CoProcessOperator):
     def open(self) -> None:
         if self.key_selector1 is None or self.key_selector2 is None:
             raise ValueError(f"keyed operator {self.name!r} needs key_selector1 and key_selector2")
-        self._key_of1 = resolve_function(self.key_selector1, "get_key", self.name)
-        self._key_of2 = resolve_function(self.key_selector2, "get_key", self.name)
+        self._key_of1 = resolve_key_selector(self.key_selector1, self.name)
+        self._key_of2 = resolve_key_selector(self.key_selector2, self.name)
         self._process1, self._process2 = self._resolve_pair("process_element1", "process_element2")
         self._resolve_on_timer()
         self._open_functions()
@@ -151,8 +151,8 @@ class _KeyedTwoInput:
     def open(self) -> None:
         if self.key_selector1 is None or self.key_selector2 is None:
             raise ValueError(f"keyed operator {self.name!r} needs key_selector1 and key_selector2")
-        self._key_of1 = resolve_function(self.key_selector1, "get_key", self.name)
-        self._key_of2 = resolve_function(self.key_selector2, "get_key", self.name)
+        self._key_of1 = resolve_key_selector(self.key_selector1, self.name)
+        self._key_of2 = resolve_key_selector(self.key_selector2, self.name)
         super().open()  # type: ignore[misc]
         self._sets_key = holds_keyed_state(self)
 

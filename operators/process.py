@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Callable, List, Optional
 
 from raylink.core.functions import KeyedProcessContext, OnTimerContext, ProcessContext, TimeDomain
-from raylink.operators.base import AbstractUdfStreamOperator, EmittingMixin, resolve_function
+from raylink.operators.base import AbstractUdfStreamOperator, EmittingMixin, resolve_key_selector
 from raylink.operators.batch import internal_timer_service
 from raylink.operators.timer_service import KeyedTimerService, NonKeyedTimerService
 from raylink.state.state_backend import keyed_backend_for
@@ -158,7 +158,7 @@ class KeyedProcessOperator(KeyedTimersMixin, ProcessOperator):
     def open(self) -> None:
         if self.key_selector is None:
             raise ValueError(f"keyed operator {self.name!r} has no key selector")
-        self._key_of = resolve_function(self.key_selector, "get_key", self.name)
+        self._key_of = resolve_key_selector(self.key_selector, self.name)
         self._process = self._resolve(self.function, "process_element")
         self._resolve_on_timer()
         self._open_functions()

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any, List, Optional
 
 from raylink.operators.aggregation import field_check, make_aggregator
-from raylink.operators.base import AbstractUdfStreamOperator, resolve_function
+from raylink.operators.base import AbstractUdfStreamOperator, resolve_key_selector
 from raylink.operators.runtime_context import holds_keyed_state
 from raylink.shuffle.hotpath import NATIVE
 from raylink.state.state_backend import keyed_backend_for
@@ -157,7 +157,7 @@ class StreamGroupedReduceOperator(AbstractUdfStreamOperator):
     def open(self) -> None:
         if self.key_selector is None:
             raise ValueError(f"keyed operator {self.name!r} has no key selector")
-        self._key_of = resolve_function(self.key_selector, "get_key", self.name)
+        self._key_of = resolve_key_selector(self.key_selector, self.name)
         self._reduce = self._resolve(self.function, "reduce")
         self._key_group_of = self.keyed_state_backend.key_group_of
         self._open_functions()

@@ -37,7 +37,7 @@ from raylink.core.output_tag import OutputTag
 from raylink.core.triggers import EventTimeTrigger
 from raylink.core.window_assigners import MergingWindowAssigner, SlidingEventTimeWindows, TumblingEventTimeWindows
 from raylink.core.window_types import MAX_LONG_VALUE, MIN_LONG_VALUE, TimeWindow
-from raylink.operators.base import AbstractUdfStreamOperator, EmittingMixin, resolve_function
+from raylink.operators.base import AbstractUdfStreamOperator, EmittingMixin, resolve_key_selector
 from raylink.operators.batch import internal_timer_service
 from raylink.operators.merging_window_set import MergingWindowSet
 from raylink.operators.reduce import reduce_batch
@@ -145,7 +145,7 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
         if self.key_selector is None:
             raise ValueError(f"keyed operator {self.name!r} has no key selector")
         d = self.descriptor
-        self._key_of = resolve_function(self.key_selector, "get_key", self.name)
+        self._key_of = resolve_key_selector(self.key_selector, self.name)
         self._reduce: Optional[Callable[[Any, Any], Any]] = None
         if self.contents_kind == REDUCING:
             self._reduce = self._resolve(d.reduce_function, "reduce")

@@ -27,6 +27,7 @@ import operator
 import random
 from typing import Any, Callable, List, Optional
 
+from raylink.core.field_selectors import field_getter
 from raylink.core.key_groups import (
     UPPER_BOUND_MAX_PARALLELISM,
     assign_key_to_parallel_operator,
@@ -222,10 +223,10 @@ def _as_key_selector(key_selector: Any) -> Callable[[Any], Any]:
         return operator.itemgetter(key_selector)
     get_key = getattr(key_selector, "get_key", None)  # a KeySelector object
     if get_key is not None and callable(get_key):
-        return get_key
+        return field_getter(get_key)
     if not callable(key_selector):
         raise TypeError(f"key selector must be callable, got {type(key_selector).__qualname__}")
-    return key_selector
+    return field_getter(key_selector)
 
 
 def _extract_keys(key_selector: Callable[[Any], Any], values: List[Any]) -> List[Any]:

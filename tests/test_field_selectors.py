@@ -1,0 +1,137 @@
+"""Key selectors that only read fields run as ``operator.itemgetter``: the same keys, the same
+errors, and every other function left alone (``raylink.core.field_selectors``)."""
+
+from __future__ import annotations
+
+import operator
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from raylink.api import StreamExecutionEnvironment
+from raylink.core.field_selectors import field_getter
+from raylink.core.functions import KeySelector
+from raylink.operators.base import resolve_key_selector
+from raylink.shuffle.partitioners import KeyGroupStreamPartitioner
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def first(pair):
+    return pair[0]
+
+
+def by_name(row):
+    return row["name"]
+
+
+class FirstField(KeySelector):
+    def get_key(self, value):
+        return value[0]
+
+
+OFFSET = 1
+
+
+def rewritten(fn):
+    return isinstance(field_getter(fn), operator.itemgetter)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [lambda kv: kv[0], first, by_name, lambda r: r[-1], lambda e: (e[0], e[2]), FirstField().get_key],
+    ids=["lambda", "def", "str field", "negative", "tuple of fields", "KeySelector.get_key"],
+)
+def test_field_lookups_become_itemgetters(fn):
+    assert rewritten(fn)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda kv: (kv[0],),  # a 1-tuple: itemgetter(0) would return the bare field
+        lambda kv: kv[OFFSET],  # a global, read at every call
+        lambda kv: kv[0][1],
+        lambda kv: kv[0] + "",
+        lambda kv, n=0: kv[n],
+        lambda *kv: kv[0],
+        lambda kv: str(kv[0]),
+        lambda kv: kv,
+        lambda kv: kv[1.5],
+        lambda kv: kv[None],
+        len,
+        operator.itemgetter(0),
+        FirstField(),  # not a function: callers pass its get_key
+    ],
+)
+def test_anything_else_is_left_alone(fn):
+    assert field_getter(fn) is fn
+
+
+def test_closures_are_left_alone():
+    index = 0
+    fn = lambda kv: kv[index]  # noqa: E731
+    assert field_getter(fn) is fn
+
+
+records = st.one_of(
+    st.tuples(st.text(max_size=3), st.integers()),
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.sampled_from(["name", "x"]), st.integers(), max_size=2),
+    st.text(max_size=3),
+    st.integers(),
+    st.none(),
+)
+
+
+def outcome(fn, value):
+    try:
+        return ("ok", fn(value))
+    except Exception as e:  # noqa: BLE001 - the same exception is the point
+        return ("raised", type(e), str(e))
+
+
+@given(records)
+def test_the_itemgetter_returns_and_raises_what_the_function_does(value):
+    for fn in (first, by_name, lambda r: r[-1], lambda e: (e[0], e[1]), FirstField().get_key):
+        assert outcome(field_getter(fn), value) == outcome(fn, value)
+
+
+def test_operators_and_partitioners_call_the_itemgetter():
+    assert isinstance(resolve_key_selector(FirstField(), "op"), operator.itemgetter)
+    assert isinstance(resolve_key_selector(first, "op"), operator.itemgetter)
+    assert isinstance(KeyGroupStreamPartitioner(lambda kv: kv[0]).key_selector, operator.itemgetter)
+    other = lambda kv: kv[0].lower()  # noqa: E731
+    assert resolve_key_selector(other, "op") is other
+
+
+def test_a_keyed_job_counts_and_reports_key_errors_as_before():
+    words = ["to", "be", "or", "not", "to", "be"]
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    stream = (
+        env.from_collection([(w, 1) for w in words]).key_by(lambda kv: kv[0]).reduce(lambda a, b: (a[0], a[1] + b[1]))
+    )
+    with stream.execute_and_collect() as results:
+        got = list(results)
+    expected = {}
+    final = {}
+    for w in words:
+        expected[w] = expected.get(w, 0) + 1
+    for w, c in got:
+        final[w] = max(final.get(w, 0), c)
+    assert final == expected and len(got) == len(words)
+
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    env.from_collection([(1,), 5]).key_by(lambda kv: kv[0]).reduce(lambda a, b: a).add_sink(lambda v: None)
+    with pytest.raises(Exception) as failure:
+        env.execute("bad key")
+    assert "Could not extract key from 5" in "".join(_chain(failure.value))
+
+
+def _chain(error):
+    while error is not None:
+        yield str(error)
+        error = error.__cause__ or error.__context__
