@@ -20,6 +20,7 @@ from __future__ import annotations
 from itertools import chain
 from typing import Any, List
 
+from raylink.core.field_selectors import field_getter
 from raylink.operators.base import AbstractUdfStreamOperator, resolve_key_selector
 from raylink.operators.runtime_context import holds_keyed_state
 from raylink.shuffle.hotpath import NATIVE
@@ -78,10 +79,11 @@ else:
 
 
 class StreamMap(AbstractUdfStreamOperator):
-    """``MapFunction.map`` or ``callable(value) -> value``."""
+    """``MapFunction.map`` or ``callable(value) -> value``; a function that only reads fields
+    (``lambda e: (e[0], e[2])``) runs as the ``operator.itemgetter`` doing that (:func:`field_getter`)."""
 
     def open(self) -> None:
-        self._map = self._resolve(self.function, "map")
+        self._map = field_getter(self._resolve(self.function, "map"))
         self._open_functions()
 
     def process_element(self, value: Any) -> None:

@@ -1,5 +1,5 @@
-"""Key selectors that only read fields run as ``operator.itemgetter``: the same keys, the same
-errors, and every other function left alone (``raylink.core.field_selectors``)."""
+"""Key selectors and maps that only read fields run as ``operator.itemgetter``: the same keys and
+records, the same errors, and every other function left alone (``raylink.core.field_selectors``)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 from raylink.api import StreamExecutionEnvironment
 from raylink.core.field_selectors import field_getter
-from raylink.core.functions import KeySelector
+from raylink.core.functions import KeySelector, MapFunction
 from raylink.operators.base import resolve_key_selector
+from raylink.operators.basic import StreamMap
 from raylink.shuffle.partitioners import KeyGroupStreamPartitioner
 
 pytestmark = pytest.mark.timeout(120)
@@ -135,3 +136,43 @@ def _chain(error):
     while error is not None:
         yield str(error)
         error = error.__cause__ or error.__context__
+
+
+class Swap(MapFunction):
+    opened = closed = 0
+
+    def open(self, runtime_context):
+        Swap.opened += 1
+
+    def map(self, value):
+        return (value[1], value[0])
+
+    def close(self):
+        Swap.closed += 1
+
+
+def test_a_map_that_only_reads_fields_runs_as_an_itemgetter_and_keeps_its_lifecycle():
+    from raylink.tests.test_operators_basic import start
+
+    Swap.opened = Swap.closed = 0
+    op = StreamMap(Swap())
+    out, _ = start(op)
+    assert isinstance(op._map, operator.itemgetter)
+    op.process_batch([("a", 1), ("b", 2)])
+    op.process_element(("c", 3))
+    op.close()
+    assert out.records == [(1, "a"), (2, "b"), (3, "c")]
+    assert (Swap.opened, Swap.closed) == (1, 1)
+    other = StreamMap(lambda e: (e[1], e[0] * 2))
+    start(other)
+    assert not isinstance(other._map, operator.itemgetter)
+
+
+def test_a_job_with_projecting_maps_gives_the_projected_records():
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    rows = [{"id": i, "name": f"n{i}"} for i in range(100)]
+    projected = env.from_collection(rows).map(lambda r: (r["name"], r["id"])).map(lambda kv: (kv[1], kv[0]))
+    with projected.execute_and_collect() as results:
+        got = sorted(results)
+    assert got == [(r["id"], r["name"]) for r in rows]
