@@ -609,19 +609,15 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
 
     def _process_in_window(self, values: List[Any], window: TimeWindow) -> None:
         """Elements that all belong to ``window`` alone (not due): one pane, one loop per kind."""
+        kind = self.contents_kind
+        if kind == REDUCING and self._rolling_reduce(values, window):
+            return
         table = self._table
         if table.lower:  # copy-on-write layers since a checkpoint: the general loop's lookups
             self._process_in_window_layered(values, window)
             return
         pane = table.live_pane(window)
         missing = _MISSING
-        kind = self.contents_kind
-        if kind == REDUCING and type(pane) is dict:  # the keyed reduce's rolling loop (compiled
-            # when built) into the heap pane (a RocksDB pane takes the loop below)
-            if type(values) is not list:
-                values = list(values)
-            reduce_batch(values, self._key_of, pane, self._reduce, partial(self._first_reduced, window), (), REMOVED)
-            return
         # a key's pane entry is read by subscript (a miss -- the pane's first element -- raises
         # KeyError once per (key, window)): cheaper per element than a dict.get call
         new_pane = self._new_pane
@@ -659,20 +655,25 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
                 else:
                     acc.append(value)
 
+    def _rolling_reduce(self, values: List[Any], window: TimeWindow) -> bool:
+        """A reduce's elements of ``window`` through the keyed reduce's rolling loop (compiled when
+        built) into the heap's live pane, reading the window's panes in a checkpoint's older
+        layers (newest first: reduced values are replaced, never changed in place); False, with
+        nothing done, where a pane is not a dict (RocksDB: the loops below)."""
+        table = self._table
+        live = table.live_pane(window)
+        lower = tuple(p for p in (layer.get(window) for layer in table.lower) if p is not None) if table.lower else ()
+        if type(live) is not dict or not all(type(p) is dict for p in lower):
+            return False
+        if type(values) is not list:
+            values = list(values)
+        reduce_batch(values, self._key_of, live, self._reduce, partial(self._first_reduced, window), lower, REMOVED)
+        return True
+
     def _process_in_window_layered(self, values: List[Any], window: TimeWindow) -> None:
         """:meth:`_process_in_window` while a checkpoint's layers lie below the live one: a key
         the live pane misses is looked up below (:meth:`_older_contents`)."""
         table = self._table
-        if self.contents_kind == REDUCING:  # reduced values are replaced, never changed in place:
-            # the rolling loop reads the window's panes in the lower layers itself (newest first)
-            live = table.live_pane(window)
-            lower = tuple(p for p in (layer.get(window) for layer in table.lower) if p is not None)
-            if type(live) is dict and all(type(p) is dict for p in lower):
-                if type(values) is not list:
-                    values = list(values)
-                first = partial(self._first_reduced, window)
-                reduce_batch(values, self._key_of, live, self._reduce, first, lower, REMOVED)
-                return
         pane = table.live.get(window)
         older = self._older_contents
         new_pane = self._new_pane
