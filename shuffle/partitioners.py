@@ -61,6 +61,9 @@ class StreamPartitioner:
     ship_strategy = "UNDEFINED"
     is_broadcast = False
     is_pointwise = False
+    # calls user code (a key selector) on every record: a writer runs it on one channel
+    # too, so a key that fails at parallelism 1 fails as it would at parallelism 4 (Flink)
+    reads_records = False
 
     def __init__(self) -> None:
         self.num_channels = 0
@@ -233,12 +236,13 @@ def _extract_keys(key_selector: Callable[[Any], Any], values: List[Any]) -> List
     try:
         return list(map(key_selector, values))
     except Exception:
-        for v in values:  # find the culprit for the message
-            try:
-                key_selector(v)
-            except Exception as e:
-                raise RuntimeError(f"Could not extract key from {record_repr(v)}") from e
-        raise
+        pass  # find the culprit for the message, outside this handler: one error in the chain
+    for v in values:
+        try:
+            key_selector(v)
+        except Exception as e:
+            raise RuntimeError(f"Could not extract key from {record_repr(v)}") from e
+    return list(map(key_selector, values))  # it failed once and not record by record: again
 
 
 class KeyGroupStreamPartitioner(StreamPartitioner):
@@ -249,6 +253,7 @@ class KeyGroupStreamPartitioner(StreamPartitioner):
     """
 
     ship_strategy = "HASH"
+    reads_records = True
 
     def __init__(self, key_selector: Any, max_parallelism: Optional[int] = None) -> None:
         super().__init__()
@@ -322,7 +327,8 @@ class KeyGroupStreamPartitioner(StreamPartitioner):
                     *extra,
                 )
             except Exception:
-                return pure(values)
+                pass  # the pure twin runs outside this handler: its error is the only one
+            return pure(values)
 
         def select_channels(self, values: List[Any]) -> List[int]:
             return self._native(NATIVE.select_key_channels, values, self.select_channels_pure)
@@ -338,6 +344,7 @@ class CustomPartitionerWrapper(StreamPartitioner):
     """User partitioning: ``partitioner_fn(key, num_partitions) -> channel``."""
 
     ship_strategy = "CUSTOM"
+    reads_records = True
 
     def __init__(self, partitioner_fn: Any, key_selector: Any) -> None:
         super().__init__()

@@ -119,7 +119,8 @@ class RecordWriter:
         self._select_batch = None if self.is_broadcast else partitioner.select_channels
         # channel selection and bucketing of a batch (compiled for keyed exchanges: shuffle.hotpath)
         self._bucket = None if self.is_broadcast else partitioner.bucket
-        self._single = self._serializers[0] if (n == 1 or self.is_broadcast) else None
+        single = self.is_broadcast or (n == 1 and not partitioner.reads_records)
+        self._single = self._serializers[0] if single else None
         self._flusher: Optional[OutputFlusher] = None
 
     def hand_over_objects(self, subpartitions: Optional[Iterable[int]] = None) -> None:

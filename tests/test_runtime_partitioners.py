@@ -175,3 +175,29 @@ def test_key_by_sends_each_key_to_the_subtask_owning_its_key_group(target, p_up,
         assert lo <= assign_to_key_group(k, maxp) <= hi, k
     if p_down > 1:
         assert len({d for (d,) in subtask_of.values()}) > 1  # 37 keys do not all land on one subtask
+
+
+@pytest.mark.parametrize("p", [1, 3])
+@pytest.mark.parametrize("partition", ["key_by", "partition_custom"])
+def test_a_failing_key_selector_fails_the_job_at_parallelism_1_as_at_3(target, p, partition):
+    """The partitioner runs the key selector on one channel too (Flink's writer always
+    selects a channel): a key that cannot be extracted fails a p=1 test run as it would the
+    job at p=3, although the plain map behind it never reads the key."""
+
+    def key(r):
+        if r[0] == 300:
+            raise ValueError("no key for 300")
+        return r[0]
+
+    def by(s):
+        return s.key_by(key) if partition == "key_by" else s.partition_custom(lambda k, n: k % n, key)
+
+    with pytest.raises(Exception) as failure:
+        run(target, p, p, by)
+    messages = []
+    error = failure.value
+    while error is not None:
+        messages.append(str(error))
+        error = error.__cause__ or error.__context__
+    assert any("Could not extract key from (300, " in m for m in messages), messages
+    assert any("no key for 300" in m for m in messages), messages
