@@ -25,6 +25,7 @@ import pytest
 
 from raylink.api import Types
 from raylink.runtime.client.job_result import JobExecutionException
+from raylink.runtime.task.task_events import RemoteTraceback
 from raylink.tests.runtime_jobs import make_env
 
 pytestmark = pytest.mark.timeout(120)
@@ -317,3 +318,28 @@ def test_an_unserialisable_record_fails_saying_why(target):
     assert (
         f"Cannot serialize a value of type '{HERE}.Holder': TypeError: cannot pickle '_thread.lock' object" in message
     )
+
+
+def test_a_failing_key_selectors_own_error_and_traceback_reach_the_driver(target):
+    """At parallelism 1 too (the partitioner runs the key selector on its one channel); on
+    Ray the traceback crosses from the TaskExecutor as text."""
+    if target == "ray":
+        ship_this_module_by_value()
+    env = make_env(target, 1)
+
+    def key_of(record):
+        if record == 30:
+            raise ValueError(f"no key for {record}")
+        return record % 3
+
+    env.from_sequence(1, 60).key_by(key_of).map(lambda x: x).add_sink(lambda _v: None)
+    with pytest.raises(JobExecutionException) as failure:
+        env.execute("bad key")
+    chain, error = [], failure.value
+    while error is not None:
+        chain.append(error)
+        error = error.__cause__
+    assert "Could not extract key from 30" in str(failure.value)
+    (remote,) = [e for e in chain if isinstance(e, RemoteTraceback)]
+    assert remote is chain[-1]
+    assert "in key_of" in remote.text and "ValueError: no key for 30" in remote.text

@@ -16,10 +16,12 @@ from raylink.api.functions import MapFunction
 from raylink.errors import IllegalStateTransitionError
 from raylink.runtime.client.job_result import JobExecutionException
 from raylink.runtime.execution_state import ExecutionState
+from raylink.runtime.task.operator_chain import OperatorError
 from raylink.runtime.task.task_events import (
     AcknowledgeCheckpoint,
     DeclineCheckpoint,
     FinalCheckpointRequest,
+    RemoteTraceback,
     TaskStateEvent,
     portable_error,
 )
@@ -304,3 +306,25 @@ def test_a_job_that_ended_cannot_move_again():
     with pytest.raises(IllegalStateTransitionError, match="FINISHED -> RUNNING"):
         with client._lock:
             client._transition(J.RUNNING)
+
+
+def test_a_failed_tasks_traceback_crosses_processes_as_the_cause_of_its_innermost_error():
+    def key_of(record):
+        raise ValueError(f"no key for {record}")
+
+    try:
+        try:
+            key_of(300)
+        except ValueError as e:
+            raise RuntimeError("Could not extract key from 300") from e
+    except RuntimeError as e:
+        wrapper = OperatorError("Map", "Map (1/1)", e)  # never raised: wraps the task's error
+    event = TaskStateEvent("a1", "Map (1/1)", E.FAILED, portable_error(wrapper))
+    error = cloudpickle.loads(cloudpickle.dumps(event)).failure_cause()
+    assert type(error) is OperatorError and error.operator_name == "Map"
+    extract = error.__cause__
+    assert type(extract) is RuntimeError and str(extract) == "Could not extract key from 300"
+    remote = extract.__cause__
+    assert type(remote) is RemoteTraceback and remote.__cause__ is None
+    assert "in key_of" in remote.text and "ValueError: no key for 300" in remote.text
+    assert remote.text.rstrip().endswith("RuntimeError: Could not extract key from 300")
