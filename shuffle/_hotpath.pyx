@@ -152,6 +152,14 @@ def select_key_channels(
     return out
 
 
+def check_keys(key_of, list values, stable_hash) -> None:
+    """What a keyed exchange to one channel does with each record: its key, hashed as
+    ``_channel_of`` hashes a key it has not seen (raising where that would); nothing kept."""
+    cdef Py_ssize_t i, n = PyList_GET_SIZE(values)
+    for i in range(n):
+        _stable_hash(key_of(<object>PyList_GET_ITEM(values, i)), stable_hash)
+
+
 def bucket_by_key(
     key_of,
     list values,

@@ -334,6 +334,15 @@ class KeyGroupStreamPartitioner(StreamPartitioner):
             return self._native(NATIVE.select_key_channels, values, self.select_channels_pure)
 
         def bucket(self, values: List[Any]) -> List[List[Any]]:
+            if self.num_channels == 1:  # every key extracted and hashed as for more channels: one bucket
+                if type(values) is not list:
+                    values = list(values)
+                try:
+                    NATIVE.check_keys(self.key_selector, values, stable_hash)
+                    return [values]
+                except Exception:
+                    pass  # the pure twin runs outside this handler: its error is the only one
+                return self.bucket_pure(values)
             return self._native(NATIVE.bucket_by_key, values, self.bucket_pure, self.num_channels)
 
     def __repr__(self) -> str:

@@ -117,15 +117,32 @@ def test_compiled_bucket_by_channel_equals_the_pure_twin(channels):
     assert native.bucket_by_channel(values, channels, 5) == bucket_by_channel_pure(values, channels, 5)
 
 
-def test_bad_keys_get_the_same_worded_errors_on_both_paths():
+@needs_native
+@SETTINGS
+@given(st.lists(keys, max_size=60))
+def test_compiled_key_check_for_one_channel_hashes_every_key_as_channel_selection(key_list):
+    assert native.check_keys(lambda v: v, key_list, stable_hash) is None
+    with pytest.raises(ValueError, match="Assigned key must not be null"):
+        native.check_keys(lambda v: v, key_list + [None], stable_hash)
+    with pytest.raises(KeyError):
+        native.check_keys(lambda v: v["k"], [{"k": k} for k in key_list] + [{}], stable_hash)
+
+
+@pytest.mark.parametrize("parallelism", [1, 2])
+def test_bad_keys_get_the_same_worded_errors_on_both_paths(parallelism):
+    """One channel too: the keys are extracted and hashed as for two (Flink's writer selects a
+    channel for every record), so a key that fails at p=2 fails at p=1."""
     p = KeyGroupStreamPartitioner(lambda v: v["k"], 128)
-    p.setup(2)
+    p.setup(parallelism)
     with pytest.raises(RuntimeError, match=r"Could not extract key from \(1, 2\)"):
         p.select_channels([{"k": "a"}, (1, 2)])
     with pytest.raises(RuntimeError, match="Could not extract key"):
         p.bucket([{"k": "a"}, (1, 2)])
     with pytest.raises(ValueError, match="Assigned key must not be null"):
         p.select_channels([{"k": "a"}, {"k": None}])
+    with pytest.raises(ValueError, match="Assigned key must not be null"):
+        p.bucket([{"k": "a"}, {"k": None}])
+    assert p.bucket([{"k": "a"}, {"k": ["a", "list"]}])  # not hashable, but hashed stably
     unhashable = KeyGroupStreamPartitioner(lambda v: v, 128)
     unhashable.setup(3)
     lists = [[1, 2], [3], [1, 2]]
