@@ -28,6 +28,7 @@ from typing import Optional, Union
 
 import cloudpickle
 
+from raylink.errors import RaylinkError
 from raylink.runtime.execution_state import ExecutionState
 
 __all__ = [
@@ -44,8 +45,8 @@ __all__ = [
 MAX_TRACEBACK_CHARS = 64 * 1024  # a deep recursion's traceback keeps its head and its tail
 
 
-class RemoteTraceback(Exception):
-    """The traceback, as text, of an error raised in a TaskExecutor."""
+class RemoteTraceback(RaylinkError, RuntimeError):
+    """The traceback, as text, of an error raised in a TaskExecutor (only ever a cause)."""
 
     def __init__(self, text: str) -> None:
         super().__init__(text)
