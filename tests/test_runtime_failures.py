@@ -11,6 +11,7 @@ import pytest
 
 from raylink.api.functions import KeyedProcessFunction, MapFunction, SourceFunction
 from raylink.runtime.client.job_result import JobExecutionException
+from raylink.runtime.task.task_events import RemoteTraceback
 from raylink.tests.runtime_jobs import (
     CountingSource,
     cause_chain,
@@ -123,7 +124,9 @@ def test_raising_user_function_fails_the_job_naming_operator_and_cause(target, w
     chain = cause_chain(error)
     originals = [e for e in chain if type(e) is error_type]
     assert len(originals) == 1 and text in str(originals[0]), [repr(e) for e in chain]
-    assert chain[-1] is originals[0]  # the original exception ends the chain
+    # the original exception ends the chain, followed only by its traceback in the task
+    assert chain[-2] is originals[0] and isinstance(chain[-1], RemoteTraceback), [repr(e) for e in chain]
+    assert f"{error_type.__name__}: {text}" in chain[-1].text
     assert leftover_runtime_threads() == []
 
 
