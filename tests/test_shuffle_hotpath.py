@@ -142,7 +142,11 @@ def test_bad_keys_get_the_same_worded_errors_on_both_paths(parallelism):
         p.select_channels([{"k": "a"}, {"k": None}])
     with pytest.raises(ValueError, match="Assigned key must not be null"):
         p.bucket([{"k": "a"}, {"k": None}])
-    assert p.bucket([{"k": "a"}, {"k": ["a", "list"]}])  # not hashable, but hashed stably
+    records = [{"k": "a"}, {"k": ["a", "list"]}]  # a list key: not hashable, but hashed stably
+    assert p.bucket(records) == [
+        [r for r in records if assign_key_to_parallel_operator(r["k"], 128, parallelism) == c]
+        for c in range(parallelism)
+    ]
     unhashable = KeyGroupStreamPartitioner(lambda v: v, 128)
     unhashable.setup(3)
     lists = [[1, 2], [3], [1, 2]]
