@@ -279,7 +279,17 @@ class KeyGroupStreamPartitioner(StreamPartitioner):
             key = self.key_selector(value)
         except Exception as e:
             raise RuntimeError(f"Could not extract key from {record_repr(value)}") from e
-        return assign_key_to_parallel_operator(key, self.max_parallelism, self.num_channels)
+        cache = self._channel_of  # the batch path's key -> channel cache: a record emitted alone
+        try:  # (one channel too: its key is hashed once, as channel selection would)
+            channel = cache.get(key)
+        except TypeError:  # an unhashable key: no cache
+            return assign_key_to_parallel_operator(key, self.max_parallelism, self.num_channels)
+        if channel is None:
+            channel = assign_key_to_parallel_operator(key, self.max_parallelism, self.num_channels)
+            if len(cache) >= _CHANNEL_CACHE_SIZE:
+                cache.clear()
+            cache[key] = channel
+        return channel
 
     def select_channels_pure(self, values: List[Any]) -> List[int]:
         """``select_channels`` on the pure-Python path (the reference of the compiled one)."""

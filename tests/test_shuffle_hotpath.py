@@ -86,6 +86,7 @@ def test_keyed_channels_and_buckets_match_brute_force(key_list, parallelism, max
     expected = _brute_channels(key_list, p.max_parallelism, parallelism)
     assert p.select_channels(values) == expected
     assert p.select_channels(values) == expected  # the second time from the key -> channel cache
+    assert [p.select_channel(v) for v in values] == expected  # a record emitted alone: the same cache
     assert p.bucket(values) == [[v for v, c in zip(values, expected) if c == ch] for ch in range(parallelism)]
 
 
@@ -142,6 +143,8 @@ def test_bad_keys_get_the_same_worded_errors_on_both_paths(parallelism):
         p.select_channels([{"k": "a"}, {"k": None}])
     with pytest.raises(ValueError, match="Assigned key must not be null"):
         p.bucket([{"k": "a"}, {"k": None}])
+    with pytest.raises(ValueError, match="Assigned key must not be null"):
+        p.select_channel({"k": None})
     records = [{"k": "a"}, {"k": ["a", "list"]}]  # a list key: not hashable, but hashed stably
     assert p.bucket(records) == [
         [r for r in records if assign_key_to_parallel_operator(r["k"], 128, parallelism) == c]
