@@ -56,15 +56,17 @@ def reduce_batch_pure(
     lower: tuple = (),
     removed: Any = _NO_TOMBSTONE,
     keys: Optional[List[Any]] = None,
-) -> List[Any]:
+    emit: bool = True,
+) -> Optional[List[Any]]:
     """The rolling reduce of a batch: per record, its key's stored value combined with it
     (``reduce(stored, record)``), or ``on_miss(key, record)`` for a key with no value (its
     first record); each result stored (in ``state``) and returned in order. A key ``state``
     misses is looked up in the older layers ``lower`` (newest first, copy-on-write
     snapshots); ``removed`` marks a key removed since one. ``keys``: the records' keys when
-    the caller has them already (``key_of`` is then not called)."""
-    out: List[Any] = []
-    append = out.append
+    the caller has them already (``key_of`` is then not called). ``emit`` False: nothing
+    returned (None), only stored (a window's pane)."""
+    out: Optional[List[Any]] = [] if emit else None
+    append = out.append if emit else None
     get = state.get
     missing = _MISSING
     for value, key in zip(values, _keys_of(values, key_of, keys)):
@@ -79,7 +81,8 @@ def reduce_batch_pure(
         else:
             value = reduce(current, value)
         state[key] = value
-        append(value)
+        if emit:
+            append(value)
     return out
 
 

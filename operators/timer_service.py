@@ -126,12 +126,22 @@ class InternalTimerService:
         """Fire every event-time timer <= ``timestamp`` (Flink: advanceWatermark)."""
         self.current_watermark = timestamp
         queue, live = self._event_queue, self._event_set
+        if not queue or queue[0][0] > timestamp:
+            return
         set_key = self._backend.set_current_key
         fire = self._triggerable.on_event_time
+        heappop = heapq.heappop
+        if not live.lower and type(live.live) is dict:  # one layer (none appears while timers fire)
+            pop = live.live.pop
+            while queue and queue[0][0] <= timestamp:
+                ts, _, key, namespace = heappop(queue)
+                if pop((ts, key, namespace), None) is True:
+                    set_key(key)
+                    fire(ts, key, namespace)
+            return
         while queue and queue[0][0] <= timestamp:
-            ts, _, key, namespace = heapq.heappop(queue)
-            entry = (ts, key, namespace)
-            if _discard(live, entry):
+            ts, _, key, namespace = heappop(queue)
+            if _discard(live, (ts, key, namespace)):
                 set_key(key)
                 fire(ts, key, namespace)
 

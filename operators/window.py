@@ -42,8 +42,17 @@ from raylink.operators.batch import internal_timer_service
 from raylink.operators.merging_window_set import MergingWindowSet
 from raylink.operators.reduce import reduce_batch
 from raylink.operators.window_contexts import AssignerContext, EvictorContext, ProcessWindowContext, TriggerContext
+from raylink.shuffle.hotpath import NATIVE
 from raylink.state.state_backend import keyed_backend_for
 from raylink.state.state_table import REMOVED
+
+
+def min_max_pure(values: List[Any]) -> tuple:
+    """``(min(values), max(values))`` (the pure-Python twin of the compiled one-pass ``min_max``)."""
+    return min(values), max(values)
+
+
+min_max = min_max_pure if NATIVE is None else NATIVE.min_max
 
 CONTENTS_STATE = "window-contents"
 MERGING_SET_STATE = "merging-window-set"
@@ -167,6 +176,11 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
             and type(self.assigner) in (TumblingEventTimeWindows, SlidingEventTimeWindows)
         )
         self._sliding = type(self.assigner) is SlidingEventTimeWindows
+        # a firing that only hands the pane's reduced value on (no lateness, no window function):
+        # the window's one timer emits its contents and drops the pane (_on_event_time_fast)
+        self._fire_plain = (
+            self._fast and not self.allowed_lateness and self._window_fn is None and self.contents_kind == REDUCING
+        )
         self._window_cache: dict = {}
 
     def _resolve_window_function(self) -> Optional[Callable[..., Any]]:
@@ -568,9 +582,9 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
         # a window starting at or before this is due at the current watermark
         due = self.timer_service.current_watermark - size + 1
         if len(values) > 1:  # the usual run: every element in one window that is not due yet
-            lowest = min(timestamps)
+            lowest, highest = min_max(timestamps if type(timestamps) is list else list(timestamps))
             start = lowest - (lowest - offset) % size
-            if start > due and max(timestamps) < start + size:
+            if start > due and highest < start + size:
                 self._process_in_window(values, self._window(start))
                 return
         reducing = self.contents_kind == REDUCING
@@ -667,7 +681,9 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
             return False
         if type(values) is not list:
             values = list(values)
-        reduce_batch(values, self._key_of, live, self._reduce, partial(self._first_reduced, window), lower, REMOVED)
+        reduce_batch(
+            values, self._key_of, live, self._reduce, partial(self._first_reduced, window), lower, REMOVED, emit=False
+        )
         return True
 
     def _process_in_window_layered(self, values: List[Any], window: TimeWindow) -> None:
@@ -773,6 +789,22 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
         self._flush_pending()
 
     def _on_event_time_fast(self, timestamp: int, key: Any, window: Any) -> None:
+        table = self._table
+        live = table.live
+        if self._fire_plain and not table.lower and type(live) is dict and timestamp == window[1] - 1:
+            # what the general steps below do for this window, in a heap table's only layer
+            pane = live.get(window)
+            contents = None if pane is None else pane.get(key)
+            if contents is None or contents is _MISSING:  # (no tombstone without a layer below)
+                return
+            del pane[key]
+            if not pane:
+                del live[window]
+            if timestamp != self._pending_ts:
+                self._flush_pending()
+                self._pending_ts = timestamp
+            self._pending.append(contents)
+            return
         contents = self._get_contents(key, window)
         if contents is None:
             return

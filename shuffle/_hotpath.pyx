@@ -13,7 +13,11 @@ and state. What it holds, and the twin of each:
   selection for a batch (key selector, key -> channel cache, stable hash, murmur, key group,
   operator index) and the same fused with bucketing per channel (twins:
   ``shuffle.partitioners``);
-* ``bucket_by_channel``: a batch split by precomputed channels (``RecordWriter.emit_batch``);
+* ``bucket_by_channel`` / ``bucket_pairs_by_channel``: a batch (with its records' timestamps)
+  split by precomputed channels (``RecordWriter.emit_batch`` / ``emit_timestamped_batch``;
+  twins: ``shuffle.partitioners``);
+* ``min_max``: the least and the greatest of a list in one pass (a window operator's run of
+  timestamps; twin: ``operators.window``);
 * ``is_flat_batch``: scalars, or tuples of scalars, by exact type (``codec.is_flat_batch``);
 * ``reduce_batch`` / ``sum_pairs_batch``: the rolling reduce's loop (``operators.reduce``), over
   the heap's layers or the RocksDB backend's cache;
@@ -191,6 +195,36 @@ def bucket_by_channel(list values, list channels, Py_ssize_t num_channels) -> li
     return buckets
 
 
+def bucket_pairs_by_channel(list values, list timestamps, list channels, Py_ssize_t num_channels) -> tuple:
+    """``bucket_by_channel`` of ``values`` and of their ``timestamps`` alike: two lists of lists."""
+    cdef list vb = [[] for _ in range(num_channels)]
+    cdef list tb = [[] for _ in range(num_channels)]
+    cdef Py_ssize_t c, i, n = PyList_GET_SIZE(values)
+    if PyList_GET_SIZE(channels) != n or PyList_GET_SIZE(timestamps) != n:
+        raise ValueError(f"{n} values but {PyList_GET_SIZE(timestamps)} timestamps and {PyList_GET_SIZE(channels)} channels")
+    for i in range(n):
+        c = <Py_ssize_t><object>PyList_GET_ITEM(channels, i)
+        (<list>vb[c]).append(<object>PyList_GET_ITEM(values, i))
+        (<list>tb[c]).append(<object>PyList_GET_ITEM(timestamps, i))
+    return vb, tb
+
+
+def min_max(list values) -> tuple:
+    """``(min(values), max(values))`` in one pass, with the builtins' comparisons."""
+    cdef Py_ssize_t i, n = PyList_GET_SIZE(values)
+    cdef object v, lo, hi
+    if n == 0:
+        raise ValueError("min_max() arg is an empty sequence")
+    lo = hi = <object>PyList_GET_ITEM(values, 0)
+    for i in range(1, n):
+        v = <object>PyList_GET_ITEM(values, i)
+        if v < lo:
+            lo = v
+        if v > hi:
+            hi = v
+    return lo, hi
+
+
 cdef inline bint _is_scalar_type(type t) noexcept:
     return t is str or t is int or t is float or t is bool or t is bytes or t is type(None)
 
@@ -245,14 +279,23 @@ cdef inline Py_ssize_t _check_keys(list keys, Py_ssize_t n) except -1:
 
 
 def reduce_batch(
-    list values, key_of, dict state, reduce, on_miss, tuple lower=(), removed=_NO_TOMBSTONE, list keys=None
-) -> list:
+    list values,
+    key_of,
+    dict state,
+    reduce,
+    on_miss,
+    tuple lower=(),
+    removed=_NO_TOMBSTONE,
+    list keys=None,
+    bint emit=True,
+):
     """The rolling reduce of a batch: per record, its key's stored value combined with it
     (``reduce(stored, record)``), or ``on_miss(key, record)`` for a key with no value; stored
     (in ``state``) and returned in order. A key ``state`` misses is looked up in the older
     layers ``lower`` (newest first); ``removed`` marks a key removed since one. ``keys``: the
-    records' keys when the caller has them already (``key_of`` is then not called)."""
-    cdef list out = []
+    records' keys when the caller has them already (``key_of`` is then not called). ``emit``
+    False: nothing returned (None), only stored (a window's pane)."""
+    cdef list out = [] if emit else None
     cdef Py_ssize_t i, n = _check_keys(keys, PyList_GET_SIZE(values))
     cdef PyObject* current
     cdef object value, key
@@ -267,7 +310,8 @@ def reduce_batch(
         else:
             value = reduce(<object>current, value)
         state[key] = value
-        out.append(value)
+        if emit:
+            out.append(value)
     return out
 
 

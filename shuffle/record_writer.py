@@ -42,7 +42,12 @@ from typing import Any, Callable, Iterable, List, Optional
 
 from raylink.shuffle.codec import DeclaredFlatType
 from raylink.shuffle.elements import STREAM_ELEMENT_TYPES, Watermark
-from raylink.shuffle.partitioners import ForwardPartitioner, RebalancePartitioner, StreamPartitioner
+from raylink.shuffle.partitioners import (
+    ForwardPartitioner,
+    RebalancePartitioner,
+    StreamPartitioner,
+    bucket_pairs_by_channel,
+)
 from raylink.shuffle.result_partition import ResultPartition
 from raylink.shuffle.serializer import DEFAULT_BUFFER_SIZE, RecordPackers, RecordSerializer
 
@@ -196,18 +201,13 @@ class RecordWriter:
                 s.flush()
             return
         n = self.num_channels
-        if shared:
+        if shared or n == 1:  # one channel: the partitioner reads every record, the run stays whole
             vb = self._bucket(values)
             tb: List[Any] = [timestamps] * n
         else:
-            chans = self._select_batch(values)
-            vb = [[] for _ in range(n)]
-            appends = [b.append for b in vb]
-            tb = [[] for _ in range(n)]
-            tappends = [b.append for b in tb]
-            for v, t, c in zip(values, timestamps, chans):
-                appends[c](v)
-                tappends[c](t)
+            if type(timestamps) is not list:
+                timestamps = list(timestamps)
+            vb, tb = bucket_pairs_by_channel(values, timestamps, self._select_batch(values), n)
         for ser, bv, bt in zip(self._serializers, vb, tb):
             if bv:
                 ser.add_timestamped_records(bv, bt)

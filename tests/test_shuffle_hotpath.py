@@ -27,9 +27,14 @@ from raylink.core.key_groups import (
     operator_index_table,
     stable_hash,
 )
-from raylink.operators import basic, reduce
+from raylink.operators import basic, reduce, window
 from raylink.shuffle import codec, hotpath, shareable
-from raylink.shuffle.partitioners import KeyGroupStreamPartitioner, bucket_by_channel_pure
+from raylink.shuffle.elements import TimestampedRecords
+from raylink.shuffle.partitioners import (
+    KeyGroupStreamPartitioner,
+    bucket_by_channel_pure,
+    bucket_pairs_by_channel_pure,
+)
 from raylink.shuffle.record_writer import RecordWriter
 from raylink.shuffle.result_partition import ResultPartition
 from raylink.state import rocksdb_state
@@ -120,6 +125,33 @@ def test_compiled_bucket_by_channel_equals_the_pure_twin(channels):
 
 @needs_native
 @SETTINGS
+@given(st.lists(st.integers(0, 4), max_size=50))
+def test_compiled_bucket_pairs_by_channel_equals_the_pure_twin(channels):
+    values = [f"v{i}" for i in range(len(channels))]
+    timestamps = [i * 10 for i in range(len(channels))]
+    got = native.bucket_pairs_by_channel(values, timestamps, channels, 5)
+    assert got == bucket_pairs_by_channel_pure(values, timestamps, channels, 5)
+    assert got == (  # brute force: each channel's records and their own timestamps, in order
+        [[v for v, c in zip(values, channels) if c == ch] for ch in range(5)],
+        [[t for t, c in zip(timestamps, channels) if c == ch] for ch in range(5)],
+    )
+    for fn in (native.bucket_pairs_by_channel, bucket_pairs_by_channel_pure):
+        with pytest.raises(ValueError, match="1 values but 0 timestamps"):
+            fn(["v"], [], [0], 5)
+
+
+@needs_native
+@SETTINGS
+@given(st.one_of(st.lists(st.integers(), min_size=1), st.lists(st.floats(allow_nan=False), min_size=1)))
+def test_compiled_min_max_equals_the_builtins(values):
+    assert native.min_max(values) == window.min_max_pure(values) == (min(values), max(values))
+    for fn in (native.min_max, window.min_max_pure):
+        with pytest.raises(ValueError):
+            fn([])
+
+
+@needs_native
+@SETTINGS
 @given(st.lists(keys, max_size=60))
 def test_compiled_key_check_for_one_channel_hashes_every_key_as_channel_selection(key_list):
     assert native.check_keys(lambda v: v, key_list, stable_hash) is None
@@ -198,7 +230,7 @@ def _no_key_selector(value):
     raise AssertionError("the key selector ran although the keys were given")
 
 
-def _run_reduce(fn, values, state, fail_at, lower=(), given_keys=False):
+def _run_reduce(fn, values, state, fail_at, lower=(), given_keys=False, emit=True):
     seen_new = []
 
     def reducer(a, b):
@@ -212,9 +244,10 @@ def _run_reduce(fn, values, state, fail_at, lower=(), given_keys=False):
 
     try:
         if given_keys:  # the RocksDB backend's way: the keys computed once, before its fetch
-            out = fn(values, _no_key_selector, state, reducer, on_miss, lower, REMOVED, [v[0] for v in values])
+            keys = [v[0] for v in values]
+            out = fn(values, _no_key_selector, state, reducer, on_miss, lower, REMOVED, keys, emit=emit)
         else:
-            out = fn(values, lambda v: v[0], state, reducer, on_miss, lower, REMOVED)
+            out = fn(values, lambda v: v[0], state, reducer, on_miss, lower, REMOVED, emit=emit)
     except ValueError as e:
         out = str(e)
     return out, state, seen_new
@@ -231,14 +264,17 @@ def _run_reduce(fn, values, state, fail_at, lower=(), given_keys=False):
         max_size=3,
     ),
     st.booleans(),
+    st.booleans(),
 )
-def test_compiled_reduce_loop_equals_the_pure_twin(values, state, fail_at, lower, given_keys):
+def test_compiled_reduce_loop_equals_the_pure_twin(values, state, fail_at, lower, given_keys, emit):
     """Also over older layers (copy-on-write snapshots): a key the live dict misses is read from
-    the newest layer holding it, a removed one starts again; and with the keys given."""
+    the newest layer holding it, a removed one starts again; with the keys given; and storing
+    only (``emit=False``: a window's pane)."""
     lower = tuple(lower)
-    assert _run_reduce(native.reduce_batch, values, dict(state), fail_at, lower, given_keys) == _run_reduce(
-        reduce.reduce_batch_pure, values, dict(state), fail_at, lower, given_keys
-    )
+    compiled = _run_reduce(native.reduce_batch, values, dict(state), fail_at, lower, given_keys, emit)
+    assert compiled == _run_reduce(reduce.reduce_batch_pure, values, dict(state), fail_at, lower, given_keys, emit)
+    if not emit and not isinstance(compiled[0], str):
+        assert compiled[0] is None
     for fn in (native.reduce_batch, reduce.reduce_batch_pure):
         with pytest.raises(ValueError, match="1 values but 0 keys"):
             fn([("a", 1)], _no_key_selector, {}, None, None, (), REMOVED, [])
@@ -257,6 +293,14 @@ def test_reduce_loop_matches_brute_force(values):
         expected.append((k, totals[k]))
     assert out == expected
     assert state == {k: (k, t) for k, t in totals.items()}
+    stored: dict = {}
+    assert (
+        reduce.reduce_batch(
+            values, lambda v: v[0], stored, lambda a, b: (a[0], a[1] + b[1]), lambda k, v: v, emit=False
+        )
+        is None
+    )
+    assert stored == state
 
 
 @needs_native
@@ -376,15 +420,18 @@ from raylink.shuffle.result_partition import ResultPartition
 
 def emitted(seed):
     rnd = random.Random(seed)
-    part = ResultPartition(3, "PIPELINED")
+    part = ResultPartition(rnd.choice([1, 3]), "PIPELINED")
     w = RecordWriter(part, create_partitioner("HASH", key_selector=lambda v: v[0], max_parallelism=128),
                      buffer_timeout_ms=-1, buffer_size=256)
     for _ in range(20):
         n = rnd.randrange(0, 40)
         batch = [(rnd.choice(["a", "bb", "ccc", "\u00e4\u6f22", str(rnd.random())]), rnd.randrange(-5, 10**12),
                   rnd.choice([None, 1.5, b"x", True])) for _ in range(n)]
-        if rnd.random() < 0.3:
+        pick = rnd.random()
+        if pick < 0.3:
             w.emit_timestamped_batch(batch, rnd.randrange(10**9))
+        elif pick < 0.6:
+            w.emit_timestamped_batch(batch, [rnd.randrange(10**9) for _ in batch])
         else:
             w.emit_batch(batch)
     w.finish()
@@ -438,6 +485,51 @@ def test_keyed_writer_sends_every_record_to_its_key_groups_channel():
         [v for v in everything if assign_key_to_parallel_operator(v[0], 128, 3) == ch] for ch in range(3)
     ]
     assert hashlib.sha256(repr(received).encode()).hexdigest()  # decodable, in order
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_keyed_writer_keeps_each_records_timestamp_with_it(channels):
+    """On whichever path is active: runs of records with a timestamp each reach their key
+    group's channel with their own timestamps, in order (brute force)."""
+    from raylink.shuffle.serializer import RecordDeserializer
+
+    part = ResultPartition(channels, "PIPELINED")
+    w = RecordWriter(part, KeyGroupStreamPartitioner(lambda v: v[0], 128), buffer_timeout_ms=-1, buffer_size=128)
+    batches = [[(f"k{(i * 7 + j) % 23}", j) for j in range(i % 11)] for i in range(30)]
+    for i, batch in enumerate(batches):
+        w.emit_timestamped_batch(batch, [i * 100 + j for j in range(len(batch))])
+    w.flush_all()
+    received = []
+    for sub in part.subpartitions:
+        d = RecordDeserializer()
+        got = []
+        while (b := sub.poll_buffer()) is not None:
+            for item in d.feed(b.buffer):
+                assert isinstance(item, TimestampedRecords)
+                got.extend(zip(item.values, item.timestamps))
+        received.append(got)
+    everything = [(v, i * 100 + j) for i, batch in enumerate(batches) for j, v in enumerate(batch)]
+    assert received == [
+        [(v, t) for v, t in everything if assign_key_to_parallel_operator(v[0], 128, channels) == ch]
+        for ch in range(channels)
+    ]
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_keyed_writer_runs_the_key_selector_on_timestamped_runs(channels):
+    """A key selector that fails fails a timestamped run on one channel as on three."""
+
+    def key_of(v):
+        if v == 3:
+            raise ValueError("no key for 3")
+        return v
+
+    w = RecordWriter(
+        ResultPartition(channels, "PIPELINED"), KeyGroupStreamPartitioner(key_of, 128), buffer_timeout_ms=-1
+    )
+    with pytest.raises(RuntimeError, match="Could not extract key from 3") as info:
+        w.emit_timestamped_batch([1, 2, 3], [10, 20, 30])
+    assert "no key for 3" in str(info.value.__cause__)
 
 
 # -- the selector ----------------------------------------------------------------------------
