@@ -2,9 +2,10 @@
 
 The compiled module holds the per-batch framework loops (keyed channel selection with Flink's
 murmur key-group hash, bucketing per channel, the flatness check, the rolling reduce, the
-keyed map/flat_map/filter loops and the RocksDB backend's batch steps); the modules that own
-those loops (``shuffle.partitioners``, ``shuffle.record_writer``, ``shuffle.codec``,
-``operators.reduce``, ``operators.basic``, ``state.rocksdb_state``) keep
+keyed map/flat_map/filter loops, a window run's timestamp bounds and the RocksDB backend's
+batch steps); the modules that own those loops (``shuffle.partitioners``,
+``shuffle.record_writer``, ``shuffle.codec``, ``operators.reduce``, ``operators.basic``,
+``operators.window``, ``state.rocksdb_state``) keep
 their pure-Python versions as the reference and the fallback, and pick one through
 ``NATIVE`` when they are imported. ``NATIVE`` is None -- the pure-Python path -- when
 ``RAYLINK_PURE_PYTHON`` is set to anything but ``""``/``"0"``, or when the compiled module is
