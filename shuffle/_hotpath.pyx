@@ -19,6 +19,8 @@ and state. What it holds, and the twin of each:
 * ``min_max``: the least and the greatest of a list in one pass (a window operator's run of
   timestamps; twin: ``operators.window``);
 * ``is_flat_batch``: scalars, or tuples of scalars, by exact type (``codec.is_flat_batch``);
+* ``conforms_flat``: whether a batch is exactly of a flat declared type, widths included, so it
+  travels as it is (``codec.DeclaredFlatType.conform_batch``; twin ``codec.conforms_flat_pure``);
 * ``reduce_batch`` / ``sum_pairs_batch``: the rolling reduce's loop (``operators.reduce``), over
   the heap's layers or the RocksDB backend's cache;
 * ``keyed_map_batch`` / ``keyed_flat_map_batch`` / ``keyed_filter_batch``: the loops of the
@@ -43,6 +45,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object unicode, Py_ssize_t* size) except NULL
+    long long PyLong_AsLongLongAndOverflow(object o, int* overflow) except? -1
     PyObject* PyDict_GetItemWithError(object mp, object key) except? NULL
     bint PyUnicode_IS_ASCII(object o)
     void* PyUnicode_DATA(object o)
@@ -262,6 +265,48 @@ def is_flat_batch(values) -> bool:
     for i in range(n):
         if not _is_scalar_type(type(<object>PyList_GET_ITEM(values, i))):
             return False
+    return True
+
+
+cdef inline bint _field_conforms(object x, object field) except -1:
+    """``x`` None, or of exactly the type ``field[0]`` and within ``field[1]..field[2]`` (None: no bounds)."""
+    cdef object lo, hi
+    cdef long long v, clo, chi
+    cdef int overflow = 0
+    if x is None:
+        return True
+    if type(x) is not <type>PyTuple_GET_ITEM(field, 0):
+        return False
+    lo = <object>PyTuple_GET_ITEM(field, 1)
+    if lo is None:
+        return True
+    hi = <object>PyTuple_GET_ITEM(field, 2)
+    v = PyLong_AsLongLongAndOverflow(x, &overflow)
+    if overflow:
+        return False
+    clo = lo
+    chi = hi
+    return clo <= v <= chi
+
+
+def conforms_flat(list values, tuple fields, bint is_tuple) -> bool:
+    """Whether every value is exactly of a flat declared type: ``fields`` holds ``(type, low,
+    high)`` per field (bounds None but for ints); a TUPLE declaration (``is_tuple``) wants tuples
+    of ``len(fields)`` such fields, a basic one values like ``fields[0]``; None fits any field."""
+    cdef Py_ssize_t i, j, arity = PyTuple_GET_SIZE(fields), n = PyList_GET_SIZE(values)
+    cdef object v
+    cdef object first = <object>PyTuple_GET_ITEM(fields, 0)
+    for i in range(n):
+        v = <object>PyList_GET_ITEM(values, i)
+        if not is_tuple:
+            if not _field_conforms(v, first):
+                return False
+            continue
+        if type(v) is not tuple or PyTuple_GET_SIZE(v) != arity:
+            return False
+        for j in range(arity):
+            if not _field_conforms(<object>PyTuple_GET_ITEM(v, j), <object>PyTuple_GET_ITEM(fields, j)):
+                return False
     return True
 
 

@@ -43,10 +43,11 @@ own error; the reason survives being shipped to the driver).
 Declared types: ``DeclaredFlatType`` compiles a flat declaration (a basic type,
 or a TUPLE of basic types: ``TypeInformation.is_flat``) into a check that a
 record writer runs on every record before msgspec packs it: a batch of the
-declared Python types and widths (ints constrained to 8/16/32/64 bits) is
-checked by one msgspec call (``convert``, strict), then each FLOAT column is
-rounded to 32 bits by one ``struct`` pass (which rejects one beyond float32's
-range); otherwise record by record, values
+declared Python types and widths (ints constrained to 8/16/32/64 bits) passes as
+it is after one exact check (``conforms_flat``, compiled on the compiled path), or,
+with values to convert, is checked and converted by one msgspec call (``convert``,
+strict), then each FLOAT column is rounded to 32 bits by one ``struct`` pass (which
+rejects one beyond float32's range); otherwise record by record, values
 are converted as PyFlink's coders convert them (``declared_types``: a list or
 namedtuple for a TUPLE becomes a tuple, an int for a DOUBLE a float, an
 int-like for an INT an int) or rejected with ``RecordTypeError`` naming the
@@ -522,10 +523,14 @@ class DeclaredFlatType:
         return None
 
     def conform_batch(self, values: List[Any]) -> List[Any]:
-        """The batch to pack: one C pass (msgspec) when every value is of its declared
-        type and width (lists/namedtuples become tuples, ints in float fields floats),
-        then one pass per FLOAT column (rounded to 32 bits); else record by record,
-        converting or rejecting as ``conform`` does."""
+        """The batch to pack: ``values`` itself when every value is exactly of its declared
+        type and width (no FLOAT field: ``conforms_flat``); else one C pass (msgspec) when every
+        value is of its declared type and width (lists/namedtuples become tuples, ints in float
+        fields floats), then one pass per FLOAT column (rounded to 32 bits); else record by
+        record, converting or rejecting as ``conform`` does."""
+        fast = self._fast
+        if fast is not None and type(values) is list and conforms_flat(values, fast, self.arity is not None):
+            return values
         try:
             out = msgspec.convert(values, self._batch_type, strict=True)
             if self._float_columns:
@@ -660,6 +665,27 @@ def is_flat_batch_pure(values: List[Any]) -> bool:
 
 
 is_flat_batch = is_flat_batch_pure if NATIVE is None else NATIVE.is_flat_batch
+
+
+def conforms_flat_pure(values: List[Any], fields: Tuple[Any, ...], is_tuple: bool) -> bool:
+    """Whether every value is exactly of a flat declared type (the pure-Python twin of the
+    compiled ``conforms_flat``): ``fields`` holds ``(type, low, high)`` per field (bounds None
+    but for ints); a TUPLE declaration (``is_tuple``) wants tuples of ``len(fields)`` such
+    fields, a basic one values like ``fields[0]``; None fits any field."""
+
+    def fits(x: Any, kind: type, lo: Any, hi: Any) -> bool:
+        return x is None or type(x) is kind and (lo is None or lo <= x <= hi)
+
+    if not is_tuple:
+        kind, lo, hi = fields[0]
+        return all(fits(v, kind, lo, hi) for v in values)
+    arity = len(fields)
+    return all(
+        type(v) is tuple and len(v) == arity and all(fits(x, *field) for x, field in zip(v, fields)) for v in values
+    )
+
+
+conforms_flat = conforms_flat_pure if NATIVE is None else NATIVE.conforms_flat
 
 
 def fields_are_scalars(tuples: List[tuple]) -> bool:

@@ -358,6 +358,8 @@ class RecordSerializer:
         conformed = declared.conform_batch(values)
         if not is_flat_batch(conformed):
             return False
+        if conformed is values:  # already of its declared type: a copy, the caller may reuse its list
+            conformed = list(values)
         self._hand_over_run(conformed, timestamps)
         return True
 

@@ -150,6 +150,40 @@ def test_compiled_min_max_equals_the_builtins(values):
             fn([])
 
 
+_DECLARED = {
+    "STRING": st.text(max_size=4),
+    "INT": st.integers(-(2**31) - 2, 2**31 + 1),
+    "LONG": st.integers(-(2**64), 2**64),
+    "BYTE": st.integers(-130, 130),
+    "BOOLEAN": st.booleans(),
+    "DOUBLE": st.floats(allow_nan=False),
+}
+_any_field = st.one_of(*_DECLARED.values(), st.none(), st.binary(max_size=2))
+
+
+@needs_native
+@SETTINGS
+@given(
+    st.lists(st.sampled_from(sorted(_DECLARED)), min_size=1, max_size=3),
+    st.booleans(),
+    st.lists(st.one_of(st.lists(_any_field, min_size=1, max_size=3).map(tuple), _any_field), max_size=12),
+)
+def test_compiled_declared_type_check_equals_the_pure_twin_and_packs_the_same(names, as_tuple, values):
+    """A batch passes as it is exactly when it is of its declared type and widths; then its
+    bytes are those of the msgspec conversion it replaces."""
+    from raylink.api import Types
+
+    declared = codec.DeclaredFlatType.of(
+        Types.TUPLE([getattr(Types, n)() for n in names]) if as_tuple else getattr(Types, names[0])()
+    )
+    fields = declared._fast
+    compiled = native.conforms_flat(values, fields, as_tuple)
+    assert compiled == codec.conforms_flat_pure(values, fields, as_tuple)
+    if compiled and not any(v is None or as_tuple and None in v for v in values):
+        assert declared.conform_batch(values) is values
+        assert values == codec.msgspec.convert(values, declared._batch_type, strict=True)
+
+
 @needs_native
 @SETTINGS
 @given(st.lists(keys, max_size=60))

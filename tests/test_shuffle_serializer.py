@@ -460,6 +460,18 @@ def test_a_declared_flat_type_is_conformed_before_the_hand_over():
     assert run.items == [[(f"k{i}", i) for i in range(OBJECT_RUN_MIN)]]
 
 
+def test_a_batch_already_of_its_declared_type_is_handed_over_as_a_copy():
+    from raylink.api import Types
+
+    s, out = handing_over(flat_type=Types.TUPLE([Types.STRING(), Types.INT()]))
+    batch = [(f"k{i}", i) for i in range(OBJECT_RUN_MIN)]
+    s.add_records(batch)
+    s.flush()
+    batch.clear()  # the caller reuses its list
+    ((run, _),) = out
+    assert run.items == [[(f"k{i}", i) for i in range(OBJECT_RUN_MIN)]]
+
+
 scalars = st.one_of(st.integers(-(2**63), 2**63 - 1), st.text(max_size=5), st.floats(allow_nan=False), st.none())
 records = st.one_of(scalars, st.tuples(scalars, scalars), st.lists(scalars, max_size=2))
 operations = st.lists(
