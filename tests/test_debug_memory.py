@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -15,9 +16,15 @@ pytestmark = pytest.mark.timeout(180)
 
 @pytest.fixture
 def running_wordcount(ray_session):
-    """The wordcount load test (two TaskExecutors) running for up to a minute."""
+    """The wordcount load test (two TaskExecutors) running for up to a minute, its keyed count
+    holding state (records reached it)."""
     env = build_job(SCENARIOS["wordcount"], 2000, 1, 60.0, None)
     client = env.execute_async("debug memory test")
+    deadline = time.monotonic() + 60
+    while not any(m["task"].startswith("Count") and m["numRecordsIn"] for m in client.get_metrics()):
+        assert time.monotonic() < deadline, "no record reached the keyed count in 60 s"
+        assert client.get_job_status() == "RUNNING", client.get_job_status()
+        time.sleep(0.1)
     yield client
     client.cancel()
     client.wait(30)
