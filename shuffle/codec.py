@@ -44,8 +44,8 @@ Declared types: ``DeclaredFlatType`` compiles a flat declaration (a basic type,
 or a TUPLE of basic types: ``TypeInformation.is_flat``) into a check that a
 record writer runs on every record before msgspec packs it: a batch of the
 declared Python types and widths (ints constrained to 8/16/32/64 bits) passes as
-it is after one exact check (``conforms_flat``, compiled on the compiled path), or,
-with values to convert, is checked and converted by one msgspec call (``convert``,
+it is after one exact check on the compiled path (``conforms_flat``), or, elsewhere
+and with values to convert, is checked and converted by one msgspec call (``convert``,
 strict), then each FLOAT column is rounded to 32 bits by one ``struct`` pass (which
 rejects one beyond float32's range); otherwise record by record, values
 are converted as PyFlink's coders convert them (``declared_types``: a list or
@@ -529,7 +529,12 @@ class DeclaredFlatType:
         fields floats), then one pass per FLOAT column (rounded to 32 bits); else record by
         record, converting or rejecting as ``conform`` does."""
         fast = self._fast
-        if fast is not None and type(values) is list and conforms_flat(values, fast, self.arity is not None):
+        if (
+            conforms_flat is not None
+            and fast is not None
+            and type(values) is list
+            and conforms_flat(values, fast, self.arity is not None)
+        ):
             return values
         try:
             out = msgspec.convert(values, self._batch_type, strict=True)
@@ -685,7 +690,9 @@ def conforms_flat_pure(values: List[Any], fields: Tuple[Any, ...], is_tuple: boo
     )
 
 
-conforms_flat = conforms_flat_pure if NATIVE is None else NATIVE.conforms_flat
+#: the compiled check, or None on the pure-Python path: there msgspec's strict conversion (C) costs
+#: less than the twin's Python loop, which stays the reference (the hot-path tests)
+conforms_flat = None if NATIVE is None else NATIVE.conforms_flat
 
 
 def fields_are_scalars(tuples: List[tuple]) -> bool:

@@ -180,8 +180,9 @@ def test_compiled_declared_type_check_equals_the_pure_twin_and_packs_the_same(na
     compiled = native.conforms_flat(values, fields, as_tuple)
     assert compiled == codec.conforms_flat_pure(values, fields, as_tuple)
     if compiled and not any(v is None or as_tuple and None in v for v in values):
-        assert declared.conform_batch(values) is values
-        assert values == codec.msgspec.convert(values, declared._batch_type, strict=True)
+        conformed = declared.conform_batch(values)
+        assert conformed == values == codec.msgspec.convert(values, declared._batch_type, strict=True)
+        assert (conformed is values) == (codec.conforms_flat is not None)  # as it is on the compiled path
 
 
 @needs_native
