@@ -497,24 +497,29 @@ def test_record_writer_bytes_are_identical_on_both_paths():
     assert compiled["digests"] == pure["digests"]
 
 
-def test_keyed_writer_sends_every_record_to_its_key_groups_channel():
-    """On whichever path is active: what each subpartition receives, against brute force."""
+def _received(part: ResultPartition) -> list:
+    """The elements each subpartition of ``part`` holds, decoded: one list per channel."""
     from raylink.shuffle.serializer import RecordDeserializer
 
+    received = []
+    for sub in part.subpartitions:
+        d = RecordDeserializer()
+        items: list = []
+        while (b := sub.poll_buffer()) is not None:
+            items.extend(d.feed(b.buffer))
+        received.append(items)
+    return received
+
+
+def test_keyed_writer_sends_every_record_to_its_key_groups_channel():
+    """On whichever path is active: what each subpartition receives, against brute force."""
     part = ResultPartition(3, "PIPELINED")
     w = RecordWriter(part, KeyGroupStreamPartitioner(lambda v: v[0], 128), buffer_timeout_ms=-1, buffer_size=128)
     batches = [[(f"k{(i * 7 + j) % 23}", j) for j in range(i % 11)] for i in range(30)]
     for batch in batches:
         w.emit_batch(batch)
     w.flush_all()
-    received = []
-    for sub in part.subpartitions:
-        d = RecordDeserializer()
-        got = []
-        while (b := sub.poll_buffer()) is not None:
-            for item in d.feed(b.buffer):
-                got.extend(item)
-        received.append(got)
+    received = [[v for batch in items for v in batch] for items in _received(part)]
     everything = [v for batch in batches for v in batch]
     assert received == [
         [v for v in everything if assign_key_to_parallel_operator(v[0], 128, 3) == ch] for ch in range(3)
@@ -526,23 +531,15 @@ def test_keyed_writer_sends_every_record_to_its_key_groups_channel():
 def test_keyed_writer_keeps_each_records_timestamp_with_it(channels):
     """On whichever path is active: runs of records with a timestamp each reach their key
     group's channel with their own timestamps, in order (brute force)."""
-    from raylink.shuffle.serializer import RecordDeserializer
-
     part = ResultPartition(channels, "PIPELINED")
     w = RecordWriter(part, KeyGroupStreamPartitioner(lambda v: v[0], 128), buffer_timeout_ms=-1, buffer_size=128)
     batches = [[(f"k{(i * 7 + j) % 23}", j) for j in range(i % 11)] for i in range(30)]
     for i, batch in enumerate(batches):
         w.emit_timestamped_batch(batch, [i * 100 + j for j in range(len(batch))])
     w.flush_all()
-    received = []
-    for sub in part.subpartitions:
-        d = RecordDeserializer()
-        got = []
-        while (b := sub.poll_buffer()) is not None:
-            for item in d.feed(b.buffer):
-                assert isinstance(item, TimestampedRecords)
-                got.extend(zip(item.values, item.timestamps))
-        received.append(got)
+    received = _received(part)
+    assert all(isinstance(run, TimestampedRecords) for items in received for run in items)
+    received = [[pair for run in items for pair in zip(run.values, run.timestamps)] for items in received]
     everything = [(v, i * 100 + j) for i, batch in enumerate(batches) for j, v in enumerate(batch)]
     assert received == [
         [(v, t) for v, t in everything if assign_key_to_parallel_operator(v[0], 128, channels) == ch]
