@@ -131,17 +131,12 @@ class InternalTimerService:
         set_key = self._backend.set_current_key
         fire = self._triggerable.on_event_time
         heappop = heapq.heappop
-        if not live.lower and type(live.live) is dict:  # one layer (none appears while timers fire)
-            pop = live.live.pop
-            while queue and queue[0][0] <= timestamp:
-                ts, _, key, namespace = heappop(queue)
-                if pop((ts, key, namespace), None) is True:
-                    set_key(key)
-                    fire(ts, key, namespace)
-            return
+        # one layer (none appears while timers fire): a timer is removed from it directly
+        only = live.live if not live.lower and type(live.live) is dict else None
         while queue and queue[0][0] <= timestamp:
             ts, _, key, namespace = heappop(queue)
-            if _discard(live, (ts, key, namespace)):
+            entry = (ts, key, namespace)
+            if (only.pop(entry, None) is True) if only is not None else _discard(live, entry):
                 set_key(key)
                 fire(ts, key, namespace)
 

@@ -223,14 +223,10 @@ def bucket_pairs_by_channel_pure(
     """``bucket_by_channel`` of ``values`` and of their ``timestamps`` alike (the pure-Python twin)."""
     if len(values) != len(channels) or len(values) != len(timestamps):
         raise ValueError(f"{len(values)} values but {len(timestamps)} timestamps and {len(channels)} channels")
-    value_buckets: List[List[Any]] = [[] for _ in range(num_channels)]
-    timestamp_buckets: List[List[Any]] = [[] for _ in range(num_channels)]
-    appends = [b.append for b in value_buckets]
-    timestamp_appends = [b.append for b in timestamp_buckets]
-    for v, t, c in zip(values, timestamps, channels):
-        appends[c](v)
-        timestamp_appends[c](t)
-    return value_buckets, timestamp_buckets
+    return (
+        bucket_by_channel_pure(values, channels, num_channels),
+        bucket_by_channel_pure(timestamps, channels, num_channels),
+    )
 
 
 bucket_by_channel = bucket_by_channel_pure if NATIVE is None else NATIVE.bucket_by_channel
