@@ -16,20 +16,34 @@ On the Prometheus endpoint they are Flink's PrometheusReporter series
 key/value groups (``add_group(key, value)``: ``key="value"``); a meter is its rate plus
 ``_count``, a distribution ``_count``/``_sum``/``_min``/``_max``.
 
-:class:`MetricsHttpServer` serves them on the driver (``metrics.port``, loopback only);
+:class:`MetricsHttpServer` serves them on the driver too (``metrics.port``, loopback only);
 a port it cannot listen on raises :class:`MetricsPortError` naming the key and port.
 Everything here runs off the task threads and only reads.
+
+The text is ``prometheus_client``'s (:class:`JobMetricsCollector` yields the families from
+the live metrics at every scrape, ``generate_latest`` writes them); every series is a gauge,
+as Flink's PrometheusReporter maps counters. The driver's REST server (and a session
+cluster's Dispatcher) serve it at ``/metrics`` for every job they know
+(:func:`prometheus_text`).
 """
 
 from __future__ import annotations
 
 import errno
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional
 
 from raylink.errors import RaylinkError
+
+if TYPE_CHECKING:  # prometheus_client is imported when metrics are first served (50 ms)
+    from prometheus_client.core import Metric
+
+#: the Content-Type of :func:`prometheus_text` (``prometheus_client.CONTENT_TYPE_PLAIN_0_0_4``)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+#: the labels of the per-subtask task series
+TASK_LABELS = ["job", "vertex", "subtask"]
+#: the longest :meth:`MetricsHttpServer.close` waits for the exporter's thread
+CLOSE_TIMEOUT_S = 10.0
 
 SUMMED = (
     "numRecordsIn",
@@ -91,25 +105,47 @@ def bottleneck(task_metrics: list[dict]) -> Optional[str]:
     return max(candidates)[1] if candidates else None
 
 
-def _label(value: Any) -> str:
-    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", " ")
-
-
 def to_prometheus(task_metrics: list[dict], job_name: str = "") -> str:
-    """Prometheus text exposition of the per-subtask metrics (``raylink_task_<metric>``) and of
-    every operator's metrics (``raylink_taskmanager_job_task_operator_<groups>_<metric>``)."""
-    lines = []
-    for key in SUMMED + MAXED:
-        metric = f"raylink_task_{key}"
-        kind = "counter" if key in SUMMED else "gauge"
-        lines.append(f"# TYPE {metric} {kind}")
-        for m in task_metrics:
-            labels = (
-                f'job="{_label(job_name)}",vertex="{_label(m.get("vertex_name", ""))}",subtask="{m.get("subtask", 0)}"'
+    """Prometheus text exposition of one job's per-subtask metrics (``raylink_task_<metric>``)
+    and of every operator's metrics (``raylink_taskmanager_job_task_operator_<groups>_<metric>``)."""
+    return prometheus_text([(job_name, lambda: task_metrics)]).decode()
+
+
+def prometheus_text(jobs: Iterable[tuple[str, Callable[[], list[dict]]]]) -> bytes:
+    """The text exposition of ``jobs``' metrics: ``(job name, per-subtask metrics supplier)``
+    pairs, each supplier called once (it may block: call this off an event loop); served as
+    :data:`CONTENT_TYPE`."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(JobMetricsCollector(lambda: [(name, supplier()) for name, supplier in jobs]))
+    return generate_latest(registry)
+
+
+class JobMetricsCollector:
+    """A ``prometheus_client`` collector (its ``Collector`` protocol) reading the live metrics of jobs at every scrape.
+
+    ``jobs`` returns ``(job name, per-subtask metrics)`` pairs. Every series is a gauge, as
+    Flink's PrometheusReporter maps counters too (a restarted subtask counts from 0 again).
+    """
+
+    def __init__(self, jobs: Callable[[], list[tuple[str, list[dict]]]]) -> None:
+        self._jobs = jobs
+
+    def collect(self) -> Iterator["Metric"]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        jobs = self._jobs()
+        for key in SUMMED + MAXED:
+            family = GaugeMetricFamily(
+                f"raylink_task_{key}", f"Flink's task metric {key}, per subtask", labels=TASK_LABELS
             )
-            lines.append(f"{metric}{{{labels}}} {float(m.get(key, 0) or 0)}")
-    lines.extend(_operator_prometheus(task_metrics, job_name))
-    return "\n".join(lines) + "\n"
+            for job_name, task_metrics in jobs:
+                for m in task_metrics:
+                    labels = [str(job_name), str(m.get("vertex_name", "")), str(m.get("subtask", 0))]
+                    family.add_metric(labels, float(m.get(key, 0) or 0))
+            yield family
+        yield from _operator_families(jobs)
 
 
 def operator_metrics(operators: list) -> dict:
@@ -158,31 +194,43 @@ def _samples(name: str, value: Any) -> list:
     return []
 
 
-def _operator_prometheus(task_metrics: list[dict], job_name: str) -> list[str]:
-    series: dict[str, list[str]] = {}
-    for m in task_metrics:
-        operators = m.get("operators") or {}
-        all_scopes = m.get("operatorMetricScopes") or {}
-        for operator, metrics in operators.items():
-            scopes = all_scopes.get(operator, {})
-            labels = (
-                f'job_name="{_label(job_name)}",task_name="{_label(m.get("vertex_name", ""))}",'
-                f'operator_name="{_label(operator)}",subtask_index="{m.get("subtask", 0)}",'
-                f'tm_id="{_label(m.get("executor", ""))}"'
-            )
-            for dotted, value in metrics.items():
-                logical, variables = scopes.get(dotted, (dotted, None))
-                metric = OPERATOR_PREFIX + _INVALID_NAME.sub("_", logical.replace(".", "_"))
-                own = labels
-                if variables:
-                    own += "".join(f',{_INVALID_LABEL.sub("_", k)}="{_label(v)}"' for k, v in variables.items())
-                for name, number in _samples(metric, value):
-                    series.setdefault(name, []).append(f"{name}{{{own}}} {number}")
-    lines = []
-    for name, samples in series.items():
-        lines.append(f"# TYPE {name} gauge")  # Flink's PrometheusReporter: counters are gauges too
-        lines.extend(samples)
-    return lines
+def _operator_families(jobs: list[tuple[str, list[dict]]]) -> Iterator["Metric"]:
+    from prometheus_client.core import Metric
+
+    families: dict[str, Metric] = {}
+    for job_name, task_metrics in jobs:
+        for m in task_metrics:
+            operators = m.get("operators") or {}
+            all_scopes = m.get("operatorMetricScopes") or {}
+            for operator, metrics in operators.items():
+                scopes = all_scopes.get(operator, {})
+                labels = {
+                    "job_name": str(job_name),
+                    "task_name": str(m.get("vertex_name", "")),
+                    "operator_name": str(operator),
+                    "subtask_index": str(m.get("subtask", 0)),
+                    "tm_id": str(m.get("executor", "")),
+                }
+                for dotted, value in metrics.items():
+                    logical, variables = scopes.get(dotted, (dotted, None))
+                    metric = OPERATOR_PREFIX + _INVALID_NAME.sub("_", logical.replace(".", "_"))
+                    own = dict(labels)
+                    if variables:
+                        own.update({_label_name(k): str(v) for k, v in variables.items()})
+                    for name, number in _samples(metric, value):
+                        family = families.get(name)
+                        if family is None:  # Flink's PrometheusReporter: counters are gauges too
+                            family = families[name] = Metric(name, f"operator metric {logical}", "gauge")
+                        family.add_sample(name, own, number)
+    yield from families.values()
+
+
+def _label_name(key: Any) -> str:
+    """A key/value group's key as a label name (Prometheus' alphabet; not a reserved ``__`` name)."""
+    name = _INVALID_LABEL.sub("_", str(key)) or "_"
+    if name[0].isdigit() or name.startswith("__"):
+        name = "key_" + name
+    return name
 
 
 class MetricsPortError(RaylinkError, OSError):
@@ -205,41 +253,24 @@ class MetricsPortError(RaylinkError, OSError):
 
 
 class MetricsHttpServer:
-    """Serves ``/metrics`` (Prometheus text) and ``/vertices`` (JSON) for a running job."""
+    """The job's Prometheus endpoint on ``metrics.port`` (loopback): ``prometheus_client``'s own
+    exporter (as Flink's PrometheusReporter listens on a port of its own), reading the job's
+    live metrics at every scrape. The REST server serves the same text at ``/metrics``."""
 
     def __init__(
         self, supplier: Callable[[], list[dict]], job_name: str, port: int = 0, host: str = "127.0.0.1"
     ) -> None:
-        import json
+        from prometheus_client import CollectorRegistry, start_http_server
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server API
-                if self.path.startswith("/metrics"):
-                    body = to_prometheus(supplier(), job_name).encode()
-                    kind = "text/plain; version=0.0.4"
-                elif self.path.startswith("/vertices"):
-                    body = json.dumps(aggregate_by_vertex(supplier())).encode()
-                    kind = "application/json"
-                else:
-                    self.send_error(404)
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(JobMetricsCollector(lambda: [(job_name, supplier())]))
         try:
-            self.server = ThreadingHTTPServer((host, port), Handler)
+            self.server, self._thread = start_http_server(port, host, registry)
         except OSError as exc:
             raise MetricsPortError(port, host, exc) from None
-        self.port = self.server.server_address[1]
-        self._thread = threading.Thread(target=self.server.serve_forever, name="metrics-http", daemon=True)
-        self._thread.start()
+        self.port: int = self.server.server_address[1]
 
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+        self._thread.join(CLOSE_TIMEOUT_S)

@@ -1,15 +1,16 @@
 """User metrics (``runtime_context.get_metrics_group()``: counters, gauges, meters,
 distributions, nested and key/value groups) in the job's metrics — live while the job runs and
-in the final reports — and on the Prometheus endpoint, with exact values; the MetricGroup API
-itself (PyFlink's ``pyflink.metrics``)."""
+in the final reports — and on the Prometheus endpoints (``metrics.port`` and the REST server's
+``/metrics``, read with prometheus_client's own text parser), with exact values counted from
+the input; the MetricGroup API itself (PyFlink's ``pyflink.metrics``)."""
 
 from __future__ import annotations
 
-import re
 import threading
 import urllib.request
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from raylink.api import MapFunction, SinkFunction, SourceFunction
 from raylink.metrics import Counter, Distribution, Meter, MetricGroup
@@ -83,15 +84,35 @@ def check_exact(per_subtask: list, n: int = N) -> None:
     assert min(m["values"]["min"] for m in per_subtask) == 1 and max(m["values"]["max"] for m in per_subtask) == n
 
 
-def prometheus_samples(text: str) -> dict:
-    """``{(metric, frozenset(labels)): value}`` of the operator series."""
+def prometheus_samples(text: str, prefix: str = PREFIX) -> dict:
+    """``{(metric, frozenset(labels)): value}`` of the series named ``prefix...``, parsed by
+    prometheus_client (a malformed exposition raises)."""
     samples = {}
-    for line in text.splitlines():
-        match = re.fullmatch(r"(" + PREFIX + r"\w+)\{(.*)\} (\S+)", line)
-        if match:
-            labels = frozenset(re.findall(r'(\w+)="([^"]*)"', match.group(2)))
-            samples[(match.group(1), labels)] = float(match.group(3))
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.startswith(prefix):
+                key = (sample.name, frozenset(sample.labels.items()))
+                assert key not in samples, key  # one series per name and label set
+                samples[key] = sample.value
     return samples
+
+
+def check_task_series(text: str, job_name: str, n: int = N) -> None:
+    """The per-subtask task series: the source sent out the n records, the two ``Map -> Sink``
+    subtasks took them in and sent nothing on (a chain ending in a sink, as Flink counts)."""
+    samples = prometheus_samples(text, "raylink_task_")
+
+    def by_vertex(metric: str, vertex_prefix: str) -> list:
+        return [
+            v
+            for (name, labels), v in samples.items()
+            if name == metric and dict(labels)["job"] == job_name and dict(labels)["vertex"].startswith(vertex_prefix)
+        ]
+
+    assert len(by_vertex("raylink_task_numRecordsIn", "Map")) == 2
+    assert sum(by_vertex("raylink_task_numRecordsIn", "Map")) == n
+    assert sum(by_vertex("raylink_task_numRecordsOut", "Map")) == 0
+    assert sum(by_vertex("raylink_task_numRecordsOut", "Source")) == n
 
 
 def check_prometheus(text: str, job_name: str, n: int = N) -> None:
@@ -115,9 +136,15 @@ def check_prometheus(text: str, job_name: str, n: int = N) -> None:
     assert subtasks == {"0", "1"}
 
 
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        return response.read().decode()
+
+
 @pytest.mark.timeout(180)
 def test_user_metrics_are_in_the_job_metrics_and_on_prometheus_while_running_and_after(target):
-    env = make_env(target, 2, {"metrics.port": 0})
+    env = make_env(target, 2, {"metrics.port": 0, "raylink.rest.enabled": True, "rest.port": 0})
     (env.add_source(NumbersThenWait(N)).set_parallelism(1).rebalance().map(Measured()).add_sink(Discard()))
     client = env.execute_async("user metrics")
     try:
@@ -125,15 +152,18 @@ def test_user_metrics_are_in_the_job_metrics_and_on_prometheus_while_running_and
             lambda: sum(m["my_group.seen"] for m in map_metrics(client.get_metrics())) == N, client, timeout=60
         ), client.get_metrics()
         check_exact(map_metrics(client.get_metrics()))  # live, from the running tasks
-        url = f"http://127.0.0.1:{client.metrics_server.port}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as response:
-            check_prometheus(response.read().decode(), "user metrics")
+        # the same series on metrics.port (prometheus_client's exporter) and the REST server's /metrics
+        for url in (f"http://127.0.0.1:{client.metrics_server.port}/metrics", client.rest_endpoint.url + "/metrics"):
+            text = scrape(url)
+            check_prometheus(text, "user metrics")
+            check_task_series(text, "user metrics")
     finally:
         client.cancel()
     assert client.wait(60)
     final = client.get_metrics()  # the tasks' last reports
     check_exact(map_metrics(final))
     check_prometheus(to_prometheus(final, "user metrics"), "user metrics")
+    check_task_series(to_prometheus(final, "user metrics"), "user metrics")
 
 
 @pytest.mark.timeout(120)
@@ -143,6 +173,7 @@ def test_user_metrics_are_in_the_result_of_a_finished_job(target):
     result = env.execute("finite")
     check_exact(map_metrics(result.task_metrics))
     check_prometheus(to_prometheus(result.task_metrics, "finite"), "finite")
+    check_task_series(to_prometheus(result.task_metrics, "finite"), "finite")
     # Flink's watermark gauges of every operator are there too: the end of input moved them to MAX
     for m in result.task_metrics:
         for operator, metrics in m["operators"].items():

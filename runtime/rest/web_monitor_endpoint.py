@@ -24,13 +24,14 @@ from __future__ import annotations
 import hmac
 import itertools
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Optional, Protocol
 from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from raylink.runtime import metrics
 from raylink.runtime.client.rest_endpoint import is_loopback
 from raylink.runtime.rest import job_views
 from raylink.runtime.rest.job_views import MetricsSnapshot
@@ -41,8 +42,6 @@ STATIC_DIR = Path(__file__).resolve().parent / "static"
 TOKEN_COOKIE = "raylink-token"
 #: how long one reading of a job's metrics serves the requests after it (Flink's MetricFetcher caches too)
 METRICS_TTL_S = 0.5
-#: completed checkpoints kept per job for ``/checkpoints``'s history
-CHECKPOINT_HISTORY = 10
 
 RunBlocking = Callable[..., Awaitable[Any]]
 
@@ -61,7 +60,6 @@ class JobLookup(Protocol):
 class _JobCache:
     snapshot: Optional[MetricsSnapshot] = None
     read_at: float = 0.0
-    history: list = field(default_factory=list)  # completed checkpoints seen, newest first
 
 
 @dataclass
@@ -101,6 +99,7 @@ class WebMonitorEndpoint:
             web.get("/config", self.config),
             web.get("/overview", self.overview),
             web.get("/taskmanagers", self.task_managers),
+            web.get("/metrics", self.prometheus),
             web.get("/jobs", self.jobs),
             web.get("/jobs/overview", self.jobs_overview),
             web.get(j, self.job_details),
@@ -108,6 +107,9 @@ class WebMonitorEndpoint:
             web.get(j + "/plan", self.plan),
             web.get(j + "/metrics", self.job_metrics),
             web.get(j + "/checkpoints", self.checkpoints),
+            web.get(j + "/checkpoints/details/{checkpoint_id}", self.checkpoint_details),
+            web.get(j + "/checkpoints/details/{checkpoint_id}/subtasks/{vertex_id}", self.task_checkpoint_details),
+            web.post(j + "/stop", self.stop_with_savepoint),
             web.get(j + "/exceptions", self.exceptions),
             web.post(j + "/savepoints", self.trigger_savepoint),
             web.get(j + "/savepoints/{trigger_id}", self.savepoint_status),
@@ -206,8 +208,16 @@ class WebMonitorEndpoint:
         self._check_read(request)
         clients = self.lookup.job_clients()
         managers = job_views.task_managers(clients)["taskmanagers"]
-        body = job_views.cluster_overview(clients, len(managers), sum(m["slotsNumber"] for m in managers))
+        body = job_views.cluster_overview(clients, managers)
         return web.json_response(body)
+
+    async def prometheus(self, request: web.Request) -> web.Response:
+        """Every job's live metrics in Prometheus' text format (Flink's PrometheusReporter series;
+        :func:`raylink.runtime.metrics.prometheus_text`), for a Prometheus to scrape."""
+        self._check_read(request)
+        jobs = [(c.job_name, c.get_metrics) for c in self.lookup.job_clients()]
+        body = await self.run_blocking(metrics.prometheus_text, jobs)
+        return web.Response(body=body, headers={"Content-Type": metrics.CONTENT_TYPE})
 
     async def task_managers(self, request: web.Request) -> web.Response:
         self._check_read(request)
@@ -236,31 +246,99 @@ class WebMonitorEndpoint:
         body = await self.run_blocking(job_views.job_metrics, client, self._get_param(request))
         return web.json_response(body)
 
+    def _checkpoint_statistics(self, client: Any) -> Any:
+        """What the job's checkpoint coordinator kept; 404 for a job that takes no checkpoints."""
+        stats = client.get_checkpoint_statistics()
+        if stats is None:
+            raise web.HTTPNotFound(
+                text=f'{{"errors": ["job {client.job_id} takes no checkpoints (a BATCH job)"]}}',
+                content_type="application/json",
+            )
+        return stats
+
     async def checkpoints(self, request: web.Request) -> web.Response:
-        client = self._job(request)
-        stats = await self.run_blocking(client.get_checkpoint_stats)
-        cache = self._cache.setdefault(client.job_id, _JobCache())
-        num_subtasks = len(client.execution_graph.all_vertices())
-        entry = job_views.completed_checkpoint_entry(stats, int(time.time() * 1000), num_subtasks)
-        if entry is not None and (not cache.history or cache.history[0]["id"] != entry["id"]):
-            cache.history.insert(0, entry)
-            del cache.history[CHECKPOINT_HISTORY:]
-        return web.json_response(await self.run_blocking(job_views.checkpointing_statistics, client, cache.history))
+        """Flink's ``CheckpointingStatisticsHandler``: the history the coordinator kept."""
+        stats = self._checkpoint_statistics(self._job(request))
+        return web.json_response(job_views.checkpointing_statistics(stats))
+
+    def _checkpoint_id(self, request: web.Request) -> int:
+        text = request.match_info["checkpoint_id"]
+        if not text.isdigit():
+            raise web.HTTPBadRequest(
+                text=f'{{"errors": ["checkpoint id {text!r} is not a number"]}}', content_type="application/json"
+            )
+        return int(text)
+
+    def _unknown_checkpoint(self, checkpoint_id: int) -> web.HTTPNotFound:
+        return web.HTTPNotFound(
+            text=f'{{"errors": ["checkpoint {checkpoint_id} is not in the history (web.checkpoints.history)"]}}',
+            content_type="application/json",
+        )
+
+    async def checkpoint_details(self, request: web.Request) -> web.Response:
+        """Flink's ``CheckpointStatisticDetailsHandler``: one checkpoint with its tasks."""
+        stats = self._checkpoint_statistics(self._job(request))
+        checkpoint_id = self._checkpoint_id(request)
+        body = job_views.checkpoint_details(stats, checkpoint_id)
+        if body is None:
+            raise self._unknown_checkpoint(checkpoint_id)
+        return web.json_response(body)
+
+    async def task_checkpoint_details(self, request: web.Request) -> web.Response:
+        """Flink's ``TaskCheckpointStatisticDetailsHandler``: a vertex's subtasks in one checkpoint."""
+        stats = self._checkpoint_statistics(self._job(request))
+        checkpoint_id = self._checkpoint_id(request)
+        body = job_views.task_checkpoint_details(stats, checkpoint_id, request.match_info["vertex_id"])
+        if body is None:
+            raise self._unknown_checkpoint(checkpoint_id)
+        return web.json_response(body)
 
     async def exceptions(self, request: web.Request) -> web.Response:
         return web.json_response(job_views.job_exceptions(self._job(request)))
 
     async def cancel(self, request: web.Request) -> web.Response:
-        """Flink's ``JobCancellationHandler``: ``PATCH /jobs/:jobid?mode=cancel`` -> 202."""
+        """Flink's ``JobCancellationHandler``: ``PATCH /jobs/:jobid?mode=cancel`` -> 202. As in
+        Flink since 1.9, ``mode=stop`` is refused (400), naming the route that stops a job
+        gracefully: ``POST /jobs/:jobid/stop`` (stop with a savepoint)."""
         self._check_write(request)
         client = self._job(request)
         mode = request.query.get("mode", "cancel")
-        if mode not in ("cancel", "stop"):
+        if mode == "stop":
+            raise web.HTTPBadRequest(
+                text='{"errors": ["The termination mode \\"stop\\" has been removed. For an ungraceful shutdown, '
+                'use mode=cancel; for a graceful one, POST /jobs/:jobid/stop (stop with a savepoint)."]}',
+                content_type="application/json",
+            )
+        if mode != "cancel":
             raise web.HTTPBadRequest(
                 text=f'{{"errors": ["mode {mode!r}: only cancel is supported"]}}', content_type="application/json"
             )
         await self.run_blocking(client.cancel)
         return web.json_response({}, status=202)
+
+    async def stop_with_savepoint(self, request: web.Request) -> web.Response:
+        """Flink's ``StopWithSavepointHandlers``: body ``{"targetDirectory", "drain"}`` -> 202
+        ``{"request-id"}``; the sources stop, a savepoint is taken and the job ends FINISHED;
+        ``GET .../savepoints/:triggerid`` tells how it went."""
+        self._check_write(request)
+        client = self._job(request)
+        try:
+            body = await request.json() if request.can_read_body else {}
+        except ValueError:
+            raise web.HTTPBadRequest(
+                text='{"errors": ["the body is not JSON"]}', content_type="application/json"
+            ) from None
+        if not isinstance(body, dict) or not isinstance(body.get("drain", False), bool):
+            raise web.HTTPBadRequest(
+                text='{"errors": ["the body must be {\\"targetDirectory\\": str, \\"drain\\": bool}"]}',
+                content_type="application/json",
+            )
+        future = await self.run_blocking(
+            client.stop_with_savepoint, bool(body.get("drain", False)), body.get("targetDirectory")
+        )
+        trigger_id = f"{next(self._trigger_ids):032x}"
+        self._savepoints[trigger_id] = _Savepoint(future, client.job_id)
+        return web.json_response({"request-id": trigger_id}, status=202)
 
     async def trigger_savepoint(self, request: web.Request) -> web.Response:
         """Flink's ``SavepointTriggerHandler``: body ``{"target-directory", "cancel-job"}`` ->
