@@ -458,7 +458,10 @@ def test_working_folders_of_a_killed_process_are_removed_by_the_next_backend(tmp
     try:
         assert child.stdout.readline().strip() == "ready"
         left = os.listdir(local)
-        assert len(left) == 1 and left[0].startswith(f"rocksdb-pid{child.pid}-")
+        assert len(left) == 1 and left[0].startswith("rocksdb-")
+        alive = make("rocksdb", tmp_path)  # a backend started while the child lives leaves its folder
+        assert sorted(os.listdir(local)) == sorted(left + [os.path.basename(alive._resources.folder)])
+        alive.dispose()
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait(30)
@@ -648,3 +651,36 @@ def test_a_map_with_many_user_keys_is_one_rocksdb_entry_per_user_key(tmp_path, m
     assert state.is_empty() and list(state.keys()) == []
     backend.flush()
     assert sum(1 for _ in table._raw_items()) == 0
+
+
+def test_index_and_filter_blocks_are_inside_the_memory_bound(tmp_path):
+    """RocksDB's index and filter blocks live in the backend's block cache (as in Flink with
+    managed memory): the open files hold next to nothing outside it, the cache stays within the
+    bound, and point lookups still find exactly the stored keys (bench/rocksdb_memory.py
+    measures the same at 10 M keys)."""
+    import struct
+
+    import rocksdict
+
+    from raylink.state.rocksdb_options import open_db
+
+    bound = 16 * 1024 * 1024
+    db = open_db(str(tmp_path / "db"), RocksDBSettings(local_directory=str(tmp_path), memory_bytes=bound))
+    keys = 400_000
+    try:
+        for first in range(0, keys, 10_000):
+            batch = rocksdict.WriteBatch(raw_mode=True)
+            for i in range(first, first + 10_000):
+                batch.put(struct.pack(">Q", 2 * i), b"v" * 16)  # the even numbers are stored
+            db.write(batch)
+        db.flush()
+        rng = random.Random(7)
+        probes = [rng.randrange(2 * keys) for _ in range(20_000)]
+        found = [p for p in probes if db.get(struct.pack(">Q", p)) is not None]
+        assert found == [p for p in probes if p % 2 == 0]
+        assert db.property_int_value("rocksdb.total-sst-files-size") > 2 * 1024 * 1024  # lookups read files
+        readers = db.property_int_value("rocksdb.estimate-table-readers-mem")
+        assert readers < 64 * 1024, readers  # outside the cache: ~12 bits a key (~450 KB here) before
+        assert db.property_int_value("rocksdb.block-cache-usage") <= bound
+    finally:
+        db.close()
