@@ -11,7 +11,10 @@ unsigned 32-bit value that is the same in every process (Python salts
 consistent with ``==`` (``1 == 1.0 == True`` hash alike, a namedtuple like the
 equal tuple):
 
-* ``str``: MurmurHash3 of the UTF-8 bytes; ``bytes``/``bytearray``: MurmurHash3;
+* ``str``: MurmurHash3 of the UTF-8 bytes, a lone surrogate (``json.loads('"\\ud800"')``: any
+  Python str, as Flink hashes any Java string) encoded as its three bytes ('surrogatepass';
+  a str without one hashes as plain UTF-8, so key groups never change for it; mmh3 is never
+  handed a str it cannot encode, which crashes it); ``bytes``/``bytearray``: MurmurHash3;
 * ``int``/``bool``/``float``/``Decimal``/``Fraction``: Python's numeric hash
   (unsalted, equal for equal numbers) folded to 32 bits — for ints in the
   Java int range except -1 this equals Java's ``Integer.hashCode``, so such
@@ -36,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import enum
+import operator
 import pickle
 import struct
 from dataclasses import dataclass
@@ -74,8 +78,23 @@ _pack_u32 = struct.Struct("<I").pack
 _pack_i32 = struct.Struct("<i").pack
 _u32_and = _U32.__and__
 _i31_and = _I31.__and__
-_NoneType = type(None)
 _NAN_HASH = 0x7FF80000  # Java's Double.hashCode(NaN)
+_encode_surrogatepass = operator.methodcaller("encode", "utf-8", "surrogatepass")
+
+
+def _str_hash(s: str) -> int:
+    """MurmurHash3 (signed, as ``mmh3.hash``) of ``s``'s UTF-8 bytes, lone surrogates
+    encoded as their three bytes ('surrogatepass'; what the compiled path hashes too)."""
+    if s.isascii():
+        return _mmh3(s)
+    return _mmh3(s.encode("utf-8", "surrogatepass"))
+
+
+def _str_hashes(keys: Sequence[str]) -> Iterator[int]:
+    """``map(_str_hash, keys)``: one C-level ``map`` when every key is ASCII."""
+    if all(map(str.isascii, keys)):
+        return map(_mmh3, keys)
+    return map(_mmh3, map(_encode_surrogatepass, keys))
 
 
 def murmur_hash(code: int) -> int:
@@ -87,7 +106,7 @@ def stable_hash(key: Any) -> int:
     """Process-independent 32-bit hash (unsigned) consistent with ``==``."""
     t = type(key)
     if t is str:
-        return _mmh3(key) & _U32
+        return _str_hash(key) & _U32
     if t is int or t is bool:
         return hash(key) & _U32
     if key is None:
@@ -114,7 +133,7 @@ def _stable_hash_other(key: Any, t: type) -> int:
             return _NAN_HASH
         return hash(key) & _U32
     if isinstance(key, str):
-        return _mmh3(str.__str__(key)) & _U32
+        return _str_hash(str.__str__(key)) & _U32
     if isinstance(key, bytes):
         return _mmh3(bytes(key)) & _U32
     if isinstance(key, float):
@@ -243,16 +262,15 @@ EMPTY_KEY_GROUP_RANGE = KeyGroupRange(0, -1)
 
 # -- batch paths -------------------------------------------------------------------
 def _hash_bytes_iter(keys: Sequence[Any]):
-    """Iterator of 4-byte packed stable hashes of ``keys`` (raises on a None key)."""
+    """Iterator of 4-byte packed stable hashes of ``keys``: the first key that cannot be
+    hashed (None, ...) raises, in order, when the iterator reaches it."""
     types = set(map(type, keys))
     if len(types) == 1:
         (t,) = types
         if t is str:
-            return map(_pack_i32, map(_mmh3, keys))
+            return map(_pack_i32, _str_hashes(keys))
         if t is int:
             return map(_pack_u32, map(_u32_and, map(hash, keys)))
-    if _NoneType in types:
-        raise ValueError(_NULL_KEY)
     return map(_pack_u32, map(stable_hash, keys))
 
 

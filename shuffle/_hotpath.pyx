@@ -1,4 +1,4 @@
-# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
+# cython: language_level=3, initializedcheck=False
 """The compiled per-record path: the per-batch framework loops of the shuffle and of the
 built-in operators, in C (Cython). Loaded through :mod:`raylink.shuffle.hotpath`, which falls
 back to the pure-Python twins when this module is not built or ``RAYLINK_PURE_PYTHON=1``.
@@ -31,9 +31,18 @@ and state. What it holds, and the twin of each:
 
 Anything a function cannot decide by exact types (a key of another type, a subclass) it hands
 to the Python callable it was given, so both paths agree by construction. Functions raise
-what the user's callables raise; callers that word errors (partitioners) rerun the pure twin
-on an exception, which raises the worded error. No state of its own: thread-safe as the
-objects passed in are (the task thread owns them).
+what the user's callables raise, each called once per record; the key loops take the caller's
+``key_error(record)``: the exception raised, with the key selector's own as its cause, when
+the selector fails on a record (the worded error of the pure twin: nothing is rerun). A str
+key is hashed as its UTF-8 bytes, a lone surrogate as its three bytes ('surrogatepass': every
+Python str hashes, as in ``core.key_groups``).
+
+Inputs are checked, not trusted: indexing keeps Python's bounds checks (no ``boundscheck``
+or ``wraparound`` directive), a channel outside ``[0, num_channels)`` -- negative, too large,
+beyond 64 bits -- raises ``ValueError`` naming the record and the channel (the twins say the
+same), as do lists of mismatched lengths and a key-group table shorter than the max
+parallelism. No state of its own: thread-safe as the objects passed in are (the task thread
+owns them).
 """
 
 from cpython.dict cimport PyDict_SetItem
@@ -121,14 +130,26 @@ def key_group_of_hash(key_hash: int, int max_parallelism) -> int:
     return _murmur_int(<uint32_t>(key_hash & 0xFFFFFFFF)) % max_parallelism
 
 
-cdef inline uint32_t _stable_hash(object key, object stable_hash) except? 0xFFFFFFFF:
-    """``core.key_groups.stable_hash`` for str and int by exact type, else the Python one."""
+cdef uint32_t _str_hash(object key) except? 0xFFFFFFFF:
+    """MurmurHash3 of a str's UTF-8 bytes, a lone surrogate as its three bytes ('surrogatepass',
+    as ``core.key_groups``: the same bytes as UTF-8 for every str without one)."""
     cdef Py_ssize_t size
     cdef const char* data
+    if PyUnicode_IS_ASCII(key):
+        return _murmur3_32(<const uint8_t*>PyUnicode_DATA(key), PyUnicode_GET_LENGTH(key))
+    try:
+        data = PyUnicode_AsUTF8AndSize(key, &size)
+    except UnicodeEncodeError:
+        encoded = (<str>key).encode("utf-8", "surrogatepass")
+        return _murmur3_32(<const uint8_t*><const char*>encoded, len(encoded))
+    return _murmur3_32(<const uint8_t*>data, size)
+
+
+cdef inline uint32_t _stable_hash(object key, object stable_hash) except? 0xFFFFFFFF:
+    """``core.key_groups.stable_hash`` for str and int by exact type, else the Python one."""
     cdef type t = type(key)
     if t is str:
-        data = PyUnicode_AsUTF8AndSize(key, &size)
-        return _murmur3_32(<const uint8_t*>data, size)
+        return _str_hash(key)
     if t is int or t is bool:
         return <uint32_t>PyObject_Hash(key)
     return <uint32_t>(stable_hash(key) & 0xFFFFFFFF)
@@ -143,7 +164,12 @@ cdef inline Py_ssize_t _channel_of(
         # compares the key with the stored one, often out of the CPU's caches in a busy process
         group = _murmur_int(_murmur3_32(<const uint8_t*>PyUnicode_DATA(key), PyUnicode_GET_LENGTH(key))) % max_parallelism
         return <Py_ssize_t><object>PyList_GET_ITEM(table, group)
-    cdef PyObject* hit = PyDict_GetItemWithError(cache, key)  # raises TypeError on an unhashable key
+    cdef PyObject* hit
+    try:
+        hit = PyDict_GetItemWithError(cache, key)
+    except TypeError:  # an unhashable key (a list): hashed stably, not remembered (as the pure twin)
+        group = _murmur_int(_stable_hash(key, stable_hash)) % max_parallelism
+        return <Py_ssize_t><object>PyList_GET_ITEM(table, group)
     if hit != NULL:
         return <Py_ssize_t><object>hit
     group = _murmur_int(_stable_hash(key, stable_hash)) % max_parallelism
@@ -154,27 +180,68 @@ cdef inline Py_ssize_t _channel_of(
     return <Py_ssize_t>channel
 
 
+cdef int _check_table(list table, int max_parallelism) except -1:
+    """``table[group]`` is read unchecked for every group in ``[0, max_parallelism)``."""
+    if max_parallelism < 1 or PyList_GET_SIZE(table) < max_parallelism:
+        raise ValueError(f"a key-group table of {PyList_GET_SIZE(table)} entries for max parallelism {max_parallelism}")
+    return 0
+
+
+cdef object _bad_channel(Py_ssize_t i, object channel, Py_ssize_t num_channels):
+    return ValueError(f"record {i} has channel {channel!r}, not one in [0, {num_channels})")
+
+
 def select_key_channels(
-    key_of, list values, int max_parallelism, list table, dict cache, Py_ssize_t cache_size, stable_hash
+    key_of,
+    list values,
+    int max_parallelism,
+    list table,
+    dict cache,
+    Py_ssize_t cache_size,
+    stable_hash,
+    key_error=None,
 ) -> list:
     """The channel of every record: ``table[murmur(stable_hash(key_of(v))) % max_parallelism]``,
     remembered per key in ``cache`` (cleared when it holds ``cache_size`` keys) unless an ASCII
-    ``str`` (hashed directly)."""
+    ``str`` (hashed directly) or unhashable. ``key_error(v)``: raised (from the selector's
+    exception) when ``key_of(v)`` raises; None: the selector's exception as it is."""
+    _check_table(table, max_parallelism)
     cdef Py_ssize_t i, n = PyList_GET_SIZE(values)
     cdef list out = [None] * n
-    for i in range(n):
-        out[i] = _channel_of(
-            key_of(<object>PyList_GET_ITEM(values, i)), max_parallelism, table, cache, cache_size, stable_hash
-        )
+    cdef object v = None
+    cdef bint extracting = False
+    try:
+        for i in range(n):
+            v = values[i]
+            extracting = True
+            key = key_of(v)
+            extracting = False
+            out[i] = _channel_of(key, max_parallelism, table, cache, cache_size, stable_hash)
+    except Exception as e:
+        if extracting and key_error is not None:
+            raise key_error(v) from e
+        raise
     return out
 
 
-def check_keys(key_of, list values, stable_hash) -> None:
+def check_keys(key_of, list values, stable_hash, key_error=None) -> None:
     """What a keyed exchange to one channel does with each record: its key, hashed as
-    ``_channel_of`` hashes a key it has not seen (raising where that would); nothing kept."""
+    ``_channel_of`` hashes a key it has not seen (raising where that would); nothing kept.
+    ``key_error`` as in :func:`select_key_channels`."""
     cdef Py_ssize_t i, n = PyList_GET_SIZE(values)
-    for i in range(n):
-        _stable_hash(key_of(<object>PyList_GET_ITEM(values, i)), stable_hash)
+    cdef object v = None
+    cdef bint extracting = False
+    try:
+        for i in range(n):
+            v = values[i]
+            extracting = True
+            key = key_of(v)
+            extracting = False
+            _stable_hash(key, stable_hash)
+    except Exception as e:
+        if extracting and key_error is not None:
+            raise key_error(v) from e
+        raise
 
 
 def bucket_by_key(
@@ -186,39 +253,64 @@ def bucket_by_key(
     Py_ssize_t cache_size,
     stable_hash,
     Py_ssize_t num_channels,
+    key_error=None,
 ) -> list:
-    """``select_key_channels`` and ``bucket_by_channel`` in one pass: one list per channel."""
+    """``select_key_channels`` and ``bucket_by_channel`` in one pass: one list per channel (a
+    channel of ``table`` or ``cache`` outside ``[0, num_channels)`` raises ``ValueError``)."""
+    _check_table(table, max_parallelism)
     cdef list buckets = [[] for _ in range(num_channels)]
-    cdef Py_ssize_t i, n = PyList_GET_SIZE(values)
-    cdef object v
-    for i in range(n):
-        v = <object>PyList_GET_ITEM(values, i)
-        (<list>PyList_GET_ITEM(buckets, _channel_of(key_of(v), max_parallelism, table, cache, cache_size, stable_hash))).append(v)
+    cdef Py_ssize_t c, i, n = PyList_GET_SIZE(values)
+    cdef object v = None
+    cdef bint extracting = False
+    try:
+        for i in range(n):
+            v = values[i]
+            extracting = True
+            key = key_of(v)
+            extracting = False
+            c = _channel_of(key, max_parallelism, table, cache, cache_size, stable_hash)
+            if <size_t>c >= <size_t>num_channels:
+                raise _bad_channel(i, c, num_channels)
+            (<list>PyList_GET_ITEM(buckets, c)).append(v)
+    except Exception as e:
+        if extracting and key_error is not None:
+            raise key_error(v) from e
+        raise
     return buckets
+
+
+cdef inline Py_ssize_t _channel_at(list channels, Py_ssize_t i, Py_ssize_t num_channels) except -1:
+    """``channels[i]``, which must be an int in ``[0, num_channels)``."""
+    cdef object channel = channels[i]
+    cdef int overflow = 0
+    cdef long long c = PyLong_AsLongLongAndOverflow(channel, &overflow)
+    if overflow or c < 0 or c >= num_channels:
+        raise _bad_channel(i, channel, num_channels)
+    return <Py_ssize_t>c
 
 
 def bucket_by_channel(list values, list channels, Py_ssize_t num_channels) -> list:
     """``buckets[c]`` = the values whose channel is ``c``, in order."""
-    cdef list buckets = [[] for _ in range(num_channels)]
     cdef Py_ssize_t i, n = PyList_GET_SIZE(values)
     if PyList_GET_SIZE(channels) != n:
         raise ValueError(f"{n} values but {PyList_GET_SIZE(channels)} channels")
+    cdef list buckets = [[] for _ in range(num_channels)]
     for i in range(n):
-        (<list>buckets[<Py_ssize_t><object>PyList_GET_ITEM(channels, i)]).append(<object>PyList_GET_ITEM(values, i))
+        (<list>PyList_GET_ITEM(buckets, _channel_at(channels, i, num_channels))).append(values[i])
     return buckets
 
 
 def bucket_pairs_by_channel(list values, list timestamps, list channels, Py_ssize_t num_channels) -> tuple:
     """``bucket_by_channel`` of ``values`` and of their ``timestamps`` alike: two lists of lists."""
-    cdef list vb = [[] for _ in range(num_channels)]
-    cdef list tb = [[] for _ in range(num_channels)]
     cdef Py_ssize_t c, i, n = PyList_GET_SIZE(values)
     if PyList_GET_SIZE(channels) != n or PyList_GET_SIZE(timestamps) != n:
         raise ValueError(f"{n} values but {PyList_GET_SIZE(timestamps)} timestamps and {PyList_GET_SIZE(channels)} channels")
+    cdef list vb = [[] for _ in range(num_channels)]
+    cdef list tb = [[] for _ in range(num_channels)]
     for i in range(n):
-        c = <Py_ssize_t><object>PyList_GET_ITEM(channels, i)
-        (<list>vb[c]).append(<object>PyList_GET_ITEM(values, i))
-        (<list>tb[c]).append(<object>PyList_GET_ITEM(timestamps, i))
+        c = _channel_at(channels, i, num_channels)
+        (<list>PyList_GET_ITEM(vb, c)).append(values[i])
+        (<list>PyList_GET_ITEM(tb, c)).append(timestamps[i])
     return vb, tb
 
 
@@ -230,7 +322,7 @@ def min_max(list values) -> tuple:
         raise ValueError("min_max() arg is an empty sequence")
     lo = hi = <object>PyList_GET_ITEM(values, 0)
     for i in range(1, n):
-        v = <object>PyList_GET_ITEM(values, i)
+        v = values[i]  # checked: a comparison may run Python code
         if v < lo:
             lo = v
         if v > hi:
@@ -294,7 +386,12 @@ def conforms_flat(list values, tuple fields, bint is_tuple) -> bool:
     high)`` per field (bounds None but for ints); a TUPLE declaration (``is_tuple``) wants tuples
     of ``len(fields)`` such fields, a basic one values like ``fields[0]``; None fits any field."""
     cdef Py_ssize_t i, j, arity = PyTuple_GET_SIZE(fields), n = PyList_GET_SIZE(values)
-    cdef object v
+    cdef object v, field
+    if arity < 1:
+        raise ValueError("conforms_flat() needs at least one field")
+    for field in fields:  # read unchecked below: (type, low, high), int bounds or None
+        if type(field) is not tuple or PyTuple_GET_SIZE(field) != 3 or not isinstance(field[0], type):
+            raise ValueError(f"a field of conforms_flat() is (type, low, high), not {field!r}")
     cdef object first = <object>PyTuple_GET_ITEM(fields, 0)
     for i in range(n):
         v = <object>PyList_GET_ITEM(values, i)
@@ -355,8 +452,8 @@ def reduce_batch(
     cdef PyObject* current
     cdef object value, key
     for i in range(n):
-        value = <object>PyList_GET_ITEM(values, i)
-        key = key_of(value) if keys is None else <object>PyList_GET_ITEM(keys, i)
+        value = values[i]  # checked: the callbacks run Python code
+        key = key_of(value) if keys is None else keys[i]
         current = PyDict_GetItemWithError(state, key)
         if current == NULL:
             current = _lower_get(lower, key)
@@ -382,8 +479,8 @@ def sum_pairs_batch(
     cdef PyObject* current
     cdef object value, key, acc
     for i in range(n):
-        value = <object>PyList_GET_ITEM(values, i)
-        key = key_of(value) if keys is None else <object>PyList_GET_ITEM(keys, i)
+        value = values[i]  # checked: the callbacks run Python code
+        key = key_of(value) if keys is None else keys[i]
         current = PyDict_GetItemWithError(state, key)
         if current == NULL:
             current = _lower_get(lower, key)

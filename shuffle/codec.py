@@ -14,7 +14,12 @@ Wire format (one msgpack object per element, concatenated):
 * a ``Row`` (``raylink.core.row``, PyFlink's Row) is ``ExtType(EXT_ROW, <packed
   (kind, names or None, values)>)`` and comes back a Row with its names and kind;
 * dicts are msgpack maps (any hashable key type), str/bytes/int/float/bool/None
-  are native; anything else that pickles (dataclass, datetime, Decimal, set,
+  are native; a str is its UTF-8 bytes, a lone surrogate (``json.loads('"\\ud800"')``)
+  its three bytes ('surrogatepass', as Java's modified UTF-8 carries any Java string):
+  every Python str travels and comes back equal. The packers are strict (the fast path:
+  no copy of a str's bytes) and the bytes of a str that UTF-8 refuses are written by
+  ``pack_surrogatepass`` instead; the unpackers decode with 'surrogatepass' (no cost on
+  valid UTF-8); anything else that pickles (dataclass, datetime, Decimal, set,
   namedtuple, bytearray, ints beyond 64 bit, ...) is ``ExtType(EXT_PICKLE,
   pickle.dumps(value))``;
 * a value whose class pickle cannot find by its qualified name -- a class the
@@ -136,6 +141,7 @@ __all__ = [
     "ext_hook",
     "make_packer",
     "make_unpacker",
+    "pack_surrogatepass",
     "pack_flat_batch_into",
     "array_header_size",
 ]
@@ -352,11 +358,35 @@ def _pack_nested(obj: Any) -> bytes:
         p = make_packer()
     try:
         return p.pack(obj)
+    except UnicodeEncodeError:
+        p.reset()
+        return pack_surrogatepass(obj)
     except BaseException:
         p.reset()
         raise
     finally:
         _packer_pool.append(p)
+
+
+_surrogate_packer_pool: List[msgpack.Packer] = []
+
+
+def pack_surrogatepass(obj: Any) -> bytes:
+    """``obj`` packed as the codec's packer packs it, every str as its UTF-8 bytes with lone
+    surrogates as their three bytes ('surrogatepass'): what a strict packer refuses (a
+    UnicodeEncodeError). Its ``default`` hook prepares nothing a strict packer would not:
+    call it with the value the strict packer refused, no second ``prepare``."""
+    try:
+        p = _surrogate_packer_pool.pop()
+    except IndexError:
+        p = make_packer(unicode_errors="surrogatepass")
+    try:
+        return p.pack(obj)
+    except BaseException:
+        p.reset()
+        raise
+    finally:
+        _surrogate_packer_pool.append(p)
 
 
 def _row_ext(row: Any) -> ExtType:
@@ -408,13 +438,20 @@ def _default(obj: Any) -> Any:
 PACKER_BUFFER_SIZE = 4 * 1024
 
 
-def make_packer(autoreset: bool = True, buf_size: int = PACKER_BUFFER_SIZE) -> msgpack.Packer:
+def make_packer(
+    autoreset: bool = True, buf_size: int = PACKER_BUFFER_SIZE, unicode_errors: Optional[str] = None
+) -> msgpack.Packer:
     """A packer with the codec's ``default`` hook (bin type for bytes), ``buf_size``
-    bytes of internal buffer to start with."""
+    bytes of internal buffer to start with; ``unicode_errors`` None: strict (a str with a
+    lone surrogate raises UnicodeEncodeError; without a handler msgpack encodes a str in
+    place, with one it copies every str's bytes first)."""
+    options: Dict[str, Any] = dict(default=_default, use_bin_type=True, autoreset=autoreset)
+    if unicode_errors is not None:
+        options["unicode_errors"] = unicode_errors
     try:
-        return msgpack.Packer(default=_default, use_bin_type=True, autoreset=autoreset, buf_size=buf_size)
+        return msgpack.Packer(buf_size=buf_size, **options)
     except TypeError:  # msgpack < 1.1: no buf_size (always 1 MiB)
-        return msgpack.Packer(default=_default, use_bin_type=True, autoreset=autoreset)
+        return msgpack.Packer(**options)
 
 
 _flat_encoder = msgspec.msgpack.Encoder()
@@ -430,13 +467,13 @@ def pack_flat_batch_into(values: List[Any], buf: bytearray) -> bool:
     scalars and tuples of scalars, ~5x faster; the array header it writes first
     is cut out again, leaving the concatenation of the packed records. Returns
     False, with ``buf`` unchanged, for what only the codec's own packer handles
-    (ints beyond 64 bits, subclasses of str and int; in a batch that was not
-    checked, types msgspec does not know).
+    (ints beyond 64 bits, subclasses of str and int, a str with a lone surrogate; in a
+    batch that was not checked, types msgspec does not know).
     """
     start = len(buf)
     try:
         _flat_encode_into(values, buf, start)
-    except (OverflowError, TypeError):
+    except (OverflowError, TypeError, UnicodeEncodeError):
         del buf[start:]
         return False
     del buf[start : start + array_header_size(len(values))]
@@ -557,7 +594,7 @@ class DeclaredFlatType:
         the codec's packer: str/int subclasses msgspec refuses)."""
         out = self.conform_batch(values)
         if not pack_flat_batch_into(out, buf):
-            buf += memoryview(pack(out))[array_header_size(len(out)) :]
+            buf += memoryview(_pack_batch(pack, out))[array_header_size(len(out)) :]
 
     def conform(self, value: Any) -> Any:
         """One record, of the declared type (see the class doc)."""
@@ -604,10 +641,18 @@ class DeclaredType:
     def pack_batch_into(self, values: List[Any], buf: bytearray, pack: Callable[[Any], bytes]) -> None:
         """Conform ``values`` and append them to ``buf``, packed by ``pack`` (the codec's packer)."""
         out = self.conform_batch(values)
-        buf += memoryview(pack(out))[array_header_size(len(out)) :]
+        buf += memoryview(_pack_batch(pack, out))[array_header_size(len(out)) :]
 
     def __repr__(self) -> str:
         return f"DeclaredType({self.text})"
+
+
+def _pack_batch(pack: Callable[[Any], bytes], values: List[Any]) -> bytes:
+    """``pack(values)`` (prepared values), or their 'surrogatepass' bytes if it refuses a str."""
+    try:
+        return pack(values)
+    except UnicodeEncodeError:
+        return pack_surrogatepass(values)
 
 
 def array_header_size(n: int) -> int:
@@ -732,8 +777,8 @@ def encode_timestamped(values: List[Any], timestamps: "List[int] | int", flat: O
         _check_run(values, timestamps)
         try:
             return _flat_encode(_FlatExt(EXT_TIMESTAMPED, _flat_encode((timestamps, values))))
-        except (OverflowError, TypeError):
-            pass  # an int beyond 64 bits, a timestamp of another type: the codec's own packer
+        except (OverflowError, TypeError, UnicodeEncodeError):
+            pass  # an int beyond 64 bits, a timestamp of another type, a lone surrogate: the codec's packer
     return _pack_nested(ExtType(EXT_TIMESTAMPED, _encode_ts_payload(values, timestamps, flat)))
 
 
@@ -796,7 +841,9 @@ def ext_hook(code: int, data: bytes) -> Any:
 
 
 def _unpackb(data: bytes) -> Any:
-    return msgpack.unpackb(data, use_list=False, raw=False, strict_map_key=False, ext_hook=ext_hook)
+    return msgpack.unpackb(
+        data, use_list=False, raw=False, strict_map_key=False, ext_hook=ext_hook, unicode_errors="surrogatepass"
+    )
 
 
 #: the internal buffer a streaming unpacker starts with (msgpack's default with an unlimited
@@ -815,7 +862,13 @@ def make_unpacker(
     each (1,024 levels), allocated and zeroed when it is created. Create one per stream
     when its data arrives, not per idle channel (``RecordDeserializer``)."""
     return msgpack.Unpacker(
-        use_list=False, raw=False, strict_map_key=False, ext_hook=hook, max_buffer_size=0, read_size=read_size
+        use_list=False,
+        raw=False,
+        strict_map_key=False,
+        ext_hook=hook,
+        max_buffer_size=0,
+        read_size=read_size,
+        unicode_errors="surrogatepass",
     )
 
 

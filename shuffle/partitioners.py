@@ -15,7 +15,14 @@ in order (what ``RecordWriter.emit_batch`` serializes). Partitioners are statefu
 RecordWriter — use ``copy()``.
 
 ``KeyGroupStreamPartitioner`` and ``bucket`` run on the compiled per-record path when it is
-built (``shuffle.hotpath``); the ``*_pure`` methods are their pure-Python twins and reference. ``BroadcastPartitioner`` has ``is_broadcast``
+built (``shuffle.hotpath``); the ``*_pure`` methods are their pure-Python twins and reference.
+The compiled path never falls back to its twin: both raise the same errors, and a key
+selector runs once per record and call (Flink: once in the partitioner, once in the keyed
+operator); its failure raises ``RuntimeError("Could not extract key from <record>")`` with
+the selector's own exception as the cause (the task adds the operator's name). A batch with
+several bad records fails on the first, in record order, on both paths. ``bucket_by_channel``
+refuses a channel outside ``[0, num_channels)`` and lists of different lengths with
+``ValueError`` (the same text on both paths). ``BroadcastPartitioner`` has ``is_broadcast``
 set and, as in Flink, refuses ``select_channel``: the writer sends every
 record to every channel.
 """
@@ -30,6 +37,7 @@ from typing import Any, Callable, List, Optional
 from raylink.core.field_selectors import field_getter
 from raylink.core.key_groups import (
     UPPER_BOUND_MAX_PARALLELISM,
+    assign_key_groups,
     assign_key_to_parallel_operator,
     assign_keys_to_operators,
     compute_default_max_parallelism,
@@ -206,10 +214,19 @@ class BroadcastPartitioner(StreamPartitioner):
 _CHANNEL_CACHE_SIZE = 1 << 16
 
 
+def _check_channels(channels: List[int], num_channels: int) -> None:
+    """Every channel an int in ``[0, num_channels)`` (two C-level passes), else the compiled
+    path's ``ValueError`` for the first that is not."""
+    if channels and (min(channels) < 0 or max(channels) >= num_channels):
+        i, c = next((i, c) for i, c in enumerate(channels) if not 0 <= c < num_channels)
+        raise ValueError(f"record {i} has channel {c!r}, not one in [0, {num_channels})")
+
+
 def bucket_by_channel_pure(values: List[Any], channels: List[int], num_channels: int) -> List[List[Any]]:
     """``buckets[c]``: the values whose channel is ``c``, in order (the pure-Python twin)."""
     if len(values) != len(channels):
         raise ValueError(f"{len(values)} values but {len(channels)} channels")
+    _check_channels(channels, num_channels)
     buckets: List[List[Any]] = [[] for _ in range(num_channels)]
     appends = [b.append for b in buckets]
     for v, c in zip(values, channels):
@@ -246,17 +263,32 @@ def _as_key_selector(key_selector: Any) -> Callable[[Any], Any]:
     return field_getter(key_selector)
 
 
-def _extract_keys(key_selector: Callable[[Any], Any], values: List[Any]) -> List[Any]:
+def key_error(value: Any) -> RuntimeError:
+    """What a key selector's failure on ``value`` raises (its exception the cause), on both paths."""
+    return RuntimeError(f"Could not extract key from {record_repr(value)}")
+
+
+def _extract_keys(
+    key_selector: Callable[[Any], Any], values: List[Any], check: Optional[Callable[[List[Any]], Any]] = None
+) -> List[Any]:
+    """``key_selector`` of every value, called once each. When it raises, ``check`` (if given)
+    runs first on the keys of the records before the failing one -- their errors come first, as
+    in a record-by-record loop -- and then ``key_error`` of that record, from the selector's
+    exception."""
+    keys: List[Any] = []
     try:
-        return list(map(key_selector, values))
-    except Exception:
-        pass  # find the culprit for the message, outside this handler: one error in the chain
-    for v in values:
-        try:
-            key_selector(v)
-        except Exception as e:
-            raise RuntimeError(f"Could not extract key from {record_repr(v)}") from e
-    return list(map(key_selector, values))  # it failed once and not record by record: again
+        keys.extend(map(key_selector, values))  # extend keeps the keys before a failing record
+        return keys
+    except Exception as e:
+        error = e
+    if check is not None:
+        check(keys)
+    raise key_error(values[len(keys)]) from error
+
+
+def _hash_keys(keys: List[Any]) -> None:
+    """Hash every key stably, in order (raising for the first that cannot be)."""
+    assign_key_groups(keys, UPPER_BOUND_MAX_PARALLELISM)
 
 
 class KeyGroupStreamPartitioner(StreamPartitioner):
@@ -287,12 +319,13 @@ class KeyGroupStreamPartitioner(StreamPartitioner):
         if self.max_parallelism < num_channels:
             raise ValueError("Maximum parallelism must not be smaller than parallelism.")
         self._table = operator_index_table(self.max_parallelism, num_channels)
+        self._channel_of = {}  # channels of another number of channels
 
     def select_channel(self, value: Any) -> int:
         try:
             key = self.key_selector(value)
         except Exception as e:
-            raise RuntimeError(f"Could not extract key from {record_repr(value)}") from e
+            raise key_error(value) from e
         cache = self._channel_of  # the batch path's key -> channel cache: a record emitted alone
         try:  # (one channel too: its key is hashed once, as channel selection would)
             channel = cache.get(key)
@@ -307,7 +340,29 @@ class KeyGroupStreamPartitioner(StreamPartitioner):
 
     def select_channels_pure(self, values: List[Any]) -> List[int]:
         """``select_channels`` on the pure-Python path (the reference of the compiled one)."""
-        keys = _extract_keys(self.key_selector, values)
+        if type(values) is not list:
+            values = list(values)
+        keys = _extract_keys(self.key_selector, values, self._first_key_failure)
+        try:
+            return self._channels_of_keys(keys)
+        except Exception as e:
+            error = e
+        self._first_key_failure(keys)  # the compiled loop's error: the first failing key's, in order
+        raise error
+
+    def _first_key_failure(self, keys: List[Any]) -> None:
+        """Raise what the compiled loop raises for the first key of ``keys`` that fails (its
+        cache lookup, then its stable hash), if one does."""
+        cache = self._channel_of
+        for key in keys:
+            try:
+                hit = cache.get(key)
+            except TypeError:  # unhashable: hashed stably, not cached
+                hit = None
+            if hit is None:
+                stable_hash(key)
+
+    def _channels_of_keys(self, keys: List[Any]) -> List[int]:
         cache = self._channel_of
         try:
             channels = list(map(cache.get, keys))
@@ -326,7 +381,17 @@ class KeyGroupStreamPartitioner(StreamPartitioner):
             cache[keys[i]] = channel
         return channels
 
+    def check_keys_pure(self, values: List[Any]) -> None:
+        """Every record's key extracted and hashed stably, nothing kept (the pure twin of the
+        compiled ``check_keys``: what a keyed exchange to one channel does)."""
+        _hash_keys(_extract_keys(self.key_selector, values, _hash_keys))
+
     def bucket_pure(self, values: List[Any]) -> List[List[Any]]:
+        if type(values) is not list:
+            values = list(values)
+        if self.num_channels == 1:  # every key extracted and hashed as for more channels: one bucket
+            self.check_keys_pure(values)
+            return [values]
         return bucket_by_channel_pure(values, self.select_channels_pure(values), self.num_channels)
 
     if NATIVE is None:
@@ -334,40 +399,37 @@ class KeyGroupStreamPartitioner(StreamPartitioner):
         bucket = bucket_pure
     else:
 
-        def _native(self, loop: Any, values: List[Any], pure: Any, *extra: Any) -> Any:
-            """``loop`` of the compiled module over ``values``; on any error the pure twin
-            ``pure`` runs instead (it raises the worded error, or handles unhashable keys)."""
+        def select_channels(self, values: List[Any]) -> List[int]:
             if type(values) is not list:
                 values = list(values)
-            try:
-                return loop(
-                    self.key_selector,
-                    values,
-                    self.max_parallelism,
-                    self._table,
-                    self._channel_of,
-                    _CHANNEL_CACHE_SIZE,
-                    stable_hash,
-                    *extra,
-                )
-            except Exception:
-                pass  # the pure twin runs outside this handler: its error is the only one
-            return pure(values)
-
-        def select_channels(self, values: List[Any]) -> List[int]:
-            return self._native(NATIVE.select_key_channels, values, self.select_channels_pure)
+            return NATIVE.select_key_channels(
+                self.key_selector,
+                values,
+                self.max_parallelism,
+                self._table,
+                self._channel_of,
+                _CHANNEL_CACHE_SIZE,
+                stable_hash,
+                key_error,
+            )
 
         def bucket(self, values: List[Any]) -> List[List[Any]]:
+            if type(values) is not list:
+                values = list(values)
             if self.num_channels == 1:  # every key extracted and hashed as for more channels: one bucket
-                if type(values) is not list:
-                    values = list(values)
-                try:
-                    NATIVE.check_keys(self.key_selector, values, stable_hash)
-                    return [values]
-                except Exception:
-                    pass  # the pure twin runs outside this handler: its error is the only one
-                return self.bucket_pure(values)
-            return self._native(NATIVE.bucket_by_key, values, self.bucket_pure, self.num_channels)
+                NATIVE.check_keys(self.key_selector, values, stable_hash, key_error)
+                return [values]
+            return NATIVE.bucket_by_key(
+                self.key_selector,
+                values,
+                self.max_parallelism,
+                self._table,
+                self._channel_of,
+                _CHANNEL_CACHE_SIZE,
+                stable_hash,
+                self.num_channels,
+                key_error,
+            )
 
     def __repr__(self) -> str:
         return f"KeyGroupStreamPartitioner(max_parallelism={self.max_parallelism})"
@@ -394,7 +456,7 @@ class CustomPartitionerWrapper(StreamPartitioner):
         try:
             key = self.key_selector(value)
         except Exception as e:
-            raise RuntimeError(f"Could not extract key from {record_repr(value)}") from e
+            raise key_error(value) from e
         c = self.partitioner_fn(key, self.num_channels)
         if type(c) is not int or not 0 <= c < self.num_channels:
             raise self._bad(c)

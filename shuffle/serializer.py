@@ -66,6 +66,7 @@ from raylink.shuffle.codec import (
     DeclaredFlatType,
     DeserializationError,
     TimestampMark,
+    array_header_size,
     encode_event,
     encode_timestamped,
     ext_hook,
@@ -74,6 +75,7 @@ from raylink.shuffle.codec import (
     make_packer,
     make_unpacker,
     pack_flat_batch_into,
+    pack_surrogatepass,
     prepare,
     stream_classes,
 )
@@ -231,7 +233,10 @@ class RecordSerializer:
                 else:
                     value = self._prepare(value)
         buf = self._buf
-        buf += self._pack(value)
+        try:
+            buf += self._pack(value)
+        except UnicodeEncodeError:  # a str with a lone surrogate (prepared already: not again)
+            buf += pack_surrogatepass(value)
         if len(buf) >= self.buffer_size:
             self._spill()
 
@@ -252,18 +257,37 @@ class RecordSerializer:
             return
         # a batch is_shareable_batch refused is not flat either (it accepts every flat batch)
         elif handing or not (is_flat_batch(values) and pack_flat_batch_into(values, buf)):
-            p = self._bpacker
-            try:
-                pk = p.pack
-                with stream_classes(self._sent_classes):
-                    for v in values:
-                        pk(v if is_flat_value(v) else prepare(v))
-            finally:
-                # commit what was packed (all of it, or the records before a failing one)
-                buf += p.bytes()
-                p.reset()
+            self._pack_batch(values, buf)
         if len(buf) >= self.buffer_size:
             self._spill()
+
+    def _pack_batch(self, values: List[Any], buf: bytearray) -> None:
+        """Pack a batch record by record (preparing what is not flat) onto ``buf``. A record
+        that cannot be prepared raises after the records before it were committed. A str
+        with a lone surrogate makes msgpack's strict packer drop what it holds: the prepared
+        records kept so far are packed again with 'surrogatepass', nothing prepared twice
+        (a by-value class is sent once per stream)."""
+        p = self._bpacker
+        pk = p.pack
+        prepared: List[Any] = []
+        keep = prepared.append
+        try:
+            with stream_classes(self._sent_classes):
+                for v in values:
+                    if not is_flat_value(v):
+                        v = prepare(v)
+                    keep(v)
+                    pk(v)
+        except UnicodeEncodeError:
+            p.reset()
+            with stream_classes(self._sent_classes):
+                rest = [v if is_flat_value(v) else prepare(v) for v in values[len(prepared) :]]
+                buf += pack_surrogatepass(prepared + rest)[array_header_size(len(prepared) + len(rest)) :]
+            return
+        finally:
+            # commit what was packed (all of it, or the records before a failing one)
+            buf += p.bytes()
+            p.reset()
 
     def add_timestamped_record(self, value: Any, timestamp: int) -> None:
         """Serialize one record carrying an event-time timestamp."""
@@ -271,9 +295,13 @@ class RecordSerializer:
             value = self._declared.conform(value)
         elif not is_flat_value(value):
             value = self._prepare(value)
+        try:
+            packed = self._pack(value)
+        except UnicodeEncodeError:  # a str with a lone surrogate (prepared already: not again)
+            packed = pack_surrogatepass(value)
         buf = self._buf
         buf += _ts_marker(0xD7, EXT_TIMESTAMP_NEXT, timestamp)
-        buf += self._pack(value)
+        buf += packed
         if len(buf) >= self.buffer_size:
             self._spill()
 
