@@ -14,8 +14,11 @@ result, metrics, cancel. A driver thus starts without importing or connecting to
 
 Every request is signed with the session's token (random, written with the endpoint's
 address to a file only the user who started the session can read): an HMAC of a fresh
-nonce, the method, path and body digest (:func:`~raylink.runtime.client.rest_endpoint.request_signature`);
-others get 401 before their body is read, a body that does not match its digest 400. Every answer, a 401 too, is signed in turn (the HMAC of that nonce, the
+nonce, a timestamp, the method, path and body digest (:func:`~raylink.runtime.client.rest_endpoint.request_signature`);
+others get 401 before their body is read, a body that does not match its digest 400. A
+request signed outside the validity window (``rest.signature.validity``, 5 minutes) or whose
+nonce was already accepted within it (a replay) gets 401 naming why
+(:class:`~raylink.runtime.client.rest_endpoint.ReplayGuard`). Every answer, a 401 too, is signed in turn (the HMAC of that nonce, the
 status, content type and body), so the client knows it talks to this Dispatcher before
 it unpickles anything; the token itself never crosses the wire. The endpoint listens on a
 loopback address unless the caller opts in explicitly (``allow_insecure_bind``): it speaks
@@ -60,12 +63,15 @@ from raylink.core.job_status import JobStatus
 from raylink.core.options import ClientOptions, validate_enumerated_values
 from raylink.runtime.client.rest_endpoint import (
     AUTH_SCHEME,
+    DEFAULT_SIGNATURE_VALIDITY_S,
     DIGEST_HEADER,
     EXCEPTION_CONTENT_TYPE,
     MAX_POLL_S,
     NONCE_HEADER,
     PICKLE_CONTENT_TYPE,
     SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    ReplayGuard,
     body_digest,
     check_rest_bind_address,
     is_loopback,
@@ -129,8 +135,9 @@ def _not_found(job_id: str) -> web.Response:
 class DispatcherActor:
     """The REST endpoint and the JobMasters of jobs submitted through it (see the module docstring)."""
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, signature_validity_s: float = DEFAULT_SIGNATURE_VALIDITY_S) -> None:
         self._token = token
+        self._replays = ReplayGuard(signature_validity_s)
         self._jobs: dict[str, _Job] = {}
         self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="dispatcher")
         self._runner: Optional[web.AppRunner] = None
@@ -146,11 +153,16 @@ class DispatcherActor:
             if not request.path.startswith("/v1/"):  # Flink's REST API and the dashboard: their own checks
                 return await handler(request)
             nonce = request.headers.get(NONCE_HEADER, "")
+            timestamp = request.headers.get(TIMESTAMP_HEADER, "")
             digest = request.headers.get(DIGEST_HEADER, "")
             scheme, _, mac = request.headers.get("Authorization", "").partition(" ")
-            expected = request_signature(self._token, nonce, request.method, request.raw_path, digest)
+            expected = request_signature(
+                self._token, nonce, request.method, request.raw_path, digest, timestamp=timestamp
+            )
             if not nonce or scheme != AUTH_SCHEME or not signature_matches(expected, mac):
                 response: web.Response = web.json_response({"errors": ["missing or wrong session token"]}, status=401)
+            elif (stale := self._replays.check(nonce, timestamp)) is not None:  # only signed nonces are kept
+                response = web.json_response({"errors": [stale]}, status=401)
             elif not signature_matches(body_digest(await request.read()), digest):  # read() is kept for the handler
                 response = web.json_response({"errors": ["the body does not match its signed digest"]}, status=400)
             else:
@@ -364,10 +376,15 @@ class DispatcherActor:
 
 
 def start_dispatcher(
-    token: str, host: str = "127.0.0.1", port: int = 0, allow_insecure_bind: bool = False
+    token: str,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    allow_insecure_bind: bool = False,
+    signature_validity_s: float = DEFAULT_SIGNATURE_VALIDITY_S,
 ) -> tuple[Any, str]:
     """Start the Dispatcher on this driver's node; returns its handle and URL. A ``host`` that
-    is not a loopback address raises ``InsecureBindError`` unless ``allow_insecure_bind``."""
+    is not a loopback address raises ``InsecureBindError`` unless ``allow_insecure_bind``;
+    ``signature_validity_s``: how long a signed request stays valid (``rest.signature.validity``)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     check_rest_bind_address(host, allow_insecure_bind)
@@ -381,7 +398,7 @@ def start_dispatcher(
         # its JobMasters' blocking Ray calls run on worker threads, never on the event loop
         runtime_env={"env_vars": {"RAY_WARN_BLOCKING_GET_INSIDE_ASYNC": "0"}},
         scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
-    ).remote(token)
+    ).remote(token, signature_validity_s)
     try:
         url = ray.get(handle.start.remote(host, port))
     except Exception:

@@ -559,6 +559,15 @@ class RestOptions:
         "Serve Flink's REST API and the web dashboard on the driver while a job runs: by default for a "
         "job on the ray target; a job on the local target serves it only when this is set to true.",
     )
+    SIGNATURE_VALIDITY = option(
+        "rest.signature.validity",
+        "duration",
+        300_000,
+        "How long a request signed for the session cluster's Dispatcher stays valid (either side of "
+        "its timestamp); the Dispatcher remembers every nonce it accepted for this long and refuses "
+        "a replayed, stale or future-dated request with 401.",
+        check=_positive,
+    )
 
 
 class RaylinkOptions:

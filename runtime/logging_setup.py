@@ -20,7 +20,11 @@ The contract:
   ``<runtime dir>/logs/run-<time>-<pid>/driver.log`` (:func:`run_log_dir`; the folder also
   holds what the Spark driver JVM logs, see ``connectors/spark/jvm_logging``). Those libraries'
   records stay out of the terminal unless verbose. The 20 newest run folders are kept, and
-  those of programs still running.
+  those of programs still running: a run folder is an
+  :class:`~raylink.core.folder_ownership.OwnedFolder` whose lock its program holds while it
+  runs, and only folders whose lock can be taken are removed. Where the runtime folder cannot
+  be used (not writable, or another user's: ``UnsafePathError``), the log goes to a new
+  private temp folder instead: a log folder never stops a job.
 * **Verbose.** ``RAYLINK_LOG_LEVEL=DEBUG`` (``raylink --verbose`` sets it) prints everything as
   before: raylink's DEBUG lines, the libraries' own terminal output, Ray's worker output
   forwarded to the driver.
@@ -33,14 +37,14 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import sys
 import tempfile
 import threading
 import time
 from typing import Optional
 
-from raylink.runtime.runtime_dir import runtime_dir
+from raylink.core.folder_ownership import OwnedFolder, remove_unowned_folders
+from raylink.runtime.runtime_dir import UnsafePathError, runtime_dir
 
 #: the environment variable holding raylink's terminal log level (a ``logging`` level name)
 LOG_LEVEL_ENV_VAR = "RAYLINK_LOG_LEVEL"
@@ -55,7 +59,7 @@ KEPT_RUNS = 20
 RUN_PREFIX = "run-"
 
 _lock = threading.Lock()
-_state: dict = {"dir": None, "file_handler": None, "terminal_handler": None, "quieted": False}
+_state: dict = {"dir": None, "owned": None, "file_handler": None, "terminal_handler": None, "quieted": False}
 
 
 def log_level() -> int:
@@ -80,43 +84,25 @@ def is_verbose() -> bool:
 
 
 def run_log_dir() -> str:
-    """This process's log folder, ``<runtime dir>/logs/run-<UTC time>-<pid>`` (created, mode 0700,
-    on first use; older run folders beyond the newest :data:`KEPT_RUNS` are removed unless their
-    program still runs). Where the runtime folder cannot be written, a new private temp folder;
-    an unsafe runtime folder raises ``UnsafePathError`` as every use of it does."""
+    """This process's log folder, ``<runtime dir>/logs/run-<UTC time>-<pid>-<random>`` (created,
+    mode 0700, on first use, and locked by this process for its life; older run folders beyond
+    the newest :data:`KEPT_RUNS` are removed unless their program still holds theirs). Where the
+    runtime folder cannot be written or is unsafe, a new private temp folder."""
     with _lock:
         if _state["dir"] is None:
             stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+            prefix = f"{RUN_PREFIX}{stamp}-{os.getpid()}-"
             try:
                 parent = runtime_dir("logs")
-                path = os.path.join(parent, f"{RUN_PREFIX}{stamp}-{os.getpid()}")
-                os.makedirs(path, mode=0o700, exist_ok=True)
-            except OSError:  # e.g. a read-only runtime folder: a private temp folder instead
-                path = tempfile.mkdtemp(prefix=f"raylink-{RUN_PREFIX}{stamp}-")
+                owned = OwnedFolder.create(parent, prefix)
+            except (OSError, UnsafePathError):  # a read-only or foreign runtime folder: never fatal
+                path = tempfile.mkdtemp(prefix=f"raylink-{prefix}")
             else:
-                _prune(parent)
+                _state["owned"] = owned  # its lock is held for this process's life
+                path = owned.path
+                remove_unowned_folders(parent, RUN_PREFIX, keep=KEPT_RUNS)
             _state["dir"] = path
         return _state["dir"]
-
-
-def _prune(parent: str) -> None:
-    try:
-        runs = sorted(n for n in os.listdir(parent) if n.startswith(RUN_PREFIX))
-    except OSError:
-        return
-    for name in runs[:-KEPT_RUNS]:
-        if not _alive(name.rpartition("-")[2]):  # a running program's folder stays
-            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
-
-
-def _alive(pid: str) -> bool:
-    try:
-        os.kill(int(pid), 0)
-    except (ValueError, ProcessLookupError):
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def driver_log_path() -> str:

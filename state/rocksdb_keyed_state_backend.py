@@ -52,6 +52,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import rocksdict
 
+from raylink.core.folder_ownership import OwnedFolder, remove_unowned_folders
 from raylink.core.types import declared_type
 from raylink.state.rocksdb_map_state import RocksDBMapEntries, RocksDBUserMapState
 from raylink.state.rocksdb_options import RocksDBSettings, open_db
@@ -80,35 +81,23 @@ log = logging.getLogger(__name__)
 _MAX_STATES = 1 << 16
 
 
-_FOLDER_PREFIX = "rocksdb-pid"
+#: the working folders' prefix; each is an :class:`OwnedFolder` (locked by its backend's process)
+_FOLDER_PREFIX = "rocksdb-"
 
 
 def _remove_orphaned_folders(local_directory: str) -> None:
     """Delete the working folders of backends whose process is gone (a SIGKILLed TaskExecutor
-    never ran its cleanup): ``rocksdb-pid<pid>-...`` with no process ``<pid>``."""
-    try:
-        names = os.listdir(local_directory)
-    except OSError:
-        return
-    for name in names:
-        if not name.startswith(_FOLDER_PREFIX):
-            continue
-        pid_text = name[len(_FOLDER_PREFIX) :].split("-", 1)[0]
-        if not pid_text.isdigit() or int(pid_text) == os.getpid():
-            continue
-        try:
-            os.kill(int(pid_text), 0)
-        except ProcessLookupError:
-            shutil.rmtree(os.path.join(local_directory, name), ignore_errors=True)
-        except OSError:  # alive (another user's): not ours to delete
-            pass
+    never ran its cleanup): those whose owner lock nobody holds
+    (:func:`raylink.core.folder_ownership.remove_unowned_folders`)."""
+    remove_unowned_folders(local_directory, _FOLDER_PREFIX)
 
 
 class _Resources:
     """What a backend holds outside Python: its database and working folder."""
 
-    def __init__(self, folder: str) -> None:
-        self.folder = folder
+    def __init__(self, owned: OwnedFolder) -> None:
+        self.owned = owned
+        self.folder = owned.path
         self.db: Any = None
 
     def release(self) -> None:
@@ -118,7 +107,7 @@ class _Resources:
             except Exception:  # pragma: no cover - already closed
                 pass
             self.db = None
-        shutil.rmtree(self.folder, ignore_errors=True)
+        self.owned.release(remove=True)
 
 
 class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
@@ -139,10 +128,9 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
         safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in name)[:60]
         os.makedirs(self.settings.local_directory, exist_ok=True)
         _remove_orphaned_folders(self.settings.local_directory)
-        folder = tempfile.mkdtemp(
-            prefix=f"{_FOLDER_PREFIX}{os.getpid()}-{safe}-{self.uid}-", dir=self.settings.local_directory
-        )
-        self._resources = _Resources(folder)
+        owned = OwnedFolder.create(self.settings.local_directory, f"{_FOLDER_PREFIX}{safe}-{self.uid}-")
+        folder = owned.path
+        self._resources = _Resources(owned)
         self._finalizer = weakref.finalize(self, self._resources.release)
         self.db = self._resources.db = open_db(os.path.join(folder, "db"), self.settings)
         self._state_ids: Dict[str, int] = {}

@@ -35,6 +35,7 @@ from raylink.runtime.client.rest_endpoint import (
     NONCE_HEADER,
     PICKLE_CONTENT_TYPE,
     SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
     InsecureBindError,
     RestEndpoint,
     check_rest_bind_address,
@@ -373,7 +374,10 @@ def test_the_right_token_authenticates_both_ways(tmp_path):
     scheme, mac = headers["Authorization"].split(" ")
     assert scheme == "Raylink-HMAC-SHA256" and len(headers[NONCE_HEADER]) >= 32
     assert headers[DIGEST_HEADER] == hashlib.sha256(b"payload").hexdigest()
-    assert mac == request_signature(TOKEN, headers[NONCE_HEADER], "POST", "/v1/jobs?x=1", headers[DIGEST_HEADER])
+    stamp = headers[TIMESTAMP_HEADER]
+    assert mac == request_signature(
+        TOKEN, headers[NONCE_HEADER], "POST", "/v1/jobs?x=1", headers[DIGEST_HEADER], timestamp=stamp
+    )
     assert (method, path, body) == ("POST", "/v1/jobs?x=1", b"payload")
     # a new nonce per request: an answer cannot be replayed to another request
     with _FakeDispatcher(answer, key=TOKEN) as fake:

@@ -238,10 +238,12 @@ def test_requests_without_the_token_or_for_unknown_jobs_are_refused(session):
         DIGEST_HEADER,
         NONCE_HEADER,
         SIGNATURE_HEADER,
+        TIMESTAMP_HEADER,
         _endpoint_file,
         body_digest,
         request_signature,
         response_signature,
+        signing_timestamp,
     )
 
     token = json.loads(Path(_endpoint_file(_address())).read_text())["token"]
@@ -257,10 +259,11 @@ def test_requests_without_the_token_or_for_unknown_jobs_are_refused(session):
     kind = response.getheader("Content-Type")
     assert response.getheader(SIGNATURE_HEADER) == response_signature(token, "n0", 401, kind, body)
     # a signed request whose body is not the one it signed is refused too
-    digest = body_digest(b"signed body")
+    digest, stamp = body_digest(b"signed body"), signing_timestamp()
     headers = {
-        "Authorization": f"{AUTH_SCHEME} {request_signature(token, 'n1', 'POST', '/v1/jobs', digest)}",
+        "Authorization": f"{AUTH_SCHEME} {request_signature(token, 'n1', 'POST', '/v1/jobs', digest, timestamp=stamp)}",
         NONCE_HEADER: "n1",
+        TIMESTAMP_HEADER: stamp,
         DIGEST_HEADER: digest,
     }
     connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)

@@ -52,15 +52,18 @@ from raylink.runtime.client.rest_endpoint import (
     AUTH_SCHEME,
     DIGEST_HEADER,
     EXCEPTION_CONTENT_TYPE,
+    IDEMPOTENT_METHODS,
     MAX_POLL_S,
     NONCE_HEADER,
     PICKLE_CONTENT_TYPE,
     SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
     RestEndpoint,
     body_digest,
     request_signature,
     response_signature,
     signature_matches,
+    signing_timestamp,
 )
 
 CONNECT_TIMEOUT_S = 5.0
@@ -104,13 +107,26 @@ class RestClusterClient:
         An exception the Dispatcher sent is raised (with ``raise_remote=False`` returned as the
         value); ``wait_s``: how long the Dispatcher may take to answer."""
         token = self.endpoint.token
-        nonce = secrets.token_urlsafe(24)
-        digest = body_digest(body or b"")
-        mac = request_signature(token, nonce, method, path, digest)
-        headers = {"Authorization": f"{AUTH_SCHEME} {mac}", NONCE_HEADER: nonce, DIGEST_HEADER: digest}
-        if body is not None:
-            headers["Content-Type"] = PICKLE_CONTENT_TYPE
-        for attempt in (0, 1):  # a kept-alive connection the server closed: once more on a new one
+        # a call that changes something (POST: submit, cancel, savepoint) is sent once, on a new
+        # connection: after a reset the server may have run it, so it is never sent again; a
+        # read goes on the kept-alive connection and, if the server had closed that, once more
+        # on a new one, signed anew (the Dispatcher refuses a nonce it has seen)
+        idempotent = method.upper() in IDEMPOTENT_METHODS
+        if not idempotent:
+            self.close()
+        for attempt in (0, 1):
+            nonce = secrets.token_urlsafe(24)
+            timestamp = signing_timestamp()
+            digest = body_digest(body or b"")
+            mac = request_signature(token, nonce, method, path, digest, timestamp=timestamp)
+            headers = {
+                "Authorization": f"{AUTH_SCHEME} {mac}",
+                NONCE_HEADER: nonce,
+                TIMESTAMP_HEADER: timestamp,
+                DIGEST_HEADER: digest,
+            }
+            if body is not None:
+                headers["Content-Type"] = PICKLE_CONTENT_TYPE
             connection = self._connection()
             connection.timeout = CONNECT_TIMEOUT_S + wait_s
             try:
@@ -128,7 +144,7 @@ class RestClusterClient:
             ):
                 connection.close()
                 self._local.connection = None
-                if attempt:
+                if attempt or not idempotent:
                     raise
         kind = response.getheader("Content-Type", "")
         received = response.getheader(SIGNATURE_HEADER)

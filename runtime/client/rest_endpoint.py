@@ -15,10 +15,19 @@ does an endpoint that refuses the connection (a stale file): the job then runs a
 with its JobMaster in the driver. Drivers on other machines connect through Ray.
 
 **Authentication, both ways.** The token never crosses the wire. Every request carries a
-fresh random nonce (``X-Raylink-Nonce``), its body's SHA-256 (``X-Raylink-Content-SHA256``)
-and ``Authorization: Raylink-HMAC-SHA256 <mac>``, an HMAC-SHA256 under the token of the
-nonce, method, path and body digest (:func:`request_signature`); the Dispatcher refuses
-others with 401 before it reads their body. Every answer carries
+fresh random nonce (``X-Raylink-Nonce``), the time it was signed (``X-Raylink-Timestamp``,
+milliseconds since the epoch), its body's SHA-256 (``X-Raylink-Content-SHA256``) and
+``Authorization: Raylink-HMAC-SHA256 <mac>``, an HMAC-SHA256 under the token of the nonce,
+timestamp, method, path and body digest (:func:`request_signature`); the Dispatcher refuses
+others with 401 before it reads their body.
+
+**No replays.** A request signed more than the validity window ago (``rest.signature.validity``,
+5 minutes by default) or dated more than the window ahead is refused with 401 naming why, and
+the Dispatcher remembers every nonce it accepted until its request's window has passed
+(:class:`ReplayGuard`): a captured request sent again is refused with 401, and memory holds at
+most the requests of one window. Clients never re-send a non-idempotent call (POST, PATCH,
+DELETE): such a call goes on a new connection, and a connection reset raises instead of
+sending it again (the server may have run it); only reads are retried, signed anew. Every answer carries
 ``X-Raylink-Signature``, the HMAC of that nonce, the status, the content type and the body
 (:func:`response_signature`); the client checks it (``hmac.compare_digest``) before it reads
 a byte of the answer -- before any unpickling -- and raises
@@ -31,16 +40,19 @@ loopback address unless asked explicitly (:func:`check_rest_bind_address`).
 from __future__ import annotations
 
 import hashlib
+import heapq
 import hmac
 import ipaddress
 import json
 import os
 import socket
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from raylink.core.options import RaylinkOptions
+from raylink.core.options import RaylinkOptions, RestOptions
 from raylink.errors import RaylinkError
 from raylink.runtime.runtime_dir import read_private_file, remove_private_file, runtime_dir, write_private_file
 
@@ -50,6 +62,10 @@ EXCEPTION_CONTENT_TYPE = "application/x-raylink-exception"
 MAX_POLL_S = 30.0
 #: the request's fresh random nonce, which the answer's signature covers
 NONCE_HEADER = "X-Raylink-Nonce"
+#: when the request was signed (integer milliseconds since the epoch), covered by its signature
+TIMESTAMP_HEADER = "X-Raylink-Timestamp"
+#: how long a signed request stays valid, and its nonce remembered (``rest.signature.validity``'s default)
+DEFAULT_SIGNATURE_VALIDITY_S = RestOptions.SIGNATURE_VALIDITY.default / 1000.0
 #: the SHA-256 of the request's body (:func:`body_digest`), which the request's signature covers
 DIGEST_HEADER = "X-Raylink-Content-SHA256"
 #: the answer's HMAC (:func:`response_signature`)
@@ -75,14 +91,16 @@ def body_digest(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
 
 
-def request_signature(token: str, nonce: str, method: str, path: str, digest: str) -> str:
+def request_signature(token: str, nonce: str, method: str, path: str, digest: str, *, timestamp: str) -> str:
     """What a request's ``Authorization`` carries: the HMAC-SHA256 under ``token`` of its nonce,
-    method, path (with the query) and body digest (:func:`body_digest`) -- checkable before
-    the body is read, so a request without the token is refused before its body is taken."""
+    timestamp (:data:`TIMESTAMP_HEADER`'s text), method, path (with the query) and body digest
+    (:func:`body_digest`) -- checkable before the body is read, so a request without the token
+    is refused before its body is taken."""
     return _mac(
         token,
-        b"raylink-request",
+        b"raylink-request-v2",
         nonce.encode("utf-8", "surrogateescape"),
+        timestamp.encode("utf-8", "surrogateescape"),
         method.encode("ascii", "replace"),
         path.encode("utf-8", "surrogateescape"),
         digest.encode("utf-8", "surrogateescape"),
@@ -100,6 +118,65 @@ def response_signature(token: str, nonce: str, status: int, content_type: str, b
         content_type.encode("utf-8", "surrogateescape"),
         body,
     )
+
+
+def signing_timestamp() -> str:
+    """The :data:`TIMESTAMP_HEADER` of a request signed now."""
+    return str(time.time_ns() // 1_000_000)
+
+
+#: methods a client may send again after a connection reset (they change nothing at the server)
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class ReplayGuard:
+    """The Dispatcher's memory of the signed requests it accepted, against replays: a request is
+    accepted once, and only within ``validity_s`` of its timestamp (either way). A nonce is kept
+    until its request's window has passed (a heap ordered by expiry, purged on every check), so
+    memory holds the requests of one window at most. Thread-safe (one lock)."""
+
+    def __init__(self, validity_s: float = DEFAULT_SIGNATURE_VALIDITY_S) -> None:
+        if not validity_s > 0:
+            raise ValueError(f"rest.signature.validity must be > 0, got {validity_s} s")
+        self.validity_s = float(validity_s)
+        self._expiry: dict[str, float] = {}
+        self._heap: list[tuple[float, str]] = []
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._expiry)
+
+    def check(self, nonce: str, timestamp: str, now: Optional[float] = None) -> Optional[str]:
+        """None when a request with this (already verified) ``nonce`` and ``timestamp`` is fresh
+        -- the nonce is then remembered -- else why it is refused (stale, future-dated, replayed,
+        no timestamp)."""
+        now = time.time() if now is None else now
+        try:
+            signed_at = int(timestamp) / 1000.0
+        except ValueError:
+            return f"the request carries no valid {TIMESTAMP_HEADER} (milliseconds since the epoch)"
+        age = now - signed_at
+        if age > self.validity_s:
+            return (
+                f"stale request: signed {age:.0f} s ago, beyond the {self.validity_s:.0f} s validity window "
+                f"(rest.signature.validity)"
+            )
+        if -age > self.validity_s:
+            return (
+                f"future-dated request: signed {-age:.0f} s ahead of this server's clock, beyond the "
+                f"{self.validity_s:.0f} s validity window (rest.signature.validity)"
+            )
+        with self._lock:
+            while self._heap and self._heap[0][0] < now:
+                _, old = heapq.heappop(self._heap)
+                if self._expiry.get(old, now + 1) < now:
+                    del self._expiry[old]
+            if nonce in self._expiry:
+                return "replayed request: this nonce was already used within the validity window"
+            expiry = signed_at + self.validity_s
+            self._expiry[nonce] = expiry
+            heapq.heappush(self._heap, (expiry, nonce))
+        return None
 
 
 def signature_matches(expected: str, received: Optional[str]) -> bool:
@@ -222,15 +299,19 @@ def find_endpoint(configuration: Any) -> Optional[RestEndpoint]:
 
 __all__ = [
     "AUTH_SCHEME",
+    "DEFAULT_SIGNATURE_VALIDITY_S",
     "DIGEST_HEADER",
     "EXCEPTION_CONTENT_TYPE",
+    "IDEMPOTENT_METHODS",
     "INSECURE_BIND_FLAG",
     "InsecureBindError",
     "MAX_POLL_S",
     "NONCE_HEADER",
     "PICKLE_CONTENT_TYPE",
+    "ReplayGuard",
     "RestEndpoint",
     "SIGNATURE_HEADER",
+    "TIMESTAMP_HEADER",
     "body_digest",
     "check_rest_bind_address",
     "endpoint_dir",
@@ -240,5 +321,6 @@ __all__ = [
     "request_signature",
     "response_signature",
     "signature_matches",
+    "signing_timestamp",
     "write_endpoint_file",
 ]
