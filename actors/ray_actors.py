@@ -26,6 +26,7 @@ import ray
 from raylink.actors.ray_transport import RayTransport
 from raylink.core.options import RaylinkOptions, read_option
 from raylink.operators import print_channel
+from raylink.runtime.hardware import hardware_description
 from raylink.runtime.job.deployment import load_big_data
 from raylink.runtime.memory_report import trim_heap
 from raylink.runtime.process_tuning import NodeCpuRegistry, tune_gc, tune_switch_interval
@@ -161,10 +162,12 @@ class TaskExecutorActor:
 
     # -- control (JobMaster) ------------------------------------------------------------------
     def location(self) -> dict:
+        """Where this TaskExecutor runs and its hardware (Flink's ``HardwareDescription``,
+        read when it registers with a job)."""
         ctx = ray.get_runtime_context()
         import os
 
-        return {"node_id": ctx.get_node_id(), "pid": os.getpid()}
+        return {"node_id": ctx.get_node_id(), "pid": os.getpid(), "hardware": hardware_description()}
 
     def register_peers(self, peers: dict) -> None:
         self.transport.register_peers(peers)

@@ -20,6 +20,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from typing import Any, Optional
 
 import cloudpickle
@@ -171,6 +172,8 @@ class RayJobClient(JobMasterBase):
         self._monitor: Optional[threading.Thread] = None
         self.executor_stats: list[dict] = []
         self.locations: dict[str, dict] = {}
+        self.last_heartbeats: dict[str, int] = {}  # executor id -> epoch ms of its last answer
+        self.executor_slot_capacity: dict[str, int] = {}  # executor id -> the slots it offers
         try:
             self._deploy(self.restored_from)
         except BaseException:
@@ -186,6 +189,11 @@ class RayJobClient(JobMasterBase):
         executor_of, count = assign_task_executors(self.execution_graph, mode, self._slots, cores)
         self.executor_ids = [f"te-{self.job_id[:6]}-{self._generation}-{i}" for i in range(count)]
         placement = {key: self.executor_ids[i] for key, i in executor_of.items()}
+        whole_slots = executor_of == assign_slots(self.execution_graph, self._slots)[0]
+        # Flink's slots: a TaskExecutor placed whole slots offers taskmanager.numberOfTaskSlots;
+        # one started for some tasks' shares of slots offers just those
+        self.executor_slot_capacity = {e: self._slots for e in self.executor_ids} if whole_slots else {}
+        self.last_heartbeats = {}
         self.handles = {}
         self._takes = {}
         settings = conf.to_dict()
@@ -312,6 +320,7 @@ class RayJobClient(JobMasterBase):
                 continue
             try:
                 data = ray.get(ref)
+                self.last_heartbeats[executor_id] = int(time.time() * 1000)  # it answered: alive now
             except Exception as exc:  # the actor (or its node) is gone
                 if generation != self._generation or self._restarting:
                     return  # killed on purpose: a restart tears this deployment down

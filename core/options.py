@@ -570,6 +570,19 @@ class RestOptions:
     )
 
 
+class WebOptions:
+    """Flink's ``WebOptions``: what the REST API and the web dashboard keep."""
+
+    CHECKPOINTS_HISTORY_SIZE = option(
+        "web.checkpoints.history",
+        "int",
+        10,
+        "Checkpoints (in progress, completed or failed) whose statistics the JobMaster keeps for "
+        "the REST API's checkpoint history, newest first, whether or not anyone asked for them.",
+        check=_at_least(0),
+    )
+
+
 class RaylinkOptions:
     MAX_BATCH_BYTES = option(
         "raylink.network.max-batch-bytes",
@@ -1055,6 +1068,7 @@ OPTION_GROUPS = (
     NettyShuffleEnvironmentOptions,
     MetricOptions,
     RestOptions,
+    WebOptions,
     CheckpointingOptions,
     SavepointConfigOptions,
     StateBackendOptions,

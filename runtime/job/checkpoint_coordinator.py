@@ -29,6 +29,15 @@ exactly_once: with at_least_once the coordinator refuses to start
 (``IllegalConfigurationError``); the in-flight bytes a checkpoint persisted are
 ``lastCheckpointPersistedData``.
 
+Every checkpoint is reported as it goes to a
+:class:`~raylink.runtime.job.checkpoint_stats.CheckpointStatsTracker` (``stats_tracker``:
+trigger time, type, each subtask's acknowledgement with the coordinator's clock when it came,
+sizes written and full, persisted in-flight data), which keeps the last
+``web.checkpoints.history`` of them for the REST API whether or not anyone asks. A subtask's
+full state size adds to its handles' bytes the shared files they refer to (sizes read once per
+file from the storage: shared files never change); when one cannot be read the size is
+unknown (None), never guessed.
+
 Thread-safety: all methods may be called from any thread; one lock guards the
 pending checkpoints. Callbacks run without the lock held.
 """
@@ -42,8 +51,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from raylink.core.options import CheckpointingOptions, IllegalConfigurationError, read_option
+from raylink.core.options import CheckpointingOptions, IllegalConfigurationError, WebOptions, read_option
 from raylink.errors import RaylinkError
+from raylink.runtime.job.checkpoint_stats import CheckpointStatsTracker, SubtaskStateStats
 from raylink.runtime.task.channel_state_handling import SAVEPOINT
 
 log = logging.getLogger(__name__)
@@ -85,6 +95,7 @@ class CheckpointStats:
     last_checkpoint_id: Optional[int] = None
     last_duration_ms: Optional[int] = None
     last_size: Optional[int] = None
+    last_full_size: Optional[int] = None
     last_alignment_ms: Optional[float] = None
     last_persisted_data: Optional[int] = None
     last_unaligned: Optional[bool] = None
@@ -100,6 +111,7 @@ class CheckpointStats:
             "lastCheckpointId": self.last_checkpoint_id,
             "lastCheckpointDuration": self.last_duration_ms,
             "lastCheckpointSize": self.last_size,
+            "lastCheckpointFullSize": self.last_full_size,
             "lastCheckpointAlignmentTime": self.last_alignment_ms,
             "lastCheckpointPersistedData": self.last_persisted_data,
             "lastCheckpointUnaligned": self.last_unaligned,
@@ -139,6 +151,9 @@ class CheckpointCoordinator:
         self._notify_aborted = notify_aborted
         self._fail_job = fail_job
         self.stats = stats if stats is not None else CheckpointStats()
+        self.stats_tracker = CheckpointStatsTracker(read_option(settings, WebOptions.CHECKPOINTS_HISTORY_SIZE))
+        self._vertex_of: dict = {}  # attempt id -> (JobVertex id, subtask index)
+        self._shared_sizes: dict[str, int] = {}  # shared file -> its size (they never change)
         self._lock = threading.Condition()
         self._pending: dict[int, PendingCheckpoint] = {}
         self._tasks: set = set()
@@ -157,10 +172,12 @@ class CheckpointCoordinator:
         self._thread: Optional[threading.Thread] = None
 
     # -- lifecycle -------------------------------------------------------------------------------------
-    def start(self, tasks_to_ack: set) -> None:
-        """Begin periodic checkpoints of a deployment whose tasks are ``tasks_to_ack``."""
+    def start(self, tasks_to_ack: set, vertex_of: Optional[dict] = None) -> None:
+        """Begin periodic checkpoints of a deployment whose tasks are ``tasks_to_ack``
+        (``vertex_of``: attempt id -> (JobVertex id, subtask index), for the statistics)."""
         with self._lock:
             self._tasks = set(tasks_to_ack)
+            self._vertex_of = dict(vertex_of or {a: (str(a), 0) for a in tasks_to_ack})
             self._last_handles, self._finished = {}, set()
             self._running = True
             self._last_end = time.monotonic()
@@ -255,8 +272,46 @@ class CheckpointCoordinator:
                 checkpoint_id, timestamp, now, self._tasks - self._finished
             )
             self.stats.num_in_progress = len(self._pending)
+            self._report_pending(self._pending[checkpoint_id])
         self._send_trigger(checkpoint_id, timestamp, None)
         return checkpoint_id
+
+    def _report_pending(self, checkpoint: PendingCheckpoint) -> None:
+        """Under the lock: the tracker learns of a triggered checkpoint."""
+        parallelism: dict = {}
+        for attempt_id in checkpoint.not_yet_acknowledged:
+            vertex_id = self._vertex_of.get(attempt_id, (str(attempt_id), 0))[0]
+            parallelism[vertex_id] = parallelism.get(vertex_id, 0) + 1
+        savepoint = checkpoint.savepoint
+        self.stats_tracker.report_pending(
+            checkpoint.checkpoint_id,
+            checkpoint.trigger_timestamp,
+            parallelism,
+            savepoint=savepoint is not None,
+            stop=savepoint is not None and savepoint.stop is not None,
+        )
+
+    def _shared_size(self, path: str) -> Optional[int]:
+        """The size of shared file ``path`` (read once: shared files never change), None if unknown."""
+        size = self._shared_sizes.get(path)
+        if size is None:
+            try:
+                size = int(self.storage._fs.size(path))
+            except Exception as exc:  # unknown, never guessed (the figure is left out)
+                log.warning("size of shared state file %s unknown: %s", path, exc)
+                return None
+            self._shared_sizes[path] = size
+        return size
+
+    def _full_size(self, handles: list) -> Optional[int]:
+        """Bytes of ``handles`` with every shared file they refer to (each counted once)."""
+        total = sum(int(h.state_size) for h in handles)
+        for path in {p for h in handles for p in getattr(h, "shared", ())}:
+            size = self._shared_size(path)
+            if size is None:
+                return None
+            total += size
+        return total
 
     def _send_trigger(self, checkpoint_id: int, timestamp: int, stop: Optional[str]) -> None:
         try:
@@ -293,6 +348,7 @@ class CheckpointCoordinator:
                 savepoint=SavepointRequest(str(target_directory), stop, future),
             )
             self.stats.num_in_progress = len(self._pending)
+            self._report_pending(self._pending[checkpoint_id])
         self._send_trigger(checkpoint_id, timestamp, stop if stop is not None else SAVEPOINT)
         return future
 
@@ -323,11 +379,34 @@ class CheckpointCoordinator:
                 checkpoint.handles.setdefault(operator_id, {}).update(by_subtask)
             checkpoint.task_stats[attempt_id] = task_stats or {}
             self._last_handles[attempt_id] = (checkpoint_id, handles)
-            if checkpoint.not_yet_acknowledged:
-                return
-            del self._pending[checkpoint_id]
-            self.stats.num_in_progress = len(self._pending)
-        self._complete(checkpoint)
+            vertex_id, subtask = self._vertex_of.get(attempt_id, (str(attempt_id), 0))
+            acknowledged_at = int(time.time() * 1000)
+            last = not checkpoint.not_yet_acknowledged
+            if last:
+                del self._pending[checkpoint_id]
+                self.stats.num_in_progress = len(self._pending)
+        # outside the lock (a shared file's size may be read from the storage), before completing
+        figures = self._subtask_stats(subtask, acknowledged_at, handles, task_stats or {})
+        self.stats_tracker.report_subtask(checkpoint_id, vertex_id, figures)
+        if last:
+            self._complete(checkpoint)
+
+    def _subtask_stats(self, subtask: int, acknowledged_at: int, handles: dict, task_stats: dict) -> SubtaskStateStats:
+        """A subtask's acknowledgement as the tracker keeps it: the coordinator's clock when it
+        came, the figures the task measured (sync / async / alignment ms, bytes written,
+        channel state) and its full size."""
+        own = [h for by_subtask in handles.values() for h in by_subtask.values()]
+        return SubtaskStateStats(
+            subtask_index=subtask,
+            ack_timestamp=acknowledged_at,
+            sync_duration_ms=int(task_stats.get("sync_ms", 0.0)),
+            async_duration_ms=int(task_stats.get("async_ms", 0.0)),
+            alignment_duration_ms=int(task_stats.get("alignment_ms", 0.0)),
+            checkpointed_size=int(task_stats.get("size", 0)),
+            state_size=self._full_size(own),
+            persisted_data=int(task_stats.get("persisted_bytes", 0)),
+            unaligned=bool(task_stats.get("unaligned")),
+        )
 
     def _carry_finished_state(self, checkpoint: PendingCheckpoint) -> None:
         """Copy the last state of tasks that finished before ``checkpoint`` into it (their
@@ -367,13 +446,21 @@ class CheckpointCoordinator:
             stats.num_completed += 1
             stats.last_checkpoint_id = checkpoint.checkpoint_id
             stats.last_duration_ms = int((self._last_end - checkpoint.started) * 1000)
-            stats.last_size = completed.state_size
+            stats.last_size = sum(int(s.get("size", 0)) for s in checkpoint.task_stats.values())
+            handles = [h for by_subtask in completed.operator_states.values() for h in by_subtask.values()]
+            stats.last_full_size = self._full_size(handles)
             alignments = [s.get("alignment_ms", 0.0) for s in checkpoint.task_stats.values()]
             stats.last_alignment_ms = max(alignments, default=0.0)
             stats.last_persisted_data = sum(s.get("persisted_bytes", 0) for s in checkpoint.task_stats.values())
             stats.last_unaligned = any(s.get("unaligned") for s in checkpoint.task_stats.values())
             stats.per_subtask = dict(checkpoint.task_stats)
             self._lock.notify_all()  # a final-checkpoint request may have waited for this one
+        self.stats_tracker.report_completed(
+            checkpoint.checkpoint_id,
+            completed.completion_timestamp,
+            stats.last_full_size,
+            path if path is not None else completed.external_pointer,
+        )
         if savepoint is not None:
             log.info("savepoint %d of the job written to %s", checkpoint.checkpoint_id, path)
         if savepoint is None or savepoint.stop is not None:
@@ -402,6 +489,7 @@ class CheckpointCoordinator:
 
     def _abort_quietly(self, checkpoint_id: int, reason: str, count: bool) -> None:
         log.warning("checkpoint %d failed: %s", checkpoint_id, reason)
+        self.stats_tracker.report_failed(checkpoint_id, int(time.time() * 1000), reason)
         try:
             self.storage.abort(checkpoint_id)
         except Exception:  # cleaning up is best effort

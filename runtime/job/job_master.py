@@ -65,6 +65,7 @@ from raylink.runtime.client.job_result import (
 )
 from raylink.runtime.execution_state import ExecutionState
 from raylink.runtime.job.checkpoint_coordinator import CheckpointCoordinator, CheckpointException
+from raylink.runtime.job.checkpoint_stats import CheckpointStatsSnapshot
 from raylink.runtime.job.restart_strategy import create_restart_strategy
 from raylink.runtime.job.state_assignment import (
     OPERATORS_PROPERTY,
@@ -128,6 +129,8 @@ class JobMasterBase:
         self._lock = threading.RLock()
         self._reported = threading.Condition(self._lock)  # a task report arrived / the job ended
         self._status = JobStatus.CREATED
+        #: epoch ms the job last entered each status it reached (Flink's ``getStatusTimestamp``)
+        self.status_timestamps: dict[str, int] = {JobStatus.CREATED.value: int(time.time() * 1000)}
         self._failure: Optional[BaseException] = None
         self._cancel_requested = False
         self._done = threading.Event()
@@ -184,7 +187,7 @@ class JobMasterBase:
                 first_checkpoint_id=first_checkpoint_id(self.restored_from),
             )
             if self.restored_from is not None:
-                self.coordinator.stats.last_restored_id = self.restored_from.checkpoint_id
+                self._report_restored(self.restored_from)
 
     # -- to be provided by an executor ---------------------------------------------------------------
     def _cancel_all_tasks(self) -> None:
@@ -216,6 +219,19 @@ class JobMasterBase:
     def _transition(self, status: JobStatus) -> None:
         """Move the job to ``status`` (a move Flink does not make raises); under ``_lock``."""
         self._status = self._status.transition_to(status)
+        self.status_timestamps[self._status.value] = int(time.time() * 1000)
+
+    def _report_restored(self, restore: CompletedCheckpoint) -> None:
+        """A deployment starts from ``restore``: the checkpoint statistics count it (as Flink's)."""
+        if self.coordinator is None:
+            return
+        self.coordinator.stats.last_restored_id = restore.checkpoint_id
+        self.coordinator.stats_tracker.report_restored(
+            restore.checkpoint_id,
+            int(time.time() * 1000),
+            bool(restore.properties.get("savepoint")),
+            restore.external_pointer,
+        )
 
     def _set_all(self, *states: ExecutionState) -> None:
         """Move every current attempt that has not ended through ``states``, in order."""
@@ -249,7 +265,8 @@ class JobMasterBase:
 
     def _start_checkpointing(self) -> None:
         if self.coordinator is not None:
-            self.coordinator.start(set(self.executions))
+            vertex_of = {a: (ev.job_vertex.id, ev.subtask_index) for a, ev in self.executions.items()}
+            self.coordinator.start(set(self.executions), vertex_of)
 
     def _checkpointing_failed(self, error: BaseException) -> None:
         self._on_failure(error, finish_now=False)
@@ -369,8 +386,8 @@ class JobMasterBase:
                 restore = self.checkpoint_storage.latest_completed()
             if restore is None:  # no checkpoint of its own yet: the savepoint it started from
                 restore = self.restored_from
-            if self.coordinator is not None and restore is not None:
-                self.coordinator.stats.last_restored_id = restore.checkpoint_id
+            if restore is not None:
+                self._report_restored(restore)
             self._deploy(restore)
             with self._lock:
                 self._restarting = False
@@ -593,6 +610,11 @@ class JobMasterBase:
             names.get(a, a): dict(s) for a, s in self.coordinator.stats.per_subtask.items()
         }
         return stats
+
+    def get_checkpoint_statistics(self) -> Optional[CheckpointStatsSnapshot]:
+        """What the checkpoint coordinator measured (counts, history, latest, summaries; Flink's
+        ``CheckpointStatsSnapshot``), None for a BATCH job (it takes no checkpoints)."""
+        return None if self.coordinator is None else self.coordinator.stats_tracker.snapshot()
 
     def get_vertex_metrics(self) -> dict:
         """Per JobVertex, as Flink's web UI aggregates them (with back-pressure status)."""

@@ -14,16 +14,28 @@ answers with, field names as Flink spells them (``flink-runtime``'s ``rest/messa
 ``vertex_watermarks``                  ``/vertices/:vertexid/watermarks``
 ``aggregated_subtask_metrics``         ``AggregatedSubtaskMetricsHandler``
 ``checkpointing_statistics``           ``CheckpointingStatistics``
+``checkpoint_details``                 ``CheckpointStatistics`` (``/checkpoints/details/:id``)
+``task_checkpoint_details``            ``TaskCheckpointStatisticsWithSubtaskDetails``
 ``job_exceptions``                     ``JobExceptionsInfoWithHistory``
 ``job_metrics``                        ``JobMetricsHandler`` (``[{"id", "value"}]``)
 ``cluster_overview`` / ``task_managers``  ``ClusterOverviewWithVersion`` / ``TaskManagersInfo``
 =====================================  ===========================================
 
 Values come from the client's ``get_metrics()`` (per subtask: ``numRecordsIn``,
-``busyTimeMsPerSecond``, ...), ``get_checkpoint_stats()``, its ExecutionGraph and its
-failure history; per vertex, counts are summed over subtasks and times take the maximum
-(:func:`raylink.runtime.metrics.aggregate_by_vertex`, what the CLI shows). Back pressure:
-Flink's levels (ratio <= 0.10 ok, <= 0.50 low, else high), in lower case as Flink's JSON.
+``busyTimeMsPerSecond``, ..., and ``startTime`` / ``endTime``: the task's own clock when its
+thread began and ended), ``get_checkpoint_statistics()`` (what the checkpoint coordinator
+measured, kept by it for ``web.checkpoints.history`` checkpoints), its ExecutionGraph, the
+epoch ms the job entered each status, its failure history and its TaskExecutors (slots, last
+heartbeat, hardware as each reported it when it registered); per vertex, counts are summed over
+subtasks and times take the maximum (:func:`raylink.runtime.metrics.aggregate_by_vertex`, what
+the CLI shows). Back pressure: Flink's levels (ratio <= 0.10 ok, <= 0.50 low, else high), in
+lower case as Flink's JSON.
+
+**Measured or absent.** A figure raylink does not measure is left out of the body rather than
+filled in: no ``alignment_buffered`` / ``processed_data`` (bytes processed during alignment),
+no ``start_delay``, no ``discarded``, no ``managedMemory``, no ``failureLabels`` /
+``concurrentExceptions``; a TaskExecutor in this process (the local target) has no heartbeat
+and shows none; a size that could not be read (a shared file's) is left out of its entry.
 
 Pure functions over what they are given: thread-safe as far as the client's getters are.
 """
@@ -37,6 +49,15 @@ from typing import Any, Iterable, Optional
 
 from raylink.core.job_status import JobStatus
 from raylink.runtime.execution_state import ExecutionState
+from raylink.runtime.hardware import hardware_description
+from raylink.runtime.job.checkpoint_stats import (
+    CheckpointStatsEntry,
+    CheckpointStatsSnapshot,
+    CheckpointStatsStatus,
+    StatsSummary,
+    SubtaskStateStats,
+)
+from raylink.runtime.job.deployment import assign_slots
 from raylink.runtime.metrics import MAXED, SUMMED, back_pressure_status
 
 #: what the REST API says it is (Flink's ``flink-version``)
@@ -122,9 +143,34 @@ def vertex_metrics(subtasks: list[dict]) -> dict:
     }
 
 
-def _vertex_info(ejv: Any, snapshot: MetricsSnapshot, times: tuple[int, int, int]) -> dict:
+def subtask_times(metrics: Optional[dict], now_ms: int) -> tuple[int, int, int]:
+    """(start-time, end-time, duration) of a subtask from its own clock (``startTime`` /
+    ``endTime`` it reports): -1 for what has not happened (or was not reported yet); the
+    duration runs to now while the subtask runs."""
+    start = int((metrics or {}).get("startTime", -1) or -1)
+    end = int((metrics or {}).get("endTime", -1) or -1)
+    if start < 0:
+        return -1, end, -1
+    return start, end, max(0, (end if end >= 0 else now_ms) - start)
+
+
+def vertex_times(ejv: Any, snapshot: MetricsSnapshot, now_ms: int) -> tuple[int, int, int]:
+    """A vertex's times as Flink's: its first subtask's start, its last subtask's end (once
+    every subtask ended; -1 before)."""
+    by_index = {m.get("subtask"): m for m in snapshot.of_vertex(ejv.id)}
+    times = [subtask_times(by_index.get(ev.subtask_index), now_ms) for ev in ejv.vertices]
+    starts = [t[0] for t in times if t[0] >= 0]
+    start = min(starts) if starts else -1
+    ends = [t[1] for t in times]
+    end = max(ends) if ends and all(e >= 0 for e in ends) else -1
+    if start < 0:
+        return -1, end, -1
+    return start, end, max(0, (end if end >= 0 else now_ms) - start)
+
+
+def _vertex_info(ejv: Any, snapshot: MetricsSnapshot, now_ms: int) -> dict:
     states = [str(ev.current_execution.state) for ev in ejv.vertices]
-    start, end, duration = times
+    start, end, duration = vertex_times(ejv, snapshot, now_ms)
     return {
         "id": ejv.id,
         "name": ejv.name,
@@ -172,9 +218,9 @@ def job_plan(client: Any) -> dict:
 
 def job_details(client: Any, snapshot: MetricsSnapshot) -> dict:
     """Flink's ``JobDetailsInfo`` (``/jobs/:jobid``)."""
-    times = job_times(client)
-    start, end, duration = times
-    vertices = [_vertex_info(ejv, snapshot, times) for ejv in _job_vertices(client)]
+    start, end, duration = job_times(client)
+    now = int(time.time() * 1000)
+    vertices = [_vertex_info(ejv, snapshot, now) for ejv in _job_vertices(client)]
     status = str(client.get_job_status())
     counts = _task_counts(v["status"] for v in vertices)
     return {
@@ -187,8 +233,9 @@ def job_details(client: Any, snapshot: MetricsSnapshot) -> dict:
         "end-time": end,
         "duration": duration,
         "maxParallelism": max((v["maxParallelism"] for v in vertices), default=-1),
-        "now": int(time.time() * 1000),
-        "timestamps": {status: int(time.time() * 1000) if end < 0 else end, "CREATED": start, "RUNNING": start},
+        "now": now,
+        # the epoch ms the job last entered each status it reached (none for the others)
+        "timestamps": dict(getattr(client, "status_timestamps", {})),
         "vertices": vertices,
         "status-counts": counts,
         "plan": job_plan(client)["plan"],
@@ -239,7 +286,7 @@ def _subtask_metrics(metrics: Optional[dict]) -> dict:
 
 def vertex_details(client: Any, ejv: Any, snapshot: MetricsSnapshot) -> dict:
     """Flink's ``JobVertexDetailsInfo``: the vertex and one entry per subtask."""
-    start, end, duration = job_times(client)
+    now = int(time.time() * 1000)
     by_index = {m.get("subtask"): m for m in snapshot.of_vertex(ejv.id)}
     locations = getattr(client, "locations", {}) or {}
     subtasks = []
@@ -247,6 +294,7 @@ def vertex_details(client: Any, ejv: Any, snapshot: MetricsSnapshot) -> dict:
         execution = ev.current_execution
         location = execution.assigned_location or ""
         host = _endpoint(locations.get(location))
+        start, end, duration = subtask_times(by_index.get(ev.subtask_index), now)
         subtasks.append(
             {
                 "subtask": ev.subtask_index,
@@ -265,7 +313,7 @@ def vertex_details(client: Any, ejv: Any, snapshot: MetricsSnapshot) -> dict:
         "name": ejv.name,
         "maxParallelism": ejv.max_parallelism,
         "parallelism": ejv.parallelism,
-        "now": int(time.time() * 1000),
+        "now": now,
         "subtasks": subtasks,
     }
 
@@ -358,75 +406,166 @@ def job_metrics(client: Any, get: Optional[list[str]]) -> list[dict]:
     return [{"id": name, "value": str(values[name])} for name in get if name in values]
 
 
-def checkpointing_statistics(client: Any, history: list[dict]) -> dict:
-    """Flink's ``CheckpointingStatistics`` from the coordinator's statistics (``history``: the
-    completed checkpoints the endpoint saw, newest first)."""
-    stats = client.get_checkpoint_stats()
-    completed = int(stats.get("numberOfCompletedCheckpoints", 0) or 0)
-    failed = int(stats.get("numberOfFailedCheckpoints", 0) or 0)
-    in_progress = int(stats.get("numberOfInProgressCheckpoints", 0) or 0)
-    restored_id = stats.get("lastRestoredCheckpointId")
-    latest = history[0] if history else None
-    durations = [h["end_to_end_duration"] for h in history]
-    sizes = [h["state_size"] for h in history]
+#: the percentiles of Flink's ``StatsSummaryDto``
+_PERCENTILES = (("p50", 0.5), ("p90", 0.9), ("p95", 0.95), ("p99", 0.99), ("p999", 0.999))
 
-    def summary(values: list) -> dict:
-        if not values:
-            return {"min": 0, "max": 0, "avg": 0}
-        return {"min": min(values), "max": max(values), "avg": sum(values) // len(values)}
 
+def _summary(summary: StatsSummary) -> dict:
+    """Flink's ``StatsSummaryDto``: min / max / avg over every completed checkpoint, percentiles
+    over the last ones."""
+    out = {"min": summary.minimum, "max": summary.maximum, "avg": summary.average}
+    for (name, _), value in zip(_PERCENTILES, summary.quantiles(tuple(q for _, q in _PERCENTILES))):
+        out[name] = value
+    return out
+
+
+def _present(body: dict) -> dict:
+    """``body`` without the figures that were not measured (None)."""
+    return {key: value for key, value in body.items() if value is not None}
+
+
+def _task_entry(entry: CheckpointStatsEntry, vertex_id: str) -> dict:
+    """Flink's ``TaskCheckpointStatistics``: one JobVertex's part of a checkpoint."""
+    subtasks = list(entry.tasks.get(vertex_id, {}).values())
+    sizes = [s.state_size for s in subtasks]
+    return _present(
+        {
+            "id": entry.checkpoint_id,
+            "status": str(entry.status),
+            "latest_ack_timestamp": max((s.ack_timestamp for s in subtasks), default=-1),
+            "checkpointed_size": sum(s.checkpointed_size for s in subtasks),
+            "state_size": None if None in sizes else sum(sizes),
+            "end_to_end_duration": max((s.end_to_end_duration(entry.trigger_timestamp) for s in subtasks), default=-1),
+            "persisted_data": sum(s.persisted_data for s in subtasks),
+            "num_subtasks": entry.parallelism.get(vertex_id, 0),
+            "num_acknowledged_subtasks": len(subtasks),
+        }
+    )
+
+
+def checkpoint_entry(entry: CheckpointStatsEntry, with_tasks: bool = True) -> dict:
+    """Flink's ``CheckpointStatistics`` (``className`` completed / failed / in_progress) of one
+    checkpoint, as the coordinator measured it."""
+    body = {
+        "className": {"COMPLETED": "completed", "FAILED": "failed"}.get(str(entry.status), "in_progress"),
+        "id": entry.checkpoint_id,
+        "status": str(entry.status),
+        "is_savepoint": entry.is_savepoint,
+        "trigger_timestamp": entry.trigger_timestamp,
+        "latest_ack_timestamp": entry.latest_ack_timestamp,
+        "checkpointed_size": entry.checkpointed_size,
+        "state_size": entry.state_size,
+        "end_to_end_duration": entry.end_to_end_duration,
+        "persisted_data": entry.persisted_data,
+        "num_subtasks": entry.num_subtasks,
+        "num_acknowledged_subtasks": entry.num_acknowledged_subtasks,
+        "checkpoint_type": str(entry.checkpoint_type),
+        "tasks": {vertex_id: _task_entry(entry, vertex_id) for vertex_id in entry.parallelism} if with_tasks else {},
+    }
+    if entry.status is CheckpointStatsStatus.COMPLETED:
+        body["external_path"] = entry.external_path
+    elif entry.status is CheckpointStatsStatus.FAILED:
+        body["failure_timestamp"] = entry.failure_timestamp
+        body["failure_message"] = entry.failure_message
+    return _present(body)
+
+
+def checkpointing_statistics(stats: CheckpointStatsSnapshot) -> dict:
+    """Flink's ``CheckpointingStatistics`` from what the coordinator kept (``stats``): counts
+    since the job started, summaries over the completed checkpoints, the latest of each kind
+    and the last ``web.checkpoints.history`` checkpoints, newest first."""
+    restored = stats.latest_restored
     return {
         "counts": {
-            "restored": 1 if restored_id is not None else 0,
-            "total": completed + failed + in_progress,
-            "in_progress": in_progress,
-            "completed": completed,
-            "failed": failed,
+            "restored": stats.num_restored,
+            "total": stats.num_triggered,
+            "in_progress": stats.num_in_progress,
+            "completed": stats.num_completed,
+            "failed": stats.num_failed,
         },
-        "summary": {
-            "checkpointed_size": summary(sizes),
-            "state_size": summary(sizes),
-            "end_to_end_duration": summary(durations),
-        },
+        "summary": {name: _summary(summary) for name, summary in stats.summaries.items()},
         "latest": {
-            "completed": latest,
-            "savepoint": None,
-            "failed": (
-                {"className": "failed", "status": "FAILED", "failure_message": stats["lastCheckpointFailure"]}
-                if stats.get("lastCheckpointFailure")
+            "completed": checkpoint_entry(stats.latest_completed, False) if stats.latest_completed else None,
+            "savepoint": checkpoint_entry(stats.latest_savepoint, False) if stats.latest_savepoint else None,
+            "failed": checkpoint_entry(stats.latest_failed, False) if stats.latest_failed else None,
+            "restored": (
+                {
+                    "id": restored.checkpoint_id,
+                    "restore_timestamp": restored.restore_timestamp,
+                    "is_savepoint": restored.is_savepoint,
+                    "external_path": restored.external_path,
+                }
+                if restored is not None
                 else None
             ),
-            "restored": {"id": restored_id} if restored_id is not None else None,
         },
-        "history": list(history),
+        "history": [checkpoint_entry(entry, False) for entry in stats.history],
     }
 
 
-def completed_checkpoint_entry(stats: dict, seen_ms: int, num_subtasks: int) -> Optional[dict]:
-    """Flink's ``CompletedCheckpointStatistics`` of the last completed checkpoint in ``stats``."""
-    checkpoint_id = stats.get("lastCheckpointId")
-    if checkpoint_id is None or not stats.get("numberOfCompletedCheckpoints"):
+def checkpoint_details(stats: CheckpointStatsSnapshot, checkpoint_id: int) -> Optional[dict]:
+    """Flink's ``/checkpoints/details/:checkpointid``: one checkpoint with its tasks; None when
+    the history no longer holds it."""
+    entry = stats.find(checkpoint_id)
+    return None if entry is None else checkpoint_entry(entry, True)
+
+
+def _subtask_entry(entry: CheckpointStatsEntry, index: int, sub: Optional[SubtaskStateStats]) -> dict:
+    """Flink's ``SubtaskCheckpointStatistics``: ``completed`` with the subtask's figures, or
+    ``pending_or_failed`` when it has not acknowledged."""
+    if sub is None:
+        return {"index": index, "status": "pending_or_failed"}
+    return _present(
+        {
+            "index": index,
+            "status": "completed",
+            "ack_timestamp": sub.ack_timestamp,
+            "end_to_end_duration": sub.end_to_end_duration(entry.trigger_timestamp),
+            "checkpointed_size": sub.checkpointed_size,
+            "state_size": sub.state_size,
+            "checkpoint": {"sync": sub.sync_duration_ms, "async": sub.async_duration_ms},
+            "alignment": {"persisted": sub.persisted_data, "duration": sub.alignment_duration_ms},
+            "unaligned_checkpoint": sub.unaligned,
+        }
+    )
+
+
+def task_checkpoint_details(stats: CheckpointStatsSnapshot, checkpoint_id: int, vertex_id: str) -> Optional[dict]:
+    """Flink's ``TaskCheckpointStatisticsWithSubtaskDetails``: one JobVertex's part of a
+    checkpoint, a summary over its subtasks and each subtask's acknowledgement."""
+    entry = stats.find(checkpoint_id)
+    if entry is None or vertex_id not in entry.parallelism:
         return None
-    duration = int(stats.get("lastCheckpointDuration") or 0)
-    size = int(stats.get("lastCheckpointSize") or 0)
-    return {
-        "className": "completed",
-        "id": checkpoint_id,
-        "status": "COMPLETED",
-        "is_savepoint": False,
-        "trigger_timestamp": seen_ms - duration,
-        "latest_ack_timestamp": seen_ms,
-        "checkpointed_size": size,
-        "state_size": size,
-        "end_to_end_duration": duration,
-        "alignment_buffered": 0,
-        "processed_data": 0,
-        "persisted_data": 0,
-        "num_subtasks": num_subtasks,
-        "num_acknowledged_subtasks": num_subtasks,
-        "checkpoint_type": "CHECKPOINT",
-        "alignment_time": stats.get("lastCheckpointAlignmentTime"),
-    }
+    acked = entry.tasks.get(vertex_id, {})
+    subtasks = list(acked.values())
+
+    def summary(values: list) -> Optional[dict]:
+        if None in values:
+            return None
+        done = StatsSummary()
+        for value in values:
+            done = done.add(int(value))
+        return _summary(done)
+
+    body = _task_entry(entry, vertex_id)
+    body["summary"] = _present(
+        {
+            "checkpointed_size": summary([s.checkpointed_size for s in subtasks]),
+            "state_size": summary([s.state_size for s in subtasks]),
+            "end_to_end_duration": summary([s.end_to_end_duration(entry.trigger_timestamp) for s in subtasks]),
+            "checkpoint_duration": {
+                "sync": summary([s.sync_duration_ms for s in subtasks]),
+                "async": summary([s.async_duration_ms for s in subtasks]),
+            },
+            "alignment": {
+                "persisted": summary([s.persisted_data for s in subtasks]),
+                "duration": summary([s.alignment_duration_ms for s in subtasks]),
+            },
+        }
+    )
+    parallelism = max(entry.parallelism[vertex_id], max(acked, default=-1) + 1)
+    body["subtasks"] = [_subtask_entry(entry, index, acked.get(index)) for index in range(parallelism)]
+    return body
 
 
 def exception_entry(error: BaseException, timestamp_ms: int, task_name: Optional[str], endpoint: str = "") -> dict:
@@ -438,8 +577,6 @@ def exception_entry(error: BaseException, timestamp_ms: int, task_name: Optional
         "taskName": task_name,
         "endpoint": endpoint or None,
         "taskManagerId": endpoint or None,
-        "failureLabels": {},
-        "concurrentExceptions": [],
     }
 
 
@@ -453,13 +590,13 @@ def job_exceptions(client: Any, max_entries: int = 20) -> dict:
     return {"exceptionHistory": {"entries": entries[:max_entries], "truncated": truncated}}
 
 
-def cluster_overview(clients: list[Any], task_managers: int, slots: int) -> dict:
-    """Flink's ``ClusterOverviewWithVersion``."""
+def cluster_overview(clients: list[Any], managers: list[dict]) -> dict:
+    """Flink's ``ClusterOverviewWithVersion`` over the TaskExecutors of :func:`task_managers`."""
     states = [str(c.get_job_status()) for c in clients]
     return {
-        "taskmanagers": task_managers,
-        "slots-total": slots,
-        "slots-available": 0,
+        "taskmanagers": len(managers),
+        "slots-total": sum(m["slotsNumber"] for m in managers),
+        "slots-available": sum(m["freeSlots"] for m in managers),
         "jobs-running": sum(1 for s in states if not JobStatus(s).is_globally_terminal_state()),
         "jobs-finished": states.count("FINISHED"),
         "jobs-cancelled": states.count("CANCELED"),
@@ -469,28 +606,50 @@ def cluster_overview(clients: list[Any], task_managers: int, slots: int) -> dict
     }
 
 
+def _slot_of(client: Any) -> dict:
+    """(JobVertex id, subtask) -> the job's slot (slot sharing: subtask i of a group's vertices
+    share the group's slot i)."""
+    return assign_slots(client.execution_graph, 1)[0]
+
+
 def task_managers(clients: list[Any]) -> dict:
-    """Flink's ``TaskManagersInfo``: one entry per TaskExecutor hosting a running job's tasks."""
+    """Flink's ``TaskManagersInfo``: one entry per TaskExecutor hosting a running job's tasks.
+
+    ``slotsNumber`` is the slots the TaskExecutor offers (``taskmanager.numberOfTaskSlots``
+    when the job placed whole slots on it, else the slots whose tasks it was started for),
+    ``freeSlots`` those none of the job's subtasks occupy; ``timeSinceLastHeartbeat`` (as in
+    Flink, the epoch ms of the last heartbeat) when the TaskExecutor runs apart and answered;
+    ``hardware`` what it reported when it registered (this process's for the local target)."""
     hosted: dict[str, dict] = {}
+    local_hardware: Optional[dict] = None
     for client in clients:
+        if JobStatus(client.get_job_status()).is_globally_terminal_state():
+            continue
         locations = getattr(client, "locations", {}) or {}
+        heartbeats = getattr(client, "last_heartbeats", {}) or {}
+        capacity = getattr(client, "executor_slot_capacity", {}) or {}
+        slot_of = _slot_of(client)
+        used: dict[str, set] = {}
         for ev in client.execution_graph.all_vertices():
             executor = ev.current_execution.assigned_location
-            if executor is None:
-                continue
-            entry = hosted.setdefault(
-                executor,
-                {
-                    "id": executor,
-                    "path": _endpoint(locations.get(executor)),
-                    "dataPort": -1,
-                    "jmxPort": -1,
-                    "timeSinceLastHeartbeat": int(time.time() * 1000),
-                    "slotsNumber": 0,
-                    "freeSlots": 0,
-                    "hardware": {"cpuCores": 0, "physicalMemory": 0, "freeMemory": 0, "managedMemory": 0},
-                    "blocked": False,
-                },
-            )
-            entry["slotsNumber"] += 1
+            if executor is not None:
+                used.setdefault(executor, set()).add(slot_of[(ev.job_vertex.id, ev.subtask_index)])
+        for executor, slots in used.items():
+            location = locations.get(executor)
+            hardware = (location or {}).get("hardware")
+            if location is None:  # in this process
+                local_hardware = local_hardware if local_hardware is not None else hardware_description()
+                hardware = local_hardware
+            total = max(int(capacity.get(executor, len(slots))), len(slots))
+            entry = {
+                "id": executor,
+                "path": _endpoint(location),
+                "slotsNumber": total,
+                "freeSlots": total - len(slots),
+                "hardware": dict(hardware or {}),
+                "blocked": False,
+            }
+            if executor in heartbeats:
+                entry["timeSinceLastHeartbeat"] = int(heartbeats[executor])
+            hosted[executor] = entry
     return {"taskmanagers": list(hosted.values())}

@@ -153,6 +153,9 @@ class TaskExecutor:
         # execute_and_collect: attempt id -> {collect id: buffer}, until the reader saw it closed
         self._collect_cond = threading.Condition()
         self._collect_buffers: dict[str, dict[str, CollectBuffer]] = {}
+        #: attempt id -> [start, end] epoch ms on this process's clock: when the task thread was
+        #: started and when it reached its final state (the REST API's subtask start/end-time)
+        self._task_times: dict[str, list] = {}
         # the asynchronous phase of checkpoints: serialise and write snapshots off the task threads
         self._checkpoint_writer = ThreadPoolExecutor(1, thread_name_prefix=f"checkpoint writer {executor_id}")
         #: the threads alive before any task ran: a reset checks that every other one ended
@@ -359,6 +362,7 @@ class TaskExecutor:
             for gate in self._gates[attempt_id]:
                 gate.request_partitions()
         for attempt_id in ids:
+            self._task_times[attempt_id] = [int(time.time() * 1000), -1]
             self.tasks[attempt_id].start()
 
     def cancel(self, attempt_ids: Optional[list[str]] = None) -> None:
@@ -373,6 +377,9 @@ class TaskExecutor:
     def _on_state_change(self, task: StreamTask, state: ExecutionState, error: Optional[BaseException]) -> None:
         if not state.is_terminal():
             return
+        times = self._task_times.get(task.attempt_id)
+        if times is not None:
+            times[1] = int(time.time() * 1000)
         finished = state is ExecutionState.FINISHED
         if not finished:  # give back the buffers of channels that will never end
             for gate in self._gates.get(task.attempt_id, []):
@@ -452,6 +459,9 @@ class TaskExecutor:
     def _task_metrics(self, task: StreamTask) -> dict:
         metrics = task.metrics()
         metrics["vertex_name"] = task.job_vertex.name
+        times = self._task_times.get(task.attempt_id)
+        if times is not None:
+            metrics["startTime"], metrics["endTime"] = times
         metrics["executor"] = self.executor_id
         gates = self._gates.get(task.attempt_id, [])
         channels = [c for g in gates for c in g.channels if hasattr(c, "max_buffers_in_flight")]

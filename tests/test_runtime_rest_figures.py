@@ -1,0 +1,269 @@
+"""Every figure of the REST API is measured: each one compared with a measurement the test makes
+itself, apart from the job (the files a checkpoint left on disk, the clock of a user function,
+the savepoint folder a stop left, this machine's memory).
+
+Checkpoint statistics come from the coordinator's tracker, kept for ``web.checkpoints.history``
+checkpoints whether or not anyone polled; sizes are compared with the bytes on disk (every
+state blob a file: ``execution.checkpointing.data-inline-threshold`` 0), an incremental
+checkpoint's written bytes with its own new files, an unaligned checkpoint's persisted bytes
+with the in-flight buffers its files hold.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+
+from raylink.runtime.job.checkpoint_stats import CheckpointStatsTracker, CheckpointType, SubtaskStateStats
+from raylink.state.checkpoint_storage import load_completed_checkpoint
+from raylink.tests.runtime_jobs import make_env, wait_for
+from raylink.tests.test_runtime_rest_api import DiscardingSink, FiniteThenIdleSource
+from raylink.tests.test_runtime_rest_api import http as plain_http
+
+N = 500
+KEYS = 50
+
+
+def checkpoint_config(tmp_path: Path, **extra: Any) -> dict:
+    config = {
+        "raylink.rest.enabled": True,
+        "rest.port": 0,
+        "execution.checkpointing.interval": 100,
+        "execution.checkpointing.dir": str(tmp_path / "checkpoints"),
+        "execution.checkpointing.num-retained": 1000,  # every checkpoint stays on disk to be measured
+        "execution.checkpointing.data-inline-threshold": 0,  # every state blob is a file
+    }
+    config.update(extra)
+    return config
+
+
+def keyed_idle_job(target: str, config: dict, name: str = "figures") -> Any:
+    """A keyed running sum over 0 .. N-1 (KEYS keys), then idle until cancelled."""
+    env = make_env(target, 2, config)
+    (
+        env.add_source(FiniteThenIdleSource(N), "Numbers")
+        .set_parallelism(1)
+        .map(lambda x: (x % KEYS, x))
+        .name("Pair")
+        .key_by(lambda kv: kv[0])
+        .sum(1)
+        .name("Sum")
+        .add_sink(DiscardingSink())
+        .name("Discard")
+    )
+    return env.execute_async(name)
+
+
+def http(client: Any, path: str, method: str = "GET", body: Optional[dict] = None) -> tuple:
+    """(status, JSON body) of one request to ``client``'s REST endpoint, with its token if it has one."""
+    endpoint = client.rest_endpoint
+    headers = {"Content-Type": "application/json"}
+    token = getattr(endpoint, "token", None)
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    data = json.dumps(body).encode() if body is not None else None
+    status, answer, _ = plain_http(endpoint.url + path, method, headers, data)
+    return status, answer
+
+
+def get(client: Any, path: str) -> Any:
+    status, body = http(client, path)
+    assert status == 200, (path, status, body)
+    return body
+
+
+def job_folder(tmp_path: Path, client: Any) -> Path:
+    return tmp_path / "checkpoints" / client.job_id
+
+
+def disk_sizes(folder: Path, checkpoint_id: int) -> tuple[int, int]:
+    """(bytes checkpoint ``checkpoint_id`` wrote, its full size) from the files on disk: the
+    state files in its folder plus the shared files uploaded for it / plus every shared file
+    its ``_metadata`` names."""
+    chk = folder / f"chk-{checkpoint_id}"
+    own = sum(f.stat().st_size for f in chk.iterdir() if f.name != "_metadata")
+    shared_dir = folder / "shared"
+    uploaded = (
+        sum(f.stat().st_size for f in shared_dir.iterdir() if f.name.startswith(f"{checkpoint_id}-"))
+        if shared_dir.is_dir()
+        else 0
+    )
+    completed = load_completed_checkpoint(str(chk))
+    named = {p for by_subtask in completed.operator_states.values() for h in by_subtask.values() for p in h.shared}
+    full = own + sum(os.path.getsize(p) for p in named)
+    return own + uploaded, full
+
+
+def cancel(client: Any) -> None:
+    client.cancel()
+    assert client.wait(60)
+
+
+# -- the tracker alone --------------------------------------------------------------------------------
+def test_the_tracker_keeps_a_bounded_history_newest_first_and_counts_every_outcome():
+    tracker = CheckpointStatsTracker(history_size=3)
+    for checkpoint_id in range(1, 7):
+        tracker.report_pending(checkpoint_id, 1000 * checkpoint_id, {"v": 1})
+        figures = SubtaskStateStats(0, 1000 * checkpoint_id + 40, 1, 2, 3, 10, 100, 0, False)
+        tracker.report_subtask(checkpoint_id, "v", figures)
+        if checkpoint_id == 4:
+            tracker.report_failed(checkpoint_id, 1000 * checkpoint_id + 50, "declined")
+        else:
+            tracker.report_completed(checkpoint_id, 1000 * checkpoint_id + 60, 100, f"/chk-{checkpoint_id}")
+    tracker.report_pending(7, 7000, {"v": 1}, savepoint=True, stop=True)
+    stats = tracker.snapshot()
+    assert [e.checkpoint_id for e in stats.history] == [7, 6, 5]
+    assert (stats.num_triggered, stats.num_completed, stats.num_failed, stats.num_in_progress) == (7, 5, 1, 1)
+    assert stats.history[0].checkpoint_type is CheckpointType.SYNC_SAVEPOINT
+    assert stats.latest_failed.checkpoint_id == 4 and stats.latest_failed.failure_message == "declined"
+    assert stats.latest_completed.end_to_end_duration == 60
+    assert stats.summaries["end_to_end_duration"].count == 5
+    assert stats.summaries["checkpointed_size"].total == 50
+
+
+# -- on a job -------------------------------------------------------------------------------------------
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("target", ["local", "ray"])
+def test_checkpoint_history_is_kept_unpolled_bounded_and_sized_as_on_disk(request, tmp_path, target):
+    if target == "ray":
+        request.getfixturevalue("ray_session")
+    client = keyed_idle_job(target, checkpoint_config(tmp_path, **{"web.checkpoints.history": 4}))
+    try:
+        # nobody polls the REST API meanwhile: the coordinator keeps the history itself
+        assert wait_for(lambda: client.get_checkpoint_stats()["numberOfCompletedCheckpoints"] >= 8, client, 90)
+        body = get(client, f"/jobs/{client.job_id}/checkpoints")
+        history = body["history"]
+        assert len(history) == 4
+        ids = [h["id"] for h in history]
+        assert ids == sorted(ids, reverse=True) and ids == list(range(ids[0], ids[0] - 4, -1))
+        assert body["counts"]["completed"] >= 8
+        assert body["counts"]["total"] == sum(body["counts"][k] for k in ("completed", "failed", "in_progress"))
+        folder = job_folder(tmp_path, client)
+        completed = [h for h in history if h["status"] == "COMPLETED"]
+        assert completed
+        for entry in completed:
+            assert entry["checkpoint_type"] == "CHECKPOINT" and entry["is_savepoint"] is False
+            written, full = disk_sizes(folder, entry["id"])
+            assert (entry["checkpointed_size"], entry["state_size"]) == (written, full)
+            on_disk = load_completed_checkpoint(str(folder / f"chk-{entry['id']}"))
+            assert entry["trigger_timestamp"] == on_disk.trigger_timestamp  # when it was triggered
+            assert entry["trigger_timestamp"] <= entry["latest_ack_timestamp"] <= on_disk.completion_timestamp
+            assert entry["num_acknowledged_subtasks"] == entry["num_subtasks"] == 5  # 1 + 2 + 2 subtasks
+            assert "alignment_buffered" not in entry and "processed_data" not in entry  # not measured
+        # one checkpoint in detail: per vertex and per subtask, acks within its trigger and completion
+        newest = completed[0]
+        details = get(client, f"/jobs/{client.job_id}/checkpoints/details/{newest['id']}")
+        vertices = {v["id"]: v for v in get(client, f"/jobs/{client.job_id}")["vertices"]}
+        assert set(details["tasks"]) == set(vertices)
+        assert sum(t["checkpointed_size"] for t in details["tasks"].values()) == newest["checkpointed_size"]
+        on_disk = load_completed_checkpoint(str(folder / f"chk-{newest['id']}"))
+        for vertex_id, vertex in vertices.items():
+            sub = get(client, f"/jobs/{client.job_id}/checkpoints/details/{newest['id']}/subtasks/{vertex_id}")
+            assert [s["index"] for s in sub["subtasks"]] == list(range(vertex["parallelism"]))
+            for s in sub["subtasks"]:
+                assert s["status"] == "completed"
+                assert newest["trigger_timestamp"] <= s["ack_timestamp"] <= on_disk.completion_timestamp
+                assert s["end_to_end_duration"] == s["ack_timestamp"] - newest["trigger_timestamp"]
+            assert sum(s["checkpointed_size"] for s in sub["subtasks"]) == sub["checkpointed_size"]
+        assert http(client, f"/jobs/{client.job_id}/checkpoints/details/999999")[0] == 404
+        summary = body["summary"]["checkpointed_size"]
+        assert summary["min"] <= min(h["checkpointed_size"] for h in completed)
+        assert summary["max"] >= max(h["checkpointed_size"] for h in completed)
+    finally:
+        cancel(client)
+
+
+@pytest.mark.timeout(180)
+def test_an_incremental_checkpoint_writes_less_than_its_full_size(tmp_path):
+    client = keyed_idle_job("local", checkpoint_config(tmp_path, **{"execution.checkpointing.incremental": True}))
+    try:
+        folder = job_folder(tmp_path, client)
+
+        def incremental_seen() -> bool:
+            history = client.get_checkpoint_statistics().history
+            return any(e.status == "COMPLETED" and e.checkpointed_size < (e.state_size or 0) for e in history)
+
+        assert wait_for(incremental_seen, client, 90)
+        history = get(client, f"/jobs/{client.job_id}/checkpoints")["history"]
+        smaller = [h for h in history if h["status"] == "COMPLETED" and h["checkpointed_size"] < h["state_size"]]
+        assert smaller
+        for entry in [h for h in history if h["status"] == "COMPLETED"]:
+            assert (entry["checkpointed_size"], entry["state_size"]) == disk_sizes(folder, entry["id"])
+    finally:
+        cancel(client)
+
+
+@pytest.mark.timeout(180)
+def test_a_savepoint_is_typed_flagged_and_located_as_taken(tmp_path):
+    client = keyed_idle_job("local", checkpoint_config(tmp_path))
+    try:
+        status, body = http(
+            client, f"/jobs/{client.job_id}/savepoints", "POST", {"target-directory": str(tmp_path / "savepoints")}
+        )
+        assert status == 202, body
+        progress = f"/jobs/{client.job_id}/savepoints/{body['request-id']}"
+        assert wait_for(lambda: get(client, progress)["status"]["id"] == "COMPLETED", client, 60)
+        location = get(client, progress)["operation"]["location"]
+        stats = get(client, f"/jobs/{client.job_id}/checkpoints")
+        savepoint = stats["latest"]["savepoint"]
+        assert savepoint["is_savepoint"] is True and savepoint["checkpoint_type"] == "SAVEPOINT"
+        assert savepoint["external_path"] == location
+        assert Path(location).parent == tmp_path / "savepoints"
+        on_disk = load_completed_checkpoint(location)
+        assert savepoint["id"] == on_disk.checkpoint_id
+        # the latest completed checkpoint is never the savepoint
+        latest = stats["latest"]["completed"]
+        assert latest is None or (latest["is_savepoint"] is False and latest["id"] != savepoint["id"])
+    finally:
+        cancel(client)
+
+
+@pytest.mark.timeout(180)
+def test_mode_stop_is_refused_and_post_stop_stops_with_a_savepoint(tmp_path):
+    client = keyed_idle_job("local", checkpoint_config(tmp_path))
+    try:
+        assert wait_for(lambda: client.get_checkpoint_stats()["numberOfCompletedCheckpoints"] >= 1, client, 60)
+        status, body = http(client, f"/jobs/{client.job_id}?mode=stop", "PATCH")
+        assert status == 400 and "POST /jobs/:jobid/stop" in body["errors"][0]
+        assert str(client.get_job_status()) == "RUNNING"  # never a silent cancel
+        status, body = http(
+            client,
+            f"/jobs/{client.job_id}/stop",
+            "POST",
+            {"targetDirectory": str(tmp_path / "stopped"), "drain": False},
+        )
+        assert status == 202 and body["request-id"], body
+        assert client.wait(60)
+    finally:
+        if not client.wait(0):
+            cancel(client)
+    assert str(client.get_job_status()) == "FINISHED"
+    folders = [p for p in (tmp_path / "stopped").iterdir() if (p / "_metadata").is_file()]
+    assert len(folders) == 1
+    savepoint = client.get_checkpoint_statistics().latest_savepoint
+    assert savepoint.checkpoint_type is CheckpointType.SYNC_SAVEPOINT
+    assert savepoint.external_path == str(folders[0])
+    assert savepoint.checkpoint_id == load_completed_checkpoint(str(folders[0])).checkpoint_id
+
+
+@pytest.mark.timeout(180)
+def test_a_job_started_from_a_savepoint_counts_one_restore(tmp_path):
+    first = keyed_idle_job("local", checkpoint_config(tmp_path), "before")
+    try:
+        location = first.trigger_savepoint(str(tmp_path / "savepoints")).result(60)
+    finally:
+        cancel(first)
+    taken = load_completed_checkpoint(location)
+    second = keyed_idle_job("local", checkpoint_config(tmp_path, **{"execution.savepoint.path": location}), "after")
+    try:
+        counts = get(second, f"/jobs/{second.job_id}/checkpoints")
+        assert counts["counts"]["restored"] == 1
+        restored = counts["latest"]["restored"]
+        assert restored["id"] == taken.checkpoint_id and restored["is_savepoint"] is True
+        assert restored["external_path"] == taken.external_pointer
+    finally:
+        cancel(second)
