@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
+import logging
 import os
 import sys
 import threading
@@ -55,7 +56,7 @@ except ImportError:  # Windows: no pinning there (no sched_setaffinity either)
     fcntl = None  # type: ignore[assignment]
 
 from raylink.core.options import RaylinkOptions, read_option
-from raylink.runtime.runtime_dir import open_private_file, runtime_dir
+from raylink.runtime.runtime_dir import UnsafePathError, open_private_file, runtime_dir
 
 
 def tune_switch_interval(interval_ms: float) -> None:
@@ -181,7 +182,11 @@ class LocalProcessTuning:
                 cls._saved = (sys.getswitchinterval(), gc.get_threshold())
                 tune_gc(read_option(settings, RaylinkOptions.GC_THRESHOLD), freeze=False)
                 tune_switch_interval(float(read_option(settings, RaylinkOptions.SWITCH_INTERVAL)))
-                cls._cpus = NodeCpuRegistry().claim()
+                try:
+                    cls._cpus = NodeCpuRegistry().claim()
+                except UnsafePathError as exc:  # a foreign runtime folder never stops a local job
+                    logging.getLogger(__name__).warning("task threads are not pinned: %s", exc)
+                    cls._cpus = None
             cls._running += 1
             return cls._cpus if read_option(settings, RaylinkOptions.LOCAL_PIN_TASK_THREADS) else None
 

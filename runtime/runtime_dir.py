@@ -6,8 +6,15 @@ Dispatcher's URL and token), the node's pinned-CPU registry (``pinned-cpus.json`
 log of a local Ray that ``raylink cluster start`` started (``logs/cluster-ray-<port>.log``).
 
 **Where.** ``$XDG_RUNTIME_DIR/raylink`` when ``XDG_RUNTIME_DIR`` is set (a per-user folder the
-login manager made), else ``<temp dir>/raylink-<uid>`` (``tempfile.gettempdir()``). Processes
-that see a different ``XDG_RUNTIME_DIR`` (or temp dir) use different folders.
+login manager made); else ``~/.cache/raylink/<host name>`` when the home folder is a folder of
+this user that only it may write (per machine, as a home may be shared over NFS: endpoint files
+are named by a GCS port and the CPU registry by process ids of this machine); else -- no usable
+home -- ``<temp dir>/raylink-<uid>`` (``tempfile.gettempdir()``). A folder in the shared temp
+dir is the only one another user can create first (squat): it is used only without a usable
+home, and callers that merely run a job on the local target (the driver's log folder, CPU
+pinning) fall back to a private ``mkdtemp`` or to no pinning when the runtime folder is refused,
+so a squatted folder never stops a local job. Processes that see a different
+``XDG_RUNTIME_DIR`` (or home, or temp dir) use different folders.
 
 **The contract.** Another local user must not be able to plant or swap what raylink reads
 here, nor redirect what it writes:
@@ -31,14 +38,18 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import stat
 import tempfile
+from typing import Optional
 
 from raylink.errors import RaylinkError
 
 #: the environment variable naming the per-user runtime folder (freedesktop.org's)
 RUNTIME_DIR_ENV_VAR = "XDG_RUNTIME_DIR"
 #: bits of a folder's or file's mode that let others change it
+#: the runtime folder's place under a usable home folder (then the host name)
+HOME_SUBDIR = (".cache", "raylink")
 _WRITABLE_BY_OTHERS = stat.S_IWGRP | stat.S_IWOTH
 _NOT_OWNER = stat.S_IRWXG | stat.S_IRWXO
 
@@ -61,11 +72,31 @@ class UnsafePathError(RaylinkError, RuntimeError):
         return (UnsafePathError, (self.path, self.problem))
 
 
+def _private_home() -> Optional[str]:
+    """This user's home folder when it is a folder (not a link) owned by this user, writable by
+    it and by nobody else; else None."""
+    home = os.path.expanduser("~")
+    if not home or home == "~" or not os.path.isabs(home):
+        return None
+    try:
+        st = os.lstat(home)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or _owner_problem(st) or not os.access(home, os.W_OK):
+        return None
+    return home
+
+
 def base_dir() -> str:
-    """This user's raylink runtime folder (its path; :func:`runtime_dir` creates and checks it)."""
+    """This user's raylink runtime folder (its path; :func:`runtime_dir` creates and checks it):
+    ``$XDG_RUNTIME_DIR/raylink``, else ``~/.cache/raylink/<host name>``, else
+    ``<temp dir>/raylink-<uid>`` (see the module doc)."""
     xdg = os.environ.get(RUNTIME_DIR_ENV_VAR)
     if xdg:
         return os.path.join(xdg, "raylink")
+    home = _private_home()
+    if home is not None:
+        return os.path.join(home, *HOME_SUBDIR, socket.gethostname() or "localhost")
     return os.path.join(tempfile.gettempdir(), f"raylink-{os.getuid()}")
 
 
@@ -73,6 +104,12 @@ def runtime_dir(*parts: str) -> str:
     """The folder ``parts`` under :func:`base_dir`, each level created with mode 0700 if missing
     and checked (:func:`check_private_dir`); raises :class:`UnsafePathError`."""
     path = base_dir()
+    home = None if os.environ.get(RUNTIME_DIR_ENV_VAR) else _private_home()
+    if home is not None and path.startswith(home + os.sep):
+        folder = home
+        for part in HOME_SUBDIR:  # ~/.cache may be there already (0755 is fine: only we write it)
+            folder = os.path.join(folder, part)
+            _ensure_dir(folder, narrow=part != HOME_SUBDIR[0])
     _check_parent(os.path.dirname(path))
     _ensure_dir(path)
     for part in parts:
@@ -81,14 +118,14 @@ def runtime_dir(*parts: str) -> str:
     return path
 
 
-def _ensure_dir(path: str) -> None:
+def _ensure_dir(path: str, narrow: bool = True) -> None:
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
         pass
     else:
         os.chmod(path, 0o700)  # whatever the umask took away
-    check_private_dir(path)
+    check_private_dir(path, narrow)
 
 
 def _check_parent(parent: str) -> None:
@@ -108,9 +145,9 @@ def _owner_problem(st: os.stat_result) -> str:
     return ""
 
 
-def check_private_dir(path: str) -> None:
+def check_private_dir(path: str, narrow: bool = True) -> None:
     """Raise :class:`UnsafePathError` unless ``path`` is a folder (not a link) owned by this user
-    and writable by nobody else; narrow one others may read to 0700."""
+    and writable by nobody else; narrow one others may read to 0700 (unless not ``narrow``)."""
     st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode):
         raise UnsafePathError(path, "it is a symbolic link, not a folder")
@@ -119,7 +156,7 @@ def check_private_dir(path: str) -> None:
     problem = _owner_problem(st)
     if problem:
         raise UnsafePathError(path, problem)
-    if st.st_mode & _NOT_OWNER:
+    if narrow and st.st_mode & _NOT_OWNER:
         os.chmod(path, 0o700)
 
 
@@ -174,6 +211,7 @@ def remove_private_file(path: str) -> None:
 
 
 __all__ = [
+    "HOME_SUBDIR",
     "RUNTIME_DIR_ENV_VAR",
     "UnsafePathError",
     "base_dir",

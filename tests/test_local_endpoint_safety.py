@@ -15,6 +15,7 @@ import http.client
 import json
 import os
 import pickle
+import socket
 import stat
 import sys
 import tempfile
@@ -113,8 +114,24 @@ def test_the_runtime_folder_is_private_and_each_user_of_it_works(run_dir):
     assert _mode(run_dir / "raylink" / "logs" / "cluster-ray-4321.log") == 0o600
 
 
-def test_without_xdg_runtime_dir_the_folder_is_per_uid_under_the_temp_dir(tmp_path, monkeypatch):
+def test_without_xdg_runtime_dir_the_folder_is_per_user_and_host_under_a_private_home(tmp_path, monkeypatch):
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    home = tmp_path / "home"
+    home.mkdir(mode=0o755)
+    monkeypatch.setenv("HOME", str(home))
+    (home / ".cache").mkdir(mode=0o755)  # as tools make it: kept as it is
+    assert runtime_dir("sessions") == str(home / ".cache" / "raylink" / socket.gethostname() / "sessions")
+    assert _mode(home / ".cache") == 0o755 and _mode(home / ".cache" / "raylink") == 0o700
+    assert _mode(home / ".cache" / "raylink" / socket.gethostname()) == 0o700
+    # a home others may write (or of another owner) is no private place: the temp dir then
+    home.chmod(0o777)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert base_dir() == str(tmp_path / f"raylink-{os.getuid()}")
+
+
+def test_without_xdg_runtime_dir_nor_home_the_folder_is_per_uid_under_the_temp_dir(tmp_path, monkeypatch):
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "no-such-home"))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     assert runtime_dir("sessions") == str(tmp_path / f"raylink-{os.getuid()}" / "sessions")
     assert _mode(tmp_path / f"raylink-{os.getuid()}") == 0o700
@@ -189,6 +206,7 @@ def test_a_symlinked_folder_is_refused(run_dir, tmp_path, use):
 
 def test_a_temp_dir_others_may_write_without_the_sticky_bit_is_refused(tmp_path, monkeypatch):
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "no-such-home"))
     shared = tmp_path / "shared"
     shared.mkdir()
     os.chmod(shared, 0o777)
