@@ -3,6 +3,7 @@
 
 Holds: the plain TaskExecutor (``task_executor``: tasks, network buffers, partitions and
 gates, the transport hook), the StreamTask on its mailbox thread (``stream_task``,
-``mailbox``), the OperatorChain (``operator_chain``), cancellation (``task_canceler``) and what
+``mailbox``), its checkpoint side (``subtask_checkpoint_coordinator``, ``channel_state_handling``),
+the OperatorChain (``operator_chain``), cancellation (``task_canceler``) and what
 a TaskExecutor reports to the JobMaster (``task_events``).
 """

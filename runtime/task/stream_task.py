@@ -17,14 +17,20 @@ out) before its snapshot, so the savepoint is every task's final checkpoint and 
 with everything emitted (restored from it, the tasks stay finished). Without periodic
 checkpoints (no ``execution.checkpointing.interval``) a task still takes part in savepoints.
 
-Checkpoints (Flink's ``SubtaskCheckpointCoordinator``): the task snapshots its operators
-when its barrier handler triggers, sends the barrier on and hands the snapshot to its
-TaskExecutor. Unaligned (``execution.checkpointing.unaligned.enabled``), the barrier
-overtakes the queued output, which becomes output channel state, and the snapshot is
-acknowledged once the other inputs' barriers brought the input channel state in; an aligned
-barrier with a timeout is acknowledged once it left every subpartition, or converted (with
-what it overtook) when its timeout passed. Restored, the task replays its channel state
-before anything new (``channel_state_handling``).
+Checkpoints: the task decides whether and when (Flink's ``triggerCheckpointAsync`` /
+``performCheckpoint``: a source or a task past its end of input on the JobMaster's trigger,
+any other task when its barrier handler has the barriers; stop-with-savepoint, drain, the final
+checkpoint); its ``SubtaskCheckpointCoordinator`` (``subtask_checkpoint_coordinator``) takes
+the checkpoint: the operators' snapshots, the barrier sent on, channel state for unaligned
+checkpoints, the acknowledgement through the TaskExecutor, the notifications to the
+operators. Restored, the task replays its channel state before anything new
+(``channel_state_handling``).
+
+Threads: ``run`` and every mail run in the task thread (the only one touching the chain,
+except a legacy ``SourceFunction``'s thread, which calls it under the checkpoint lock);
+``start``, ``cancel``, ``trigger_checkpoint``, ``notify_checkpoint`` and ``metrics`` may be
+called from any thread (``cancel``, ``trigger_checkpoint`` and ``notify_checkpoint`` only put
+mails or set flags).
 """
 
 from __future__ import annotations
@@ -43,20 +49,11 @@ from raylink.operators.runtime_context import RecordContext, StreamingRuntimeCon
 from raylink.runtime.execution_state import ExecutionState
 from raylink.runtime.metrics import operator_metrics
 from raylink.runtime.process_tuning import pin_current_thread
-from raylink.runtime.task.channel_state_handling import (
-    SAVEPOINT,
-    TimeoutableBarrier,
-    barrier_for_trigger,
-    broadcast_priority_barrier,
-    restore_channel_state,
-    unaligned_settings,
-)
+from raylink.runtime.task.channel_state_handling import SAVEPOINT, restore_channel_state
 from raylink.runtime.task.mailbox import BACK_PRESSURE, IDLE, OPERATOR, SOURCE_THREAD, MailboxExecutor, MailboxProcessor
 from raylink.runtime.task.operator_chain import OperatorChain, exception_with_operator
+from raylink.runtime.task.subtask_checkpoint_coordinator import SubtaskCheckpointCoordinator, finished_on_restore
 from raylink.runtime.task.task_canceler import InterruptibleThreads, TaskCanceler, TaskCancellationTimeoutError
-from raylink.shuffle.barrier_handler import CheckpointBarrierHandler
-from raylink.shuffle.channel_state import InputChannelStateCollector, TaskChannelState
-from raylink.shuffle.codec import decode_event, encode_event
 from raylink.shuffle.elements import (
     END_OF_PARTITION,
     CancelCheckpointMarker,
@@ -66,13 +63,7 @@ from raylink.shuffle.elements import (
     Watermark,
     WatermarkStatus,
 )
-from raylink.state.snapshots import (
-    CHANNEL_STATE,
-    initialize_operator,
-    notify_checkpoint_aborted,
-    notify_checkpoint_complete,
-    snapshot_operator,
-)
+from raylink.state.snapshots import initialize_operator
 
 _NO_LOCK = contextlib.nullcontext()
 
@@ -87,9 +78,6 @@ CREATED, DEPLOYING, INITIALIZING, RUNNING = (
     ExecutionState.RUNNING,
 )
 FINISHED, CANCELED, FAILED = ExecutionState.FINISHED, ExecutionState.CANCELED, ExecutionState.FAILED
-#: the key an operator's snapshot carries when its task took it after its end of input
-#: (Flink's ``FinishedOperatorSubtaskState``): restored, the operator is not finished again
-FINISHED_MARK = "finished"
 
 
 class CancelTaskException(BaseException):
@@ -152,15 +140,7 @@ class StreamTask:
         self.periodic_checkpointing = checkpoint_sink is not None and bool(
             read_option(job_parameters, CheckpointingOptions.CHECKPOINTING_INTERVAL)
         )
-        self._barrier_handler: Any = None
-        # unaligned checkpoints (execution.checkpointing.unaligned.enabled, aligned-checkpoint-timeout)
-        self._unaligned, self._alignment_timeout_ms = unaligned_settings(job_parameters)
-        # checkpoint id -> (snapshots, stats, output channel state) until its input channel state is in
-        self._pending_unaligned: dict = {}
-        # checkpoint id -> TimeoutableBarrier: an aligned barrier with a timeout waiting to leave
-        self._pending_timeoutable: dict = {}
-        self._sent_early: dict = {}  # checkpoint id -> {(writer, subpartition)} that sent it already
-        self._last_acked_timeoutable = 0
+        self._barrier_handler: Any = None  # the checkpoint coordinator's, for the inputs' barriers
         self.buffer_size = buffer_size
         self._source_batch = SOURCE_BATCH_SIZE
         self.subtask_index = subtask_index
@@ -176,6 +156,16 @@ class StreamTask:
         self.error: Optional[BaseException] = None
         self.chain: Optional[OperatorChain] = None
         self.mailbox_processor = MailboxProcessor(self._default_action)
+        #: the checkpoint side: snapshots, barriers sent on, channel state, acknowledgements
+        self.checkpoint_coordinator = SubtaskCheckpointCoordinator(
+            self,
+            self.name,
+            job_vertex.chain,
+            self.writers,
+            self.mailbox_processor.mailbox.put,
+            checkpoint_sink,
+            job_parameters,
+        )
         self.num_records_in = 0
         self._input_ended = [False] * len(inputs)
         self._next_input = 0
@@ -315,15 +305,13 @@ class StreamTask:
                 self.inputs,
                 self.writers,
             )
-            self._finished_on_restore = bool(restore) and all(
-                any(restore.get(c.operator_id) or ()) and all(s.get(FINISHED_MARK) for s in restore[c.operator_id] if s)
-                for c in jv.chain
-            )
+            self._finished_on_restore = finished_on_restore(restore, jv.chain)
             self.restore = None  # the snapshots are in the operators now
             if self.inputs:
-                self._barrier_handler = self._create_barrier_handler()
-            if self._unaligned and self._alignment_timeout_ms > 0 and self.checkpoint_sink is not None:
-                self._watch_barriers_sent()
+                self._barrier_handler = self.checkpoint_coordinator.create_barrier_handler(
+                    self.inputs, self._perform_checkpoint, self._time_service
+                )
+            self.checkpoint_coordinator.watch_barriers_sent()
             if jv.invokable == "SourceStreamTask" and getattr(head, "runs_source_function", False):
                 self._start_legacy_mode(head)
             if jv.invokable == "SourceStreamTask":
@@ -468,7 +456,7 @@ class StreamTask:
 
     def _cleanup_after_failure(self) -> None:
         self._stop_timers()
-        self._cancel_output_timers()
+        self.checkpoint_coordinator.cancel_alignment_timers()
         if self._source_thread is not None and self._source_thread is not threading.current_thread():
             if self.chain is not None:
                 cancel = getattr(self.chain.head, "cancel", None)
@@ -631,33 +619,7 @@ class StreamTask:
             elif item is END_OF_PARTITION and self._barrier_handler is not None:
                 self._barrier_handler.process_end_of_partition(index, self.inputs[index].last_channel)
 
-    # -- checkpoints (Flink's SubtaskCheckpointCoordinator) ---------------------------------------------
-    def _create_barrier_handler(self) -> Any:
-        """Barriers over every channel of every input (Flink's SingleCheckpointBarrierHandler):
-        aligned, and with unaligned checkpoints on unaligned (or alternating, with a timeout),
-        persisting the inputs' in-flight buffers."""
-        channel_state = None
-        if self._unaligned and self.checkpoint_sink is not None:
-            for inp in self.inputs:
-                inp.track_partial_records = True
-            channel_state = InputChannelStateCollector(self.inputs, self._inputs_persisted)
-        return CheckpointBarrierHandler.for_inputs(
-            self.inputs,
-            self._perform_checkpoint,
-            lambda checkpoint_id, reason: self._decline(checkpoint_id, reason),
-            task_name=self.name,
-            channel_state=channel_state,
-            schedule_timeout=self._schedule_alignment_check if channel_state is not None else None,
-        )
-
-    def _schedule_alignment_check(self, delay_ms: int) -> None:
-        """The barrier handler asks to look at its alignment again in ``delay_ms`` (timeout)."""
-        service = self._time_service
-        handler = self._barrier_handler
-        service.register_timer(
-            service.current_processing_time() + max(1, delay_ms), lambda _ts: handler.check_alignment_timeout()
-        )
-
+    # -- checkpoints: when and whether (the checkpoint itself: SubtaskCheckpointCoordinator) ------------
     def trigger_checkpoint(self, checkpoint_id: int, timestamp: int, stop: Optional[str] = None) -> None:
         """Any thread: the JobMaster triggers checkpoint ``checkpoint_id``. A source takes it
         between two records; a task whose every input has ended and that waits for its final
@@ -687,9 +649,7 @@ class StreamTask:
         if stop is not None and not self.inputs and self.chain is not None and not self._ended:
             self._stop_source(stop)
         self._perform_checkpoint(
-            barrier_for_trigger(
-                checkpoint_id, timestamp, self._unaligned, self._alignment_timeout_ms, savepoint, stop == "drain"
-            )
+            self.checkpoint_coordinator.barrier_for_trigger(checkpoint_id, timestamp, savepoint, stop == "drain")
         )
 
     def _stop_source(self, mode: str) -> None:
@@ -729,13 +689,12 @@ class StreamTask:
         self._final_checkpoint = -1  # the savepoint is its final checkpoint (snapshots marked finished)
 
     def _perform_checkpoint(self, barrier: CheckpointBarrier) -> None:
-        """Task thread: snapshot every operator (copies only), send the barrier on before any
-        later record, and hand the snapshot to the TaskExecutor to write and acknowledge."""
+        """Task thread (Flink's ``performCheckpoint``): a finished task declines; a drain's
+        barrier first ends the operators' input; then the checkpoint coordinator snapshots every
+        operator, sends the barrier on before any later record, and hands the snapshot over."""
+        coordinator = self.checkpoint_coordinator
         if self._ended or self.chain is None:  # its outputs are finished: nothing to send on
-            if self.checkpoint_sink is not None:
-                self.checkpoint_sink(
-                    self, barrier.checkpoint_id, None, {"declined": f"task {self.name} has already finished"}
-                )
+            coordinator.decline(barrier.checkpoint_id, f"task {self.name} has already finished")
             return
         if self._legacy_lock is not None and self._source.failure is not None:
             raise self._source.failure  # the source thread failed inside the chain: no checkpoint past it
@@ -753,157 +712,16 @@ class StreamTask:
             self._final_checkpoint = barrier.checkpoint_id
         if self._legacy_lock is not None:
             self.chain.head.flush_pending()  # what run() emitted so far belongs before the barrier
-        snapshots = {
-            config.operator_id: snapshot_operator(operator, barrier.checkpoint_id, barrier.timestamp)
-            for operator, config in zip(self.chain.operators, self.job_vertex.chain)
-        }
-        if self._final_checkpoint is not None:  # taken after the end of input: restored, it stays finished
-            for snapshot in snapshots.values():
-                snapshot[FINISHED_MARK] = True
-        outputs = None
-        if barrier.unaligned:  # ahead of the queued output, which becomes channel state
-            outputs = broadcast_priority_barrier(self.writers, barrier)
-        else:
-            for writer in self.writers:
-                writer.broadcast_event(barrier)
-        handler = self._barrier_handler
-        stats = {
-            "sync_ms": (time.perf_counter() - started) * 1000.0,
-            "alignment_ms": handler.alignment_duration_ns / 1e6 if handler is not None else 0.0,
-        }
-        if barrier.is_timeoutable and self.writers and self.checkpoint_sink is not None:
-            self._await_barrier_sent(barrier, snapshots, stats)  # acknowledged once it left or timed out
-            return
-        if barrier.unaligned:
-            stats["unaligned"] = True
-            if handler is not None and handler.is_unaligned and handler.current_checkpoint_id == barrier.checkpoint_id:
-                # acknowledged once its input channel state is complete (_inputs_persisted)
-                self._pending_unaligned[barrier.checkpoint_id] = (snapshots, stats, outputs)
-                return
-            self._attach_channel_state(snapshots, stats, TaskChannelState([], outputs))
-        if self.checkpoint_sink is not None:
-            self.checkpoint_sink(self, barrier.checkpoint_id, snapshots, stats)
-
-    def _attach_channel_state(self, snapshots: dict, stats: dict, state: TaskChannelState) -> None:
-        """Put the task's channel state into its head operator's snapshot (if it holds any)."""
-        stats["persisted_bytes"] = state.size_bytes()
-        if not state.is_empty():
-            snapshots[self.job_vertex.chain[0].operator_id][CHANNEL_STATE] = state
-
-    def _await_barrier_sent(self, barrier: CheckpointBarrier, snapshots: dict, stats: dict) -> None:
-        """Flink's alignment timer on the output side: an aligned barrier with a timeout queues
-        behind the output; if it has not left every subpartition when its timeout passes, it
-        overtakes what is still ahead of it there, which becomes output channel state."""
-        pending = TimeoutableBarrier.of(barrier, self.writers, snapshots, stats)
-        if not pending.remaining:
-            self._attach_channel_state(snapshots, stats, TaskChannelState([], pending.outputs))
-            self.checkpoint_sink(self, barrier.checkpoint_id, snapshots, stats)
-            return
-        cid = barrier.checkpoint_id
-        self._pending_timeoutable[cid] = pending
-        # its sends counted so far (the readers may have taken it already)
-        for w, s in self._sent_early.pop(cid, ()):
-            pending.remaining.discard((w, s))
-        if not pending.remaining:
-            self._finish_timeoutable(cid)
-            return
-        delay = max(0.001, (barrier.timestamp + barrier.timeout_ms) / 1000 - time.time())
-        put = self.mailbox_processor.mailbox.put
-        # a thread, not the processing-time service: that one is quiesced once the operators finished
-        timer = pending.timer = threading.Timer(delay, lambda: put(lambda: self._output_timed_out(cid)))
-        timer.daemon = True
-        timer.start()
-
-    def _cancel_output_timers(self) -> None:
-        for pending in self._pending_timeoutable.values():
-            if pending.timer is not None:
-                pending.timer.cancel()
-        self._pending_timeoutable.clear()
-
-    def _watch_barriers_sent(self) -> None:
-        """With aligned checkpoints that time out, learn when a barrier left a subpartition."""
-        for w, writer in enumerate(self.writers):
-            for s, sub in enumerate(writer.partition.subpartitions):
-                if hasattr(sub, "on_event_polled"):
-                    sub.on_event_polled = lambda buffer, w=w, s=s: self._on_event_polled(w, s, buffer)
-
-    def _on_event_polled(self, writer: int, subpartition: int, buffer: bytes) -> None:
-        """A reader's thread took an event: if it is a timeoutable barrier, tell the task."""
-        if len(buffer) > 18:  # a barrier with its alignment (decoding only those; a plain one is 18 bytes)
-            event = decode_event(buffer)
-            if type(event) is CheckpointBarrier and event.is_timeoutable:
-                cid = event.checkpoint_id
-                self.mailbox_processor.mailbox.put(lambda: self._barrier_sent(cid, writer, subpartition))
-
-    def _barrier_sent(self, checkpoint_id: int, writer: int, subpartition: int) -> None:
-        pending = self._pending_timeoutable.get(checkpoint_id)
-        if pending is None:  # taken before the task registered it (a mail after this one does)
-            if checkpoint_id > self._last_acked_timeoutable:
-                self._sent_early.setdefault(checkpoint_id, set()).add((writer, subpartition))
-            return
-        pending.remaining.discard((writer, subpartition))
-        if not pending.remaining:
-            self._finish_timeoutable(checkpoint_id)
-
-    def _output_timed_out(self, checkpoint_id: int) -> None:
-        """The alignment timeout passed: the barrier overtakes wherever it still waits."""
-        pending = self._pending_timeoutable.get(checkpoint_id)
-        if pending is None:
-            return
-        unaligned = encode_event(pending.barrier.as_unaligned())
-        for w, s in sorted(pending.remaining):
-            sub = self.writers[w].partition.subpartitions[s]
-            overtaken = sub.convert_to_priority(lambda b: unaligned if b == pending.encoded else None)
-            if overtaken is not None:
-                pending.outputs[w][s] = overtaken
-                pending.converted = True
-        self._finish_timeoutable(checkpoint_id)
-
-    def _finish_timeoutable(self, checkpoint_id: int) -> None:
-        pending = self._pending_timeoutable.pop(checkpoint_id, None)
-        if pending is None:
-            return
-        if pending.timer is not None:
-            pending.timer.cancel()
-        self._last_acked_timeoutable = max(self._last_acked_timeoutable, checkpoint_id)
-        for old in [c for c in self._sent_early if c <= checkpoint_id]:
-            del self._sent_early[old]
-        if pending.converted:
-            pending.stats["unaligned"] = True
-        self._attach_channel_state(pending.snapshots, pending.stats, TaskChannelState([], pending.outputs))
-        if self.checkpoint_sink is not None:
-            self.checkpoint_sink(self, checkpoint_id, pending.snapshots, pending.stats)
-
-    def _inputs_persisted(self, checkpoint_id: int, inputs: list) -> None:
-        """Every barrier of unaligned checkpoint ``checkpoint_id`` is in: its input channel state
-        is complete; acknowledge the snapshot taken at the first one."""
-        pending = self._pending_unaligned.pop(checkpoint_id, None)
-        if pending is None:
-            return
-        snapshots, stats, outputs = pending
-        self._attach_channel_state(snapshots, stats, TaskChannelState(inputs, outputs or []))
-        if self.checkpoint_sink is not None:
-            self.checkpoint_sink(self, checkpoint_id, snapshots, stats)
-
-    def _decline(self, checkpoint_id: int, reason: str) -> None:
-        self._pending_unaligned.pop(checkpoint_id, None)
-        pending = self._pending_timeoutable.pop(checkpoint_id, None)
-        if pending is not None and pending.timer is not None:
-            pending.timer.cancel()
-        for writer in self.writers:  # downstream tasks stop waiting for this checkpoint's barrier
-            writer.broadcast_event(CancelCheckpointMarker(checkpoint_id))
-        if self.checkpoint_sink is not None:
-            self.checkpoint_sink(self, checkpoint_id, None, {"declined": reason})
+        coordinator.checkpoint_state(barrier, self.chain, self._final_checkpoint is not None, started)
 
     def notify_checkpoint(self, checkpoint_id: int, complete: bool) -> None:
         """Any thread: checkpoint ``checkpoint_id`` completed (or was aborted); operators hear of
-        it in the task thread (a two-phase-commit sink commits here)."""
-        notify = notify_checkpoint_complete if complete else notify_checkpoint_aborted
+        it in the task thread (a two-phase-commit sink commits here); then the task ends if
+        that was its final checkpoint or its stop-with-savepoint."""
 
         def mail() -> None:
             if self.chain is not None:
-                for operator in self.chain.operators:
-                    notify(operator, checkpoint_id)
+                self.checkpoint_coordinator.notify_checkpoint(self.chain, checkpoint_id, complete)
             final = self._final_checkpoint
             if complete and final is not None and 0 <= final <= checkpoint_id and not self._ended and not self._drained:
                 self._end_of_input(self.mailbox_processor)  # the final checkpoint completed
@@ -942,7 +760,7 @@ class StreamTask:
                     writer.flush_all()
                 self._final_checkpoint = -1
                 mp.suspend_default_action(IDLE)  # nothing left to do but mails (triggers, notifications)
-                self.checkpoint_sink(self, -1, None, {"final_checkpoint_requested": True})
+                self.checkpoint_coordinator.request_final_checkpoint()
                 missed, self._missed_trigger = self._missed_trigger, None
                 if missed is not None:
                     self._on_trigger(*missed)
@@ -953,7 +771,7 @@ class StreamTask:
         """Release the operators, finish the partitions (end of partition downstream), stop."""
         self._ended = True
         self._stop_timers()
-        self._cancel_output_timers()
+        self.checkpoint_coordinator.cancel_alignment_timers()
         self.chain.close()
         for writer in self.writers:
             writer.finish()
