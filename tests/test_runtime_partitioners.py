@@ -16,7 +16,7 @@ import pytest
 from raylink.api.functions import MapFunction
 from raylink.core.key_groups import assign_to_key_group
 from raylink.state.state_backend import key_group_range_for_subtask
-from raylink.tests.runtime_jobs import TagSubtask, make_env
+from raylink.tests.runtime_jobs import TARGETS, TagSubtask, make_env
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -25,18 +25,27 @@ PARALLELISMS = [1, 2, 3, 4]
 PAIRS = list(itertools.product(PARALLELISMS, PARALLELISMS))
 
 
-RAY_PAIRS = {(1, 4), (3, 2), (4, 4)}  # Ray covers a few shapes; the local target all 16
+RAY_PAIRS = [(1, 4), (3, 2), (4, 4)]  # Ray covers a few shapes; the local target all 16
 
 
-@pytest.fixture(autouse=True)
-def _ray_subset(request):
-    callspec = getattr(request.node, "callspec", None)
-    if callspec is None or callspec.params.get("target") != "ray":
-        return
-    params = callspec.params
-    pair = (params.get("p_up", params.get("p")), params.get("p_down", params.get("p")))
-    if pair not in RAY_PAIRS:
-        pytest.skip("on Ray only a few parallelism shapes run; the local target covers them all")
+def shapes(pairs: list, ray_pairs: list) -> list:
+    """``(target, p_up, p_down)`` cases: every pair on the local target, ``ray_pairs`` on Ray
+    (only what runs is generated; ``target`` stays the fixture, so Ray cases start Ray)."""
+    return [
+        pytest.param(t, *pair, id=f"{t}-{pair[0]}-{pair[1]}")
+        for t in TARGETS
+        for pair in pairs
+        if t == "local" or pair in ray_pairs
+    ]
+
+
+#: (target, p_up, p_down) of the tests over all upstream x downstream parallelisms
+PAIR_CASES = shapes(PAIRS, RAY_PAIRS)
+#: (target, p) of the tests of one parallelism on both sides (Ray: the equal shape it covers)
+SAME_CASES = [
+    pytest.param(c.values[0], c.values[1], id=f"{c.values[0]}-{c.values[1]}")
+    for c in shapes([(p, p) for p in PARALLELISMS], RAY_PAIRS)
+]
 
 
 class KeyedTag(MapFunction):
@@ -97,7 +106,7 @@ def test_pointwise_reference_matches_the_seed_examples():
 
 # -- the partitioners ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("chained", [True, False], ids=["chained", "network"])
-@pytest.mark.parametrize("p", PARALLELISMS)
+@pytest.mark.parametrize("target,p", SAME_CASES, indirect=["target"])
 def test_forward_keeps_every_record_in_its_subtask(target, p, chained):
     out = run(target, p, p, lambda s: s.forward(), chained=chained)
     assert_each_record_once(out)
@@ -105,7 +114,7 @@ def test_forward_keeps_every_record_in_its_subtask(target, p, chained):
     assert sorted(Counter(r[1] for r in out)) == list(range(p))
 
 
-@pytest.mark.parametrize("p_up,p_down", PAIRS)
+@pytest.mark.parametrize("target,p_up,p_down", PAIR_CASES, indirect=["target"])
 def test_rebalance_round_robins_over_all_downstream_subtasks(target, p_up, p_down):
     out = run(target, p_up, p_down, lambda s: s.rebalance())
     assert_each_record_once(out)
@@ -114,7 +123,7 @@ def test_rebalance_round_robins_over_all_downstream_subtasks(target, p_up, p_dow
         assert downs == [(start + i) % p_down for i in range(len(downs))], f"upstream {up}"
 
 
-@pytest.mark.parametrize("p_up,p_down", PAIRS)
+@pytest.mark.parametrize("target,p_up,p_down", PAIR_CASES, indirect=["target"])
 def test_rescale_round_robins_over_the_pointwise_targets(target, p_up, p_down):
     out = run(target, p_up, p_down, lambda s: s.rescale())
     assert_each_record_once(out)
@@ -125,7 +134,7 @@ def test_rescale_round_robins_over_the_pointwise_targets(target, p_up, p_down):
         assert downs == [targets[i % len(targets)] for i in range(len(downs))], f"upstream {up}"
 
 
-@pytest.mark.parametrize("p_up,p_down", PAIRS)
+@pytest.mark.parametrize("target,p_up,p_down", PAIR_CASES, indirect=["target"])
 def test_shuffle_delivers_every_record_once_to_random_subtasks(target, p_up, p_down):
     out = run(target, p_up, p_down, lambda s: s.shuffle())
     assert_each_record_once(out)
@@ -133,7 +142,7 @@ def test_shuffle_delivers_every_record_once_to_random_subtasks(target, p_up, p_d
     assert sorted(per_down) == list(range(p_down))  # 600 random picks reach every subtask
 
 
-@pytest.mark.parametrize("p_up,p_down", PAIRS)
+@pytest.mark.parametrize("target,p_up,p_down", PAIR_CASES, indirect=["target"])
 def test_broadcast_delivers_every_record_to_every_subtask(target, p_up, p_down):
     out = run(target, p_up, p_down, lambda s: s.broadcast())
     assert len(out) == N * p_down
@@ -141,7 +150,7 @@ def test_broadcast_delivers_every_record_to_every_subtask(target, p_up, p_down):
         assert sorted(r[0] for r in out if r[2] == down) == list(range(1, N + 1)), f"downstream {down}"
 
 
-@pytest.mark.parametrize("p_up,p_down", PAIRS)
+@pytest.mark.parametrize("target,p_up,p_down", PAIR_CASES, indirect=["target"])
 def test_global_sends_everything_to_subtask_zero(target, p_up, p_down):
     out = run(target, p_up, p_down, lambda s: s.global_())
     assert_each_record_once(out)
@@ -149,14 +158,14 @@ def test_global_sends_everything_to_subtask_zero(target, p_up, p_down):
     assert {r[1] for r in out} == set(range(p_up))
 
 
-@pytest.mark.parametrize("p_up,p_down", PAIRS)
+@pytest.mark.parametrize("target,p_up,p_down", PAIR_CASES, indirect=["target"])
 def test_partition_custom_uses_the_user_partitioner(target, p_up, p_down):
     out = run(target, p_up, p_down, lambda s: s.partition_custom(lambda key, n: (key * 7) % n, lambda r: r[0]))
     assert_each_record_once(out)
     assert [r for r in out if r[2] != (r[0] * 7) % p_down] == []
 
 
-@pytest.mark.parametrize("p_up,p_down", PAIRS)
+@pytest.mark.parametrize("target,p_up,p_down", PAIR_CASES, indirect=["target"])
 def test_key_by_sends_each_key_to_the_subtask_owning_its_key_group(target, p_up, p_down):
     def key(r):
         return f"key-{r[0] % 37}"
