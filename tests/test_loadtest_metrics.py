@@ -7,6 +7,7 @@ import time
 from concurrent.futures import Future
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from raylink.loadtest import (
     ACC_LATENCY,
@@ -116,8 +117,11 @@ def test_vertex_aggregation_sums_counts_and_maxes_times():
     # the busiest vertex that is not back pressured is where back pressure starts
     assert bottleneck(metrics) == "Sink"
     text = to_prometheus(metrics, "job")
-    assert 'raylink_task_numRecordsOut{job="job",vertex="Source -> Map",subtask="1"} 50.0' in text
-    assert "# TYPE raylink_task_backPressuredTimeMsPerSecond gauge" in text
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    out = {(s.labels["vertex"], s.labels["subtask"]): s.value for s in families["raylink_task_numRecordsOut"].samples}
+    assert out == {("Source -> Map", "0"): 100, ("Source -> Map", "1"): 50, ("Sink", "0"): 0}
+    assert {s.labels["job"] for s in families["raylink_task_numRecordsOut"].samples} == {"job"}
+    assert families["raylink_task_backPressuredTimeMsPerSecond"].type == "gauge"
 
 
 # -- the rate limiter -------------------------------------------------------------------------------
