@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any, Optional
 
+import cloudpickle
 import pytest
 
+from raylink.api.functions import MapFunction
 from raylink.runtime.job.checkpoint_stats import CheckpointStatsTracker, CheckpointType, SubtaskStateStats
-from raylink.state.checkpoint_storage import load_completed_checkpoint
+from raylink.state.checkpoint_storage import load_completed_checkpoint, read_state_handle
+from raylink.state.snapshots import CHANNEL_STATE
 from raylink.tests.runtime_jobs import make_env, wait_for
 from raylink.tests.test_runtime_rest_api import DiscardingSink, FiniteThenIdleSource
 from raylink.tests.test_runtime_rest_api import http as plain_http
@@ -267,3 +271,178 @@ def test_a_job_started_from_a_savepoint_counts_one_restore(tmp_path):
         assert restored["external_path"] == taken.external_pointer
     finally:
         cancel(second)
+
+
+# -- unaligned checkpoints ----------------------------------------------------------------------------
+class SlowEnd(MapFunction):
+    """The slow end of the job: 1 ms every 3 records (the workload, not a wait)."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def map(self, value: Any) -> Any:
+        self.seen += 1
+        if self.seen % 3 == 0:
+            time.sleep(0.001)
+        return value
+
+
+def channel_state_bytes(folder: Path, checkpoint_id: int) -> int:
+    """Bytes of in-flight data checkpoint ``checkpoint_id`` holds, read back from its files."""
+    completed = load_completed_checkpoint(str(folder / f"chk-{checkpoint_id}"))
+    total = 0
+    for by_subtask in completed.operator_states.values():
+        for handle in by_subtask.values():
+            state = (cloudpickle.loads(read_state_handle(handle)) or {}).get(CHANNEL_STATE)
+            if state is not None:
+                for side in (state.inputs, state.outputs):
+                    total += sum(len(item) for channels in side for items in channels for item in items)
+    return total
+
+
+@pytest.mark.timeout(180)
+def test_an_unaligned_checkpoint_is_typed_so_and_persists_its_channel_state_bytes(tmp_path):
+    config = checkpoint_config(tmp_path, **{"execution.checkpointing.unaligned.enabled": True})
+    config["execution.checkpointing.interval"] = 200
+    env = make_env("local", 2, config)
+    (
+        env.from_sequence(1, 300_000)
+        .map(lambda v: (v % KEYS, 1))
+        .key_by(lambda kv: kv[0])
+        .reduce(lambda a, b: (a[0], a[1] + b[1]))
+        .map(SlowEnd())
+        .add_sink(DiscardingSink())
+    )
+    client = env.execute_async("unaligned figures")
+    try:
+
+        def persisted_seen() -> bool:
+            history = client.get_checkpoint_statistics().history
+            return any(e.status == "COMPLETED" and e.persisted_data > 0 for e in history)
+
+        assert wait_for(persisted_seen, client, 120)
+        history = get(client, f"/jobs/{client.job_id}/checkpoints")["history"]
+        folder = job_folder(tmp_path, client)
+        unaligned = [h for h in history if h["status"] == "COMPLETED" and h["persisted_data"] > 0]
+        assert unaligned
+        for entry in unaligned:
+            assert entry["checkpoint_type"] == "UNALIGNED_CHECKPOINT"
+            assert entry["persisted_data"] == channel_state_bytes(folder, entry["id"])
+            details = get(client, f"/jobs/{client.job_id}/checkpoints/details/{entry['id']}")
+            assert sum(t["persisted_data"] for t in details["tasks"].values()) == entry["persisted_data"]
+    finally:
+        cancel(client)
+
+
+# -- subtask and job times ----------------------------------------------------------------------------
+class ClockedMap(MapFunction):
+    """Writes its own clock (epoch ms) when opened and when closed: ``<folder>/<open|close>-<subtask>``."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+        self.index = -1
+
+    def _stamp(self, what: str) -> None:
+        Path(self.folder, f"{what}-{self.index}").write_text(str(int(time.time() * 1000)))
+
+    def open(self, runtime_context: Any) -> None:
+        self.index = runtime_context.get_index_of_this_subtask()
+        self._stamp("open")
+
+    def map(self, value: Any) -> Any:
+        return value
+
+    def close(self) -> None:
+        self._stamp("close")
+
+
+@pytest.mark.timeout(120)
+def test_subtask_times_come_from_the_subtasks_clock_and_each_status_has_its_own_time(tmp_path):
+    from raylink.runtime.rest.job_views import MetricsSnapshot, find_vertex, job_details, vertex_details
+
+    clocks = tmp_path / "clocks"
+    clocks.mkdir()
+    env = make_env("local", 2)
+    env.from_sequence(1, 2000).map(ClockedMap(str(clocks))).name("Clocked").add_sink(DiscardingSink())
+    before = int(time.time() * 1000)  # whole ms, as every clock reading here
+    client = env.execute_async("clocked")
+    client.get_job_execution_result(60)
+    after = int(time.time() * 1000)
+    opened = {int(p.name.split("-")[1]): int(p.read_text()) for p in clocks.glob("open-*")}
+    closed = {int(p.name.split("-")[1]): int(p.read_text()) for p in clocks.glob("close-*")}
+    assert sorted(opened) == sorted(closed) == [0, 1]
+    # the bodies the REST handlers answer with, over the job's final reports
+    snapshot = MetricsSnapshot(client.get_metrics())
+    details = job_details(client, snapshot)
+    stamps = details["timestamps"]
+    assert before <= stamps["CREATED"] <= stamps["RUNNING"] <= min(opened.values())  # two moments, not one
+    assert max(closed.values()) <= stamps["FINISHED"] <= after
+    ejv = [e for e in client.execution_graph.job_vertices if "Clocked" in e.name][0]
+    body = vertex_details(client, find_vertex(client, ejv.id), snapshot)
+    for sub in body["subtasks"]:
+        index = sub["subtask"]
+        assert stamps["RUNNING"] <= sub["start-time"] <= opened[index]  # started before its function opened
+        assert closed[index] <= sub["end-time"] <= stamps["FINISHED"]  # ended after its function closed
+        assert sub["duration"] == sub["end-time"] - sub["start-time"]
+    [vertex] = [v for v in details["vertices"] if v["id"] == ejv.id]
+    assert vertex["start-time"] == min(s["start-time"] for s in body["subtasks"])
+    assert vertex["end-time"] == max(s["end-time"] for s in body["subtasks"])
+
+
+# -- TaskExecutors -----------------------------------------------------------------------------------------
+@pytest.mark.timeout(120)
+def test_a_local_task_executor_shows_this_process_hardware_and_no_heartbeat(tmp_path):
+    import psutil
+
+    client = keyed_idle_job("local", {"raylink.rest.enabled": True, "rest.port": 0})
+    try:
+        managers = get(client, "/taskmanagers")["taskmanagers"]
+        assert len(managers) == 1
+        [manager] = managers
+        assert "timeSinceLastHeartbeat" not in manager  # in this process: no heartbeat to tell
+        hardware = manager["hardware"]
+        assert hardware["physicalMemory"] == psutil.virtual_memory().total
+        assert hardware["cpuCores"] == len(os.sched_getaffinity(0))
+        assert 0 < hardware["freeMemory"] <= hardware["physicalMemory"]
+        assert "managedMemory" not in hardware
+        # five subtasks in two slots (slot sharing), the local TaskExecutor sized for them
+        assert (manager["slotsNumber"], manager["freeSlots"]) == (2, 0)
+        overview = get(client, "/overview")
+        assert (overview["slots-total"], overview["slots-available"]) == (2, 0)
+    finally:
+        cancel(client)
+
+
+@pytest.mark.timeout(180)
+def test_ray_task_executors_show_their_slots_heartbeats_and_hardware(ray_session, tmp_path):
+    import psutil
+
+    config = {"raylink.task-placement": "slot", "taskmanager.numberOfTaskSlots": 3}
+    client = keyed_idle_job("ray", config)
+    try:
+        asked = time.time() * 1000
+        assert wait_for(lambda: len(client.last_heartbeats) == len(client.handles), client, 30)
+        managers = get(client, "/taskmanagers")["taskmanagers"]
+        answered = time.time() * 1000
+        # two slots of work (slot sharing, parallelism 2) on one TaskExecutor offering three
+        assert [(m["slotsNumber"], m["freeSlots"]) for m in managers] == [(3, 1)]
+        overview = get(client, "/overview")
+        assert (overview["slots-total"], overview["slots-available"]) == (3, 1)
+        [manager] = managers
+        # a real heartbeat: the executor answered the JobMaster's long poll within its interval
+        assert asked - 5000 <= manager["timeSinceLastHeartbeat"] <= answered
+        pid = int(manager["path"].rsplit(":", 1)[1])
+        assert pid != os.getpid() and psutil.pid_exists(pid)
+        assert manager["hardware"]["physicalMemory"] == psutil.virtual_memory().total  # the same machine
+        assert manager["hardware"]["cpuCores"] >= 1
+    finally:
+        cancel(client)
+
+
+@pytest.mark.timeout(120)
+def test_an_exception_entry_carries_no_labels_nobody_computed(tmp_path):
+    from raylink.runtime.rest.job_views import exception_entry
+
+    entry = exception_entry(ValueError("bad"), 1, "Task", "executor-1")
+    assert entry["exceptionName"] == "builtins.ValueError" and "ValueError: bad" in entry["stacktrace"]
+    assert "failureLabels" not in entry and "concurrentExceptions" not in entry
