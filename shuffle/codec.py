@@ -723,6 +723,12 @@ def conforms_flat_pure(values: List[Any], fields: Tuple[Any, ...], is_tuple: boo
     but for ints); a TUPLE declaration (``is_tuple``) wants tuples of ``len(fields)`` such
     fields, a basic one values like ``fields[0]``; None fits any field."""
 
+    if not fields:
+        raise ValueError("conforms_flat() needs at least one field")
+    for field in fields:  # the compiled check reads them unchecked: validated alike on both paths
+        if type(field) is not tuple or len(field) != 3 or not isinstance(field[0], type):
+            raise ValueError(f"a field of conforms_flat() is (type, low, high), not {field!r}")
+
     def fits(x: Any, kind: type, lo: Any, hi: Any) -> bool:
         return x is None or type(x) is kind and (lo is None or lo <= x <= hi)
 
