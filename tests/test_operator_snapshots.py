@@ -12,33 +12,16 @@ from hypothesis import strategies as st
 from raylink.api.functions import MapFunction
 from raylink.api.state import ListStateDescriptor
 from raylink.core.checkpointing import CheckpointedFunction, CheckpointListener
-from raylink.operators import CollectingOutput, ManualProcessingTimeService, StreamingRuntimeContext
 from raylink.operators.basic import StreamMap
 from raylink.operators.reduce import StreamGroupedReduceOperator
 from raylink.operators.sources import SequenceSourceOperator, SourceFunctionOperator
-from raylink.state.snapshots import (
-    initialize_operator,
-    notify_checkpoint_complete,
-    snapshot_operator,
+from raylink.tests.harness import (
+    AbstractStreamOperatorTestHarness,
+    KeyedOneInputStreamOperatorTestHarness,
+    OneInputStreamOperatorTestHarness,
 )
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def start(op, subtask_index=0, parallelism=1, max_parallelism=128, restore=None):
-    rc = StreamingRuntimeContext(
-        task_name="task",
-        operator_name=op.name,
-        subtask_index=subtask_index,
-        parallelism=parallelism,
-        max_parallelism=max_parallelism,
-        processing_time_service=ManualProcessingTimeService(),
-    )
-    out = CollectingOutput(rc.record_context)
-    op.setup(out, rc)
-    op.open()
-    initialize_operator(op, restore)
-    return out
 
 
 def shipped(snapshot):
@@ -74,16 +57,24 @@ def test_keyed_reduce_resumes_from_a_snapshot_as_if_never_stopped(records, cut, 
         return compute_operator_index_for_key_group(128, p, assign_to_key_group(key, 128))
 
     cut = min(cut, len(records))
-    first = [StreamGroupedReduceOperator(add, lambda r: r[0]) for _ in range(parallelism)]
-    outs = [start(op, i, parallelism) for i, op in enumerate(first)]
+    first = [
+        KeyedOneInputStreamOperatorTestHarness(
+            StreamGroupedReduceOperator(add, lambda r: r[0]), subtask_index=i, parallelism=parallelism
+        ).open()
+        for i in range(parallelism)
+    ]
     for record in records[:cut]:
         first[owner(record[0], parallelism)].process_element(record)
-    snapshots = [shipped(snapshot_operator(op, 1, 0)) for op in first]
-    second = [StreamGroupedReduceOperator(add, lambda r: r[0]) for _ in range(new_parallelism)]
-    outs2 = [start(op, i, new_parallelism, restore=snapshots) for i, op in enumerate(second)]
+    snapshots = [shipped(harness.snapshot(1)) for harness in first]
+    second = [
+        KeyedOneInputStreamOperatorTestHarness(
+            StreamGroupedReduceOperator(add, lambda r: r[0]), subtask_index=i, parallelism=new_parallelism
+        ).open(restore=snapshots)
+        for i in range(new_parallelism)
+    ]
     for record in records[cut:]:
         second[owner(record[0], new_parallelism)].process_element(record)
-    got = sorted(r for out in outs + outs2 for r in out.records)
+    got = sorted(r for harness in first + second for r in harness.extract_output_values())
     assert got == sorted(counts_reference(records))
 
 
@@ -117,16 +108,19 @@ class BufferingMap(MapFunction, CheckpointedFunction, CheckpointListener):
 @pytest.mark.parametrize("union", [False, True], ids=["split", "union"])
 @pytest.mark.parametrize("old,new", [(2, 2), (2, 3), (3, 1)])
 def test_operator_list_state_is_redistributed_like_flink(union, old, new):
-    ops = [StreamMap(BufferingMap(union)) for _ in range(old)]
-    for i, op in enumerate(ops):
-        start(op, i, old)
-        assert op.function.restored is False
-        op.process_batch([f"{i}-{n}" for n in range(5)])
-    snapshots = [shipped(snapshot_operator(op, 7, 0)) for op in ops]
+    harnesses = [
+        OneInputStreamOperatorTestHarness(StreamMap(BufferingMap(union)), subtask_index=i, parallelism=old)
+        for i in range(old)
+    ]
+    for i, harness in enumerate(harnesses):
+        harness.open()
+        assert harness.operator.function.restored is False
+        harness.process_elements([f"{i}-{n}" for n in range(5)])
+    snapshots = [shipped(harness.snapshot(7)) for harness in harnesses]
     everything = sorted(v for i in range(old) for v in (f"{i}-{n}" for n in range(5)))
     restored = [StreamMap(BufferingMap(union)) for _ in range(new)]
     for i, op in enumerate(restored):
-        start(op, i, new, restore=snapshots)
+        OneInputStreamOperatorTestHarness(op, subtask_index=i, parallelism=new).open(restore=snapshots)
         assert op.function.restored is True
     states = [sorted(op.function.seen) for op in restored]
     if union:
@@ -138,43 +132,37 @@ def test_operator_list_state_is_redistributed_like_flink(union, old, new):
 
 
 def test_checkpoint_listeners_hear_of_completed_checkpoints():
-    op = StreamMap(BufferingMap())
-    start(op)
-    notify_checkpoint_complete(op, 3)
-    assert op.function.completed == [3]
+    harness = OneInputStreamOperatorTestHarness(StreamMap(BufferingMap())).open()
+    harness.notify_of_completed_checkpoint(3)
+    assert harness.operator.function.completed == [3]
 
 
 def test_sequence_source_resumes_after_its_snapshot():
-    op = SequenceSourceOperator(1, 100)
-    out = start(op)
-    op.emit_next(30)
-    snapshot = shipped(snapshot_operator(op, 1, 0))
-    op2 = SequenceSourceOperator(1, 100)
-    out2 = start(op2, restore=[snapshot])
-    while op2.emit_next(16):
+    first = AbstractStreamOperatorTestHarness(SequenceSourceOperator(1, 100)).open()
+    first.operator.emit_next(30)
+    snapshot = shipped(first.snapshot(1))
+    second = AbstractStreamOperatorTestHarness(SequenceSourceOperator(1, 100)).open(restore=[snapshot])
+    while second.operator.emit_next(16):
         pass
-    assert out.records + out2.records == list(range(1, 101))
+    assert first.extract_output_values() + second.extract_output_values() == list(range(1, 101))
 
 
 def test_iterable_source_resumes_by_skipping_what_it_had_read():
-    op = SourceFunctionOperator(lambda: iter(range(50)))
-    out = start(op)
-    op.emit_next(20)
-    snapshot = shipped(snapshot_operator(op, 1, 0))
-    op2 = SourceFunctionOperator(lambda: iter(range(50)))
-    out2 = start(op2, restore=[snapshot])
-    while op2.emit_next(7):
+    first = AbstractStreamOperatorTestHarness(SourceFunctionOperator(lambda: iter(range(50)))).open()
+    first.operator.emit_next(20)
+    snapshot = shipped(first.snapshot(1))
+    second = AbstractStreamOperatorTestHarness(SourceFunctionOperator(lambda: iter(range(50)))).open(restore=[snapshot])
+    while second.operator.emit_next(7):
         pass
-    assert out.records + out2.records == list(range(50))
+    assert first.extract_output_values() + second.extract_output_values() == list(range(50))
 
 
 def test_a_one_shot_iterator_source_cannot_be_restored_and_says_why():
-    op = SourceFunctionOperator(iter(range(10)))
-    start(op)
-    op.emit_next(3)
-    snapshot = shipped(snapshot_operator(op, 1, 0))
+    first = AbstractStreamOperatorTestHarness(SourceFunctionOperator(iter(range(10)))).open()
+    first.operator.emit_next(3)
+    snapshot = shipped(first.snapshot(1))
     with pytest.raises(ValueError, match="one-shot iterator"):
-        start(SourceFunctionOperator(iter(range(10))), restore=[snapshot])
+        AbstractStreamOperatorTestHarness(SourceFunctionOperator(iter(range(10)))).open(restore=[snapshot])
 
 
 def test_spark_table_source_resumes_mid_file_after_its_snapshot(tmp_path):
@@ -198,13 +186,13 @@ def test_spark_table_source_resumes_mid_file_after_its_snapshot(tmp_path):
                 return
             op.emit_next(7)
 
-    first = ParquetDirectorySourceOperator(source)
-    out = start(first)
-    drain(first, out, 150)  # in the middle of the second file
-    snapshot = shipped(snapshot_operator(first, 1, 0))
+    first = AbstractStreamOperatorTestHarness(ParquetDirectorySourceOperator(source)).open()
+    out = first.output
+    drain(first.operator, out, 150)  # in the middle of the second file
+    snapshot = shipped(first.snapshot(1))
     assert 0 < snapshot["custom"]["offset"] < 100
-    second = ParquetDirectorySourceOperator(source)
-    out2 = start(second, restore=[snapshot])
-    drain(second, out2, 300 - len(out.records))
+    second = AbstractStreamOperatorTestHarness(ParquetDirectorySourceOperator(source)).open(restore=[snapshot])
+    out2 = second.output
+    drain(second.operator, out2, 300 - len(out.records))
     got = [r[0] for r in out.records + out2.records]
     assert sorted(got) == list(range(300)) and len(got) == 300

@@ -12,41 +12,24 @@ from raylink.api.state import (
     ValueStateDescriptor,
 )
 from raylink.core.key_groups import assign_to_key_group
-from raylink.operators import CollectingOutput, ManualProcessingTimeService, StreamingRuntimeContext
 from raylink.operators.process import KeyedProcessOperator
 from raylink.operators.reduce import StreamGroupedAggregateOperator, StreamGroupedReduceOperator
 from raylink.state.state_backend import HeapKeyedStateBackend, key_group_range_for_subtask
+from raylink.tests.harness import KeyedOneInputStreamOperatorTestHarness
 
 pytestmark = pytest.mark.timeout(30)
 
 
-def start(op, subtask_index=0, parallelism=1, max_parallelism=128):
-    rc = StreamingRuntimeContext(
-        task_name="task",
-        operator_name=op.name,
-        subtask_index=subtask_index,
-        parallelism=parallelism,
-        max_parallelism=max_parallelism,
-        processing_time_service=ManualProcessingTimeService(),
-    )
-    out = CollectingOutput(rc.record_context)
-    op.setup(out, rc)
-    op.open()
-    return out, rc
-
-
 def run_both_paths(make, data):
     """Feed ``data`` record by record and as batches; both must give the same output."""
-    op = make()
-    out, _ = start(op)
+    one_by_one = KeyedOneInputStreamOperatorTestHarness(make()).open()
     for v in data:
-        op.process_element(v)
-    op2 = make()
-    out2, _ = start(op2)
-    op2.process_batch(data[:2])
-    op2.process_batch(data[2:])
-    assert out.records == out2.records
-    return out.records
+        one_by_one.process_element(v)
+    batched = KeyedOneInputStreamOperatorTestHarness(make()).open()
+    batched.process_elements(data[:2])
+    batched.process_elements(data[2:])
+    assert one_by_one.extract_output_values() == batched.extract_output_values()
+    return one_by_one.extract_output_values()
 
 
 def first(v):
@@ -89,7 +72,7 @@ def test_sum_keeps_first_records_other_fields():
 
 def test_sum_of_pairs_leaves_its_fast_path_when_a_key_starts_with_another_shape():
     op = agg("sum", 1)()
-    out, _ = start(op)
+    out = KeyedOneInputStreamOperatorTestHarness(op).open().output
     op.process_batch([("a", 1), ("b", 2), ("a", 3)])
     op.process_batch([("a", 1), ("c", 5, "x"), ("b", 1), ("c", 1, "y"), ["d", 2]])
     op.process_batch([("d", 3), ("a", 1)])
@@ -179,7 +162,7 @@ def test_a_field_a_keys_first_record_lacks_is_an_error_naming_operator_and_field
     for field, records, why in cases:
         for batched in (False, True):
             op = StreamGroupedAggregateOperator(kind, field, lambda v: 0, name="Totals")
-            out, _ = start(op)
+            out = KeyedOneInputStreamOperatorTestHarness(op).open().output
             with pytest.raises(ValueError, match=f"^{kind} 'Totals': {why}"):
                 op.process_batch(records) if batched else op.process_element(records[0])
             assert out.records == []
@@ -187,7 +170,7 @@ def test_a_field_a_keys_first_record_lacks_is_an_error_naming_operator_and_field
 
 def test_the_field_is_checked_on_the_first_record_of_every_key_also_on_the_pair_fast_path():
     op = StreamGroupedAggregateOperator("sum", 1, first, name="Counts")
-    out, _ = start(op)
+    out = KeyedOneInputStreamOperatorTestHarness(op).open().output
     op.process_batch([("a", 1), ("b", 2), ("a", 3)])  # the (key, count) fast path
     with pytest.raises(
         ValueError,
@@ -197,7 +180,7 @@ def test_the_field_is_checked_on_the_first_record_of_every_key_also_on_the_pair_
         op.process_batch([("b", 1), ("c",)])
     assert out.records == [("a", 1), ("b", 2), ("a", 4), ("b", 3)]
     op = agg("sum", 2)()
-    out, _ = start(op)
+    out = KeyedOneInputStreamOperatorTestHarness(op).open().output
     with pytest.raises(ValueError, match="field position 2 is out of bounds: the record has 2 fields"):
         op.process_batch([(1, 10), (1, 20)])  # was (1, 10), (2, 10): the key summed
     assert out.records == []
@@ -213,7 +196,7 @@ def test_none_key_is_rejected_everywhere():
         KeyedProcessOperator(lambda v, ctx: None, lambda v: None),
     ]
     for op in ops:
-        start(op)
+        KeyedOneInputStreamOperatorTestHarness(op).open()
         with pytest.raises(ValueError, match="^Assigned key must not be null!$"):
             op.process_element(1)
         with pytest.raises(ValueError, match="^Assigned key must not be null!$"):
@@ -243,7 +226,8 @@ class StatefulCounter(KeyedProcessFunction):
 
 def test_keyed_state_is_isolated_per_key_and_snapshotted_by_key_group():
     op = KeyedProcessOperator(StatefulCounter(), first)
-    out, rc = start(op)
+    harness = KeyedOneInputStreamOperatorTestHarness(op).open()
+    out = harness.output
     op.process_batch([("a", 1), ("b", 10)])
     op.process_element(("a", 1))
     op.process_element(("a", 2))
@@ -254,7 +238,7 @@ def test_keyed_state_is_isolated_per_key_and_snapshotted_by_key_group():
         ("a", 3, [1, 1, 2], 4, [(1, 2), (2, 1)]),
     ]
     backend = op.keyed_state_backend
-    assert rc.keyed_state_backend is backend
+    assert harness.runtime_context.keyed_state_backend is backend is harness.keyed_state_backend
     kg_a, kg_b = assign_to_key_group("a", 128), assign_to_key_group("b", 128)
     snap = backend.snapshot()
     expected_a = {"count": {"a": 3}, "seen": {"a": [1, 1, 2]}, "per_value": {"a": {1: 2, 2: 1}}, "total": {"a": 4}}
@@ -369,9 +353,10 @@ class TimerFn(KeyedProcessFunction):
 
 def test_event_time_timers_fire_on_watermark_in_order_with_their_key():
     op = KeyedProcessOperator(TimerFn(), first)
-    out, rc = start(op)
+    harness = KeyedOneInputStreamOperatorTestHarness(op).open()
+    out = harness.output
     op.process_batch([("a", 30), ("b", 10), ("a", 20), ("c", 20), ("drop", 5)])
-    rc.record_context.timestamp = 1234
+    harness.record_context.timestamp = 1234
     op.process_watermark(15)
     op.process_watermark(25)
     assert out.records == [
@@ -380,9 +365,9 @@ def test_event_time_timers_fire_on_watermark_in_order_with_their_key():
         ("fired", "c", 20, 20, TimeDomain.EVENT_TIME, 25),
     ]
     assert out.timestamps == [10, 20, 20]  # on_timer output carries the timer timestamp
-    assert rc.record_context.timestamp == 1234  # restored afterwards
+    assert harness.record_context.timestamp == 1234  # restored afterwards
     assert out.watermarks == [15, 25]
-    assert op.timer_service.num_event_time_timers() == 1
+    assert harness.num_event_time_timers() == 1
     snap = op.timer_service.snapshot()
     assert snap == {assign_to_key_group("a", 128): {"event": [(30, "a")], "processing": []}}
     op.process_watermark(100)
@@ -414,9 +399,7 @@ def test_watermark_is_emitted_after_the_timers_it_fires():
             yield timestamp
 
     op = KeyedProcessOperator(Fn(), lambda v: v)
-    rc = StreamingRuntimeContext(processing_time_service=ManualProcessingTimeService())
-    op.setup(Out(), rc)
-    op.open()
+    KeyedOneInputStreamOperatorTestHarness(op, output=lambda _record_context: Out()).open()
     op.process_element(3)
     op.process_watermark(5)
     assert events == [("record", 3), ("watermark", 5)]
@@ -435,8 +418,8 @@ def test_processing_time_timers_with_manual_clock():
                 ctx.timer_service().register_processing_time_timer(timestamp + 100)
 
     op = KeyedProcessOperator(Fn(), first)
-    out, rc = start(op)
-    clock = rc.processing_time_service
+    harness = KeyedOneInputStreamOperatorTestHarness(op).open()
+    out, clock = harness.output, harness.processing_time_service
     clock.set_current_time(100)
     op.process_element(("a", 50))
     op.process_element(("b", 20))
@@ -466,10 +449,11 @@ def test_deleted_processing_timer_does_not_fire_and_close_cancels():
             yield ctx.get_current_key()
 
     op = KeyedProcessOperator(Fn(), first)
-    out, rc = start(op)
-    op.process_batch([("x", 10), ("y", 20), ("z", 50)])
-    rc.processing_time_service.set_current_time(30)
+    harness = KeyedOneInputStreamOperatorTestHarness(op).open()
+    out = harness.output
+    harness.process_elements([("x", 10), ("y", 20), ("z", 50)])
+    harness.set_processing_time(30)
     assert out.records == ["y"]
-    op.close()
-    rc.processing_time_service.set_current_time(100)
+    harness.close()
+    harness.set_processing_time(100)
     assert out.records == ["y"]

@@ -4,18 +4,11 @@ import pytest
 
 from raylink.api.functions import CoFlatMapFunction, CoMapFunction, CoProcessFunction, KeyedCoProcessFunction
 from raylink.api.state import ValueStateDescriptor
-from raylink.operators import MIN_WATERMARK, CollectingOutput, ManualProcessingTimeService, StreamingRuntimeContext
+from raylink.operators import MIN_WATERMARK
 from raylink.operators.co import CoProcessOperator, CoStreamFlatMap, CoStreamMap, KeyedCoProcessOperator
+from raylink.tests.harness import KeyedTwoInputStreamOperatorTestHarness, TwoInputStreamOperatorTestHarness
 
 pytestmark = pytest.mark.timeout(30)
-
-
-def start(op):
-    rc = StreamingRuntimeContext(task_name="t", processing_time_service=ManualProcessingTimeService())
-    out = CollectingOutput(rc.record_context)
-    op.setup(out, rc)
-    op.open()
-    return out, rc
 
 
 def test_co_map_with_function_object_and_pair():
@@ -35,14 +28,19 @@ def test_co_map_with_function_object_and_pair():
             events.append("close")
 
     for fn in (M(), (lambda v: ("left", v), lambda v: ("right", v))):
-        op = CoStreamMap(fn)
-        out, _ = start(op)
-        op.process_element1(1)
-        op.process_element2("a")
-        op.process_batch1([2, 3])
-        op.process_batch2(["b"])
-        op.close()
-        assert out.records == [("left", 1), ("right", "a"), ("left", 2), ("left", 3), ("right", "b")]
+        harness = TwoInputStreamOperatorTestHarness(CoStreamMap(fn)).open()
+        harness.process_element1(1)
+        harness.process_element2("a")
+        harness.process_elements1([2, 3])
+        harness.process_elements2(["b"])
+        harness.close()
+        assert harness.extract_output_values() == [
+            ("left", 1),
+            ("right", "a"),
+            ("left", 2),
+            ("left", 3),
+            ("right", "b"),
+        ]
     assert events == ["open", "close"]
 
 
@@ -54,35 +52,35 @@ def test_co_flat_map():
         def flat_map2(self, v):
             yield from v
 
-    op = CoStreamFlatMap(F())
-    out, _ = start(op)
-    op.process_element1(1)
-    op.process_batch2(["ab", "c"])
-    op.process_element2("d")
-    op.process_batch1([2])
-    assert out.records == [1, 1, "a", "b", "c", "d", 2, 2]
+    harness = TwoInputStreamOperatorTestHarness(CoStreamFlatMap(F())).open()
+    harness.process_element1(1)
+    harness.process_elements2(["ab", "c"])
+    harness.process_element2("d")
+    harness.process_elements1([2])
+    assert harness.extract_output_values() == [1, 1, "a", "b", "c", "d", 2, 2]
 
 
 def test_bad_pair_is_rejected_with_operator_name():
     with pytest.raises(TypeError, match="joiner"):
-        start(CoStreamMap((str,), name="joiner"))
+        TwoInputStreamOperatorTestHarness(CoStreamMap((str,), name="joiner")).open()
     with pytest.raises(TypeError, match="joiner"):
-        start(CoStreamMap(object(), name="joiner"))
+        TwoInputStreamOperatorTestHarness(CoStreamMap(object(), name="joiner")).open()
 
 
 def test_combined_watermark_is_minimum_and_only_advances():
     op = CoStreamMap((str, str))
-    out, _ = start(op)
-    op.process_watermark1(10)
+    harness = TwoInputStreamOperatorTestHarness(op).open()
+    out = harness.output
+    harness.process_watermark1(10)
     assert out.watermarks == []  # input 2 still at MIN
-    op.process_watermark2(5)
+    harness.process_watermark2(5)
     assert out.watermarks == [5]
-    op.process_watermark2(20)
+    harness.process_watermark2(20)
     assert out.watermarks == [5, 10]
-    op.process_watermark1(15)
+    harness.process_watermark1(15)
     assert out.watermarks == [5, 10, 15]
-    op.process_watermark2(15)  # min unchanged (15): nothing new
-    op.process_watermark1(12)  # input 1 went back: min 12 < 15, no regression
+    harness.process_watermark2(15)  # min unchanged (15): nothing new
+    harness.process_watermark1(12)  # input 1 went back: min 12 < 15, no regression
     assert out.watermarks == [5, 10, 15]
     assert op.current_watermark == 15
     op.process_latency_marker2("lm")
@@ -104,16 +102,14 @@ def test_co_process_side_outputs_and_watermark_in_context():
             else:
                 yield ("2", value)
 
-    op = CoProcessOperator(P())
-    out, rc = start(op)
-    op.process_element1("x")
-    op.process_watermark1(3)
-    op.process_watermark2(4)
-    rc.record_context.timestamp = 9
-    op.process_element1("y")
-    op.process_batch2([1, 2, 3])
-    assert out.records == [("1", "x", None, MIN_WATERMARK), ("1", "y", 9, 3), ("2", 2)]
-    assert out.side_outputs == {"odd": [1, 3]}
+    harness = TwoInputStreamOperatorTestHarness(CoProcessOperator(P())).open()
+    harness.process_element1("x")
+    harness.process_watermark1(3)
+    harness.process_watermark2(4)
+    harness.process_element1("y", timestamp=9)
+    harness.process_elements2([1, 2, 3], timestamp=9)
+    assert harness.extract_output_values() == [("1", "x", None, MIN_WATERMARK), ("1", "y", 9, 3), ("2", 2)]
+    assert harness.output.side_outputs == {"odd": [1, 3]}
 
 
 def test_keyed_co_process_state_and_timers_on_combined_watermark():
@@ -131,18 +127,20 @@ def test_keyed_co_process_state_and_timers_on_combined_watermark():
         def on_timer(self, timestamp, ctx):
             yield ("timer", ctx.get_current_key(), timestamp, self.left.value())
 
-    op = KeyedCoProcessOperator(Join(), lambda v: v[0], lambda v: v[0])
-    out, _ = start(op)
-    op.process_element1(("a", "L-a", 10))
-    op.process_element1(("b", "L-b", 5))
-    op.process_element2(("a", "R-a"))
-    op.process_element2(("c", "R-c"))
-    op.process_watermark1(20)
+    harness = KeyedTwoInputStreamOperatorTestHarness(KeyedCoProcessOperator(Join(), lambda v: v[0], lambda v: v[0]))
+    harness.open()
+    out = harness.output
+    harness.process_element1(("a", "L-a", 10))
+    harness.process_element1(("b", "L-b", 5))
+    harness.process_element2(("a", "R-a"))
+    harness.process_element2(("c", "R-c"))
+    assert harness.num_event_time_timers() == 2
+    harness.process_watermark1(20)
     assert out.records == [("joined", "a", "L-a", "R-a"), ("joined", "c", None, "R-c")]
-    op.process_watermark2(7)
+    harness.process_watermark2(7)
     assert out.records[2:] == [("timer", "b", 5, "L-b")]
-    op.process_watermark2(30)
+    harness.process_watermark2(30)
     assert out.records[3:] == [("timer", "a", 10, "L-a")]
-    assert out.watermarks == [7, 20]
+    assert out.watermarks == [7, 20] and harness.num_event_time_timers() == 0
     with pytest.raises(ValueError, match="^Assigned key must not be null!$"):
-        op.process_element2((None, 1))
+        harness.process_element2((None, 1))
