@@ -9,13 +9,14 @@ drained savepoint finds its sources ended and writes nothing more."""
 from __future__ import annotations
 
 import asyncio
+import glob
 import os
 from collections import Counter
 
 import pytest
 
 from raylink.api import AsyncDataStream, Encoder, FileSink, OutputFileConfig, Time
-from raylink.api.functions import AsyncFunction
+from raylink.api.functions import AsyncFunction, MapFunction
 from raylink.bench.failover import committed_lines
 from raylink.tests.runtime_jobs import make_env, wait_for
 
@@ -34,19 +35,45 @@ class SlowEcho(AsyncFunction):
         return [value]
 
 
-def build(env, out) -> None:
+class Logged(MapFunction):
+    """Passes every value on and appends it to ``<prefix>-<subtask>.log`` (a line each, flushed):
+    what reached this point of the job, counted outside raylink's metrics."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def open(self, runtime_context) -> None:
+        index = runtime_context.get_index_of_this_subtask()
+        self.file = open(f"{self.prefix}-{index}.log", "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+
+    def map(self, value):
+        self.file.write(f"{value}\n")
+        self.file.flush()
+        return value
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def logged(prefix) -> list:
+    """The values :class:`Logged` wrote under ``prefix`` (a line being written may be cut)."""
+    values = []
+    for path in sorted(glob.glob(f"{prefix}-*.log")):
+        with open(path, encoding="utf-8") as f:
+            values.extend(int(line) for line in f.read().split())
+    return values
+
+
+def build(env, out, log) -> None:
     sink = (
         FileSink.for_row_format(str(out), Encoder.simple_string_encoder())
         .with_output_file_config(OutputFileConfig.builder().with_part_prefix("part").build())
         .build()
     )
-    numbers = env.from_sequence(1, N).uid("numbers").key_by(lambda v: v % 7)  # the source: a task of its own
+    numbers = env.from_sequence(1, N).uid("numbers").map(Logged(str(log))).uid("log")  # what the source emitted
+    numbers = numbers.key_by(lambda v: v % 7)  # the source: a task of its own
     echoed = AsyncDataStream.unordered_wait(numbers, SlowEcho(), Time.seconds(30), capacity=CAPACITY).uid("echo")
     echoed.map(str).uid("format").sink_to(sink).uid("files")
-
-
-def source_records_out(client) -> int:
-    return sum(m["numRecordsOut"] for m in client.get_metrics() if str(m["task"]).startswith("Source"))
 
 
 @pytest.mark.parametrize("checkpointing", [False, True], ids=["savepoints-only", "checkpointing"])
@@ -55,25 +82,24 @@ def test_drain_finishes_every_operator_before_the_savepoint_and_the_output_is_ex
 ):
     conf = {"execution.checkpointing.interval": "300 ms", "execution.checkpointing.dir": str(tmp_path / "chk")}
     env = make_env(target, 1, conf if checkpointing else None)
-    out = tmp_path / "out"
-    build(env, out)
+    out, log = tmp_path / "out", tmp_path / "emitted"
+    build(env, out, log)
     client = env.execute_async()
     assert wait_for(
-        lambda: client.get_job_status() == "RUNNING" and source_records_out(client) > 10 * CAPACITY,
-        client,
-        timeout=120,
+        lambda: client.get_job_status() == "RUNNING" and len(logged(log)) > 10 * CAPACITY, client, timeout=120
     )
     path = client.stop_with_savepoint(True, str(tmp_path / "savepoints")).result(timeout=120)
     assert client.wait(60) and client.get_job_status() == "FINISHED", client.get_job_status()
     assert os.path.isfile(os.path.join(path, "_metadata"))
-    emitted = source_records_out(client)  # what the source emitted before its savepoint barrier
-    assert 10 * CAPACITY < emitted < N, emitted
+    emitted = logged(log)  # what the source emitted before its savepoint barrier, in order
+    assert emitted == list(range(1, len(emitted) + 1)) and 10 * CAPACITY < len(emitted) < N, emitted[-5:]
     # every record the source emitted went through the async requests in flight at the stop
     # (finished, not kept in the savepoint) into the committed files, once
-    assert committed_lines(out) == Counter(str(v) for v in range(1, emitted + 1))
+    assert committed_lines(out) == Counter(str(v) for v in emitted)
 
     env = make_env(target, 1, {"execution.savepoint.path": path})
-    build(env, tmp_path / "again")
+    build(env, tmp_path / "again", tmp_path / "emitted-again")
     restored = env.execute_async()
     assert restored.wait(120) and restored.get_job_status() == "FINISHED", restored.get_job_status()
     assert committed_lines(tmp_path / "again") == Counter(), "the drained job's sources did not stay ended"
+    assert logged(tmp_path / "emitted-again") == []
