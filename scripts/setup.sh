@@ -30,7 +30,9 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ "$(cat "$stamp")" !
 fi
 # The compiled per-record path (shuffle/_hotpath.pyx, Cython; setup.py): built in place, again
 # whenever the .pyx is newer than the module. Without a C compiler it is left out and raylink
-# runs on its pure-Python twins (as with RAYLINK_PURE_PYTHON=1).
+# runs on its pure-Python twins (as with RAYLINK_PURE_PYTHON=1) -- unless
+# RAYLINK_REQUIRE_COMPILED=1 (scripts/test.sh, CI): then setup fails, showing the build's output.
+require_compiled="${RAYLINK_REQUIRE_COMPILED:-}"
 hotpath_so=$(ls shuffle/_hotpath.*.so 2>/dev/null | head -n 1 || true)
 if [ -z "$hotpath_so" ] || [ shuffle/_hotpath.pyx -nt "$hotpath_so" ]; then
     py_include=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
@@ -40,8 +42,25 @@ if [ -z "$hotpath_so" ] || [ shuffle/_hotpath.pyx -nt "$hotpath_so" ]; then
         { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq gcc python3-dev >/dev/null; } || true
     fi
     .venv/bin/python -m pip install -q "setuptools>=68" "Cython>=3" 2>&1 | grep -v '^WARNING: Location' || true
-    if ! .venv/bin/python setup.py -q build_ext --inplace >/dev/null 2>&1 \
-        || ! RAYLINK_PURE_PYTHON= .venv/bin/python -c "import raylink.shuffle._hotpath"; then
+    build_log=$(mktemp)
+    if ! .venv/bin/python setup.py -q build_ext --inplace >"$build_log" 2>&1 \
+        || ! ls shuffle/_hotpath.*.so >/dev/null 2>&1 \
+        || ! RAYLINK_PURE_PYTHON= .venv/bin/python -c "import raylink.shuffle._hotpath" 2>>"$build_log"; then
+        if [ -n "$require_compiled" ]; then
+            cat "$build_log" >&2
+            rm -f "$build_log"
+            echo "raylink setup: the compiled per-record path did not build (RAYLINK_REQUIRE_COMPILED is set)" >&2
+            exit 1
+        fi
         echo "raylink setup: the compiled per-record path did not build; raylink runs on its pure-Python path" >&2
+    fi
+    rm -f "$build_log"
+fi
+if [ -n "$require_compiled" ]; then  # built from this .pyx, and importable
+    hotpath_so=$(ls shuffle/_hotpath.*.so 2>/dev/null | head -n 1 || true)
+    if [ -z "$hotpath_so" ] || [ shuffle/_hotpath.pyx -nt "$hotpath_so" ] \
+        || ! RAYLINK_PURE_PYTHON= .venv/bin/python -c "import raylink.shuffle._hotpath"; then
+        echo "raylink setup: the compiled per-record path is not built (RAYLINK_REQUIRE_COMPILED is set)" >&2
+        exit 1
     fi
 fi
