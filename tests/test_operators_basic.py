@@ -11,16 +11,11 @@ from raylink.api.functions import (
     ProcessFunction,
     SinkFunction,
 )
-from raylink.operators import (
-    MIN_WATERMARK,
-    CollectingOutput,
-    ManualProcessingTimeService,
-    StreamingRuntimeContext,
-    create_operator,
-)
+from raylink.operators import MIN_WATERMARK, CollectingOutput, create_operator
 from raylink.operators.basic import StreamFilter, StreamFlatMap, StreamMap
 from raylink.operators.process import ProcessOperator
 from raylink.operators.sinks import CollectSinkOperator, PrintSinkOperator, StreamSink, print_prefix
+from raylink.tests.harness import OneInputStreamOperatorTestHarness
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -35,19 +30,8 @@ class Tag:
         self.type_info = None
 
 
-def start(op, subtask_index=0, parallelism=1, **kwargs):
-    rc = StreamingRuntimeContext(
-        task_name="task",
-        operator_name=op.name,
-        subtask_index=subtask_index,
-        parallelism=parallelism,
-        processing_time_service=ManualProcessingTimeService(),
-        **kwargs,
-    )
-    out = CollectingOutput(rc.record_context)
-    op.setup(out, rc)
-    op.open()
-    return out, rc
+def start(op, **kwargs):
+    return OneInputStreamOperatorTestHarness(op, **kwargs).open()
 
 
 def spec(kind, function=None, params=None, key_selector=None, name="op"):
@@ -74,18 +58,16 @@ DATA = list(range(10))
     ids=["map", "flat_map", "filter"],
 )
 def test_record_and_batch_paths_agree(make, expected):
-    op = make()
-    per_record, _ = start(op)
+    per_record = start(make())
     for v in DATA:
-        op.process_element(v)
-    op2 = make()
-    batched, _ = start(op2)
-    op2.process_batch(DATA[:4])
-    op2.process_batch([])
-    op2.process_batch(DATA[4:])
-    assert per_record.records == expected
-    assert batched.records == expected
-    assert batched.batches == 2  # empty input/results produce no batch
+        per_record.process_element(v)
+    batched = start(make())
+    batched.process_elements(DATA[:4])
+    batched.process_elements([])
+    batched.process_elements(DATA[4:])
+    assert per_record.extract_output_values() == expected
+    assert batched.extract_output_values() == expected
+    assert batched.output.batches == 2  # empty input/results produce no batch
 
 
 def test_function_classes_are_resolved_and_opened_once():
@@ -110,26 +92,23 @@ def test_function_classes_are_resolved_and_opened_once():
         def filter(self, value):
             return len(value) > 2
 
-    op = StreamMap(Times())
-    out, _ = start(op, subtask_index=1, parallelism=2)
-    op.process_batch([1, 2])
-    op.process_element(3)
-    op.close()
-    op.close()
-    assert out.records == [10, 20, 30]
+    harness = start(StreamMap(Times()), subtask_index=1, parallelism=2)
+    harness.process_elements([1, 2])
+    harness.process_element(3)
+    harness.close()
+    harness.close()
+    assert harness.extract_output_values() == [10, 20, 30]
     assert events == [("open", 1), ("close",)]
 
-    fm = StreamFlatMap(Split())
-    out, _ = start(fm)
-    fm.process_element("a bb ccc")
-    fm.process_batch(["dd e", ""])
-    assert out.records == ["a", "bb", "ccc", "dd", "e"]
+    harness = start(StreamFlatMap(Split()))
+    harness.process_element("a bb ccc")
+    harness.process_elements(["dd e", ""])
+    assert harness.extract_output_values() == ["a", "bb", "ccc", "dd", "e"]
 
-    flt = StreamFilter(Long())
-    out, _ = start(flt)
-    flt.process_batch(["a", "abc", "abcd"])
-    flt.process_element("xyz")
-    assert out.records == ["abc", "abcd", "xyz"]
+    harness = start(StreamFilter(Long()))
+    harness.process_elements(["a", "abc", "abcd"])
+    harness.process_element("xyz")
+    assert harness.extract_output_values() == ["abc", "abcd", "xyz"]
 
 
 def test_bad_function_names_the_operator():
@@ -140,13 +119,12 @@ def test_bad_function_names_the_operator():
 
 def test_watermarks_and_latency_markers_are_forwarded_and_timestamps_untouched():
     op = StreamMap(lambda x: x + 1)
-    out, rc = start(op)
-    rc.record_context.timestamp = 5
-    op.process_element(1)
-    op.process_batch([2, 3])
-    rc.record_context.timestamp = None
-    op.process_element(4)
-    op.process_watermark(7)
+    harness = start(op)
+    out = harness.output
+    harness.process_element(1, timestamp=5)
+    harness.process_elements([2, 3], timestamp=5)
+    harness.process_element(4)
+    harness.process_watermark(7)
     op.process_latency_marker("marker")
     assert out.records == [2, 3, 4, 5]
     assert out.timestamps == [5, 5, 5, None]
@@ -171,26 +149,22 @@ def test_process_function_side_outputs_and_timestamps():
             if value == 0:
                 ctx.output(late, "zero")
 
-    op = ProcessOperator(Router())
-    out, rc = start(op)
-    rc.record_context.timestamp = 50
-    op.process_element(1)
-    rc.record_context.timestamp = 200
-    op.process_element(2)
-    op.process_batch([3, -1, 0])
-    rc.record_context.timestamp = None
-    op.process_element(4)
+    harness = start(ProcessOperator(Router()))
+    out = harness.output
+    harness.process_element(1, timestamp=50)
+    harness.process_element(2, timestamp=200)
+    harness.process_elements([3, -1, 0], timestamp=200)
+    harness.process_element(4)
     assert out.records == [(2, 200), (3, 200), (0, 200), (4, None)]
     assert out.side_outputs == {"late": [1, "zero"], "errors": [(-1, 200)]}
     assert out.timestamps == [200, 200, 200, None]
 
 
 def test_process_plain_callable_returning_list_or_none():
-    op = ProcessOperator(lambda v, ctx: [v, v] if v % 2 else None)
-    out, _ = start(op)
-    op.process_batch([1, 2, 3])
-    op.process_element(5)
-    assert out.records == [1, 1, 3, 3, 5, 5]
+    harness = start(ProcessOperator(lambda v, ctx: [v, v] if v % 2 else None))
+    harness.process_elements([1, 2, 3])
+    harness.process_element(5)
+    assert harness.extract_output_values() == [1, 1, 3, 3, 5, 5]
 
 
 def test_process_errors_name_the_operator():
@@ -236,7 +210,7 @@ def test_user_exceptions_propagate_unwrapped():
 def test_sink_callable_and_sink_function_with_context():
     got = []
     op = StreamSink(got.append)
-    out, _ = start(op)
+    out = start(op).output
     op.process_element(1)
     op.process_batch([2, 3])
     op.process_latency_marker("m")
@@ -250,13 +224,11 @@ def test_sink_callable_and_sink_function_with_context():
         def invoke(self, value, context):
             calls.append((value, context.timestamp(), context.current_watermark(), context.current_processing_time()))
 
-    op = StreamSink(Recorder())
-    out, rc = start(op)
-    rc.processing_time_service.set_current_time(1000)
-    rc.record_context.timestamp = 9
-    op.process_element("a")
-    op.process_watermark(8)
-    op.process_batch(["b", "c"])
+    harness = start(StreamSink(Recorder()))
+    harness.set_processing_time(1000)
+    harness.process_element("a", timestamp=9)
+    harness.process_watermark(8)
+    harness.process_elements(["b", "c"], timestamp=9)
     assert calls == [("a", 9, MIN_WATERMARK, 1000), ("b", 9, 8, 1000), ("c", 9, 8, 1000)]
 
 
@@ -294,7 +266,7 @@ def test_print_sink_output_format(capsys):
 
 def test_collect_sink_appends_to_accumulator():
     op = CollectSinkOperator("c1")
-    _, rc = start(op)
+    rc = start(op).runtime_context
     op.process_element(1)
     op.process_batch([2, 3])
     op2 = CollectSinkOperator("c1")
@@ -413,8 +385,9 @@ def test_factory_builds_every_kind_with_name_and_id():
 def test_factory_operators_run_end_to_end():
     m = create_operator(spec("map", lambda x: x + 1))
     f = create_operator(spec("filter", lambda x: x % 2 == 0))
-    out, rc = start(f)
-    m.setup(
+    harness = start(f)
+    out, rc = harness.output, harness.runtime_context
+    m.setup(  # chained in front of f: f's input is m's output
         SimpleNamespace(collect=f.process_element, collect_batch=f.process_batch, collect_side=None), rc.derive("m")
     )
     m.open()

@@ -28,9 +28,8 @@ from raylink.api.functions import BroadcastProcessFunction, KeyedBroadcastProces
 from raylink.api.state import BroadcastState, ListStateDescriptor, MapStateDescriptor, ReadOnlyBroadcastState
 from raylink.bench.failover import committed_lines
 from raylink.graph.stream_graph import GraphError
-from raylink.operators import CollectingOutput, ManualProcessingTimeService, StreamingRuntimeContext
 from raylink.operators.broadcast import CoBroadcastWithNonKeyedOperator
-from raylink.state.snapshots import initialize_operator, snapshot_operator
+from raylink.tests.harness import TwoInputStreamOperatorTestHarness
 from raylink.tests.runtime_jobs import cause_chain, make_env
 
 pytestmark = pytest.mark.timeout(120)
@@ -259,21 +258,6 @@ def test_job_graph_has_two_inputs_and_a_broadcast_edge(keyed):
 
 
 # -- checkpoints -----------------------------------------------------------------------------------------------
-def start(op, subtask_index, parallelism, restore=None):
-    rc = StreamingRuntimeContext(
-        task_name="t",
-        operator_name=op.name,
-        subtask_index=subtask_index,
-        parallelism=parallelism,
-        processing_time_service=ManualProcessingTimeService(),
-    )
-    out = CollectingOutput(rc.record_context)
-    op.setup(out, rc)
-    op.open()
-    initialize_operator(op, restore)
-    return out
-
-
 class Count(BroadcastProcessFunction):
     def process_element(self, value, ctx):
         yield (value, tuple(sorted(ctx.get_broadcast_state(RULES).items())))
@@ -288,18 +272,23 @@ class Count(BroadcastProcessFunction):
 def test_broadcast_state_is_snapshotted_by_every_subtask_and_restored_round_robin(old, new):
     """Each new subtask ``i`` gets the copy of old subtask ``i % old`` (Flink's rule); here the
     copies differ on purpose (subtask ``j`` saw ``j + 1`` broadcast elements) to see which one."""
-    first = [CoBroadcastWithNonKeyedOperator(Count(), [RULES]) for _ in range(old)]
-    for j, op in enumerate(first):
-        start(op, j, old)
+    first = [
+        TwoInputStreamOperatorTestHarness(
+            CoBroadcastWithNonKeyedOperator(Count(), [RULES]), task_name="t", subtask_index=j, parallelism=old
+        ).open()
+        for j in range(old)
+    ]
+    for j, harness in enumerate(first):
         for _ in range(j + 1):
-            op.process_element2("seen")
-    snapshots = [snapshot_operator(op, 1, 0) for op in first]
+            harness.process_element2("seen")
+    snapshots = [harness.snapshot(1) for harness in first]
     assert all(s["operator"]["rules"] == ("broadcast", [("seen", j + 1)]) for j, s in enumerate(snapshots))
     for i in range(new):
-        op = CoBroadcastWithNonKeyedOperator(Count(), [RULES])
-        out = start(op, i, new, restore=snapshots)
-        op.process_element1("x")
-        assert out.records == [("x", (("seen", i % old + 1),))]
+        harness = TwoInputStreamOperatorTestHarness(
+            CoBroadcastWithNonKeyedOperator(Count(), [RULES]), task_name="t", subtask_index=i, parallelism=new
+        ).open(restore=snapshots)
+        harness.process_element1("x")
+        assert harness.extract_output_values() == [("x", (("seen", i % old + 1),))]
 
 
 class PacedFailOnce(MapFunction, CheckpointListener):

@@ -32,7 +32,6 @@ from raylink.api.state import (
 from raylink.api.time import Time
 from raylink.core.key_groups import assign_to_key_group
 from raylink.graph.operator_spec import OperatorSpec
-from raylink.operators import CollectingOutput, ManualProcessingTimeService, StreamingRuntimeContext
 from raylink.operators.basic import (
     KeyedStreamFilter,
     KeyedStreamFlatMap,
@@ -44,8 +43,8 @@ from raylink.operators.basic import (
 from raylink.operators.co import CoStreamFlatMap, CoStreamMap, KeyedCoStreamFlatMap, KeyedCoStreamMap
 from raylink.operators.factory import create_operator
 from raylink.operators.reduce import StreamGroupedReduceOperator, StreamGroupedReduceOperatorWithKeyedState
-from raylink.state.snapshots import initialize_operator, snapshot_operator
 from raylink.state.state_backend import HeapKeyedStateBackend, key_group_range_for_subtask
+from raylink.tests.harness import KeyedOneInputStreamOperatorTestHarness, KeyedTwoInputStreamOperatorTestHarness
 from raylink.tests.runtime_jobs import cause_chain, make_env
 
 pytestmark = pytest.mark.timeout(60)
@@ -53,22 +52,6 @@ pytestmark = pytest.mark.timeout(60)
 
 def first(value):
     return value[0]
-
-
-def start(op, subtask_index=0, parallelism=1, restore=None):
-    rc = StreamingRuntimeContext(
-        task_name="task",
-        operator_name=op.name,
-        subtask_index=subtask_index,
-        parallelism=parallelism,
-        max_parallelism=128,
-        processing_time_service=ManualProcessingTimeService(),
-    )
-    out = CollectingOutput(rc.record_context)
-    op.setup(out, rc)
-    op.open()
-    initialize_operator(op, restore)
-    return out
 
 
 class Counting(MapFunction):
@@ -180,18 +163,16 @@ class HidesItsContext(MapFunction):
 
 
 def test_after_open_the_key_is_set_only_for_functions_holding_state_or_their_context():
-    plain = KeyedStreamMap(OpensWithoutState(), first)
-    out = start(plain)
-    plain.process_batch([("a", 1), ("b", 2)])
-    assert not plain._sets_key and out.records == [("a", 0), ("b", 0)]
+    plain = KeyedOneInputStreamOperatorTestHarness(KeyedStreamMap(OpensWithoutState(), first)).open()
+    plain.process_elements([("a", 1), ("b", 2)])
+    assert not plain.operator._sets_key and plain.extract_output_values() == [("a", 0), ("b", 0)]
 
-    lazy = KeyedStreamMap(GetsStateLazily(), first)
-    out = start(lazy)
-    lazy.process_batch([("a", 1), ("b", 1), ("a", 1)])
-    assert lazy._sets_key and out.records == [("a", 1), ("b", 1), ("a", 2)]
+    lazy = KeyedOneInputStreamOperatorTestHarness(KeyedStreamMap(GetsStateLazily(), first)).open()
+    lazy.process_elements([("a", 1), ("b", 1), ("a", 1)])
+    assert lazy.operator._sets_key and lazy.extract_output_values() == [("a", 1), ("b", 1), ("a", 2)]
 
-    hidden = KeyedStreamMap(HidesItsContext(), first, name="Hidden Map")
-    start(hidden)
+    hidden = KeyedOneInputStreamOperatorTestHarness(KeyedStreamMap(HidesItsContext(), first, name="Hidden Map"))
+    hidden.open()
     with pytest.raises(
         RuntimeError,
         match=r"operator 'Hidden Map': keyed state 'late' was requested after "
@@ -259,16 +240,14 @@ DATA = [("a", 1), ("b", 1), ("a", 1), ("a", 2), ("b", 3), ("c", 1), ("a", 3), ("
 
 
 def run_one_input(make):
-    op = make()
-    out = start(op)
+    one_by_one = KeyedOneInputStreamOperatorTestHarness(make()).open()
     for v in DATA:
-        op.process_element(v)
-    op2 = make()
-    out2 = start(op2)
-    op2.process_batch(DATA[:3])
-    op2.process_batch(DATA[3:])
-    assert out.records == out2.records
-    return out.records
+        one_by_one.process_element(v)
+    batched = KeyedOneInputStreamOperatorTestHarness(make()).open()
+    batched.process_elements(DATA[:3])
+    batched.process_elements(DATA[3:])
+    assert one_by_one.extract_output_values() == batched.extract_output_values()
+    return one_by_one.extract_output_values()
 
 
 def test_keyed_map_flat_map_and_filter_see_their_keys_state_record_by_record_and_in_batches():
@@ -304,20 +283,18 @@ def test_keyed_co_map_and_co_flat_map_share_a_keys_state_between_both_inputs():
             [("a", 1), ("b", 1), ("a", 11), ("b", 11), ("a", 12)],
         ),
     ]:
-        op = make()
-        out = start(op)
-        op.process_element1(("a", 0))
-        op.process_element1(("b", 0))
-        op.process_element2(("a", 0))
-        op.process_element2(("b", 0))
-        op.process_element1(("a", 0))
-        op2 = make()
-        out2 = start(op2)
-        op2.process_batch1([("a", 0), ("b", 0)])
-        op2.process_batch2([("a", 0), ("b", 0)])
-        op2.process_batch1([("a", 0)])
-        assert out.records == want
-        assert out2.records == want
+        one_by_one = KeyedTwoInputStreamOperatorTestHarness(make()).open()
+        one_by_one.process_element1(("a", 0))
+        one_by_one.process_element1(("b", 0))
+        one_by_one.process_element2(("a", 0))
+        one_by_one.process_element2(("b", 0))
+        one_by_one.process_element1(("a", 0))
+        batched = KeyedTwoInputStreamOperatorTestHarness(make()).open()
+        batched.process_elements1([("a", 0), ("b", 0)])
+        batched.process_elements2([("a", 0), ("b", 0)])
+        batched.process_elements1([("a", 0)])
+        assert one_by_one.extract_output_values() == want
+        assert batched.extract_output_values() == want
 
 
 # -- every state kind through a checkpoint ------------------------------------------------------------
@@ -420,26 +397,33 @@ def test_every_state_kind_with_and_without_ttl_survives_snapshot_and_restore(par
             if key_group_range_for_subtask(128, p, i)[0] <= kg <= key_group_range_for_subtask(128, p, i)[1]
         )
 
-    ops = [KeyedStreamMap(EveryKind(), first) for _ in range(parallelism)]
-    for i, op in enumerate(ops):
-        start(op, i, parallelism)
+    ops = [
+        KeyedOneInputStreamOperatorTestHarness(
+            KeyedStreamMap(EveryKind(), first), subtask_index=i, parallelism=parallelism
+        ).open()
+        for i in range(parallelism)
+    ]
     cut = 40
     for record in RECORDS[:cut]:
         ops[subtask_of(record[0], parallelism)].process_element(record)
-    snapshots = [cloudpickle.loads(cloudpickle.dumps(snapshot_operator(op, 1, 0))) for op in ops]
+    snapshots = [cloudpickle.loads(cloudpickle.dumps(harness.snapshot(1))) for harness in ops]
     for record in RECORDS[cut : cut + 5]:  # after the checkpoint: lost by the failover
         ops[subtask_of(record[0], parallelism)].process_element(record)
 
-    restored = [KeyedStreamMap(EveryKind(), first) for _ in range(new_parallelism)]
-    outs = [start(op, i, new_parallelism, restore=snapshots) for i, op in enumerate(restored)]
+    restored = [
+        KeyedOneInputStreamOperatorTestHarness(
+            KeyedStreamMap(EveryKind(), first), subtask_index=i, parallelism=new_parallelism
+        ).open(restore=snapshots)
+        for i in range(new_parallelism)
+    ]
     keys = sorted({k for k, _ in RECORDS})
     for key in keys:  # read only
         restored[subtask_of(key, new_parallelism)].process_element((key, None))
     for record in RECORDS[cut:]:
         restored[subtask_of(record[0], new_parallelism)].process_element(record)
     first_reports, last_reports = {}, {}
-    for out in outs:
-        for key, report in out.records:
+    for harness in restored:
+        for key, report in harness.extract_output_values():
             first_reports.setdefault(key, report)
             last_reports[key] = report
     assert first_reports == model_of(RECORDS[:cut])  # what the checkpoint held, on any subtask
