@@ -20,9 +20,9 @@ from raylink.api.configuration import Configuration
 from raylink.api.functions import SourceFunction
 from raylink.api.time import parse_duration_ms, to_millis
 from raylink.api.watermark_strategy import WatermarksWithIdleness
-from raylink.operators import CollectingOutput, ManualProcessingTimeService, StreamingRuntimeContext
 from raylink.operators.base import MAX_WATERMARK, MIN_WATERMARK
 from raylink.operators.timestamps import TimestampsAndWatermarksOperator
+from raylink.tests.harness import OneInputStreamOperatorTestHarness
 from raylink.tests.runtime_jobs import make_env, reset_signal, signal
 
 pytestmark = pytest.mark.timeout(60)
@@ -115,14 +115,15 @@ def test_strategy_configures_itself_like_pyflink_and_rejects_bad_arguments():
 
 # -- the operator ------------------------------------------------------------------------------------
 def start_operator(strategy, interval=None):
-    clock = ManualProcessingTimeService(start=1000)
     params = {} if interval is None else {"pipeline.auto-watermark-interval": interval}
-    rc = StreamingRuntimeContext(processing_time_service=clock, job_parameters=params)
-    op = TimestampsAndWatermarksOperator(strategy)
-    out = CollectingOutput(rc.record_context)
-    op.setup(out, rc)
-    op.open()
-    return op, out, clock, rc
+    harness = OneInputStreamOperatorTestHarness(
+        TimestampsAndWatermarksOperator(strategy),
+        task_name="",
+        operator_name="",
+        processing_time=1000,
+        job_parameters=params,
+    )
+    return harness.open()
 
 
 class ByField(TimestampAssigner):
@@ -132,51 +133,50 @@ class ByField(TimestampAssigner):
 
 def test_operator_assigns_timestamps_and_emits_periodically_on_the_clock():
     strategy = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(5)).with_timestamp_assigner(ByField())
-    op, out, clock, rc = start_operator(strategy)
-    assert op.watermark_interval == 200
-    op.process_batch([("a", 100), ("b", 90)])
-    rc.record_context.timestamp = 7
-    op.process_element(("c", 120))
-    assert rc.record_context.timestamp == 7  # restored
-    op.process_timestamped_batch([("d", 110)], [3])
+    harness = start_operator(strategy)
+    out = harness.output
+    assert harness.operator.watermark_interval == 200
+    harness.process_elements([("a", 100), ("b", 90)])
+    harness.process_element(("c", 120), timestamp=7)
+    assert harness.record_context.timestamp == 7  # restored
+    harness.process_timestamped([(("d", 110), 3)])
     assert out.records == [("a", 100), ("b", 90), ("c", 120), ("d", 110)]
     assert out.timestamps == [100, 90, 120, 110]
     assert out.watermarks == []  # only periodically
-    clock.advance(199)
+    harness.advance_processing_time(199)
     assert out.watermarks == []
-    clock.advance(1)
+    harness.advance_processing_time(1)
     assert out.watermarks == [114]
-    clock.advance(200)  # no progress: nothing emitted
+    harness.advance_processing_time(200)  # no progress: nothing emitted
     assert out.watermarks == [114]
-    op.process_element(("e", 200))
-    clock.advance(200)
+    harness.process_element(("e", 200), timestamp=7)
+    harness.advance_processing_time(200)
     assert out.watermarks == [114, 194]
-    op.process_watermark(500)  # upstream watermarks are swallowed ...
+    harness.process_watermark(500)  # upstream watermarks are swallowed ...
     assert out.watermarks == [114, 194]
-    op.process_watermark(MAX_WATERMARK)  # ... except the end of input
+    harness.process_watermark(MAX_WATERMARK)  # ... except the end of input
     assert out.watermarks == [114, 194, MAX_WATERMARK]
-    op.end_input()
-    op.close()
-    assert clock.num_pending() == 0
+    harness.end_input()
+    harness.close()
+    assert harness.processing_time_service.num_pending() == 0
 
 
 def test_operator_keeps_record_timestamps_without_an_assigner_and_final_emit_at_end_of_input():
-    op, out, clock, rc = start_operator(WatermarkStrategy.for_monotonous_timestamps(), interval="0 ms")
-    assert clock.num_pending() == 0  # interval 0: no periodic emission
-    rc.record_context.timestamp = 40
-    op.process_batch(["x", "y"])
-    op.process_timestamped_batch(["z"], [60])
-    assert out.timestamps == [40, 40, 60]
-    op.end_input()  # Flink's finish(): one last periodic emit
-    assert out.watermarks == [59]
+    harness = start_operator(WatermarkStrategy.for_monotonous_timestamps(), interval="0 ms")
+    assert harness.processing_time_service.num_pending() == 0  # interval 0: no periodic emission
+    harness.process_elements(["x", "y"], timestamp=40)
+    harness.process_timestamped([("z", 60)])
+    assert harness.output.timestamps == [40, 40, 60]
+    harness.end_input()  # Flink's finish(): one last periodic emit
+    assert harness.output.watermarks == [59]
 
 
 def test_operator_rejects_non_int_timestamps_naming_the_record():
-    op, _out, _clock, _rc = start_operator(
+    harness = start_operator(
         WatermarkStrategy.no_watermarks().with_timestamp_assigner(lambda v: v // 2 if v % 2 == 0 else v / 2)
     )
     with pytest.raises(TypeError, match=r"returned 1.5 \(float\) for record 3; timestamps must be int"):
-        op.process_batch([2, 3])
+        harness.process_elements([2, 3])
 
 
 def test_custom_generator_for_punctuated_watermarks():
@@ -189,9 +189,9 @@ def test_custom_generator_for_punctuated_watermarks():
             pass
 
     strategy = WatermarkStrategy.for_generator(EveryMarker).with_timestamp_assigner(lambda v, ts: ts)
-    op, out, _clock, rc = start_operator(strategy)
-    op.process_timestamped_batch(["a", "mark", "b", "mark", "mark"], [5, 10, 12, 9, 20])
-    assert out.watermarks == [10, 20]  # 9 does not advance
+    harness = start_operator(strategy)
+    harness.process_timestamped([("a", 5), ("mark", 10), ("b", 12), ("mark", 9), ("mark", 20)])
+    assert harness.output.watermarks == [10, 20]  # 9 does not advance
 
 
 # -- through the runtime -----------------------------------------------------------------------------
@@ -301,12 +301,12 @@ def test_an_idle_source_subtask_does_not_stall_event_time_windows():
 
 def test_watermark_gauges_of_the_operator_move():
     strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(ByField())
-    op, _out, clock, rc = start_operator(strategy)
-    gauges = rc.get_metrics_group().gauges
+    harness = start_operator(strategy)
+    gauges = harness.runtime_context.get_metrics_group().gauges
     assert gauges["currentOutputWatermark"]() == MIN_WATERMARK
-    op.process_batch([("a", 50)])
-    clock.advance(200)
-    op.process_watermark(7)  # upstream: seen, not forwarded
+    harness.process_elements([("a", 50)])
+    harness.advance_processing_time(200)
+    harness.process_watermark(7)  # upstream: seen, not forwarded
     assert gauges["currentOutputWatermark"]() == 49
     assert gauges["currentInputWatermark"]() == 7
 

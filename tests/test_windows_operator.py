@@ -35,7 +35,7 @@ from raylink.api.configuration import Configuration
 from raylink.api.window import DynamicEventTimeSessionWindows, NeverTrigger
 from raylink.core.functions import NullByteKeySelector
 from raylink.core.key_groups import assign_to_key_group
-from raylink.operators import CollectingOutput, ManualProcessingTimeService, StreamingRuntimeContext
+from raylink.operators import ManualProcessingTimeService
 from raylink.operators.base import MAX_WATERMARK
 from raylink.operators.window import (
     CONTENTS_STATE,
@@ -44,6 +44,7 @@ from raylink.operators.window import (
     WindowOperatorDescriptor,
     create_window_operator,
 )
+from raylink.tests.harness import KeyedOneInputStreamOperatorTestHarness
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -97,14 +98,13 @@ def start(
         window_function=fn,
         function_kind=kind,
     )
-    op = create_window_operator(desc, key)
-    rc = StreamingRuntimeContext(processing_time_service=clock or ManualProcessingTimeService())
-    out = CollectingOutput(rc.record_context)
-    op.setup(out, rc)
+    harness = KeyedOneInputStreamOperatorTestHarness(
+        create_window_operator(desc, key), task_name="", operator_name="", processing_time_service=clock
+    ).setup()
     if backend_snapshot is not None:
-        op.keyed_state_backend.restore(backend_snapshot)
-    op.open()
-    return op, out
+        harness.keyed_state_backend.restore(backend_snapshot)
+    harness.open()
+    return harness.operator, harness.output
 
 
 def feed(op, elements):
@@ -482,15 +482,14 @@ def count_window_operator(size, slide, kind, keyed, backend_snapshot=None, timer
     windowed = stream.key_by(first).count_window(size, slide) if keyed else stream.count_window_all(size, slide)
     method, keyed_args, all_args = COUNT_KINDS[kind]
     spec = getattr(windowed, method)(*(keyed_args if keyed else all_args)).get_transformation().operator
-    op = create_window_operator(spec.function, spec.key_selector)
-    rc = StreamingRuntimeContext(processing_time_service=ManualProcessingTimeService())
-    out = CollectingOutput(rc.record_context)
-    op.setup(out, rc)
+    harness = KeyedOneInputStreamOperatorTestHarness(
+        create_window_operator(spec.function, spec.key_selector), task_name="", operator_name=""
+    ).setup()
     if backend_snapshot is not None:
-        op.keyed_state_backend.restore(backend_snapshot)
-        op.timer_service.restore(timers)
-    op.open()
-    return op, out
+        harness.keyed_state_backend.restore(backend_snapshot)
+        harness.operator.timer_service.restore(timers)
+    harness.open()
+    return harness.operator, harness.output
 
 
 def count_window_firings(events, size, slide, keyed):
