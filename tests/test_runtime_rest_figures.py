@@ -20,7 +20,7 @@ from typing import Any, Optional
 import cloudpickle
 import pytest
 
-from raylink.api.functions import MapFunction
+from raylink.api.functions import MapFunction, SourceFunction
 from raylink.runtime.job.checkpoint_stats import CheckpointStatsTracker, CheckpointType, SubtaskStateStats
 from raylink.state.checkpoint_storage import load_completed_checkpoint, read_state_handle
 from raylink.state.snapshots import CHANNEL_STATE
@@ -40,6 +40,7 @@ def checkpoint_config(tmp_path: Path, **extra: Any) -> dict:
         "execution.checkpointing.dir": str(tmp_path / "checkpoints"),
         "execution.checkpointing.num-retained": 1000,  # every checkpoint stays on disk to be measured
         "execution.checkpointing.data-inline-threshold": 0,  # every state blob is a file
+        "rest.savepoint.allowed-roots": str(tmp_path),  # REST savepoint targets lie under it
     }
     config.update(extra)
     return config
@@ -273,6 +274,71 @@ def test_a_job_started_from_a_savepoint_counts_one_restore(tmp_path):
         cancel(second)
 
 
+class PacedSource(SourceFunction):
+    """``0, 1, 2, ...`` one record every 5 ms until cancelled (records keep flowing through the job)."""
+
+    def __init__(self) -> None:
+        self.running = True
+
+    def run(self, ctx: Any) -> None:
+        i = 0
+        while self.running:
+            ctx.collect(i)
+            i += 1
+            time.sleep(0.005)
+
+    def cancel(self) -> None:
+        self.running = False
+
+
+class FailWhenAsked(MapFunction):
+    """Raises once, at the first record after ``<folder>/fail`` appeared (``<folder>/failed`` marks it)."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def map(self, value: Any) -> Any:
+        if os.path.exists(os.path.join(self.folder, "fail")) and not os.path.exists(
+            os.path.join(self.folder, "failed")
+        ):
+            Path(self.folder, "failed").write_text(str(int(time.time() * 1000)))
+            raise ValueError("asked to fail")
+        return value
+
+
+@pytest.mark.timeout(180)
+def test_each_failover_restore_is_counted_with_the_checkpoint_it_started_from(tmp_path):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    config = checkpoint_config(
+        tmp_path, **{"restart-strategy.type": "fixed-delay", "restart-strategy.fixed-delay.delay": "50 ms"}
+    )
+    env = make_env("local", 1, config)
+    env.add_source(PacedSource(), "Paced").map(FailWhenAsked(str(marks))).add_sink(DiscardingSink())
+    client = env.execute_async("fails once")
+    try:
+        assert wait_for(lambda: client.get_checkpoint_stats()["numberOfCompletedCheckpoints"] >= 2, client, 60)
+        assert get(client, f"/jobs/{client.job_id}/checkpoints")["counts"]["restored"] == 0
+        (marks / "fail").write_text("")
+        assert wait_for(lambda: client.num_restarts == 1 and str(client.get_job_status()) == "RUNNING", client, 60)
+        failed_at = int((marks / "failed").read_text())
+        body = get(client, f"/jobs/{client.job_id}/checkpoints")
+        assert body["counts"]["restored"] == 1
+        restored = body["latest"]["restored"]
+        # the newest checkpoint on disk completed before the restore is the one restored
+        folder = job_folder(tmp_path, client)
+        before = [
+            c.checkpoint_id
+            for c in (load_completed_checkpoint(str(p)) for p in folder.glob("chk-*") if (p / "_metadata").is_file())
+            if c.completion_timestamp <= restored["restore_timestamp"]
+        ]
+        assert restored["id"] == max(before) and restored["is_savepoint"] is False
+        assert failed_at <= restored["restore_timestamp"]
+        assert restored["external_path"].rstrip("/").endswith(f"chk-{restored['id']}")
+    finally:
+        cancel(client)
+
+
 # -- unaligned checkpoints ----------------------------------------------------------------------------
 class SlowEnd(MapFunction):
     """The slow end of the job: 1 ms every 3 records (the workload, not a wait)."""
@@ -435,6 +501,11 @@ def test_ray_task_executors_show_their_slots_heartbeats_and_hardware(ray_session
         assert pid != os.getpid() and psutil.pid_exists(pid)
         assert manager["hardware"]["physicalMemory"] == psutil.virtual_memory().total  # the same machine
         assert manager["hardware"]["cpuCores"] >= 1
+        # each subtask's start is its own process's clock reading when it started: after RUNNING, before now
+        running = get(client, f"/jobs/{client.job_id}")["timestamps"]["RUNNING"]
+        for vertex in get(client, f"/jobs/{client.job_id}")["vertices"]:
+            for sub in get(client, f"/jobs/{client.job_id}/vertices/{vertex['id']}")["subtasks"]:
+                assert running <= sub["start-time"] <= answered and sub["end-time"] == -1
     finally:
         cancel(client)
 
