@@ -439,6 +439,11 @@ class CheckpointCoordinator:
         except Exception as exc:
             self._failed(checkpoint.checkpoint_id, f"could not finalise: {type(exc).__name__}: {exc}", savepoint)
             return
+        handles = [h for by_subtask in completed.operator_states.values() for h in by_subtask.values()]
+        full_size = self._full_size(handles)  # outside the lock: a shared file's size may be read
+        referenced = {p for h in handles for p in getattr(h, "shared", ())}
+        # later checkpoints refer to these or to new files: the sizes of the others are not needed again
+        self._shared_sizes = {p: n for p, n in self._shared_sizes.items() if p in referenced}
         with self._lock:
             self._last_end = time.monotonic()
             self._consecutive_failures = 0
@@ -447,8 +452,7 @@ class CheckpointCoordinator:
             stats.last_checkpoint_id = checkpoint.checkpoint_id
             stats.last_duration_ms = int((self._last_end - checkpoint.started) * 1000)
             stats.last_size = sum(int(s.get("size", 0)) for s in checkpoint.task_stats.values())
-            handles = [h for by_subtask in completed.operator_states.values() for h in by_subtask.values()]
-            stats.last_full_size = self._full_size(handles)
+            stats.last_full_size = full_size
             alignments = [s.get("alignment_ms", 0.0) for s in checkpoint.task_stats.values()]
             stats.last_alignment_ms = max(alignments, default=0.0)
             stats.last_persisted_data = sum(s.get("persisted_bytes", 0) for s in checkpoint.task_stats.values())
