@@ -55,6 +55,7 @@ import msgpack
 
 from raylink.core.options import CheckpointingOptions, ConfigOption
 from raylink.errors import RaylinkError
+from raylink.state.shared_state_registry import SharedStateRegistry
 
 if TYPE_CHECKING:
     import fsspec
@@ -220,8 +221,9 @@ class CheckpointStorage:
     def _init_runtime_state(self) -> None:
         self._lock = threading.RLock()
         self._fs_and_root: Optional[tuple[fsspec.AbstractFileSystem, str]] = None
-        self._completed_ids: set[int] = set()  # ids this store knows completed
-        self._loaded: dict[int, CompletedCheckpoint] = {}
+        self._completed_ids: set[int] = set()  # retained: ids this store knows completed
+        self._discarding: set[int] = set()  # subsumed, their _metadata not deleted yet
+        self._registry = SharedStateRegistry()  # the shared files each known checkpoint names
         self._scanned = False
 
     @classmethod
@@ -383,7 +385,6 @@ class CheckpointStorage:
         meta_path = posixpath.join(chk_path, METADATA_FILE_NAME)
         fs = self._fs
         with self._lock:
-            self._ensure_scanned()
             try:
                 fs.makedirs(chk_path, exist_ok=True)
                 if fs.exists(meta_path):
@@ -406,8 +407,12 @@ class CheckpointStorage:
                 metadata_path=self._display(meta_path),
             )
             self._completed_ids.add(checkpoint_id)
-            self._loaded[checkpoint_id] = completed
-            self._subsume(checkpoint_id)
+            self._registry.register_all(checkpoint_id, self._shared_paths(completed))
+            self._registry.checkpoint_completed(checkpoint_id)
+            try:
+                self._subsume(checkpoint_id)
+            except OSError as exc:  # retention is retried at the next checkpoint; this one completed
+                log.warning("retention of job %s after checkpoint %d stopped: %s", self.job_id, checkpoint_id, exc)
         return completed
 
     def abort(self, checkpoint_id: int) -> None:
@@ -418,7 +423,8 @@ class CheckpointStorage:
                 log.warning("not deleting checkpoint %d of job %s on abort: it completed", checkpoint_id, self.job_id)
                 return
             self._delete_dir(checkpoint_id)
-            self._delete_unfinished_shared([checkpoint_id])
+            if self._all_retained_known():
+                self._delete_unfinished_shared([checkpoint_id])
 
     def _metadata_bytes(
         self,
@@ -586,7 +592,8 @@ class CheckpointStorage:
             except FileNotFoundError:
                 pass
             self._completed_ids.clear()
-            self._loaded.clear()
+            self._discarding.clear()
+            self._registry.clear()
 
     # -- internals ----------------------------------------------------------------------------------
     def _encode_handle(
@@ -640,77 +647,175 @@ class CheckpointStorage:
         return ids
 
     def _ensure_scanned(self) -> None:
-        """Learns which checkpoints of an earlier run completed (their ``_metadata`` exists)."""
+        """Learns which checkpoints of an earlier run completed (their ``_metadata`` exists).
+        A folder whose ``_metadata`` cannot be looked up raises ``OSError`` (scanned again
+        next time): never taken for a checkpoint that did not complete."""
         if self._scanned:
             return
         fs = self._fs
+        unknown: Optional[OSError] = None
         for checkpoint_id in self._list_checkpoint_ids():
-            if fs.exists(posixpath.join(self._chk_path(checkpoint_id), METADATA_FILE_NAME)):
-                self._completed_ids.add(checkpoint_id)
+            if checkpoint_id in self._completed_ids or checkpoint_id in self._discarding:
+                continue
+            try:
+                fs.info(posixpath.join(self._chk_path(checkpoint_id), METADATA_FILE_NAME))
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                unknown = exc
+                continue
+            self._completed_ids.add(checkpoint_id)
+        if unknown is not None:
+            raise unknown
         self._scanned = True
 
+    def _shared_paths(self, completed: CompletedCheckpoint) -> set[str]:
+        """The shared files ``completed`` names, as paths of this store's filesystem."""
+        strip = type(self._fs)._strip_protocol
+        return {
+            strip(p) if "://" in p else p
+            for subtasks in completed.operator_states.values()
+            for h in subtasks.values()
+            for p in h.shared
+        }
+
+    def _known(self, checkpoint_id: int) -> bool:
+        """Whether the shared files of ``checkpoint_id`` are known: registered, or registered
+        now from its ``_metadata``. An unreadable or corrupt ``_metadata`` leaves them unknown."""
+        if self._registry.is_registered(checkpoint_id):
+            return True
+        chk_path = self._chk_path(checkpoint_id)
+        meta_path = posixpath.join(chk_path, METADATA_FILE_NAME)
+        try:
+            raw = self._fs.cat_file(meta_path)
+        except FileNotFoundError:  # deleted by hand: it names nothing any more
+            log.warning(
+                "checkpoint %d of job %s lost its %s: shared files only it named stay behind",
+                checkpoint_id,
+                self.job_id,
+                self._display(meta_path),
+            )
+            self._registry.register_all(checkpoint_id, ())
+            return True
+        except OSError as exc:
+            log.warning("shared files of checkpoint %d of job %s unknown: %s", checkpoint_id, self.job_id, exc)
+            return False
+        try:
+            completed = self._decode(raw, self._display(meta_path), chk_path, checkpoint_id)
+        except CheckpointStorageError as exc:
+            log.warning("shared files of checkpoint %d of job %s unknown: %s", checkpoint_id, self.job_id, exc)
+            return False
+        self._registry.register_all(checkpoint_id, self._shared_paths(completed))
+        return True
+
+    def _all_retained_known(self) -> bool:
+        return all([self._known(c) for c in sorted(self._completed_ids)])
+
     def _subsume(self, newest_id: int) -> None:
-        """Retention: drop completed checkpoints beyond ``num_retained`` and unfinished
-        folders older than ``newest_id``."""
-        retained = sorted(self._completed_ids)
-        dropped = retained[: -self.num_retained]
-        if dropped:
-            released = set().union(*(self._shared_of(c) for c in dropped))
-            if released:  # Flink's SharedStateRegistry: a shared file goes with its last checkpoint
-                released -= set().union(*(self._shared_of(c) for c in retained[-self.num_retained :]))
-        for checkpoint_id in dropped:
+        """Retention (Flink's ``DefaultCompletedCheckpointStore`` subsumption): completed
+        checkpoints beyond ``num_retained`` are discarded, then the shared files no retained
+        or restoring checkpoint names, then unfinished folders older than ``newest_id``.
+
+        Nothing is deleted on a guess: a subsumed checkpoint whose files are unknown or whose
+        ``_metadata`` could not be deleted keeps its folder (retried at the next checkpoint);
+        while any retained checkpoint's files are unknown no shared file is deleted; a failed
+        deletion is retried at the next checkpoint."""
+        try:
+            self._ensure_scanned()
+        except OSError as exc:  # retention over what is known; the rest at the next checkpoint
+            log.warning("checkpoints of job %s not all scanned: %s", self.job_id, exc)
+        ordered = sorted(self._completed_ids)
+        for checkpoint_id in ordered[: -self.num_retained]:
             self._completed_ids.discard(checkpoint_id)
-            self._loaded.pop(checkpoint_id, None)
-            self._delete_dir(checkpoint_id)
-        if dropped:
-            for path in sorted(released):
-                try:
-                    self._fs.rm_file(path)
-                except FileNotFoundError:
-                    pass
-                except OSError as exc:  # a leftover file is harmless
-                    log.warning("could not delete shared state file %s: %s", self._display(path), exc)
+            self._discarding.add(checkpoint_id)
+        all_known = self._all_retained_known()
+        for checkpoint_id in sorted(self._discarding):
+            self._discard_subsumed(checkpoint_id)
+        if not all_known:
+            log.warning(
+                "keeping every shared state file of job %s: the files a retained checkpoint names are "
+                "unknown (its metadata could not be read); retried at the next checkpoint",
+                self.job_id,
+            )
+            return
+        self._delete_unused_shared()
+        self._delete_unfinished(newest_id)
+
+    def _discard_subsumed(self, checkpoint_id: int) -> None:
+        """A subsumed checkpoint goes: its ``_metadata`` first (a folder without it is no
+        checkpoint), then its references to shared files, then the rest of its folder."""
+        if not self._known(checkpoint_id):
+            return  # its metadata is read again at the next checkpoint
+        meta_path = posixpath.join(self._chk_path(checkpoint_id), METADATA_FILE_NAME)
+        try:
+            self._fs.rm_file(meta_path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("could not delete %s (retried later): %s", self._display(meta_path), exc)
+            return
+        self._discarding.discard(checkpoint_id)
+        self._registry.unregister(checkpoint_id)
+        self._delete_dir(checkpoint_id)
+
+    def _delete_unused_shared(self) -> None:
+        """Delete the job's shared files no registered checkpoint names (a failure: retried)."""
+        shared_root = posixpath.join(self._job_path(), SHARED_DIR_NAME) + "/"
+        for path in sorted(self._registry.unused()):
+            if not path.startswith(shared_root):  # not this job's file: never deleted here
+                self._registry.discarded(path)
+                continue
+            try:
+                self._fs.rm_file(path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.warning("could not delete shared state file %s (retried later): %s", self._display(path), exc)
+                continue
+            self._registry.discarded(path)
+
+    def _delete_unfinished(self, newest_id: int) -> None:
+        """Delete the folders (and new shared files) of checkpoints older than ``newest_id``
+        that never completed (Flink subsumes pending checkpoints older than a completed one)."""
+        try:
+            listed = self._list_checkpoint_ids()
+        except OSError as exc:
+            log.warning("could not list the checkpoints of job %s: %s", self.job_id, exc)
+            return
         unfinished = []
-        for checkpoint_id in self._list_checkpoint_ids():
-            if checkpoint_id < newest_id and checkpoint_id not in self._completed_ids:
+        for checkpoint_id in listed:
+            if checkpoint_id >= newest_id or checkpoint_id in self._completed_ids or checkpoint_id in self._discarding:
+                continue
+            try:
+                self._fs.info(posixpath.join(self._chk_path(checkpoint_id), METADATA_FILE_NAME))
+            except FileNotFoundError:
                 self._delete_dir(checkpoint_id)
                 unfinished.append(checkpoint_id)
+                continue
+            except OSError:
+                continue  # cannot tell: looked at again at the next checkpoint
+            self._completed_ids.add(checkpoint_id)  # completed after all: retention decides next time
         if unfinished:
             self._delete_unfinished_shared(unfinished)
 
     def _delete_unfinished_shared(self, checkpoint_ids: list[int]) -> None:
         """Delete the shared files uploaded for checkpoints that will never complete (named
-        ``<checkpoint id>-...``), unless a completed checkpoint refers to them."""
+        ``<checkpoint id>-...``) that no registered checkpoint names. Call only when every
+        retained checkpoint's files are known."""
         shared_path = posixpath.join(self._job_path(), SHARED_DIR_NAME)
         try:
             names = [posixpath.basename(p.rstrip("/")) for p in self._fs.ls(shared_path, detail=False)]
-        except (FileNotFoundError, OSError):
+        except OSError:
             return
         prefixes = tuple(f"{c}-" for c in checkpoint_ids)
-        doomed = {posixpath.join(shared_path, n) for n in names if n.startswith(prefixes)}
-        if doomed:
-            doomed -= set().union(*(self._shared_of(c) for c in self._completed_ids))
-        for path in sorted(doomed):
+        for name in sorted(n for n in names if n.startswith(prefixes)):
+            path = posixpath.join(shared_path, name)
+            if self._registry.is_referenced(path):
+                continue
             try:
                 self._fs.rm_file(path)
             except OSError:
                 pass
-
-    def _shared_of(self, checkpoint_id: int) -> set[str]:
-        """The shared files completed checkpoint ``checkpoint_id`` refers to (none if its
-        metadata cannot be read)."""
-        completed = self._loaded.get(checkpoint_id)
-        if completed is None:
-            chk_path = self._chk_path(checkpoint_id)
-            meta_path = posixpath.join(chk_path, METADATA_FILE_NAME)
-            try:
-                completed = self._decode(
-                    self._fs.cat_file(meta_path), self._display(meta_path), chk_path, checkpoint_id
-                )
-            except (OSError, CheckpointStorageError) as exc:
-                log.warning("shared files of checkpoint %d of job %s unknown: %s", checkpoint_id, self.job_id, exc)
-                return set()
-        return {p for subtasks in completed.operator_states.values() for h in subtasks.values() for p in h.shared}
 
     def _delete_dir(self, checkpoint_id: int) -> None:
         path = self._chk_path(checkpoint_id)
@@ -731,8 +836,9 @@ class CheckpointStorage:
             raise _UnusableCheckpoint(f"metadata file {shown!r} is missing", shown, metadata_missing=True) from None
         completed = self._decode(raw, shown, chk_path, checkpoint_id)
         self._verify_state_files(completed, chk_path, shown)
-        self._loaded[checkpoint_id] = completed
-        return completed
+        # a restore reads it: its shared files are this store's to keep (Flink's registerAllAfterRestored)
+        self._registry.register_all_after_restored(checkpoint_id, self._shared_paths(completed))
+        return _with_urls(self._fs, completed)
 
     def _decode(self, raw: bytes, shown: str, chk_path: str, checkpoint_id: int) -> CompletedCheckpoint:
         return _decode_metadata(raw, shown, chk_path, checkpoint_id, self.checkpoint_directory(checkpoint_id))
@@ -797,19 +903,25 @@ def load_completed_checkpoint(path: str, storage_options: Optional[Mapping[str, 
         _verify_state_files(fs, partial(_url, fs), completed, shown)
     except _UnusableCheckpoint as exc:
         raise CheckpointStorageError(str(exc), exc.path) from None
-    if _url(fs, folder) != folder:  # not the local filesystem: every file named by its URL
-        operators = {
-            op: {
-                i: replace(
-                    FileStateHandle(_url(fs, h.path), h.size) if isinstance(h, FileStateHandle) else h,
-                    shared=tuple(_url(fs, p) for p in h.shared),
-                )
-                for i, h in subtasks.items()
-            }
-            for op, subtasks in completed.operator_states.items()
+    return _with_urls(fs, completed, files=True)
+
+
+def _with_urls(fs: Any, completed: CompletedCheckpoint, files: bool = False) -> CompletedCheckpoint:
+    """``completed`` with its shared files (and with ``files`` its state files) named by URL
+    unless ``fs`` is the local filesystem, so any process reads them from where they are."""
+    if _url(fs, "/") == "/":
+        return completed
+    operators = {
+        op: {
+            i: replace(
+                FileStateHandle(_url(fs, h.path), h.size) if files and isinstance(h, FileStateHandle) else h,
+                shared=tuple(_url(fs, p) for p in h.shared),
+            )
+            for i, h in subtasks.items()
         }
-        completed = replace(completed, operator_states=operators)
-    return completed
+        for op, subtasks in completed.operator_states.items()
+    }
+    return replace(completed, operator_states=operators)
 
 
 def _decode_metadata(
