@@ -11,4 +11,5 @@ bash scripts/setup.sh
 # the hot-path tests once more on the pure-Python twins (the run above takes the compiled path when it is built)
 RAYLINK_PURE_PYTHON=1 exec .venv/bin/python -m pytest -q tests/test_shuffle_hotpath.py tests/test_shuffle_partitioners.py \
     tests/test_shuffle_serializer.py tests/test_operators_basic.py tests/test_operators_keyed.py \
-    tests/test_shuffle_codec_collect.py tests/test_collect_buffer.py tests/test_state_rocksdb_batches.py
+    tests/test_shuffle_codec_collect.py tests/test_collect_buffer.py tests/test_state_rocksdb_batches.py \
+    tests/test_bad_input_keys.py
