@@ -5,7 +5,7 @@ import threading
 import pytest
 
 from raylink.api.functions import SourceFunction
-from raylink.operators import MAX_WATERMARK, CollectingOutput, ManualProcessingTimeService, StreamingRuntimeContext
+from raylink.operators import MAX_WATERMARK
 from raylink.operators.sources import (
     CollectionSourceOperator,
     SequenceSourceOperator,
@@ -13,21 +13,15 @@ from raylink.operators.sources import (
     sequence_split,
 )
 from raylink.shuffle.elements import Watermark
+from raylink.tests.harness import AbstractStreamOperatorTestHarness
 
 pytestmark = pytest.mark.timeout(30)
 
 
 def start(op, subtask_index=0, parallelism=1):
-    rc = StreamingRuntimeContext(
-        task_name="src",
-        subtask_index=subtask_index,
-        parallelism=parallelism,
-        processing_time_service=ManualProcessingTimeService(),
-    )
-    out = CollectingOutput(rc.record_context)
-    op.setup(out, rc)
-    op.open()
-    return out, rc
+    return AbstractStreamOperatorTestHarness(
+        op, task_name="src", subtask_index=subtask_index, parallelism=parallelism
+    ).open()
 
 
 def drain(op, max_records):
@@ -42,7 +36,7 @@ def test_sequence_split_over_three_subtasks_covers_range_exactly_once():
     seen = []
     for i in range(3):
         op = SequenceSourceOperator(1, 100)
-        out, _ = start(op, subtask_index=i, parallelism=3)
+        out = start(op, subtask_index=i, parallelism=3).output
         calls = drain(op, 7)
         assert out.records == list(sequence_split(1, 100, i, 3))
         assert out.watermarks == [MAX_WATERMARK]
@@ -57,7 +51,7 @@ def test_sequence_with_more_subtasks_than_numbers():
     outs = []
     for i in range(4):
         op = SequenceSourceOperator(5, 6)
-        out, _ = start(op, subtask_index=i, parallelism=4)
+        out = start(op, subtask_index=i, parallelism=4).output
         drain(op, 10)
         outs.append(out.records)
     assert outs == [[], [5], [], [6]]
@@ -65,7 +59,7 @@ def test_sequence_with_more_subtasks_than_numbers():
 
 def test_collection_source_emits_in_batches_then_max_watermark():
     op = CollectionSourceOperator(["a", "b", "c", "d", "e"])
-    out, _ = start(op)
+    out = start(op).output
     assert op.emit_next(2) is True
     assert out.records == ["a", "b"] and out.batches == 1
     assert op.emit_next(2) is True
@@ -82,7 +76,7 @@ def test_collection_source_is_non_parallel():
 
 def test_empty_collection():
     op = CollectionSourceOperator([])
-    out, _ = start(op)
+    out = start(op).output
     assert op.emit_next(10) is False
     assert out.records == [] and out.watermarks == [MAX_WATERMARK]
 
@@ -112,7 +106,8 @@ class Numbers(SourceFunction):
 def test_source_function_runs_inline_with_timestamps_and_watermarks():
     fn = Numbers()
     op = SourceFunctionOperator(fn)
-    out, rc = start(op, subtask_index=2, parallelism=3)
+    harness = start(op, subtask_index=2, parallelism=3)
+    out, rc = harness.output, harness.runtime_context
     assert fn.opened_with == 2
     assert op.emit_next(2) is False
     assert out.records == [200, 201, 202, 203, 204, "t1", "t2", "t3", "plain"]
@@ -141,7 +136,7 @@ def test_source_function_cancel_from_another_thread_stops_run():
 
     fn = Endless()
     op = SourceFunctionOperator(fn)
-    out, _ = start(op)
+    out = start(op).output
     flushed = []
     op.on_batch_flushed = lambda: flushed.append(len(out.records))
     canceller = threading.Thread(target=lambda: (fn.started.wait(10), op.cancel()))
@@ -158,7 +153,7 @@ def test_source_function_cancel_from_another_thread_stops_run():
 
 def test_iterable_and_callable_sources():
     op = SourceFunctionOperator(range(5))
-    out, _ = start(op)
+    out = start(op).output
     assert op.emit_next(2) and op.emit_next(2)
     assert op.emit_next(2) is False
     assert out.records == [0, 1, 2, 3, 4] and out.watermarks == [MAX_WATERMARK]
@@ -167,7 +162,7 @@ def test_iterable_and_callable_sources():
         yield from "abc"
 
     op = SourceFunctionOperator(gen)
-    out, _ = start(op)
+    out = start(op).output
     assert op.emit_next(3) is True  # exactly max_records: not known to be done yet
     assert op.emit_next(3) is False
     assert out.records == ["a", "b", "c"] and out.batches == 1
@@ -179,7 +174,7 @@ def test_iterable_and_callable_sources():
 
 def test_cancelled_iterator_source_stops():
     op = SourceFunctionOperator(iter(range(100)))
-    out, _ = start(op)
+    out = start(op).output
     assert op.emit_next(10)
     op.cancel()
     assert op.emit_next(10) is False
@@ -196,7 +191,7 @@ def test_collect_batch_emits_like_collect_in_order():
             ctx.collect_batch([5, 6])
 
     op = SourceFunctionOperator(Bursts())
-    out, _rc = start(op)
+    out = start(op).output
     drain(op, 4)
     assert out.records == [1, 2, 3, 4, 5, 6]
 

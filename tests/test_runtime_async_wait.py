@@ -31,10 +31,9 @@ from raylink.api.async_retry_strategies import ExponentialBackoffDelayRetryStrat
 from raylink.bench.failover import committed_lines
 from raylink.operators.async_wait import STATE_NAME, AsyncWaitOperator
 from raylink.operators.output import CollectingOutput
-from raylink.operators.runtime_context import StreamingRuntimeContext
 from raylink.runtime.client.job_result import JobExecutionException
 from raylink.runtime.task.mailbox import MailboxExecutor, MailboxProcessor
-from raylink.state.snapshots import initialize_operator, snapshot_operator
+from raylink.tests.harness import OneInputStreamOperatorTestHarness
 from raylink.tests.runtime_jobs import cause_chain, make_env, reset_signal, signal, wait_for
 
 N = 300
@@ -343,15 +342,16 @@ class Sleeps(AsyncFunction):
 
 
 def start(function, mode="UNORDERED", capacity=10, restore=None):
-    mp = MailboxProcessor(lambda _mp: None)
-    executor = MailboxExecutor(mp)
-    rc = StreamingRuntimeContext(task_name="t", operator_name="async wait operator", mailbox_executor=executor)
-    op = AsyncWaitOperator(function, 10_000, capacity, None, mode, name="async wait operator")
-    out = EventsOutput(rc.record_context)
-    op.setup(out, rc)
-    op.open()
-    initialize_operator(op, restore)
-    return op, out, executor
+    """The operator on a harness whose mailbox executor the test thread drives (its task thread)."""
+    executor = MailboxExecutor(MailboxProcessor(lambda _mp: None))
+    harness = OneInputStreamOperatorTestHarness(
+        AsyncWaitOperator(function, 10_000, capacity, None, mode, name="async wait operator"),
+        task_name="t",
+        mailbox_executor=executor,
+        output=EventsOutput,
+    )
+    harness.open(restore)
+    return harness, executor
 
 
 def wait_until(executor, condition, timeout=10.0):
@@ -363,51 +363,51 @@ def wait_until(executor, condition, timeout=10.0):
 
 @pytest.mark.timeout(30)
 def test_unordered_results_never_cross_a_watermark():
-    op, out, executor = start(Sleeps(), "UNORDERED")
-    op.record_context.timestamp = 5
-    op.process_batch([("a", 0.3), ("b", 0.01)])
-    op.process_watermark(10)
-    op.record_context.timestamp = 12
-    op.process_batch([("c", 0.0), ("d", 0.05)])
-    op.end_input()
-    op.close()
+    harness, executor = start(Sleeps(), "UNORDERED")
+    harness.process_elements([("a", 0.3), ("b", 0.01)], timestamp=5)
+    harness.process_watermark(10)
+    harness.process_elements([("c", 0.0), ("d", 0.05)], timestamp=12)
+    harness.end_input()
+    harness.close()
+    out = harness.output
     assert out.events[:3] == [("r", "b", 5), ("r", "a", 5), ("w", 10)]  # b finished first; c waited for W
     assert sorted(out.events[3:]) == [("r", "c", 12), ("r", "d", 12)]
 
 
 @pytest.mark.timeout(30)
 def test_ordered_results_follow_the_input_and_watermarks_keep_their_place():
-    op, out, executor = start(Sleeps(), "ORDERED")
-    op.process_batch([("a", 0.2), ("b", 0.0)])
-    op.process_watermark(10)
-    op.process_batch([("c", 0.0)])
-    op.end_input()
-    op.close()
-    assert out.events == [("r", "a", None), ("r", "b", None), ("w", 10), ("r", "c", None)]
+    harness, executor = start(Sleeps(), "ORDERED")
+    harness.process_elements([("a", 0.2), ("b", 0.0)])
+    harness.process_watermark(10)
+    harness.process_elements([("c", 0.0)])
+    harness.end_input()
+    harness.close()
+    assert harness.output.events == [("r", "a", None), ("r", "b", None), ("w", 10), ("r", "c", None)]
 
 
 @pytest.mark.timeout(30)
 def test_the_operator_takes_no_input_while_records_wait_for_a_slot():
-    op, out, executor = start(Sleeps(), "ORDERED", capacity=2)
-    op.process_batch([(str(i), 0.05) for i in range(5)])
+    harness, executor = start(Sleeps(), "ORDERED", capacity=2)
+    op = harness.operator
+    harness.process_elements([(str(i), 0.05) for i in range(5)])
     waiting = op.get_available_future()
     assert waiting is not None and not waiting.done()  # 2 run, 3 wait: the task must not feed more
     wait_until(executor, waiting.done)
     assert op.get_available_future() is None
-    op.end_input()
-    op.close()
-    assert [e[1] for e in out.events] == ["0", "1", "2", "3", "4"] and op.max_in_flight == 2
+    harness.end_input()
+    harness.close()
+    assert [e[1] for e in harness.output.events] == ["0", "1", "2", "3", "4"] and op.max_in_flight == 2
 
 
 @pytest.mark.timeout(30)
 def test_records_in_flight_are_in_the_snapshot_and_run_again_after_a_restore():
-    op, out, executor = start(Sleeps(), "ORDERED", capacity=2)
-    op.record_context.timestamp = 7
-    op.process_batch([("done", 0.0), ("slow", 30), ("later", 0.0), ("waiting", 0.0)])
-    op.process_watermark(9)
+    harness, executor = start(Sleeps(), "ORDERED", capacity=2)
+    out = harness.output
+    harness.process_elements([("done", 0.0), ("slow", 30), ("later", 0.0), ("waiting", 0.0)], timestamp=7)
+    harness.process_watermark(9)
     wait_until(executor, lambda: out.events)  # "done" left; "slow" blocks the rest
-    snapshot = cloudpickle.loads(cloudpickle.dumps(snapshot_operator(op, 1, 0)))
-    op.close()  # the failure: the slow call is cancelled
+    snapshot = cloudpickle.loads(cloudpickle.dumps(harness.snapshot(1)))
+    harness.close()  # the failure: the slow call is cancelled
     assert out.events == [("r", "done", 7)]
     mode, elements = snapshot["operator"][STATE_NAME]
     assert elements == [("r", ("slow", 30), 7), ("r", ("later", 0.0), 7), ("r", ("waiting", 0.0), 7), ("w", 9)]
@@ -416,11 +416,11 @@ def test_records_in_flight_are_in_the_snapshot_and_run_again_after_a_restore():
         async def async_invoke(self, value):
             return [value[0]]
 
-    restored, out2, executor2 = start(Fast(), "ORDERED", capacity=2, restore=[snapshot])
-    assert restored.get_available_future() is not None  # the restored records go first
+    restored, _executor = start(Fast(), "ORDERED", capacity=2, restore=[snapshot])
+    assert restored.operator.get_available_future() is not None  # the restored records go first
     restored.end_input()
     restored.close()
-    assert out2.events == [("r", "slow", 7), ("r", "later", 7), ("r", "waiting", 7), ("w", 9)]
+    assert restored.output.events == [("r", "slow", 7), ("r", "later", 7), ("r", "waiting", 7), ("w", 9)]
 
 
 # -- a checkpoint with records in flight, restored after a failure ---------------------------------------

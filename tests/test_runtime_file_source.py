@@ -15,7 +15,7 @@ from raylink.api import Duration, RuntimeExecutionMode, WatermarkStrategy
 from raylink.api.connectors.file_system import FileSource, StreamFormat
 from raylink.connectors.file.source_operator import FileSourceOperator
 from raylink.graph.stream_graph_generator import source_boundedness
-from raylink.operators import CollectingOutput, ManualProcessingTimeService, StreamingRuntimeContext
+from raylink.tests.harness import AbstractStreamOperatorTestHarness
 from raylink.tests.runtime_jobs import make_env, multiset
 
 pytestmark = pytest.mark.timeout(120)
@@ -169,38 +169,22 @@ def test_monitoring_reads_files_that_appear_while_the_job_runs(target, tmp_path)
 
 
 # -- the operator, driven directly: checkpoint and restore ----------------------------------------------
-def _start(op, subtask_index=0, parallelism=1):
-    rc = StreamingRuntimeContext(
-        task_name="src",
-        subtask_index=subtask_index,
-        parallelism=parallelism,
-        processing_time_service=ManualProcessingTimeService(),
-    )
-    out = CollectingOutput(rc.record_context)
-    op.setup(out, rc)
-    op.open()
-    return out
-
-
 def test_a_restored_subtask_goes_on_after_the_lines_of_its_checkpoint(tmp_path):
     for name in ("a", "b", "c"):
         _write(str(tmp_path / f"{name}.txt"), "".join(f"{name}{i}\n" for i in range(10)).encode())
     source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(tmp_path)).build()
-    first = FileSourceOperator(source)
-    out = _start(first)
-    while len(out.records) < 14:
-        assert first.emit_next(3)
-    state = first.snapshot_operator_state(1)
-    before = list(out.records)
+    first = AbstractStreamOperatorTestHarness(FileSourceOperator(source), task_name="src").open()
+    while len(first.output.records) < 14:
+        assert first.operator.emit_next(3)
+    snapshot = first.snapshot(1)
+    before = first.extract_output_values()
     first.close()
 
-    restored = FileSourceOperator(source)
-    restored.restore_operator_state(state)
-    out2 = _start(restored)
-    while restored.emit_next(4):
+    restored = AbstractStreamOperatorTestHarness(FileSourceOperator(source), task_name="src").open(restore=[snapshot])
+    while restored.operator.emit_next(4):
         pass
     every = [f"{n}{i}" for n in "abc" for i in range(10)]
-    assert before + out2.records == every
+    assert before + restored.extract_output_values() == every
     restored.close()
 
 
@@ -210,11 +194,12 @@ def test_files_are_split_over_subtasks_exactly_once(tmp_path):
     source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(tmp_path)).build()
     per_subtask = []
     for index in range(3):
-        op = FileSourceOperator(source)
-        out = _start(op, index, 3)
-        while op.emit_next(100):
+        harness = AbstractStreamOperatorTestHarness(
+            FileSourceOperator(source), task_name="src", subtask_index=index, parallelism=3
+        ).open()
+        while harness.operator.emit_next(100):
             pass
-        per_subtask.append(out.records)
-        op.close()
+        per_subtask.append(harness.extract_output_values())
+        harness.close()
     assert sorted(int(v) for records in per_subtask for v in records) == list(range(20))
     assert all(records for records in per_subtask)

@@ -28,11 +28,11 @@ from raylink.api import (
     ValueStateDescriptor,
 )
 from raylink.core.key_groups import assign_to_key_group
-from raylink.operators import CollectingOutput, ManualProcessingTimeService, StreamingRuntimeContext
 from raylink.operators.base import MAX_WATERMARK
 from raylink.operators.reduce import StreamGroupedReduceOperator
 from raylink.operators.window import WindowOperatorDescriptor, create_window_operator
 from raylink.state.state_backend import HeapKeyedStateBackend
+from raylink.tests.harness import KeyedOneInputStreamOperatorTestHarness
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -302,14 +302,15 @@ def _flat(snapshot):
 
 
 def _reduce_operator(snapshot=None):
-    op = StreamGroupedReduceOperator(lambda a, b: (a[0], a[1] + b[1]), lambda v: v[0], "sum")
-    rc = StreamingRuntimeContext(processing_time_service=ManualProcessingTimeService())
-    out = CollectingOutput(rc.record_context)
-    op.setup(out, rc)
-    if snapshot is not None:
-        op.keyed_state_backend.restore(snapshot)
-    op.open()
-    return op, out
+    harness = KeyedOneInputStreamOperatorTestHarness(
+        StreamGroupedReduceOperator(lambda a, b: (a[0], a[1] + b[1]), lambda v: v[0], "sum"),
+        task_name="",
+        operator_name="",
+    ).setup()
+    if snapshot is not None:  # the backend's own snapshot (not the operator's)
+        harness.keyed_state_backend.restore(snapshot)
+    harness.open()
+    return harness.operator, harness.output
 
 
 @SETTINGS
@@ -354,16 +355,15 @@ def _window_operator(assigner, contents, backend_snapshot=None, timers=None):
         window_function=(lambda key, w, xs: [(key, w.start, sorted(v for _, v in xs))]) if contents == "list" else None,
         function_kind="window" if contents == "list" else "pass",
     )
-    op = create_window_operator(desc, lambda v: v[0])
-    rc = StreamingRuntimeContext(processing_time_service=ManualProcessingTimeService())
-    out = CollectingOutput(rc.record_context)
-    op.setup(out, rc)
+    harness = KeyedOneInputStreamOperatorTestHarness(
+        create_window_operator(desc, lambda v: v[0]), task_name="", operator_name=""
+    ).setup()
     if backend_snapshot is not None:
-        op.keyed_state_backend.restore(backend_snapshot)
-    op.open()
+        harness.keyed_state_backend.restore(backend_snapshot)
+    harness.open()
     if timers is not None:
-        op.timer_service.restore(timers)
-    return op, out
+        harness.operator.timer_service.restore(timers)
+    return harness.operator, harness.output
 
 
 class MutatingAvg2(MutatingAvg):

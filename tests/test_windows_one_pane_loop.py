@@ -7,10 +7,10 @@ from decimal import Decimal
 import pytest
 
 from raylink.api import AggregateFunction, Time, TumblingEventTimeWindows, WatermarkStrategy
-from raylink.operators import CollectingOutput, ManualProcessingTimeService, StreamingRuntimeContext
 from raylink.operators.base import MAX_WATERMARK
 from raylink.operators.timestamps import TimestampsAndWatermarksOperator
 from raylink.operators.window import WindowOperatorDescriptor, create_window_operator
+from raylink.tests.harness import KeyedOneInputStreamOperatorTestHarness, OneInputStreamOperatorTestHarness
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -57,12 +57,10 @@ def window_operator(contents):
         window_function=all_values if contents == "list" else None,
         function_kind="window" if contents == "list" else "pass",
     )
-    op = create_window_operator(desc, key_of)
-    rc = StreamingRuntimeContext(processing_time_service=ManualProcessingTimeService())
-    out = CollectingOutput(rc.record_context)
-    op.setup(out, rc)
-    op.open()
-    return op, out
+    harness = KeyedOneInputStreamOperatorTestHarness(
+        create_window_operator(desc, key_of), task_name="", operator_name=""
+    ).open()
+    return harness.operator, harness.output
 
 
 def reference(events, contents):
@@ -160,14 +158,14 @@ class SecondField:
 
 
 def timestamps_operator():
-    rc = StreamingRuntimeContext(processing_time_service=ManualProcessingTimeService(start=0))
-    op = TimestampsAndWatermarksOperator(
-        WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(SecondField())
-    )
-    out = CollectingOutput(rc.record_context)
-    op.setup(out, rc)
-    op.open()
-    return op, out
+    harness = OneInputStreamOperatorTestHarness(
+        TimestampsAndWatermarksOperator(
+            WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(SecondField())
+        ),
+        task_name="",
+        operator_name="",
+    ).open()
+    return harness.operator, harness.output
 
 
 @pytest.mark.parametrize("bad", [1.5, Decimal(3), None, "7"], ids=["float", "decimal", "none", "str"])
