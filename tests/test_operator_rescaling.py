@@ -12,13 +12,14 @@ from hypothesis import strategies as st
 
 from raylink.operators.sink_writer import SinkWriterOperator
 from raylink.operators.sources import SequenceSourceOperator, rescaled_file_queues, sequence_split
+from raylink.tests.harness import AbstractStreamOperatorTestHarness
 
 
 def _source(start, end, subtask, parallelism):
-    source = SequenceSourceOperator(start, end)
-    source.runtime_context = SimpleNamespace(subtask_index=subtask, parallelism=parallelism)
-    source.open()
-    return source
+    harness = AbstractStreamOperatorTestHarness(
+        SequenceSourceOperator(start, end), subtask_index=subtask, parallelism=parallelism
+    )
+    return harness.open().operator
 
 
 def _numbers(ranges):

@@ -11,20 +11,14 @@ import pytest
 from raylink.operators import print_channel
 from raylink.operators.print_channel import PrintChannel
 from raylink.operators.sinks import PrintSinkOperator
+from raylink.tests.harness import OneInputStreamOperatorTestHarness
 
 pytestmark = pytest.mark.timeout(60)
 
 
-class _Context:
-    subtask_index = 1
-    parallelism = 2
-
-
 def open_sink(to_stderr: bool = False) -> PrintSinkOperator:
-    sink = PrintSinkOperator(to_stderr=to_stderr)
-    sink.runtime_context = _Context()
-    sink.open()
-    return sink
+    harness = OneInputStreamOperatorTestHarness(PrintSinkOperator(to_stderr=to_stderr), subtask_index=1, parallelism=2)
+    return harness.open().operator
 
 
 @pytest.fixture
