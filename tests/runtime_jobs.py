@@ -18,8 +18,6 @@ import sys
 import threading
 from typing import Any, Iterable, Optional
 
-import pytest
-
 from raylink.api import Configuration, StreamExecutionEnvironment
 from raylink.api.functions import MapFunction, SourceFunction
 
@@ -62,12 +60,6 @@ def _ship_tests_by_value() -> None:
         if name.endswith("runtime_jobs") or ".test_runtime_" in name or name.startswith("test_runtime_"):
             for pickler in picklers:
                 pickler.register_pickle_by_value(module)
-
-
-def local_only(target: str, why: str) -> None:
-    """Skip a test (or its in-process part) that inspects this process's runtime objects."""
-    if target != "local":
-        pytest.skip(f"in-process only: {why}")
 
 
 # -- threads -------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import pytest
 
 from raylink.api import OutputTag
 from raylink.api.functions import ProcessFunction, SourceFunction
-from raylink.tests.runtime_jobs import collected, local_only, make_env, reset_signal, signal
+from raylink.tests.runtime_jobs import collected, make_env, reset_signal, signal
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -144,11 +144,11 @@ class SignalOn:
         return v
 
 
-def run_one_then_wait(target, timeout_ms):
-    local_only(target, "source and sink signal each other through an in-process event")
+def run_one_then_wait(timeout_ms):
+    """On the local target only: source and sink signal each other through an in-process event."""
     name = f"source-delivered-{timeout_ms}"
     reset_signal(name)
-    env = make_env(target, 2)
+    env = make_env("local", 2)
     env.set_buffer_timeout(timeout_ms)
     out = list(
         env.add_source(OneThenWait(name, WAIT_FOR_DELIVERY_S), "one-then-wait")
@@ -163,13 +163,13 @@ def run_one_then_wait(target, timeout_ms):
 DELIVERED = sorted(map(repr, ["first", ("delivered before the next record", True)]))
 
 
-def test_buffer_timeout_zero_delivers_a_source_record_before_the_source_goes_on(target):
+def test_buffer_timeout_zero_delivers_a_source_record_before_the_source_goes_on():
     # deadlocks (and the source gives up after 2 s) unless "first" is flushed at once
-    assert run_one_then_wait(target, 0) == DELIVERED
+    assert run_one_then_wait(0) == DELIVERED
 
 
-def test_buffer_timeout_100_delivers_a_waiting_source_record_within_the_timeout(target):
-    assert run_one_then_wait(target, 100) == DELIVERED
+def test_buffer_timeout_100_delivers_a_waiting_source_record_within_the_timeout():
+    assert run_one_then_wait(100) == DELIVERED
 
 
 SIDE = OutputTag("side")
@@ -191,11 +191,11 @@ class SideThenWait(ProcessFunction):
             yield ("delivered before the next record", delivered.is_set())
 
 
-def run_side_then_wait(target, timeout_ms, wait_s):
-    local_only(target, "the two tasks signal each other through an in-process event")
+def run_side_then_wait(timeout_ms, wait_s):
+    """On the local target only: the two tasks signal each other through an in-process event."""
     name = f"side-delivered-{timeout_ms}"
     reset_signal(name)
-    env = make_env(target, 2)
+    env = make_env("local", 2)
     env.set_buffer_timeout(timeout_ms)
     main = env.from_collection([1, 2]).process(SideThenWait(name, wait_s)).name("side-then-wait").set_parallelism(1)
     side = main.get_side_output(SIDE).rebalance().map(SignalOn(name, "side-1")).set_parallelism(2)
@@ -203,13 +203,13 @@ def run_side_then_wait(target, timeout_ms, wait_s):
     return sorted(map(repr, out))
 
 
-def test_buffer_timeout_zero_flushes_every_record_at_once(target):
-    out = run_side_then_wait(target, 0, WAIT_FOR_DELIVERY_S)
+def test_buffer_timeout_zero_flushes_every_record_at_once():
+    out = run_side_then_wait(0, WAIT_FOR_DELIVERY_S)
     assert out == sorted(map(repr, ["side-1", ("delivered before the next record", True)]))
 
 
-def test_buffer_timeout_minus_one_delivers_partial_buffers_only_at_end_of_input(target):
-    out = run_side_then_wait(target, -1, 0.3)
+def test_buffer_timeout_minus_one_delivers_partial_buffers_only_at_end_of_input():
+    out = run_side_then_wait(-1, 0.3)
     # nothing flushed the partial buffer while the task waited, yet the record arrived at the end
     assert out == sorted(map(repr, ["side-1", ("delivered before the next record", False)]))
 

@@ -17,7 +17,7 @@ from raylink.runtime.client.python_dependencies import (
     PYTHON_REQUIREMENTS,
     ray_runtime_env,
 )
-from raylink.tests.runtime_jobs import local_only, make_env
+from raylink.tests.runtime_jobs import make_env
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -64,9 +64,8 @@ def test_a_directory_and_a_zip_put_their_modules_on_the_path(target, tmp_path):
     assert got == [-10, -20, -30]
 
 
+@pytest.mark.parametrize("target", ["ray"], indirect=True)  # archives apply to the TaskExecutors' working directory
 def test_an_archive_is_extracted_into_the_working_directory_on_ray(target, tmp_path):
-    if target != "ray":
-        pytest.skip("archives apply to the TaskExecutors' working directory (Ray)")
     archive = tmp_path / "data.zip"
     with zipfile.ZipFile(archive, "w") as z:
         z.writestr("words/lookup.txt", "one\ntwo\nthree\n")
@@ -145,7 +144,6 @@ def test_jars_and_classpaths_are_accepted_with_a_warning():
 
 
 def test_the_local_target_warns_about_what_it_cannot_apply(tmp_path, caplog):
-    local_only("local", "logs of this process")
     requirements = tmp_path / "requirements.txt"
     requirements.write_text("something\n")
     env = make_env("local", 1)
