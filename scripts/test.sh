@@ -12,4 +12,4 @@ bash scripts/setup.sh
 RAYLINK_PURE_PYTHON=1 exec .venv/bin/python -m pytest -q tests/test_shuffle_hotpath.py tests/test_shuffle_partitioners.py \
     tests/test_shuffle_serializer.py tests/test_operators_basic.py tests/test_operators_keyed.py \
     tests/test_shuffle_codec_collect.py tests/test_collect_buffer.py tests/test_state_rocksdb_batches.py \
-    tests/test_bad_input_keys.py
+    tests/test_bad_input_keys.py tests/test_shuffle_codec_any_str.py
