@@ -9,8 +9,10 @@ batch steps); the modules that own those loops (``shuffle.partitioners``,
 their pure-Python versions as the reference and the fallback, and pick one through
 ``NATIVE`` when they are imported. ``NATIVE`` is None -- the pure-Python path -- when
 ``RAYLINK_PURE_PYTHON`` is set to anything but ``""``/``"0"``, or when the compiled module is
-not built (no C compiler at install: ``scripts/setup.sh`` builds it). Both give the same
-channels, bytes and records (``tests/test_shuffle_hotpath.py``).
+not built (no C compiler at install: ``scripts/setup.sh`` builds it; with
+``RAYLINK_REQUIRE_COMPILED=1``, as ``scripts/test.sh`` sets, a failed build fails setup and the
+twin tests instead). Both give the same channels, bytes and records, or the same error
+(``tests/test_shuffle_hotpath.py``); the compiled path never falls back to a twin at run time.
 
 The choice is made once per process, at import; :func:`log_active` logs it (once per
 process: a TaskExecutor logs it when it starts). Thread-safe: read-only after import.
