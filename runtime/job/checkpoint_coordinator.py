@@ -422,8 +422,8 @@ class CheckpointCoordinator:
                 for subtask, handle in by_subtask.items():
                     data = self.storage.read_state(handle)
                     checkpoint.handles.setdefault(operator_id, {})[subtask] = self.storage.write_state(
-                        checkpoint.checkpoint_id, operator_id, subtask, data
-                    )
+                        checkpoint.checkpoint_id, operator_id, subtask, data, shared=handle.shared
+                    )  # still names its shared files: retention keeps them while this checkpoint is retained
 
     def _complete(self, checkpoint: PendingCheckpoint) -> None:
         savepoint = checkpoint.savepoint
@@ -494,6 +494,14 @@ class CheckpointCoordinator:
     def _abort_quietly(self, checkpoint_id: int, reason: str, count: bool) -> None:
         log.warning("checkpoint %d failed: %s", checkpoint_id, reason)
         self.stats_tracker.report_failed(checkpoint_id, int(time.time() * 1000), reason)
+        too_many = False
+        if count:  # counted before the tasks hear of it: the figures hold when they react
+            with self._lock:
+                self.stats.num_failed += 1
+                self.stats.last_failure = reason
+                self._consecutive_failures += 1
+                self._last_end = time.monotonic()
+                too_many = self._consecutive_failures > self.tolerable_failures
         try:
             self.storage.abort(checkpoint_id)
         except Exception:  # cleaning up is best effort
@@ -502,14 +510,6 @@ class CheckpointCoordinator:
             self._notify_aborted(checkpoint_id)
         except Exception:
             pass
-        if not count:
-            return
-        with self._lock:
-            self.stats.num_failed += 1
-            self.stats.last_failure = reason
-            self._consecutive_failures += 1
-            self._last_end = time.monotonic()
-            too_many = self._consecutive_failures > self.tolerable_failures
         if too_many:
             self._fail_job(
                 CheckpointException(
