@@ -10,6 +10,7 @@ import sys
 import textwrap
 from collections import Counter
 
+import mmh3
 import pytest
 
 from raylink.core.key_groups import (
@@ -69,6 +70,22 @@ def test_known_values_are_pinned():
     assert stable_hash("hello") == 613153351  # MurmurHash3_x86_32("hello", seed 0)
     assert stable_hash(42) == 42
     assert assign_to_key_group("hello", 128) == java_murmur(613153351) % 128
+
+
+def test_str_hashes_are_pinned_and_a_lone_surrogate_hashes_as_its_three_bytes():
+    """Strings UTF-8 can encode keep the hashes (and key groups: savepoints stay valid) they had
+    before lone surrogates were hashed; a lone surrogate is MurmurHash3 of its 'surrogatepass'
+    bytes (mmh3 crashed on the str itself), in the scalar and the batch functions alike."""
+    words = ["a", "word", "\u00e4\u00f6\u00fc", "\u6f22\u5b57", "\U0001f600", ""]
+    assert [stable_hash(w) for w in words] == [1009084850, 3326792864, 769542228, 1467002891, 3199479546, 0]
+    assert assign_key_groups(words, 128) == [95, 36, 16, 123, 95, 94]
+    assert [assign_to_key_group(w, 32768) for w in words] == [30431, 11556, 9488, 2427, 23519, 31198]
+    surrogates = [json.loads('"\\ud800"'), "x\udfff", "\udbff\udc00"]  # the last a (reversed) pair
+    expected = [mmh3.hash(s.encode("utf-8", "surrogatepass")) & 0xFFFFFFFF for s in surrogates]
+    assert [stable_hash(s) for s in surrogates] == expected
+    mixed = surrogates + words
+    assert assign_key_groups(mixed, 128) == [assign_to_key_group(k, 128) for k in mixed]
+    assert stable_hash((surrogates[0], 1)) == (31 * (31 + expected[0]) + 1) & 0xFFFFFFFF
 
 
 def test_equal_keys_hash_alike():
