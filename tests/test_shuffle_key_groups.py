@@ -80,7 +80,7 @@ def test_str_hashes_are_pinned_and_a_lone_surrogate_hashes_as_its_three_bytes():
     assert [stable_hash(w) for w in words] == [1009084850, 3326792864, 769542228, 1467002891, 3199479546, 0]
     assert assign_key_groups(words, 128) == [95, 36, 16, 123, 95, 94]
     assert [assign_to_key_group(w, 32768) for w in words] == [30431, 11556, 9488, 2427, 23519, 31198]
-    surrogates = [json.loads('"\\ud800"'), "x\udfff", "\udbff\udc00"]  # the last a (reversed) pair
+    surrogates = [json.loads('"\\ud800"'), "x\udfff", "\udbff\udc00"]  # a pair stays two code points
     expected = [mmh3.hash(s.encode("utf-8", "surrogatepass")) & 0xFFFFFFFF for s in surrogates]
     assert [stable_hash(s) for s in surrogates] == expected
     mixed = surrogates + words
