@@ -80,6 +80,7 @@ from raylink.runtime.client.rest_endpoint import (
     signature_matches,
 )
 from raylink.runtime.rest.web_monitor_endpoint import add_rest_routes, rest_api_token
+from raylink.state.savepoint_targets import SavepointTargetError, check_savepoint_target
 
 #: the Dispatcher actor's name (in the session cluster's namespace)
 DISPATCHER_NAME = "raylink-dispatcher"
@@ -273,12 +274,16 @@ class DispatcherActor:
     async def savepoint_job(self, job_id: str, directory: Optional[str], stop: Optional[str]) -> Optional[str]:
         """Trigger a savepoint of a job submitted here (``stop`` None) or stop it with one
         ("suspend" / "drain"); the savepoint's folder once taken (stopping: once the job
-        ended), None if the job is unknown. Raises what the JobClient's future raised."""
+        ended), None if the job is unknown. Raises what the JobClient's future raised, and
+        ``SavepointTargetError`` for a ``directory`` outside the job's savepoint roots
+        (:mod:`raylink.state.savepoint_targets`)."""
         job = self._jobs.get(job_id)
         if job is None:
             return None
         job.idle_ticks = 0
         client = job.client
+        # a caller of this API names a folder the job's process writes: only under its roots
+        directory = check_savepoint_target(directory, client.configuration, "raylink savepoint")
         if stop is None:
             future = client.trigger_savepoint(directory)
         else:
@@ -289,6 +294,8 @@ class DispatcherActor:
         args = cloudpickle.loads(await request.read())  # signed by the session's token (middleware)
         try:
             location = await self.savepoint_job(request.match_info["job_id"], args["directory"], args["stop"])
+        except SavepointTargetError as exc:  # nothing written: the caller's mistake
+            return _error(exc, 400)
         except Exception as exc:  # noqa: BLE001 - the client raises it as a direct call would
             return _error(exc)
         if location is None:

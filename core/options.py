@@ -568,6 +568,22 @@ class RestOptions:
         "a replayed, stale or future-dated request with 401.",
         check=_positive,
     )
+    SAVEPOINT_ALLOWED_ROOTS = option(
+        "rest.savepoint.allowed-roots",
+        "str",
+        None,
+        "Comma-separated folders (paths or fsspec URLs) a savepoint target named over the REST API, "
+        "the Dispatcher or the CLI may lie under, besides state.savepoints.dir and "
+        "execution.checkpointing.dir; a target elsewhere is refused (400) and nothing is written.",
+    )
+    SAVEPOINT_ALLOWED_SCHEMES = option(
+        "rest.savepoint.allowed-schemes",
+        "str",
+        "file",
+        "Comma-separated fsspec schemes a savepoint target may use (besides those of the configured "
+        "savepoint and checkpoint folders and rest.savepoint.allowed-roots); file: the local file "
+        "system only.",
+    )
 
 
 class WebOptions:

@@ -55,6 +55,7 @@ import msgpack
 
 from raylink.core.options import CheckpointingOptions, ConfigOption
 from raylink.errors import RaylinkError
+from raylink.state.savepoint_targets import make_private_dirs, restrict_to_owner
 from raylink.state.shared_state_registry import SharedStateRegistry
 
 if TYPE_CHECKING:
@@ -479,7 +480,7 @@ class CheckpointStorage:
         folder = posixpath.join(root.rstrip("/") or "/", name)
         operators: dict[str, dict[int, StateHandle]] = {}
         try:
-            fs.makedirs(folder, exist_ok=True)
+            make_private_dirs(fs, folder)  # local: 0700, every folder made on the way too
             for operator_id, subtasks in completed.operator_states.items():
                 copied = operators[operator_id] = {}
                 for subtask, handle in subtasks.items():
@@ -508,6 +509,7 @@ class CheckpointStorage:
                 shared_dir=SHARED_DIR_NAME,
             )
             fs.pipe_file(posixpath.join(folder, METADATA_FILE_NAME), raw)  # last: a folder without it is no savepoint
+            restrict_to_owner(fs, folder)  # local: its files 0600
         except OSError as exc:
             raise CheckpointStorageError(
                 f"savepoint directory {target_directory!r} is not writable: {type(exc).__name__}: {exc}",

@@ -151,7 +151,11 @@ def port_closed(port: int) -> bool:
 @pytest.mark.timeout(180)
 def test_per_job_driver_rest_api_matches_the_job_client(ray_session, tmp_path):
     client = idle_job(
-        config={"execution.checkpointing.interval": 200, "execution.checkpointing.dir": str(tmp_path / "checkpoints")}
+        config={
+            "execution.checkpointing.interval": 200,
+            "execution.checkpointing.dir": str(tmp_path / "checkpoints"),
+            "state.savepoints.dir": str(tmp_path / "savepoints"),  # a REST savepoint target must lie under it
+        }
     )
     try:
         endpoint = client.rest_endpoint

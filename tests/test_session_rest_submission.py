@@ -428,6 +428,7 @@ from raylink.api import Encoder, FileSink, OutputFileConfig, RollingPolicy
 KEYS, N = 7, 16000
 conf.set_string("execution.checkpointing.interval", "300 ms")
 conf.set_string("execution.checkpointing.dir", "checkpoints")
+conf.set_string("state.savepoints.dir", "savepoints")  # where the Dispatcher may write savepoints
 env = StreamExecutionEnvironment.get_execution_environment(conf)
 env.set_parallelism(int(conf.get_string("test.parallelism", "2")))
 

@@ -81,6 +81,7 @@ from raylink.runtime.task.task_events import (
     TaskStateEvent,
 )
 from raylink.state.checkpoint_storage import CheckpointStorage, CompletedCheckpoint, load_completed_checkpoint
+from raylink.state.savepoint_targets import check_restorable, state_file_paths
 
 
 def _failed_future(error: BaseException) -> Future:
@@ -160,7 +161,9 @@ class JobMasterBase:
         self.restored_from: Optional[CompletedCheckpoint] = None
         savepoint_path = conf.get(SavepointConfigOptions.SAVEPOINT_PATH)
         if savepoint_path:
-            self.restored_from = load_completed_checkpoint(savepoint_path)
+            self.restored_from = load_completed_checkpoint(savepoint_path)  # reads no pickle
+            # its state files are unpickled on restore: none another user could have written
+            check_restorable(savepoint_path, state_file_paths(self.restored_from))
             allow = bool(conf.get(SavepointConfigOptions.SAVEPOINT_IGNORE_UNCLAIMED_STATE))
             check_state_assignment(self.restored_from, job_graph, allow)
         self.checkpoint_storage: Optional[CheckpointStorage] = None

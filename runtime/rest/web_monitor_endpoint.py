@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hmac
 import itertools
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ from raylink.runtime import metrics
 from raylink.runtime.client.rest_endpoint import is_loopback
 from raylink.runtime.rest import job_views
 from raylink.runtime.rest.job_views import MetricsSnapshot
+from raylink.state.savepoint_targets import SavepointTargetError, check_savepoint_target
 
 #: the dashboard's files (package data)
 STATIC_DIR = Path(__file__).resolve().parent / "static"
@@ -60,6 +62,20 @@ class JobLookup(Protocol):
 class _JobCache:
     snapshot: Optional[MetricsSnapshot] = None
     read_at: float = 0.0
+
+
+def _savepoint_target(client: Any, directory: Any, route: str) -> Optional[str]:
+    """``directory`` when the job may write a savepoint there (under its configured roots, an
+    allowed scheme: :func:`raylink.state.savepoint_targets.check_savepoint_target`), else 400."""
+    if directory is not None and not isinstance(directory, str):
+        raise web.HTTPBadRequest(
+            text=json.dumps({"errors": [f"{route}: the target directory must be a string"]}),
+            content_type="application/json",
+        )
+    try:
+        return check_savepoint_target(directory, client.configuration, route)
+    except SavepointTargetError as exc:
+        raise web.HTTPBadRequest(text=json.dumps({"errors": [str(exc)]}), content_type="application/json") from None
 
 
 @dataclass
@@ -333,9 +349,8 @@ class WebMonitorEndpoint:
                 text='{"errors": ["the body must be {\\"targetDirectory\\": str, \\"drain\\": bool}"]}',
                 content_type="application/json",
             )
-        future = await self.run_blocking(
-            client.stop_with_savepoint, bool(body.get("drain", False)), body.get("targetDirectory")
-        )
+        directory = _savepoint_target(client, body.get("targetDirectory"), "POST /jobs/:jobid/stop")
+        future = await self.run_blocking(client.stop_with_savepoint, bool(body.get("drain", False)), directory)
         trigger_id = f"{next(self._trigger_ids):032x}"
         self._savepoints[trigger_id] = _Savepoint(future, client.job_id)
         return web.json_response({"request-id": trigger_id}, status=202)
@@ -351,7 +366,7 @@ class WebMonitorEndpoint:
             raise web.HTTPBadRequest(
                 text='{"errors": ["the body is not JSON"]}', content_type="application/json"
             ) from None
-        directory = body.get("target-directory")
+        directory = _savepoint_target(client, body.get("target-directory"), "POST /jobs/:jobid/savepoints")
         if body.get("cancel-job"):
             future = await self.run_blocking(client.stop_with_savepoint, False, directory)
         else:

@@ -1,0 +1,215 @@
+"""Savepoints go only where the job's owner configured, are private on disk, and are restored
+only when no other user could have changed them (:mod:`raylink.state.savepoint_targets`).
+
+End to end: a job's REST server refuses (400) a savepoint to an ``http://`` URL -- a listener
+there receives nothing -- and to a folder outside the configured roots, where nothing is created;
+a savepoint under ``state.savepoints.dir`` is written with folders 0700 and files 0600. A
+savepoint another user made writable (or owns) is refused on restore, naming the paths; the
+same savepoint, made private again, restores to the exact result.
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+
+from raylink.core.configuration import Configuration
+from raylink.state.savepoint_targets import (
+    SavepointTargetError,
+    UnsafeSavepointError,
+    allowed_schemes,
+    check_restorable,
+    check_savepoint_target,
+)
+
+NOBODY = 65534
+
+
+def _roots(tmp_path: Path) -> Configuration:
+    conf = Configuration()
+    conf.set_string("state.savepoints.dir", str(tmp_path / "sp"))
+    conf.set_string("execution.checkpointing.dir", str(tmp_path / "chk"))
+    conf.set_string("rest.savepoint.allowed-roots", f"{tmp_path / 'extra'}, memory://bucket/savepoints")
+    return conf
+
+
+# -- targets ----------------------------------------------------------------------------------------------
+def test_targets_under_a_configured_root_are_accepted(tmp_path):
+    conf = _roots(tmp_path)
+    assert check_savepoint_target(None, conf) is None  # the configured default
+    for inside in ("sp", "sp/a/b", "chk/job", "extra", "extra/x"):
+        assert check_savepoint_target(str(tmp_path / inside), conf) == str(tmp_path / inside)
+    assert check_savepoint_target(f"file://{tmp_path / 'sp' / 'x'}", conf) == str(tmp_path / "sp" / "x")
+    assert check_savepoint_target("memory://bucket/savepoints/one", conf) == "memory://bucket/savepoints/one"
+    assert allowed_schemes(conf) == {"file", "local", "memory"}
+
+
+@pytest.mark.parametrize(
+    "target, why",
+    [
+        ("/tmp/theirs/x", "is not under a configured savepoint root"),
+        ("{tmp}/spx", "is not under a configured savepoint root"),  # a sibling sharing the prefix
+        ("{tmp}/sp/../elsewhere", "is not under a configured savepoint root"),
+        ("{tmp}/sp/link/x", "is not under a configured savepoint root"),  # a link out of the root
+        ("http://127.0.0.1:9/exfil", "uses the scheme 'http', which is not allowed"),
+        ("s3://bucket/x", "uses the scheme 's3', which is not allowed"),
+        ("memory://bucket/other", "is not under a configured savepoint root"),
+        ("memory://bucket/savepoints/../other", "holds a '..' segment"),
+        ("simplecache::file:///tmp/x", "chained fsspec URL"),
+        ("", "is empty"),
+    ],
+)
+def test_targets_elsewhere_are_refused_naming_the_options(tmp_path, target, why):
+    conf = _roots(tmp_path)
+    (tmp_path / "sp").mkdir()
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "sp" / "link").symlink_to(tmp_path / "outside")
+    with pytest.raises(SavepointTargetError, match=why) as caught:
+        check_savepoint_target(target.format(tmp=tmp_path), conf)
+    assert isinstance(caught.value, ValueError)
+    if "root" in why:
+        assert "state.savepoints.dir" in str(caught.value) and "rest.savepoint.allowed-roots" in str(caught.value)
+    if "scheme" in why:
+        assert "rest.savepoint.allowed-schemes" in str(caught.value)
+
+
+def test_without_any_root_every_named_target_is_refused(tmp_path):
+    with pytest.raises(SavepointTargetError, match="no root is configured"):
+        check_savepoint_target(str(tmp_path / "sp"), Configuration())
+    assert allowed_schemes(Configuration()) == {"file", "local"}
+
+
+# -- restores ---------------------------------------------------------------------------------------------
+def _savepoint_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "sp" / "savepoint-abc"
+    (folder / "shared").mkdir(parents=True)
+    (folder / "_metadata").write_bytes(b"m")
+    (folder / "op-0").write_bytes(b"s")
+    (folder / "shared" / "1.sst").write_bytes(b"t")
+    return folder
+
+
+def test_a_private_savepoint_is_restorable(tmp_path):
+    folder = _savepoint_folder(tmp_path)
+    check_restorable(str(folder))
+    check_restorable(str(folder / "_metadata"))
+
+
+@pytest.mark.parametrize(
+    "what, change",
+    [
+        ("the folder", lambda f: f.chmod(0o777)),
+        ("a state file", lambda f: (f / "op-0").chmod(0o666)),
+        ("a shared file", lambda f: (f / "shared" / "1.sst").chmod(0o664)),
+        ("the metadata, owned by another user", lambda f: os.chown(f / "_metadata", NOBODY, NOBODY)),
+        ("a folder above it", lambda f: f.parent.chmod(0o777)),
+    ],
+)
+def test_a_savepoint_another_user_could_change_is_refused_naming_the_paths(tmp_path, what, change):
+    folder = _savepoint_folder(tmp_path)
+    change(folder)
+    with pytest.raises(UnsafeSavepointError) as caught:
+        check_restorable(str(folder))
+    message = str(caught.value)
+    assert message.startswith(f"refusing to restore from {folder}: restoring unpickles its files")
+    expected = {
+        "the folder": f"{folder} is writable by its group or others (mode 0o777)",
+        "a state file": f"{folder / 'op-0'} is writable by its group or others (mode 0o666)",
+        "a shared file": f"{folder / 'shared' / '1.sst'} is writable by its group or others (mode 0o664)",
+        "the metadata, owned by another user": f"{folder / '_metadata'} is owned by uid {NOBODY}",
+        "a folder above it": f"{folder.parent} is writable by its group or others (mode 0o777)",
+    }[what]
+    assert caught.value.problems == [expected]
+
+
+def test_a_sticky_folder_above_it_is_fine_and_state_files_outside_are_checked(tmp_path):
+    folder = _savepoint_folder(tmp_path)
+    folder.parent.chmod(0o1777)  # as /tmp
+    check_restorable(str(folder))
+    elsewhere = tmp_path / "retained-shared"
+    elsewhere.mkdir()
+    (elsewhere / "2.sst").write_bytes(b"x")
+    (elsewhere / "2.sst").chmod(0o646)
+    with pytest.raises(UnsafeSavepointError, match="2.sst is writable by its group or others"):
+        check_restorable(str(folder), [str(elsewhere / "2.sst")])
+
+
+# -- end to end: a job's REST server and a restore --------------------------------------------------------
+class _Listener(http.server.BaseHTTPRequestHandler):
+    received: list = []
+
+    def do_PUT(self) -> None:  # noqa: N802 - http.server's name
+        self.received.append(self.path)
+        self.send_response(200)
+        self.end_headers()
+
+    do_POST = do_PUT  # noqa: N815
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.mark.timeout(240)
+def test_the_rest_api_writes_savepoints_only_under_the_roots_and_privately(tmp_path):
+    from raylink.tests.runtime_jobs import make_env
+    from raylink.tests.test_runtime_rest_figures import cancel, keyed_idle_job, wait_for
+    from raylink.tests.test_runtime_rest_figures import http as rest
+
+    listener = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Listener)
+    threading.Thread(target=listener.serve_forever, daemon=True).start()
+    roots = tmp_path / "savepoints"
+    config = {
+        "raylink.rest.enabled": True,
+        "rest.port": 0,
+        "execution.checkpointing.dir": str(tmp_path / "checkpoints"),
+        "state.savepoints.dir": str(roots),
+    }
+    client = keyed_idle_job("local", config)
+    try:
+        jid = client.job_id
+        refused = [
+            f"http://127.0.0.1:{listener.server_address[1]}/exfil",
+            str(tmp_path / "theirs" / "x"),
+            str(roots / ".." / "theirs"),
+        ]
+        for target in refused:
+            for route, body in (
+                (f"/jobs/{jid}/savepoints", {"target-directory": target}),
+                (f"/jobs/{jid}/savepoints", {"target-directory": target, "cancel-job": True}),
+                (f"/jobs/{jid}/stop", {"targetDirectory": target}),
+            ):
+                status, answer = rest(client, route, "POST", body)
+                assert status == 400, (route, target, status, answer)
+                assert "savepoints.dir" in answer["errors"][0] or "allowed-schemes" in answer["errors"][0]
+        assert _Listener.received == [] and not (tmp_path / "theirs").exists()
+        assert str(client.get_job_status()) == "RUNNING"  # nothing stopped it
+        status, answer = rest(client, f"/jobs/{jid}/savepoints", "POST", {"target-directory": str(roots / "ok")})
+        assert status == 202, answer
+        progress = f"/jobs/{jid}/savepoints/{answer['request-id']}"
+        assert wait_for(lambda: rest(client, progress)[1]["status"]["id"] == "COMPLETED", client, 60)
+        location = Path(rest(client, progress)[1]["operation"]["location"])
+    finally:
+        cancel(client)
+        listener.shutdown()
+    assert location.parent == roots / "ok" and (location / "_metadata").is_file()
+    modes = {p: stat.S_IMODE(p.stat().st_mode) for p in [roots, roots / "ok", location, *location.rglob("*")]}
+    assert all(mode == (0o700 if p.is_dir() else 0o600) for p, mode in modes.items()), modes
+
+    # a job restoring from it is refused once another user owns a file in it, and runs once it is private
+    def run_from_savepoint() -> list:
+        conf = {"execution.savepoint.path": str(location), "execution.savepoint.ignore-unclaimed-state": True}
+        env = make_env("local", 1, conf)
+        with env.from_collection([1, 2, 3]).map(lambda x: x * 10).execute_and_collect() as records:
+            return sorted(records)
+
+    metadata = location / "_metadata"
+    os.chown(metadata, NOBODY, NOBODY)
+    with pytest.raises(UnsafeSavepointError, match=rf"{metadata} is owned by uid {NOBODY}"):
+        run_from_savepoint()
+    os.chown(metadata, os.getuid(), os.getgid())
+    assert run_from_savepoint() == [10, 20, 30]
