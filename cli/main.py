@@ -310,6 +310,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cluster(sub, fmt, _handler)
     add_savepoint_parsers(sub, fmt, _handler)
     _add_debug(sub, fmt)
+    from raylink.cli.kafka import add_parser as _add_kafka  # raylink kafka start|stop
+
+    _add_kafka(sub, fmt, _handler)
     from raylink.loadtest import register_cli as register_loadtest  # raylink loadtest SCENARIO
 
     register_loadtest(sub)

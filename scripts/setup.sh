@@ -28,6 +28,9 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ "$(cat "$stamp")" !
     .venv/bin/python -m pip install -q -e ".[$EXTRAS]" 2>&1 | grep -v '^WARNING: Location' || true
     .venv/bin/python -c "import raylink, ray, msgpack" && echo "$EXTRAS" > "$stamp"
 fi
+# The Kafka broker's jars (Maven, into .cache/kafka/; the tests' kafka_broker fixture and
+# `raylink kafka start` run it): resolved once, a no-op afterwards.
+bash scripts/kafka_jars.sh
 # The compiled per-record path (shuffle/_hotpath.pyx, Cython; setup.py): built in place, again
 # whenever the .pyx is newer than the module. Without a C compiler it is left out and raylink
 # runs on its pure-Python twins (as with RAYLINK_PURE_PYTHON=1) -- unless

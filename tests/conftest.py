@@ -60,7 +60,7 @@ def _uses(item, *fixtures) -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark what each test needs (``ray``, ``spark``, ``multinode``; see pyproject.toml's
+    """Mark what each test needs (``ray``, ``spark``, ``kafka``, ``multinode``; see pyproject.toml's
     markers, so ``-m "not ray"`` runs only the in-process tests) and run the in-process
     tests first, then Ray, then Spark (tests starting a Spark of their own before the session-wide
     ``spark`` fixture starts its one), then multi-node clusters (cheap failures first)."""
@@ -71,15 +71,29 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.ray)
         if _uses(item, "spark"):
             item.add_marker(pytest.mark.spark)
+        if _uses(item, "kafka_broker"):
+            item.add_marker(pytest.mark.kafka)
 
     def weight(item):
         if item.get_closest_marker("multinode"):
             return 3
         if item.get_closest_marker("spark"):  # a Spark of the test's own first, then the shared fixture's
             return 2 if _uses(item, "spark") else 1.5
-        return 1 if item.get_closest_marker("ray") else 0
+        kafka = 0.25 if item.get_closest_marker("kafka") else 0  # after the others of their tier
+        return (1 if item.get_closest_marker("ray") else 0) + kafka
 
     items.sort(key=weight)
+
+
+@pytest.fixture(scope="session")
+def kafka_broker():
+    """One real single-node Kafka broker (KRaft) for the whole test session, started when a test
+    first asks for it, stopped at the end (:class:`raylink.connectors.kafka.broker.KafkaBroker`;
+    its jars come from scripts/kafka_jars.sh, run by setup)."""
+    from raylink.connectors.kafka.broker import KafkaBroker
+
+    with KafkaBroker() as broker:
+        yield broker
 
 
 @pytest.fixture(scope="session")
