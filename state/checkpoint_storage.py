@@ -315,9 +315,12 @@ class CheckpointStorage:
         try:
             fs.makedirs(job_path, exist_ok=True)
             fs.pipe_file(probe, b"")
-            fs.rm_file(probe)
         except OSError as exc:
             raise self._not_writable(job_path, exc) from exc
+        try:
+            fs.rm_file(probe)
+        except OSError as exc:  # written, so writable: a leftover probe is harmless
+            log.warning("could not delete the probe file %s: %s", self._display(probe), exc)
 
     # -- the task side: state files ---------------------------------------------------------------
     def write_state(
@@ -581,7 +584,15 @@ class CheckpointStorage:
         """An id above every checkpoint folder of this job (the coordinator's counter start
         after a restore, so a corrupt newer folder is never reused)."""
         with self._lock:
-            return max([0, *self._list_checkpoint_ids(), *self._completed_ids]) + 1
+            try:
+                listed = self._list_checkpoint_ids()
+            except OSError as exc:
+                raise CheckpointStorageError(
+                    f"cannot list checkpoint storage {self.job_directory!r} ({_dir_key_text()}): "
+                    f"{type(exc).__name__}: {exc}",
+                    self.job_directory,
+                ) from exc
+            return max([0, *listed, *self._completed_ids, *self._discarding]) + 1
 
     def shutdown(self, discard: bool) -> None:
         """Job ended: with ``discard`` deletes the job's folder and every checkpoint in it
@@ -593,6 +604,8 @@ class CheckpointStorage:
                 self._fs.rm(self._job_path(), recursive=True)
             except FileNotFoundError:
                 pass
+            except OSError as exc:  # the job ended: what is left behind is logged, never an error
+                log.warning("could not delete the checkpoints of job %s: %s", self.job_id, exc)
             self._completed_ids.clear()
             self._discarding.clear()
             self._registry.clear()

@@ -315,3 +315,83 @@ def test_heap_incremental_checkpoints_survive_any_fault_schedule(num_retained, p
 @given(num_retained=st.integers(1, 3), program=steps)
 def test_rocksdb_incremental_checkpoints_survive_any_fault_schedule(num_retained, program):
     run_program("rocksdb", num_retained, program)
+
+
+# -- end to end: a job on the faulty filesystem ----------------------------------------------------
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("backend", ["rocksdb", "hashmap"])
+def test_a_job_with_incremental_checkpoints_on_faulty_storage_fails_over_exactly_once(backend, tmp_path):
+    """The local target (this process: ``faulty://`` is registered here) runs a keyed rolling
+    count with incremental checkpoints whose storage fails reads, lookups, listings and deletes;
+    a user function fails once. The restore (retried while the storage fails) gives the exact
+    output a failure-free run computes, and the job finishes."""
+    from raylink.tests.runtime_jobs import make_env
+    from raylink.tests.test_runtime_checkpointing import N, build, expected_counts
+
+    conf = {
+        "execution.checkpointing.interval": "200 ms",
+        "execution.checkpointing.dir": faulty_fs.url(tmp_path / "checkpoints"),
+        "execution.checkpointing.incremental": "true",
+        "state.checkpoints.num-retained": 2,
+        "state.backend.type": backend,
+        "state.backend.rocksdb.localdir": str(tmp_path / "rocksdb"),
+        "restart-strategy.type": "fixed-delay",
+        "restart-strategy.fixed-delay.attempts": 25,
+        "restart-strategy.fixed-delay.delay": "100 ms",
+    }
+    env = make_env("local", 2, conf)
+    out = tmp_path / "out"
+    build(env, out, fail_at=N // 3)
+    client = env.execute_async()
+    for rule in (
+        FaultRule("delete", "/checkpoints/", 15),  # retention's deletes fail, then are retried
+        FaultRule("delete", "/shared/", 5),
+        FaultRule("read", "_metadata", 2),  # the failover's restore fails twice, then succeeds
+        FaultRule("read", "/shared/", 2),  # a TaskExecutor's download of an incremental file
+        FaultRule("info", "_metadata", 3),
+        FaultRule("list", "/checkpoints/", 3),
+    ):
+        SCHEDULE.add(rule)
+    assert client.wait(200), "the job did not finish"
+    client.get_job_execution_result(1)
+    stats = client.get_checkpoint_stats()
+    assert stats["lastRestoredCheckpointId"] is not None and stats["numberOfCompletedCheckpoints"] >= 2
+    # every read fault hit a restore (nothing else reads these files): each failed restore was retried
+    assert SCHEDULE.injected["read"] == 4 and stats["numRestarts"] >= 2
+    assert SCHEDULE.injected["delete"] > 0
+    assert committed_lines(out) == expected_counts()
+
+
+def committed_lines(path: Any) -> Any:
+    from raylink.bench.failover import committed_lines as lines
+
+    return lines(str(path))
+
+
+def test_the_state_of_a_finished_task_carried_into_later_checkpoints_keeps_its_shared_files(tmp_path):
+    """A task that finished (Flink's final checkpoint) has its last state carried into every
+    later checkpoint; that copy still names its shared files, so retention keeps them after
+    the checkpoint that wrote them is subsumed."""
+    from raylink.runtime.job.checkpoint_coordinator import CheckpointCoordinator
+
+    storage = CheckpointStorage(str(tmp_path / "chk"), "job", num_retained=1)
+    done = []
+    coord = CheckpointCoordinator(storage, {}, lambda *a: None, done.append, lambda c: None, lambda e: None)
+    coord.start({"a", "b"})
+    local = tmp_path / "sst"
+    local.write_bytes(b"an incremental file")
+    first = coord.trigger_checkpoint()
+    shared_path, _ = storage.write_shared_file(first, str(local), "a-000001.sst")
+    handle_a = storage.write_state(first, "op", 0, b"state of a", shared=(shared_path,))
+    coord.receive_ack("a", first, {"op": {0: handle_a}})
+    coord.receive_ack("b", first, {"op": {1: storage.write_state(first, "op", 1, b"b1")}})
+    coord.task_finished("a")
+    for _ in range(2):  # the first checkpoint is subsumed by these
+        checkpoint_id = coord.trigger_checkpoint()
+        coord.receive_ack("b", checkpoint_id, {"op": {1: storage.write_state(checkpoint_id, "op", 1, b"b")}})
+    assert done == [first, first + 1, first + 2] and storage.completed_checkpoint_ids() == [first + 2]
+    coord.stop("test over")
+    latest = CheckpointStorage(str(tmp_path / "chk"), "job").load_checkpoint(first + 2)  # every file verified
+    carried = latest.get_state("op", 0)
+    assert carried.shared == (shared_path,) and storage.read_state(carried) == b"state of a"
+    assert os.path.exists(shared_path)

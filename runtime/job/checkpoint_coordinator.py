@@ -408,33 +408,42 @@ class CheckpointCoordinator:
             unaligned=bool(task_stats.get("unaligned")),
         )
 
-    def _carry_finished_state(self, checkpoint: PendingCheckpoint) -> None:
+    def _carry_finished_state(self, checkpoint: PendingCheckpoint) -> dict:
         """Copy the last state of tasks that finished before ``checkpoint`` into it (their
-        older checkpoint folders are deleted by retention)."""
+        older checkpoint folders are deleted by retention); returns the copies by attempt, the
+        tasks' last state once ``checkpoint`` completed."""
         with self._lock:
             carried = [
-                self._last_handles[a]
+                (a, self._last_handles[a])
                 for a in self._finished
                 if a in self._last_handles and a not in checkpoint.task_stats
             ]
-        for _old_id, handles in carried:
+        copies: dict = {}
+        for attempt_id, (_old_id, handles) in carried:
             for operator_id, by_subtask in handles.items():
                 for subtask, handle in by_subtask.items():
                     data = self.storage.read_state(handle)
-                    checkpoint.handles.setdefault(operator_id, {})[subtask] = self.storage.write_state(
+                    # the copy still names its shared files: retention keeps them while it is retained
+                    copy = self.storage.write_state(
                         checkpoint.checkpoint_id, operator_id, subtask, data, shared=handle.shared
-                    )  # still names its shared files: retention keeps them while this checkpoint is retained
+                    )
+                    checkpoint.handles.setdefault(operator_id, {})[subtask] = copy
+                    copies.setdefault(attempt_id, {}).setdefault(operator_id, {})[subtask] = copy
+        return copies
 
     def _complete(self, checkpoint: PendingCheckpoint) -> None:
         savepoint = checkpoint.savepoint
         try:
-            self._carry_finished_state(checkpoint)
+            carried = self._carry_finished_state(checkpoint)
             completed = self.storage.finalize(
                 checkpoint.checkpoint_id,
                 checkpoint.handles,
                 self.properties,
                 trigger_timestamp=checkpoint.trigger_timestamp,
             )
+            with self._lock:  # finished tasks' state lives on in this checkpoint (retention drops the older)
+                for attempt_id, handles in carried.items():
+                    self._last_handles[attempt_id] = (checkpoint.checkpoint_id, handles)
             path = self.storage.write_savepoint(completed, savepoint.target_directory) if savepoint else None
         except Exception as exc:
             self._failed(checkpoint.checkpoint_id, f"could not finalise: {type(exc).__name__}: {exc}", savepoint)
