@@ -19,6 +19,7 @@ import ray
 from raylink.actors.dispatcher import start_dispatcher, stop_dispatcher
 from raylink.actors.session_cluster import SESSION_NAME, SESSION_NAMESPACE, SessionClusterActor, find_session
 from raylink.runtime.client.rest_endpoint import (
+    DEFAULT_SIGNATURE_VALIDITY_S,
     RestEndpoint,
     check_rest_bind_address,
     remove_endpoint_file,
@@ -34,12 +35,15 @@ def start_session(
     rest_bind_address: Optional[str] = "127.0.0.1",
     rest_port: int = 0,
     allow_insecure_rest_bind: bool = False,
+    signature_validity_s: float = DEFAULT_SIGNATURE_VALIDITY_S,
 ) -> Any:
     """Start the session cluster (a detached named actor) with ``executors`` warm TaskExecutors
     and, unless ``rest_bind_address`` is None, its Dispatcher (:mod:`raylink.actors.dispatcher`)
     on this node, recorded for drivers on this machine; raises ``RuntimeError`` when a session
     is already running, ``InsecureBindError`` for a non-loopback ``rest_bind_address`` without
-    ``allow_insecure_rest_bind`` (the endpoint speaks pickle over plain HTTP)."""
+    ``allow_insecure_rest_bind`` (the endpoint speaks pickle over plain HTTP).
+    ``signature_validity_s``: how long a signed request to the Dispatcher stays valid
+    (``rest.signature.validity``)."""
     if rest_bind_address is not None:
         check_rest_bind_address(rest_bind_address, allow_insecure_rest_bind)
     if find_session() is not None:
@@ -54,7 +58,9 @@ def start_session(
     try:
         if rest_bind_address is not None:
             token = secrets.token_urlsafe(32)
-            _, url = start_dispatcher(token, rest_bind_address, rest_port, allow_insecure_rest_bind)
+            _, url = start_dispatcher(
+                token, rest_bind_address, rest_port, allow_insecure_rest_bind, signature_validity_s
+            )
             info["restUrl"] = url
         session = SessionClusterActor.options(
             name=SESSION_NAME, namespace=SESSION_NAMESPACE, lifetime="detached"

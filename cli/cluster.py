@@ -67,6 +67,12 @@ def add_parser(sub: Any, fmt: type, handler: Any) -> None:
     )
     start.add_argument("--rest-port", type=int, default=0, help="its port (0: any free one)")
     start.add_argument(
+        "--rest-signature-validity",
+        default=None,
+        help="how long a signed request to the Dispatcher stays valid, its nonce remembered against replays "
+        "(a duration, e.g. '2 min'; default: rest.signature.validity, 5 min)",
+    )
+    start.add_argument(
         "--allow-insecure-rest-bind",
         action="store_true",
         help="let --rest-bind-address be a non-loopback address although the endpoint speaks pickle over "
@@ -153,12 +159,27 @@ def _start_local_ray() -> tuple[int, str]:
     return proc.pid, address
 
 
+def _signature_validity_s(text: Optional[str]) -> float:
+    """``--rest-signature-validity`` in seconds (rest.signature.validity's default when not given)."""
+    from raylink.core.options import RestOptions, parse_duration_ms
+
+    option = RestOptions.SIGNATURE_VALIDITY
+    try:
+        ms = option.default if text is None else parse_duration_ms(text)
+        if option.check is not None:
+            option.check(ms)
+    except ValueError as exc:
+        raise CliError(2, f"raylink cluster start: --rest-signature-validity {text!r}: {exc}") from None
+    return ms / 1000.0
+
+
 def cmd_start(args: Any) -> int:
     from raylink.core.options import RaylinkOptions
     from raylink.runtime.client.rest_endpoint import InsecureBindError, check_rest_bind_address
 
     if args.executors < 0:
         raise CliError(2, f"raylink cluster start: --executors must be >= 0, got {args.executors}")
+    validity_s = _signature_validity_s(args.rest_signature_validity)  # before any Ray is started
     rest_bind_address = None if args.rest_bind_address.lower() == "none" else args.rest_bind_address
     if rest_bind_address is not None:
         try:  # before any Ray is started
@@ -183,6 +204,7 @@ def cmd_start(args: Any) -> int:
             rest_bind_address=rest_bind_address,
             rest_port=args.rest_port,
             allow_insecure_rest_bind=args.allow_insecure_rest_bind,
+            signature_validity_s=validity_s,
         )
     except (RuntimeError, OSError) as exc:
         raise CliError(EXIT_JOB_FAILED, f"raylink cluster start: {exc}") from None

@@ -233,3 +233,12 @@ def test_busy_metrics_port_is_a_clean_usage_error(tmp_path):
         f"(choose another port, 0 for any free one, or -1 to turn it off)"
     )
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("value, why", [("0", "must be > 0"), ("soon", "is not a duration")])
+def test_a_bad_signature_validity_is_refused_before_any_ray_starts(tmp_path, value, why):
+    """``raylink cluster start --rest-signature-validity``: exit 2 naming the flag, nothing started."""
+    ran = raylink("cluster", "start", "--rest-signature-validity", value, cwd=tmp_path, env=clean_env())
+    assert ran.returncode == 2, ran.stderr
+    assert f"--rest-signature-validity {value!r}" in ran.stderr and why in ran.stderr
+    assert "Traceback" not in ran.stderr and ran.stdout == ""

@@ -149,7 +149,8 @@ def test_a_read_is_retried_once_with_a_new_nonce_after_a_reset():
 # -- against a real session Dispatcher -------------------------------------------------------------------
 class _RecordingRelay:
     """A TCP relay to ``target``: forwards every connection both ways and records what the
-    client sent on it (one bytes object per connection)."""
+    server received on it (one bytes object per connection). The ``Host`` header is rewritten to
+    name the target (the Dispatcher refuses a foreign Host; the signature does not cover it)."""
 
     def __init__(self, host: str, port: int) -> None:
         self.target = (host, port)
@@ -173,11 +174,13 @@ class _RecordingRelay:
             threading.Thread(target=self._pipe, args=(client, upstream, record), daemon=True).start()
             threading.Thread(target=self._pipe, args=(upstream, client, None), daemon=True).start()
 
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket, record: Any) -> None:
+    def _pipe(self, src: socket.socket, dst: socket.socket, record: Any) -> None:
+        own = f"Host: 127.0.0.1:{self.sock.getsockname()[1]}\r\n".encode()
+        target = f"Host: {self.target[0]}:{self.target[1]}\r\n".encode()
         try:
             while chunk := src.recv(65536):
                 if record is not None:
+                    chunk = chunk.replace(own, target)
                     record.extend(chunk)
                 dst.sendall(chunk)
         except OSError:
@@ -214,11 +217,11 @@ def _raw(url: str, request: bytes) -> tuple[int, dict]:
     return response.status, json.loads(body or b"null")
 
 
-def _signed_request(token: str, method: str, path: str, body: bytes, signed_at: float) -> bytes:
+def _signed_request(url: str, token: str, method: str, path: str, body: bytes, signed_at: float) -> bytes:
     nonce, timestamp, digest = f"nonce-{signed_at}", str(int(signed_at * 1000)), body_digest(body)
     mac = request_signature(token, nonce, method, path, digest, timestamp=timestamp)
     return (
-        f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: {AUTH_SCHEME} {mac}\r\n"
+        f"{method} {path} HTTP/1.1\r\nHost: {url.removeprefix('http://')}\r\nAuthorization: {AUTH_SCHEME} {mac}\r\n"
         f"{NONCE_HEADER}: {nonce}\r\n{TIMESTAMP_HEADER}: {timestamp}\r\n{DIGEST_HEADER}: {digest}\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     ).encode() + body
@@ -231,15 +234,16 @@ def session(ray_session):
 
 @pytest.mark.timeout(300)
 def test_a_captured_job_submission_replayed_is_refused_and_starts_no_second_job(session):
-    from raylink.runtime.client.rest_cluster_client import RestJobClient
-
     import sys
 
     import cloudpickle
 
+    from raylink.runtime.client.rest_cluster_client import RestJobClient
+
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # not importable in the Dispatcher
     endpoint = _endpoint()
-    relay = _RecordingRelay(*endpoint.url.removeprefix("http://").split(":"))
+    host, port = endpoint.url.removeprefix("http://").split(":")
+    relay = _RecordingRelay(host, int(port))
     try:
         env = make_env("ray", 1)
         env.from_collection(list(range(100))).map(lambda x: x + 1).add_sink(DiscardingSink())
@@ -264,8 +268,10 @@ def test_a_captured_job_submission_replayed_is_refused_and_starts_no_second_job(
     # stale and future-dated signatures (with the right token) are refused, naming why
     now = time.time()
     for signed_at, why in ((now - 600, "stale request"), (now + 600, "future-dated request")):
-        status, answer = _raw(endpoint.url, _signed_request(endpoint.token, "GET", "/v1/overview", b"", signed_at))
+        status, answer = _raw(
+            endpoint.url, _signed_request(endpoint.url, endpoint.token, "GET", "/v1/overview", b"", signed_at)
+        )
         assert status == 401 and answer["errors"][0].startswith(why), answer
     # the control: the same request signed now is served
-    status, answer = _raw(endpoint.url, _signed_request(endpoint.token, "GET", "/v1/overview", b"", now))
+    status, answer = _raw(endpoint.url, _signed_request(endpoint.url, endpoint.token, "GET", "/v1/overview", b"", now))
     assert status == 200 and [j["jobName"] for j in answer["jobs"]] == ["replayed job"]
