@@ -103,6 +103,44 @@ def test_key_extraction_error_names_the_record():
         p.select_channels([{"id": 1}, {"no": 2}])
 
 
+def _selector_failing_on(bad, calls):
+    def key_of(v):
+        calls.append(v)
+        if v == bad:
+            raise KeyError(f"no key in {v}")
+        return v
+
+    return key_of
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+@pytest.mark.parametrize("call", ["select_channels", "bucket"])
+def test_a_key_selector_runs_once_per_record_even_when_it_fails(channels, call):
+    """On whichever path is active: the records up to the failing one, each once (the compiled
+    path once reran its pure twin, and with it the selector, on any error)."""
+    calls: list = []
+    p = make(KeyGroupStreamPartitioner(_selector_failing_on(2, calls), 128), channels)
+    with pytest.raises(RuntimeError, match="Could not extract key from 2") as info:
+        getattr(p, call)([0, 1, 2, 3])
+    assert isinstance(info.value.__cause__, KeyError)
+    assert calls[:3] == [0, 1, 2] and sorted(calls) == sorted(set(calls))  # never twice
+    custom_calls: list = []
+    c = make(CustomPartitionerWrapper(lambda key, n: key % n, _selector_failing_on(2, custom_calls)), channels)
+    with pytest.raises(RuntimeError, match="Could not extract key from 2"):
+        c.select_channels([0, 1, 2, 3])
+    assert custom_calls == [0, 1, 2]
+
+
+def test_a_partitioner_set_up_again_forgets_the_channels_of_its_old_channel_count():
+    p = make(KeyGroupStreamPartitioner(lambda v: v, 128), 4)
+    keys = [f"k{i}" for i in range(50)] + [("t", i) for i in range(50)]
+    p.select_channels(keys)
+    copy = p.copy()  # shares nothing that matters once set up
+    copy.setup(2)
+    assert copy.bucket(keys) == [[k for k in keys if assign_key_to_parallel_operator(k, 128, 2) == c] for c in (0, 1)]
+    assert p.select_channels(keys) == [assign_key_to_parallel_operator(k, 128, 4) for k in keys]
+
+
 def test_custom_partitioner():
     c = make(CustomPartitionerWrapper(lambda key, n: key % n, lambda v: v[1]), 3)
     values = [("a", i) for i in range(9)]
