@@ -224,6 +224,8 @@ class CheckpointStorage:
         self._fs_and_root: Optional[tuple[fsspec.AbstractFileSystem, str]] = None
         self._completed_ids: set[int] = set()  # retained: ids this store knows completed
         self._discarding: set[int] = set()  # subsumed, their _metadata not deleted yet
+        self._savepoint_ids: set[int] = set()  # completed checkpoints that were savepoints
+        self._stopping = False  # the latest completed with the job stopping (stop-with-savepoint)
         self._registry = SharedStateRegistry()  # the shared files each known checkpoint names
         self._scanned = False
 
@@ -374,11 +376,15 @@ class CheckpointStorage:
         properties: Optional[Mapping[str, Any]] = None,
         *,
         trigger_timestamp: Optional[int] = None,
+        savepoint: bool = False,
+        synchronous: bool = False,
     ) -> CompletedCheckpoint:
         """Writes ``chk-<n>/_metadata`` naming every handle, then applies retention.
 
         ``properties`` (msgpack-serialisable values) are stored as given;
-        ``trigger_timestamp`` (epoch ms) defaults to now.
+        ``trigger_timestamp`` (epoch ms) defaults to now. ``savepoint``: the checkpoint of a
+        savepoint (it never subsumes the latest checkpoint, which later incremental checkpoints
+        build on), ``synchronous`` with the job stopping (no checkpoint follows).
         """
         completion = _now_ms()
         trigger = completion if trigger_timestamp is None else int(trigger_timestamp)
@@ -411,6 +417,9 @@ class CheckpointStorage:
                 metadata_path=self._display(meta_path),
             )
             self._completed_ids.add(checkpoint_id)
+            if savepoint:
+                self._savepoint_ids.add(checkpoint_id)
+            self._stopping = synchronous
             self._registry.register_all(checkpoint_id, self._shared_paths(completed))
             self._registry.checkpoint_completed(checkpoint_id)
             try:
@@ -608,6 +617,7 @@ class CheckpointStorage:
                 log.warning("could not delete the checkpoints of job %s: %s", self.job_id, exc)
             self._completed_ids.clear()
             self._discarding.clear()
+            self._savepoint_ids.clear()
             self._registry.clear()
 
     # -- internals ----------------------------------------------------------------------------------
@@ -739,9 +749,9 @@ class CheckpointStorage:
             self._ensure_scanned()
         except OSError as exc:  # retention over what is known; the rest at the next checkpoint
             log.warning("checkpoints of job %s not all scanned: %s", self.job_id, exc)
-        ordered = sorted(self._completed_ids)
-        for checkpoint_id in ordered[: -self.num_retained]:
+        for checkpoint_id in self._subsumed_ids():
             self._completed_ids.discard(checkpoint_id)
+            self._savepoint_ids.discard(checkpoint_id)
             self._discarding.add(checkpoint_id)
         all_known = self._all_retained_known()
         for checkpoint_id in sorted(self._discarding):
@@ -755,6 +765,25 @@ class CheckpointStorage:
             return
         self._delete_unused_shared()
         self._delete_unfinished(newest_id)
+
+    def _subsumed_ids(self) -> list[int]:
+        """The oldest completed checkpoints beyond ``num_retained`` (savepoints counted), never
+        the latest one nor the latest that is not a savepoint, which later incremental
+        checkpoints may build on, unless the job stopped with the latest (Flink's
+        ``CheckpointSubsumeHelper``, FLINK-21351)."""
+        ordered = sorted(self._completed_ids)
+        if len(ordered) <= self.num_retained:
+            return []
+        latest = ordered[-1]
+        checkpoints = [c for c in ordered if c not in self._savepoint_ids]
+        kept = checkpoints[-1] if checkpoints and not self._stopping else None
+        subsumed = []
+        for checkpoint_id in ordered:
+            if len(ordered) - len(subsumed) <= self.num_retained:
+                break
+            if checkpoint_id != latest and checkpoint_id != kept:
+                subsumed.append(checkpoint_id)
+        return subsumed
 
     def _discard_subsumed(self, checkpoint_id: int) -> None:
         """A subsumed checkpoint goes: its ``_metadata`` first (a folder without it is no

@@ -119,6 +119,23 @@ def test_retention_keeps_num_retained_and_drops_subsumed(root):
     assert _names(f"{root}/other-job") == ["chk-3"]
 
 
+def test_a_savepoint_never_subsumes_the_latest_checkpoint_unless_the_job_stops(root):
+    """Flink's CheckpointSubsumeHelper (FLINK-21351): savepoints count towards num-retained,
+    but the latest checkpoint that is not a savepoint stays (later incremental checkpoints
+    build on it) unless the job stopped with the savepoint."""
+    storage = CheckpointStorage(root, JOB, num_retained=1)
+    _complete(storage, 1, {"op": {0: b"c1"}})
+    storage.finalize(2, {"op": {0: storage.write_state(2, "op", 0, b"s2")}}, savepoint=True)
+    assert storage.completed_checkpoint_ids() == [1, 2]
+    storage.finalize(3, {"op": {0: storage.write_state(3, "op", 0, b"s3")}}, savepoint=True)
+    assert storage.completed_checkpoint_ids() == [1, 3]  # the older savepoint goes, checkpoint 1 stays
+    _complete(storage, 4, {"op": {0: b"c4"}})
+    assert storage.completed_checkpoint_ids() == [4]
+    storage.finalize(5, {"op": {0: storage.write_state(5, "op", 0, b"s5")}}, savepoint=True, synchronous=True)
+    assert storage.completed_checkpoint_ids() == [5]  # stop-with-savepoint: no checkpoint follows
+    assert _names(f"{root}/{JOB}") == ["chk-5"]
+
+
 def test_retention_counts_checkpoints_of_an_earlier_run(root):
     first = CheckpointStorage(root, JOB, num_retained=2)
     for n in (1, 2):

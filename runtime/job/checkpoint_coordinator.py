@@ -440,6 +440,8 @@ class CheckpointCoordinator:
                 checkpoint.handles,
                 self.properties,
                 trigger_timestamp=checkpoint.trigger_timestamp,
+                savepoint=savepoint is not None,
+                synchronous=savepoint is not None and savepoint.stop is not None,
             )
             with self._lock:  # finished tasks' state lives on in this checkpoint (retention drops the older)
                 for attempt_id, handles in carried.items():
