@@ -11,7 +11,7 @@ from the floors below (mostly :mod:`raylink.core`). What raylink has only as sta
 """
 
 from raylink.api import functions as _functions
-from raylink.api import pyflink_compat  # noqa: F401 - installs the stand-in modules (kafka, formats, table)
+from raylink.api import pyflink_compat  # noqa: F401 - installs the stand-in modules (jdbc, formats, table)
 from raylink.api import state as _state
 from raylink.api.async_data_stream import AsyncDataStream
 from raylink.api.configuration import Configuration

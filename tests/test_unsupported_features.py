@@ -17,7 +17,6 @@ from raylink.migrate import migrate_source
 pytestmark = pytest.mark.timeout(60)
 
 CONNECTORS = [
-    "kafka",
     "dynamic_kafka",
     "jdbc",
     "elasticsearch",
@@ -87,12 +86,17 @@ def test_every_java_connector_class_fails_at_construction_and_on_its_builders(mo
             cls.builder()
 
 
-def test_the_kafka_message_names_a_python_client():
-    from raylink.api.connectors.kafka import KafkaSource
+def test_kafka_is_a_real_connector_and_only_the_dynamic_kafka_source_is_a_stand_in():
+    from raylink.api.connectors.dynamic_kafka import DynamicKafkaSource
+    from raylink.api.connectors.kafka import KafkaSink, KafkaSinkBuilder, KafkaSource, KafkaSourceBuilder
 
+    assert isinstance(KafkaSource.builder(), KafkaSourceBuilder)
+    assert isinstance(KafkaSink.builder(), KafkaSinkBuilder)
+    migrated = migrate_source("from pyflink.datastream.connectors.kafka import KafkaSource\n").text
+    assert "from raylink.api.connectors.kafka import KafkaSource" in migrated
     with pytest.raises(UnsupportedFeatureError) as info:
-        KafkaSource.builder()
-    assert "Kafka connector (Java)" in str(info.value)
+        DynamicKafkaSource.builder()
+    assert "dynamic Kafka connector (Java)" in str(info.value)
     assert "a Kafka client (confluent-kafka, kafka-python)" in str(info.value)
 
 

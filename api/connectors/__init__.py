@@ -3,8 +3,10 @@
 ``raylink.api.connectors.base`` has Flink's Sink V2 interfaces (``Sink``, ``SinkWriter``,
 ``Committer``, ...: :mod:`raylink.core.sink`); ``raylink.api.connectors.file_system`` the
 exactly-once ``FileSink``, the ``FileSource`` and what configures them (the file connector,
-:mod:`raylink.connectors.file`). Each connector lives whole in ``raylink.connectors``; Flink's
-Java connectors (``kafka``, ``jdbc``, ...) are stand-ins (:mod:`raylink.api.pyflink_compat`).
+:mod:`raylink.connectors.file`); ``raylink.api.connectors.kafka`` the ``KafkaSource`` and
+``KafkaSink`` (:mod:`raylink.connectors.kafka`). Each connector lives whole in
+``raylink.connectors``; Flink's other Java connectors (``jdbc``, ``pulsar``, ...) are stand-ins
+(:mod:`raylink.api.pyflink_compat`).
 """
 
 from raylink.api.connectors.file_system import (

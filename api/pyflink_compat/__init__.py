@@ -1,5 +1,5 @@
 """PyFlink stand-ins, in one place: what a PyFlink program may import that raylink deliberately does
-not support — Flink's Java connectors (``raylink.api.connectors.kafka``, ``.jdbc``, ...) and
+not support — Flink's Java connectors (``raylink.api.connectors.jdbc``, ``.pulsar``, ...) and
 formats (``raylink.api.formats.*``), the Table API and SQL (``raylink.table``) — importable under
 PyFlink's names (where ``raylink migrate`` sends them) so a migrated program gets as far as the
 call, which then fails with :class:`UnsupportedFeatureError` naming the feature and raylink's

@@ -1,6 +1,6 @@
 """The PyFlink modules raylink has only as stand-ins, as data, and the import finder that makes them.
 
-Flink's Java connectors (``raylink.api.connectors.kafka``, ``.jdbc``, ...: PyFlink's
+Flink's Java connectors (``raylink.api.connectors.jdbc``, ``.pulsar``, ...: PyFlink's
 ``pyflink.datastream.connectors.<name>``), its Java formats (``raylink.api.formats`` and
 ``raylink.api.formats.<name>``) and the Table API (``raylink.table`` and any
 ``raylink.table.<module>``) are not files: :class:`StandInFinder` (on ``sys.meta_path``, asked
@@ -76,25 +76,6 @@ JAVA_CONNECTORS: Dict[str, Tuple[str, str, List[str]]] = {
         "the JDBC connector (Java)",
         own_source("a DB-API driver (or sink_to_spark for Spark's JDBC writer)"),
         ["JdbcSink", "JdbcConnectionOptions", "JdbcExecutionOptions"],
-    ),
-    "kafka": (
-        "the Kafka connector (Java)",
-        own_source("a Kafka client (confluent-kafka, kafka-python)"),
-        [
-            "FlinkKafkaConsumer",
-            "FlinkKafkaProducer",
-            "KafkaSource",
-            "KafkaSourceBuilder",
-            "KafkaSink",
-            "KafkaSinkBuilder",
-            "Semantic",
-            "KafkaTopicPartition",
-            "KafkaOffsetsInitializer",
-            "KafkaOffsetResetStrategy",
-            "KafkaRecordSerializationSchema",
-            "KafkaRecordSerializationSchemaBuilder",
-            "KafkaTopicSelector",
-        ],
     ),
     "kinesis": (
         "the Kinesis connector (Java)",

@@ -10,8 +10,9 @@ Module layout (each API module imports its runtime module lazily, never the othe
   fixture, ``raylink kafka start|stop``); jars from ``scripts/kafka_jars.sh``.
 * ``client`` -- shared client helpers: consumer/producer/admin configuration from the
   builders' properties, metadata with a timeout naming servers and topics.
+* ``offsets`` -- the value types source configuration and runtime share: ``KafkaTopicPartition``,
+  ``KafkaOffsetResetStrategy``, ``KafkaOffsetsInitializer``, ``Boundedness``, ``ConsumerRecord``.
 * ``source`` -- the source's configuration: ``KafkaSource``, ``KafkaSourceBuilder``,
-  ``KafkaOffsetsInitializer``, ``KafkaOffsetResetStrategy``, ``KafkaTopicPartition``,
   ``KafkaRecordDeserializationSchema`` (plain, picklable, read-only once built).
 * ``source_reader`` -- the source's runtime (Flink's ``KafkaSourceEnumerator``'s split
   ownership and discovery, ``KafkaPartitionSplit``, ``KafkaSourceReader``): the source operator.

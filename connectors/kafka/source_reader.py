@@ -1,0 +1,429 @@
+"""The runtime of :class:`~raylink.connectors.kafka.source.KafkaSource`: Flink's FLIP-27 Kafka
+source -- ``KafkaSourceEnumerator``'s split ownership and partition discovery,
+``KafkaPartitionSplit`` and ``KafkaSourceReader`` -- as one source operator per subtask.
+
+**Splits.** Every partition of the subscription is a :class:`KafkaPartitionSplit` (topic,
+partition, next offset, stop offset). Flink's enumerator hands each new split to subtask
+``getSplitOwner`` = ``(((topic.hashCode() * 31) & 0x7FFFFFFF) % p + partition) % p``; that
+owner is a pure function, so here every subtask lists the partitions itself (through its
+consumer's metadata) and takes the ones it owns -- the same assignment without a coordinator.
+Partitions found at the first discovery start at the builder's starting offsets; partitions
+that appear later (``partition.discovery.interval.ms``, default 5 min when unbounded, off when
+bounded) start at the earliest offset, as in Flink. Offsets are resolved to numbers when a
+split is created (earliest/latest from the partition's watermarks, committed offsets of the
+group with the reset strategy, offsets by timestamp, given offsets), so a checkpoint holds
+exact positions.
+
+**Reading.** One confluent-kafka ``Consumer`` per subtask, manually assigned its splits. The
+task calls :meth:`KafkaSourceOperator.emit_next` only while its output has buffers, and each
+call consumes at most ``max_records`` records, so under back pressure the consumer is not
+polled and its memory stays bounded by librdkafka's pre-fetch queue
+(``queued.max.messages.kbytes``, 16 MiB unless set, and ``fetch.max.bytes``). Records leave
+per partition in offset order with their Kafka timestamps.
+
+**Watermarks.** With a watermark strategy (``env.from_source(source, strategy, name)``) each
+split gets its own generator (so ``with_idleness`` works per partition) and the source's
+watermark is the minimum over the splits that are not idle; when every split is idle, or the
+subtask owns none, the source is idle -- Flink's split-level watermarks
+(``WatermarkOutputMultiplexer``).
+
+**Checkpoints.** The state is every owned split with its next offset (and stop offset); a restore
+seeks there. At another parallelism every old subtask's splits are pooled and each goes to its
+owner under the new parallelism. When a checkpoint completes, the offsets it holds are
+committed to the group (``commit.offsets.on.checkpoint``, default on with a group id) -- for
+monitoring only, as in Flink; the checkpoint is what a restore uses.
+
+**Bounded.** With stopping offsets a split ends at its stop offset (the consumer's position
+also counts, so transaction markers at the end do not keep it open); the source ends when all
+its splits ended and discovery is off (``set_bounded``'s default).
+
+**Failures.** Unreachable servers or an unknown topic fail the job within
+``default.api.timeout.ms`` naming them; a record the deserializer cannot read fails it naming
+topic, partition and offset. Thread-safety: the task thread drives everything; ``cancel`` may
+come from another thread (it sets a flag and an event).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+from raylink.connectors.kafka.client import (
+    CLIENT_ID_PREFIX,
+    KafkaConnectorError,
+    consumer_config,
+    fetch_partitions,
+    split_owner,
+)
+from raylink.connectors.kafka.offsets import (
+    ConsumerRecord,
+    KafkaOffsetResetStrategy,
+    KafkaOffsetsInitializer,
+    KafkaTopicPartition,
+)
+from raylink.core.watermark_strategy import WatermarkOutput
+from raylink.operators.base import MIN_WATERMARK
+from raylink.operators.sources import SourceOperator
+
+IDLE_WAIT_S = 0.05
+POLL_TIMEOUT_S = 0.05
+
+
+@dataclass
+class KafkaPartitionSplit:
+    """A partition and where reading it stands (Flink's ``KafkaPartitionSplit``)."""
+
+    topic: str
+    partition: int
+    next_offset: int
+    stop_offset: Optional[int] = None
+
+    @property
+    def split_id(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def finished(self) -> bool:
+        return self.stop_offset is not None and self.next_offset >= self.stop_offset
+
+    def to_state(self) -> list:
+        return [self.topic, self.partition, self.next_offset, self.stop_offset]
+
+    @staticmethod
+    def from_state(state: list) -> "KafkaPartitionSplit":
+        return KafkaPartitionSplit(state[0], int(state[1]), int(state[2]), None if state[3] is None else int(state[3]))
+
+
+class _SplitOutput(WatermarkOutput):
+    """One split's watermark output inside the multiplexer."""
+
+    __slots__ = ("watermark", "idle")
+
+    def __init__(self) -> None:
+        self.watermark = MIN_WATERMARK
+        self.idle = False
+
+    def emit_watermark(self, watermark: Any) -> None:
+        ts = watermark if isinstance(watermark, int) else int(getattr(watermark, "timestamp", watermark))
+        if ts > self.watermark:
+            self.watermark = ts
+        self.idle = False
+
+    def mark_idle(self) -> None:
+        self.idle = True
+
+    def mark_active(self) -> None:
+        self.idle = False
+
+
+class SplitWatermarks:
+    """A ``WatermarkGenerator`` made of one generator per split (Flink's
+    ``WatermarkOutputMultiplexer`` in ``SourceOperator``): records go to the current split's
+    generator; the combined watermark is the minimum over the non-idle splits."""
+
+    def __init__(self, strategy: Any, clock: Any) -> None:
+        self._strategy = strategy
+        self._clock = clock
+        self._splits: Dict[str, Tuple[Any, _SplitOutput]] = {}
+        self.current: Optional[str] = None
+
+    def add_split(self, split_id: str) -> None:
+        if split_id not in self._splits:
+            self._splits[split_id] = (self._strategy.create_watermark_generator(clock=self._clock), _SplitOutput())
+
+    def remove_split(self, split_id: str) -> None:
+        self._splits.pop(split_id, None)
+
+    def _current(self) -> Optional[Tuple[Any, _SplitOutput]]:
+        return self._splits.get(self.current) if self.current is not None else None
+
+    def on_event(self, event: Any, event_timestamp: int, output: WatermarkOutput) -> None:
+        entry = self._current()
+        if entry is not None:
+            entry[0].on_event(event, event_timestamp, entry[1])
+            self._combine(output)
+
+    def on_timestamps(self, events: list, timestamps: list, output: WatermarkOutput) -> None:
+        entry = self._current()
+        if entry is not None:
+            entry[0].on_timestamps(events, timestamps, entry[1])
+            self._combine(output)
+
+    def on_periodic_emit(self, output: WatermarkOutput) -> None:
+        for generator, split_output in self._splits.values():
+            generator.on_periodic_emit(split_output)
+        self._combine(output)
+
+    def _combine(self, output: WatermarkOutput) -> None:
+        active = [o.watermark for _g, o in self._splits.values() if not o.idle]
+        if not active:
+            output.mark_idle()
+            return
+        output.mark_active()
+        lowest = min(active)
+        if lowest > MIN_WATERMARK:
+            output.emit_watermark(lowest)
+
+
+class KafkaSourceOperator(SourceOperator):
+    """Reads this subtask's partitions of a ``KafkaSource`` (see the module docstring)."""
+
+    def __init__(self, source: Any, name: str = "", operator_id: str = "") -> None:
+        super().__init__(None, name, operator_id)
+        self.source = source
+        self._splits: Dict[Tuple[str, int], KafkaPartitionSplit] = {}
+        self._restored: Optional[List[KafkaPartitionSplit]] = None
+        self._consumer: Any = None
+        self._pending_commits: Dict[int, Dict[Tuple[str, int], int]] = {}
+        self._next_discovery: Optional[float] = None
+        self._split_watermarks: Optional[SplitWatermarks] = None
+        self._wakeup = threading.Event()
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    def setup(self, output: Any, runtime_context: Any) -> None:
+        super().setup(output, runtime_context)
+        watermarks = self._watermarks
+        if watermarks is not None:  # split-level watermarks: one generator per partition
+            multiplexer = SplitWatermarks(self.watermark_strategy, watermarks._pts.current_processing_time)
+            watermarks.generator = multiplexer
+            watermarks._on_event = multiplexer.on_event
+            watermarks._on_timestamps = multiplexer.on_timestamps
+            self._split_watermarks = multiplexer
+
+    def open(self) -> None:
+        super().open()
+        from confluent_kafka import Consumer
+
+        rc = self.runtime_context
+        source = self.source
+        self._timeout_s = source.api_timeout_ms / 1000.0
+        self._deserializer = source.deserializer
+        self._deserializer.open(rc)
+        prefix = source.properties.get(CLIENT_ID_PREFIX) or "raylink-kafka-source"
+        self._consumer = Consumer(consumer_config(source.properties, f"{prefix}-{rc.subtask_index}"))
+        if self._restored is not None:
+            for split in self._restored:
+                self._add_split(split)
+            self._restored = None
+            self._discover(initial=False)
+        else:
+            self._discover(initial=True)
+        self._assign()
+        interval = source.discovery_interval_ms
+        self._next_discovery = None if interval is None else time.monotonic() + interval / 1000.0
+
+    def close(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        try:
+            if consumer is not None:
+                consumer.close()
+        finally:
+            super().close()
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self._wakeup.set()
+
+    # -- splits --------------------------------------------------------------------------------------
+    def _add_split(self, split: KafkaPartitionSplit) -> None:
+        self._splits[(split.topic, split.partition)] = split
+        if self._split_watermarks is not None and not split.finished:
+            self._split_watermarks.add_split(split.split_id)
+
+    def _discover(self, initial: bool) -> None:
+        """Lists the subscription's partitions and adds the new ones this subtask owns."""
+        source, rc = self.source, self.runtime_context
+        wanted = None if source.partitions is None else [(p.topic, p.partition) for p in source.partitions]
+        found = fetch_partitions(
+            self._consumer, source.bootstrap_servers, source.topics, source.topic_pattern, wanted, self._timeout_s
+        )
+        new = [
+            tp
+            for tp in found
+            if tp not in self._splits and split_owner(tp[0], tp[1], rc.parallelism) == rc.subtask_index
+        ]
+        if not new:
+            return
+        starting = source.starting_offsets if initial else KafkaOffsetsInitializer.earliest()
+        starts = self._resolve(starting, new, "starting")
+        stops = self._resolve(source.stopping_offsets, new, "stopping") if source.stopping_offsets else {}
+        for tp in new:
+            self._add_split(KafkaPartitionSplit(tp[0], tp[1], starts[tp], stops.get(tp)))
+        if not initial:
+            self._assign()
+
+    def _resolve(self, initializer: KafkaOffsetsInitializer, tps: List[Tuple[str, int]], what: str) -> Dict:
+        """Exact offsets of ``tps`` for a ``KafkaOffsetsInitializer``."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        consumer, timeout = self._consumer, self._timeout_s
+        try:
+            marks = {tp: consumer.get_watermark_offsets(TopicPartition(*tp), timeout=timeout) for tp in tps}
+            kind = initializer.kind
+            if kind == "earliest":
+                return {tp: marks[tp][0] for tp in tps}
+            if kind == "latest":
+                return {tp: marks[tp][1] for tp in tps}
+            if kind == "timestamp":
+                found = consumer.offsets_for_times(
+                    [TopicPartition(t, p, initializer.timestamp_ms) for t, p in tps], timeout=timeout
+                )
+                return {
+                    (x.topic, x.partition): (x.offset if x.offset >= 0 else marks[(x.topic, x.partition)][1])
+                    for x in found
+                }
+            if kind == "committed":
+                found = consumer.committed([TopicPartition(*tp) for tp in tps], timeout=timeout)
+                given = {(x.topic, x.partition): x.offset for x in found if x.offset >= 0}
+            else:  # offsets
+                given = {(k.topic, k.partition): v for k, v in (initializer.partition_offsets or {}).items()}
+        except KafkaException as exc:
+            raise KafkaConnectorError(
+                f"KafkaSource {self.name!r}: looking up the {what} offsets of {[f'{t}-{p}' for t, p in tps]} "
+                f"on {self.source.bootstrap_servers} failed: {exc.args[0].str() if exc.args else exc}"
+            ) from None
+        offsets = {}
+        for tp in tps:
+            low, high = marks[tp]
+            offset = given.get(tp)
+            if offset is not None and (kind == "committed" or low <= offset <= high):
+                offsets[tp] = offset
+                continue
+            strategy = initializer.reset_strategy
+            if strategy is KafkaOffsetResetStrategy.EARLIEST:
+                offsets[tp] = low
+            elif strategy is KafkaOffsetResetStrategy.LATEST:
+                offsets[tp] = high
+            else:
+                have = "no committed offset" if kind == "committed" else f"no valid offset (given {offset})"
+                raise KafkaConnectorError(
+                    f"KafkaSource {self.name!r}: partition {KafkaTopicPartition(*tp)!r} has {have} for the {what} "
+                    f"offsets (group {self.source.group_id!r}) and the reset strategy is NONE"
+                )
+        return offsets
+
+    def _assign(self) -> None:
+        from confluent_kafka import TopicPartition
+
+        active = [s for s in self._splits.values() if not s.finished]
+        self._consumer.assign([TopicPartition(s.topic, s.partition, s.next_offset) for s in active])
+
+    def _finish_split(self, split: KafkaPartitionSplit) -> None:
+        from confluent_kafka import TopicPartition
+
+        self._consumer.incremental_unassign([TopicPartition(split.topic, split.partition)])
+        if self._split_watermarks is not None:
+            self._split_watermarks.remove_split(split.split_id)
+
+    # -- reading -------------------------------------------------------------------------------------
+    def emit_next(self, max_records: int = 1024) -> bool:
+        if self.finished or self.cancelled:
+            return False
+        if self._next_discovery is not None and time.monotonic() >= self._next_discovery:
+            self._discover(initial=False)
+            self._next_discovery = time.monotonic() + self.source.discovery_interval_ms / 1000.0
+        splits = self._splits
+        if not any(not s.finished for s in splits.values()):
+            if self.source.stopping_offsets is not None and self._next_discovery is None:
+                self._finish()
+                return False
+            self._wakeup.wait(IDLE_WAIT_S)  # nothing to read until the next discovery; mails run in between
+            return not self.cancelled
+        messages = self._consumer.consume(num_messages=max(1, max_records), timeout=POLL_TIMEOUT_S)
+        if messages:
+            self._emit(messages)
+        if self.source.stopping_offsets is not None:
+            self._check_stops(bool(messages))
+        return True
+
+    def _emit(self, messages: List[Any]) -> None:
+        run: List[Any] = []
+        timestamps: List[int] = []
+        key: Optional[Tuple[str, int]] = None
+        deserialize = self._deserializer.deserialize
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                raise KafkaConnectorError(
+                    f"KafkaSource {self.name!r}: reading topic {message.topic()!r} partition {message.partition()} "
+                    f"from {self.source.bootstrap_servers} failed: {error.str()}"
+                )
+            tp = (message.topic(), message.partition())
+            split = self._splits.get(tp)
+            offset = message.offset()
+            if split is None or split.finished or offset < split.next_offset:
+                continue  # a fetch that raced an unassign or a seek
+            if split.stop_offset is not None and offset >= split.stop_offset:
+                split.next_offset = split.stop_offset
+                continue
+            if tp != key:
+                self._hand_over(key, run, timestamps)
+                run, timestamps, key = [], [], tp
+            timestamp = message.timestamp()[1]
+            record = ConsumerRecord(tp[0], tp[1], offset, timestamp, message.key(), message.value(), message.headers())
+            try:
+                value = deserialize(record)
+            except Exception as exc:
+                self._hand_over(key, run, timestamps)  # what came before it is emitted and checkpointed
+                raise KafkaConnectorError(
+                    f"KafkaSource {self.name!r}: the deserializer cannot read the record at topic {tp[0]!r}, "
+                    f"partition {tp[1]}, offset {offset}: {type(exc).__name__}: {exc}"
+                ) from exc
+            split.next_offset = offset + 1
+            if value is not None:  # Flink's value-only wrapper drops nulls
+                run.append(value)
+                timestamps.append(timestamp)
+        self._hand_over(key, run, timestamps)
+
+    def _hand_over(self, key: Optional[Tuple[str, int]], run: List[Any], timestamps: List[int]) -> None:
+        if not run or key is None:
+            return
+        if self._split_watermarks is not None:
+            self._split_watermarks.current = f"{key[0]}-{key[1]}"
+        self._collect_timestamped(run, timestamps)
+
+    def _check_stops(self, got_records: bool) -> None:
+        from confluent_kafka import TopicPartition
+
+        open_splits = [s for s in self._splits.values() if not s.finished]
+        if not got_records and open_splits:  # transaction markers take offsets no record has
+            positions = self._consumer.position([TopicPartition(s.topic, s.partition) for s in open_splits])
+            for split, position in zip(open_splits, positions):
+                if position.offset is not None and position.offset > split.next_offset:
+                    split.next_offset = position.offset
+        for split in open_splits:
+            if split.finished:
+                self._finish_split(split)
+
+    # -- checkpoints ---------------------------------------------------------------------------------
+    def snapshot_operator_state(self, checkpoint_id: int) -> dict:
+        splits = sorted(self._splits.values(), key=lambda s: (s.topic, s.partition))
+        if self.source.commit_offsets_on_checkpoint:
+            self._pending_commits[checkpoint_id] = {(s.topic, s.partition): s.next_offset for s in splits}
+        return {"splits": [s.to_state() for s in splits]}
+
+    def restore_operator_state(self, state: dict) -> None:
+        self._restored = [KafkaPartitionSplit.from_state(s) for s in state["splits"]]
+
+    def restore_rescaled_operator_state(self, states: List[Optional[dict]], subtask: int, parallelism: int) -> None:
+        """Every old subtask's splits pooled; this subtask takes those it owns now."""
+        pooled = [KafkaPartitionSplit.from_state(s) for state in states if state for s in state["splits"]]
+        self._restored = [s for s in pooled if split_owner(s.topic, s.partition, parallelism) == subtask]
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Commits the offsets checkpoint ``checkpoint_id`` holds to the group (asynchronously)."""
+        offsets = self._pending_commits.pop(checkpoint_id, None)
+        for older in [c for c in self._pending_commits if c < checkpoint_id]:
+            del self._pending_commits[older]
+        if offsets and self._consumer is not None:
+            from confluent_kafka import TopicPartition
+
+            self._consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=True)
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        self._pending_commits.pop(checkpoint_id, None)
+
+
+__all__ = ["KafkaPartitionSplit", "KafkaSourceOperator", "SplitWatermarks"]
