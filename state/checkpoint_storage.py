@@ -17,12 +17,22 @@ Mirrors three Flink classes in one place:
   the checkpoint properties;
 * ``DefaultCompletedCheckpointStore`` — retention (``execution.checkpointing.num-retained``,
   Flink 1's ``state.checkpoints.num-retained``, default 1): once checkpoint ``n`` completes,
-  older completed checkpoints beyond the retained number are deleted, as are unfinished
-  folders of lower ids (Flink subsumes pending checkpoints older than a completed one);
+  older completed checkpoints beyond the retained number are deleted (savepoints count, but
+  the latest checkpoint that is not a savepoint stays unless the job stopped: Flink's
+  ``CheckpointSubsumeHelper``), as are unfinished folders of lower ids (Flink subsumes
+  pending checkpoints older than a completed one). Shared files (incremental RocksDB and
+  heap checkpoints) go when no retained or restoring checkpoint names them: a
+  :class:`~raylink.state.shared_state_registry.SharedStateRegistry` counts, in memory, the
+  references of what this store completed and what it read back (a restore, or the
+  ``_metadata`` of a checkpoint an earlier run left); while the files a retained checkpoint
+  names are unknown (its ``_metadata`` unreadable) no shared file is deleted, a subsumed
+  checkpoint loses its ``_metadata`` first and keeps its folder until that succeeded, and a
+  failed delete is retried at the next checkpoint — a storage fault never deletes what a
+  retained checkpoint needs and never fails a checkpoint that completed;
   :meth:`CheckpointStorage.latest_completed` finds the checkpoint a restore starts from,
   falling back (logged warning) past a corrupt or missing ``_metadata`` or a state file
   that vanished, and raising :class:`CheckpointStorageError` naming the files when no
-  checkpoint that completed is usable.
+  checkpoint that completed is usable (or the storage cannot be read: no fallback then).
 
 A folder without ``_metadata`` is indistinguishable on disk from a checkpoint that never
 completed: it only counts as *lost* (an error when nothing older is usable) when this store
@@ -568,6 +578,7 @@ class CheckpointStorage:
                     "restoring job %s from checkpoint %d (newer ones were not usable)", self.job_id, checkpoint_id
                 )
             self._completed_ids.add(checkpoint_id)
+            self._discarding.discard(checkpoint_id)  # subsumed but kept (a failed delete): retained again
             return completed
         if problems:
             files = ", ".join(repr(p.path) for p in problems)
