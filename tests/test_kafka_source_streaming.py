@@ -1,0 +1,134 @@
+"""The unbounded ``KafkaSource`` while a job runs: offsets committed to the group when checkpoints
+complete, and split-level watermarks -- per partition, combined by minimum, an idle partition
+released by ``with_idleness`` and holding event time back without it."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+import pytest
+
+from raylink.api import Duration, Time, WatermarkStrategy
+from raylink.api.connectors.kafka import KafkaSource
+from raylink.api.serialization import SimpleStringSchema
+from raylink.api.window import TumblingEventTimeWindows
+from raylink.tests.kafka_util import committed, new_topic, produce
+from raylink.tests.runtime_jobs import make_env
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _unbounded(servers, topic, group=None):
+    builder = (
+        KafkaSource.builder()
+        .set_bootstrap_servers(servers)
+        .set_topics(topic)
+        .set_value_only_deserializer(SimpleStringSchema())
+    )
+    if group:
+        builder.set_group_id(group)
+    return builder.build()
+
+
+class _Drain:
+    """Pulls a running job's collected records on a thread into a queue (so a test can wait
+    for the next one with a timeout)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.records: "queue.Queue" = queue.Queue()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        try:
+            for record in self.stream:
+                self.records.put(record)
+        except Exception as exc:  # the job failed: the test sees it
+            self.records.put(exc)
+
+    def next(self, timeout):
+        item = self.records.get(timeout=timeout)
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    def close(self):
+        self.stream.close()
+        self.thread.join(30)
+        assert not self.thread.is_alive()
+
+
+def test_offsets_of_a_completed_checkpoint_are_committed_to_the_group(kafka_broker, tmp_path):
+    servers = kafka_broker.bootstrap_servers
+    topic = new_topic(servers, 2)
+    acked = produce(servers, topic, [(i % 2, None, f"m{i}".encode(), None) for i in range(30)])
+    ends = {p: 1 + max(o for (q, o) in acked if q == p) for p in (0, 1)}
+    group = "commit-" + topic
+    env = make_env(
+        "local",
+        2,
+        {"execution.checkpointing.interval": "200 ms", "execution.checkpointing.dir": str(tmp_path / "cp")},
+    )
+    drain = _Drain(
+        env.from_source(_unbounded(servers, topic, group), WatermarkStrategy.no_watermarks(), "k").execute_and_collect()
+    )
+    try:
+        got = sorted(drain.next(60) for _ in range(30))
+        assert got == sorted(v.decode() for v in acked.values())
+        deadline = time.monotonic() + 60
+        offsets = committed(servers, group, topic, 2)
+        while offsets != ends and time.monotonic() < deadline:
+            time.sleep(0.1)  # polling the group's offsets with a deadline
+            offsets = committed(servers, group, topic, 2)
+        assert offsets == ends
+    finally:
+        drain.close()
+
+
+def _windowed_counts(servers, topic, strategy):
+    env = make_env("local", 1)
+    return (
+        env.from_source(_unbounded(servers, topic), strategy, "k")
+        .map(lambda v: (v.split(":")[0], 1))
+        .key_by(lambda kv: kv[0])
+        .window(TumblingEventTimeWindows.of(Time.seconds(1)))
+        .reduce(lambda a, b: (a[0], a[1] + b[1]))
+        .execute_and_collect()
+    )
+
+
+@pytest.fixture
+def one_idle_partition(kafka_broker):
+    """Partition 0: ten records in event second 0 and one in second 5; partition 1: none. (A
+    timestamp of 0 would mean 'now' to the producer.)"""
+    servers = kafka_broker.bootstrap_servers
+    topic = new_topic(servers, 2)
+    produce(
+        servers, topic, [(0, None, f"a:{i}".encode(), 1 + i * 100) for i in range(10)] + [(0, None, b"a:late", 5000)]
+    )
+    return servers, topic
+
+
+def test_an_idle_partition_does_not_hold_back_the_windows_with_idleness(one_idle_partition):
+    servers, topic = one_idle_partition
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_idleness(Duration.of_millis(300))
+    drain = _Drain(_windowed_counts(servers, topic, strategy))
+    try:
+        assert drain.next(60) == ("a", 10)  # the window [0, 1000) fired while the job runs
+    finally:
+        drain.close()
+
+
+def test_a_partition_without_records_holds_the_windows_back_until_it_catches_up(one_idle_partition):
+    servers, topic = one_idle_partition
+    drain = _Drain(_windowed_counts(servers, topic, WatermarkStrategy.for_monotonous_timestamps()))
+    try:
+        with pytest.raises(queue.Empty):
+            drain.next(3)  # partition 1's watermark is still Long.MIN_VALUE: nothing may fire
+        produce(servers, topic, [(1, None, b"b:0", 6000)])
+        assert drain.next(60) == ("a", 10)  # both partitions past 999 now
+    finally:
+        drain.close()
