@@ -23,6 +23,7 @@ from typing import Any
 
 import ray
 
+from raylink.actors.local_ray import on_loopback, single_node_ray
 from raylink.actors.ray_executor import ensure_ray, init_ray
 
 
@@ -34,7 +35,8 @@ def ray_connected() -> bool:
 def connect_to(address: str) -> None:
     """Connect this process to the Ray cluster at ``address`` (``auto``: the one on this machine),
     without Ray's log lines; the exception ``ray.init`` raises when it cannot."""
-    ray.init(address=address, log_to_driver=False, configure_logging=False)
+    with single_node_ray(on_loopback(address)):  # a Ray at 127.0.0.1 is reached there (Ray would use the node's IP)
+        ray.init(address=address, log_to_driver=False, configure_logging=False)
 
 
 def gcs_address() -> str:

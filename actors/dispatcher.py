@@ -34,10 +34,12 @@ gone and its sink's bounded buffer would hold the job forever.
 
 Beside that API the same server answers Flink's JSON REST API and serves the web dashboard
 (:mod:`raylink.runtime.rest`: ``/jobs/overview``, ``/jobs/:jobid``, ..., ``/``) for the jobs
-submitted here: reads are open on a loopback address, cancelling (``PATCH /jobs/:jobid``) and
-savepoints need a token derived from the session token (``Authorization: Bearer
-<rest_api_token(token)>``, or the cookie a browser gets from :func:`dashboard_url`'s address);
-the session token itself still never crosses the wire.
+submitted here, under :mod:`raylink.runtime.rest.rest_security`'s rules (Host and Origin
+allow-lists on every route, ``/v1/`` included; header and idle timeouts and a connection
+limit): every route but the dashboard's page and ``/config`` needs a token derived from the
+session token (``Authorization: Bearer <rest_api_token(token)>``; :func:`dashboard_url`
+carries it in the address's fragment, and the session records it in the runtime folder); the
+session token itself still never crosses the wire.
 
 Thread-safety: an asyncio actor; the handlers run on its event loop and hand every blocking
 JobMaster call to a thread pool. The job table is only changed on the loop.
@@ -51,7 +53,6 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Optional
-from urllib.parse import urlencode
 
 import cloudpickle
 import ray
@@ -78,6 +79,16 @@ from raylink.runtime.client.rest_endpoint import (
     request_signature,
     response_signature,
     signature_matches,
+)
+from raylink.runtime.client.rest_tokens import dashboard_address
+from raylink.runtime.rest.rest_security import (
+    AccessPolicy,
+    ServerLimits,
+    bound_port,
+    route_table,
+    runner_kwargs,
+    security_middlewares,
+    start_listening,
 )
 from raylink.runtime.rest.web_monitor_endpoint import add_rest_routes, rest_api_token
 from raylink.state.savepoint_targets import SavepointTargetError, check_savepoint_target
@@ -173,7 +184,10 @@ class DispatcherActor:
                     response = web.Response(status=exc.status, text=exc.text)
             return self._signed(response, nonce)
 
-        app = web.Application(middlewares=[authenticate], client_max_size=1 << 30)
+        # Host / Origin allow-lists, the JSON API's bearer token, CORS: before the signature check
+        # (rest_security; /v1/ is authenticated by its signatures instead of the bearer token)
+        policy = AccessPolicy(rest_api_token(self._token), host, signed_prefix="/v1/")
+        app = web.Application(middlewares=[*security_middlewares(policy), authenticate], client_max_size=1 << 30)
         app.add_routes(
             [
                 web.get("/v1/overview", self._overview),
@@ -189,13 +203,16 @@ class DispatcherActor:
         # Flink's JSON REST API and the web dashboard beside the signed pickle API (its own
         # access rules: reads open on loopback, cancel / savepoints need the session token)
         self._web_monitor = add_rest_routes(app, self, self._blocking, rest_api_token(self._token), is_loopback(host))
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(app, **runner_kwargs(ServerLimits(max_connections=1024)))
         await self._runner.setup()
-        await web.TCPSite(self._runner, host, port).start()
-        bound = self._runner.addresses[0]
-        self.url = f"http://{host}:{bound[1]}"
+        self._listener, self.guard = await start_listening(self._runner, host, port, ServerLimits(max_connections=1024))
+        self.url = f"http://{host}:{bound_port(self._listener)}"
         self._reaper = asyncio.ensure_future(self._reap())
         return self.url
+
+    def routes(self) -> list:
+        """Every (method, canonical path) this server answers (for audits and tests)."""
+        return route_table(self._runner.app) if self._runner is not None else []
 
     def _signed(self, response: web.Response, nonce: str) -> web.Response:
         """``response`` with its signature: the proof for the client that this Dispatcher answered."""
@@ -377,6 +394,8 @@ class DispatcherActor:
         await asyncio.gather(*[self._blocking(client.wait, 10.0) for client in running])
         if self._reaper is not None:
             self._reaper.cancel()
+        if getattr(self, "_listener", None) is not None:
+            self._listener.close()
         if self._runner is not None:
             await self._runner.cleanup()
         return len(running)
@@ -416,10 +435,10 @@ def start_dispatcher(
 
 
 def dashboard_url(url: str, token: str) -> str:
-    """The address that opens the session's dashboard with the right to cancel: it carries the
-    JSON API's token (:func:`rest_api_token` of the session's ``token``, never the session token
-    itself) once; the Dispatcher answers with a same-site cookie and drops it from the address."""
-    return f"{url}/?{urlencode({'token': rest_api_token(token)})}"
+    """The address that opens the session's dashboard: it carries the JSON API's token
+    (:func:`rest_api_token` of the session's ``token``, never the session token itself) in its
+    fragment, which the browser never sends; the page keeps it for its requests (no cookie)."""
+    return dashboard_address(url, rest_api_token(token))
 
 
 def find_dispatcher() -> Optional[Any]:

@@ -13,6 +13,8 @@ Not thread-safe (one start or stop at a time).
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import json
 import os
 import signal
@@ -20,11 +22,16 @@ import socket
 import subprocess
 import sys
 import time
-from typing import IO, Any, Optional
+from typing import IO, Any, Iterator, Optional
 
 from raylink.errors import RaylinkError
 
 RAY_START_TIMEOUT_S = 60.0
+#: Ray's single-node switch, read by every Ray process at import: off ("0"), Ray's node address
+#: is the loopback address, so a Ray started so listens on loopback only (GCS, raylet, object
+#: manager, workers, agents, dashboard), and ``127.0.0.1`` in an address stays loopback instead
+#: of being replaced by the machine's address
+RAY_SINGLE_NODE_ENV_VAR = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 RAY_STOP_TIMEOUT_S = 30.0
 
 
@@ -74,6 +81,46 @@ def ray_in_reach() -> Optional[str]:
         return "this process is connected to Ray"
     recorded = recorded_ray_address()
     return None if recorded is None else f"a Ray cluster runs on this machine at {recorded}"
+
+
+def on_loopback(address: Optional[str]) -> bool:
+    """True when ``ray.init(address)`` starts a Ray of its own (``local``; no address and none
+    running here) or joins one at a loopback address: both are kept on loopback
+    (:func:`single_node_ray`)."""
+    if address == "local":
+        return True
+    if not address or address == "auto":
+        recorded = recorded_ray_address()
+        if recorded is None:
+            return address != "auto"
+        address = recorded
+    if "://" in address:
+        return False
+    host = address.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@contextlib.contextmanager
+def single_node_ray(enabled: bool = True) -> Iterator[None]:
+    """Around ``ray.init``: Ray's single-node switch (:data:`RAY_SINGLE_NODE_ENV_VAR`) for this
+    process and the Ray processes it starts, unless the environment sets it already."""
+    if not enabled or RAY_SINGLE_NODE_ENV_VAR in os.environ:
+        yield
+        return
+    from ray._private import ray_constants
+
+    os.environ[RAY_SINGLE_NODE_ENV_VAR] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        os.environ.pop(RAY_SINGLE_NODE_ENV_VAR, None)
+        ray_constants.ENABLE_RAY_CLUSTER = True
 
 
 def recorded_ray_address() -> Optional[str]:

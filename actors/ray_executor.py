@@ -28,6 +28,7 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from raylink.actors.local_ray import on_loopback, single_node_ray
 from raylink.actors.ray_actors import TASK_EXECUTOR_NAMESPACE, TaskExecutorActor, task_executor_actor_name
 from raylink.actors.ray_transport import RAY_SYSTEM_CONFIG, inline_call_limit
 from raylink.actors.session_cluster import find_session
@@ -60,8 +61,10 @@ MALLOC_ARENA_MAX = "2"
 
 def init_ray(address: Optional[str] = None, **kwargs: Any) -> None:
     """``ray.init``; a Ray started here gets ``RAY_SYSTEM_CONFIG`` (transport
-    batches travel inline in their calls) and :data:`MALLOC_ARENA_MAX`. A running
-    cluster keeps its settings.
+    batches travel inline in their calls) and :data:`MALLOC_ARENA_MAX`, and listens on
+    loopback only (``RAY_ADDRESS=local`` or none running: it is this driver's alone; a Ray other
+    machines join is started with ``ray start``); a Ray joined at a loopback address is reached
+    there (:func:`~raylink.actors.local_ray.single_node_ray`). A running cluster keeps its settings.
 
     Quiet unless verbose (:mod:`raylink.runtime.logging_setup`): Ray's driver-side log lines
     (its start, its token-authentication notice) and the error messages its raylets push to the
@@ -74,11 +77,13 @@ def init_ray(address: Optional[str] = None, **kwargs: Any) -> None:
     if added:  # inherited by the processes ray.init starts (its workers fork from the raylet)
         os.environ["MALLOC_ARENA_MAX"] = MALLOC_ARENA_MAX
     try:
-        ray.init(address=address, _system_config=RAY_SYSTEM_CONFIG, **kwargs)
-    except ValueError as exc:
-        if "_system_config" not in str(exc):
-            raise
-        ray.init(address=address, **kwargs)
+        with single_node_ray(on_loopback(address)):  # a Ray of its own, or one on loopback: loopback only
+            try:
+                ray.init(address=address, _system_config=RAY_SYSTEM_CONFIG, **kwargs)
+            except ValueError as exc:
+                if "_system_config" not in str(exc):
+                    raise
+                ray.init(address=address, **kwargs)
     finally:
         if added:
             os.environ.pop("MALLOC_ARENA_MAX", None)

@@ -25,6 +25,8 @@ from raylink.runtime.client.rest_endpoint import (
     remove_endpoint_file,
     write_endpoint_file,
 )
+from raylink.runtime.client.rest_tokens import forget_rest_token, record_rest_token
+from raylink.runtime.rest.web_monitor_endpoint import rest_api_token
 
 
 def start_session(
@@ -73,6 +75,7 @@ def start_session(
         raise
     if rest_bind_address is not None:
         write_endpoint_file(gcs_address, RestEndpoint(url, token))
+        record_rest_token(url, rest_api_token(token))  # the JSON API's bearer token, for the CLI and browsers
     else:
         remove_endpoint_file(gcs_address)
     return session
@@ -81,9 +84,12 @@ def start_session(
 def stop_session(session: Optional[Any] = None) -> Optional[dict]:
     """Cancel the Dispatcher's jobs and stop it, kill the session cluster's executors and the
     session actor; returns the session's last status (None when none was running)."""
+    session = session or find_session()
+    rest_url = ray.get(session.status.remote()).get("restUrl") if session is not None else None
     cancelled = stop_dispatcher()
     remove_endpoint_file(ray.get_runtime_context().gcs_address)
-    session = session or find_session()
+    if rest_url:
+        forget_rest_token(rest_url)
     if session is None:
         return None
     status = ray.get(session.status.remote())

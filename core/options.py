@@ -559,6 +559,31 @@ class RestOptions:
         "Serve Flink's REST API and the web dashboard on the driver while a job runs: by default for a "
         "job on the ray target; a job on the local target serves it only when this is set to true.",
     )
+    SERVER_HEADER_TIMEOUT = option(
+        "rest.server.header-timeout",
+        "duration",
+        10_000,
+        "How long a client of a REST server (a job's driver, the session cluster's Dispatcher) may take "
+        "from connecting (TLS handshake included) to the end of its first request's headers; a slower "
+        "connection is closed (raylink's; Flink has no such limit).",
+        check=_positive,
+    )
+    SERVER_IDLE_TIMEOUT = option(
+        "rest.server.idle-timeout",
+        "duration",
+        30_000,
+        "How long a REST server keeps an idle keep-alive connection open, and the longest a later "
+        "request on it may take to arrive in full (raylink's).",
+        check=_positive,
+    )
+    SERVER_MAX_CONNECTIONS = option(
+        "rest.server.max-connections",
+        "int",
+        256,
+        "Connections a REST server holds at once; when full, a new connection closes the one that waited "
+        "longest for its request's headers, else it is refused (raylink's).",
+        check=_at_least(8),
+    )
     SIGNATURE_VALIDITY = option(
         "rest.signature.validity",
         "duration",
@@ -583,6 +608,32 @@ class RestOptions:
         "Comma-separated fsspec schemes a savepoint target may use (besides those of the configured "
         "savepoint and checkpoint folders and rest.savepoint.allowed-roots); file: the local file "
         "system only.",
+    )
+
+
+class SecurityOptions:
+    """Flink's ``SecurityOptions`` for the REST servers' TLS. Flink reads a JKS keystore and
+    truststore (``security.ssl.rest.keystore`` / ``truststore``); raylink reads PEM files instead."""
+
+    SSL_REST_ENABLED = option(
+        "security.ssl.rest.enabled",
+        "bool",
+        False,
+        "Serve the REST API and the dashboard over HTTPS (required for a rest.bind-address that is not "
+        "a loopback address); the certificate is security.ssl.rest.cert-file.",
+    )
+    SSL_REST_CERT_FILE = option(
+        "security.ssl.rest.cert-file",
+        "str",
+        None,
+        "PEM file with the REST server's certificate chain (raylink's PEM form of Flink's "
+        "security.ssl.rest.keystore); may hold the private key too.",
+    )
+    SSL_REST_KEY_FILE = option(
+        "security.ssl.rest.key-file",
+        "str",
+        None,
+        "PEM file with the private key of security.ssl.rest.cert-file, when that file does not hold it.",
     )
 
 
@@ -1084,6 +1135,7 @@ OPTION_GROUPS = (
     NettyShuffleEnvironmentOptions,
     MetricOptions,
     RestOptions,
+    SecurityOptions,
     WebOptions,
     CheckpointingOptions,
     SavepointConfigOptions,

@@ -2,14 +2,21 @@
 of a running Ray job whose sink is slow, sees every JobGraph vertex, the back-pressured one
 coloured HIGH and the slow one busy, counters that move, and cancels the job with its button.
 
+Both pages are opened from the address the server logs (the token in its fragment, never sent
+to a server); the page strips it from the address bar, sends it as a header, and no cookie is
+ever set.
+
 playwright never downloads a browser here: it launches the ``chromium`` that
-``scripts/setup.sh`` installs from Debian (the test is skipped, saying so, where there is none).
-A screenshot of the job page is saved to ``tests/artifacts/dashboard-job.png``.
+``scripts/setup.sh`` installs from Debian. Without one the tests are skipped, saying so -- except
+in CI (``CI=true``), where a missing chromium fails them. A screenshot of the job page is saved
+to ``tests/artifacts/dashboard-job.png``.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -23,12 +30,43 @@ from raylink.tests.runtime_jobs import CountingSource, make_env
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = Path(os.environ.get("RAYLINK_TEST_ARTIFACTS", Path(__file__).resolve().parent / "artifacts"))
 
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
 pytestmark = [
     pytest.mark.skipif(
-        CHROMIUM is None, reason="no chromium on this machine (scripts/setup.sh installs Debian's chromium)"
+        CHROMIUM is None and not IN_CI,
+        reason="no chromium on this machine (scripts/setup.sh installs Debian's chromium)",
     ),
     pytest.mark.slow,
 ]
+
+
+def _chromium() -> str:
+    """The chromium to drive; in CI a missing one is a failure, not a skip."""
+    assert CHROMIUM is not None, "CI=true but no chromium: scripts/setup.sh installs Debian's chromium (dev extra)"
+    return CHROMIUM
+
+
+def _playwright() -> Any:
+    if IN_CI:  # the dev extra is installed in CI: its absence is a failure
+        import playwright.sync_api
+
+        return playwright.sync_api
+    return pytest.importorskip("playwright.sync_api", reason="playwright is in the dev extra")
+
+
+def _no_cookies(page: Any) -> None:
+    assert page.context.cookies() == [], page.context.cookies()
+    assert page.evaluate("document.cookie") == ""
+
+
+def _logged_address(records: list[logging.LogRecord]) -> str:
+    """The dashboard address the server logged at start (as a user copies it from the terminal)."""
+    for record in records:
+        found = re.search(r"web dashboard .*? at (\S+)", record.getMessage())
+        if found:
+            return found.group(1)
+    raise AssertionError(f"no dashboard address logged: {[r.getMessage() for r in records]}")
 
 
 class SlowSink(SinkFunction):
@@ -47,8 +85,12 @@ def _attribute(page: Any, name: str, attribute: str) -> int:
 
 
 @pytest.mark.timeout(300)
-def test_dashboard_shows_back_pressure_and_cancels_the_job(ray_session):
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the dev extra")
+def test_dashboard_shows_back_pressure_and_cancels_the_job(ray_session, caplog):
+    sync_api = _playwright()
+    logger = logging.getLogger("raylink.rest")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(caplog.handler)  # whatever the raylink logger's propagation
     env = make_env("ray", 1)
     (
         env.add_source(CountingSource(), "Counting")
@@ -60,17 +102,29 @@ def test_dashboard_shows_back_pressure_and_cancels_the_job(ray_session):
         .name("SlowSink")
     )
     client = env.execute_async("dashboard job")
+    logger.removeHandler(caplog.handler)
+    logger.setLevel(level)
+    address = _logged_address(caplog.records)
+    token = client.rest_endpoint.token
+    assert address == f"{client.rest_endpoint.url}/#token={token}&next=/jobs/{client.job_id}"
     names = [ejv.name for ejv in client.execution_graph.job_vertices]
     assert names == ["Source: Counting", "Upstream", "Sink: SlowSink"]
     try:
         with sync_api.sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+            browser = playwright.chromium.launch(executable_path=_chromium(), headless=True, args=["--no-sandbox"])
             try:
                 page = browser.new_page(viewport={"width": 1280, "height": 900})
                 page.set_default_timeout(60_000)
                 expect = sync_api.expect
+                sent = []  # every request the page makes: none carries the token in its URL
+                page.on("request", lambda r: sent.append((r.url, r.headers.get("authorization"))))
+                # the logged address opens the job page; the token leaves the address bar
+                page.goto(address)
+                page.wait_for_url(f"**/#/jobs/{client.job_id}")
+                assert token not in page.url
+                expect(page.locator("svg.dag g.vertex")).to_have_count(len(names), timeout=60_000)
                 # the job list: name, state, start, duration, restarts; its name leads to the job page
-                page.goto(f"{client.rest_endpoint.url}/")
+                page.click("a.brand")
                 row = page.locator(f'#jobs tr[data-jid="{client.job_id}"]')
                 expect(row).to_contain_text("dashboard job")
                 expect(row).to_contain_text("RUNNING")
@@ -103,10 +157,19 @@ def test_dashboard_shows_back_pressure_and_cancels_the_job(ray_session):
                 shot = ARTIFACTS / "dashboard-job.png"
                 page.screenshot(path=str(shot), full_page=True)
                 print(f"dashboard screenshot: {shot}")
+                # a fresh tab without the token sees no job data
+                bare = browser.new_page()
+                bare.goto(f"{client.rest_endpoint.url}/")
+                expect(bare.locator("#connection")).to_contain_text("401")
+                assert bare.locator(f'#jobs tr[data-jid="{client.job_id}"]').count() == 0
                 # the cancel button ends the job
                 page.on("dialog", lambda dialog: dialog.accept())
                 page.click("#cancel")
                 assert client.wait(60), "the job did not end after the dashboard's cancel"
+                _no_cookies(page)
+                api_calls = [(url, auth) for url, auth in sent if "/jobs" in url]
+                assert api_calls and all(auth == f"Bearer {token}" for _, auth in api_calls)
+                assert not any(token in url for url, _ in sent)
             finally:
                 browser.close()
         assert str(client.get_job_status()) == "CANCELED"
@@ -124,8 +187,8 @@ def session(ray_session):
 
 @pytest.mark.timeout(300)
 def test_session_dashboard_cancels_with_the_printed_address(session):
-    """The session cluster's Dispatcher serves the same dashboard; its cancel button works once
-    the browser opened the address printed at start (the token becomes a same-site cookie)."""
+    """The session cluster's Dispatcher serves the same dashboard; its cancel button works from
+    the address printed at start (the token in its fragment; no cookie)."""
     import json
 
     import ray
@@ -135,7 +198,7 @@ def test_session_dashboard_cancels_with_the_printed_address(session):
     from raylink.runtime.client.rest_endpoint import RestEndpoint, _endpoint_file
     from raylink.runtime.runtime_dir import read_private_file
 
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in the dev extra")
+    sync_api = _playwright()
     recorded = json.loads(read_private_file(_endpoint_file(ray.get_runtime_context().gcs_address)))
     endpoint = RestEndpoint(recorded["url"], recorded["token"])
     env = make_env("ray", 1)
@@ -143,18 +206,19 @@ def test_session_dashboard_cancels_with_the_printed_address(session):
     client = RestJobClient.submit(endpoint, env, "session dashboard job")
     try:
         with sync_api.sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+            browser = playwright.chromium.launch(executable_path=_chromium(), headless=True, args=["--no-sandbox"])
             try:
                 page = browser.new_page()
                 page.set_default_timeout(60_000)
                 page.goto(dashboard_url(endpoint.url, endpoint.token))
-                assert "token" not in page.url  # the token left the address bar for a cookie
+                assert "token" not in page.url  # the token left the address bar (kept in session storage)
                 page.locator(f'#jobs tr[data-jid="{client.job_id}"] a').click()
                 expect = sync_api.expect
                 expect(page.locator("svg.dag g.vertex")).to_have_count(2)
                 page.on("dialog", lambda dialog: dialog.accept())
                 page.click("#cancel")
                 expect(page.locator("section.job-head .state")).to_have_text("CANCELED")
+                _no_cookies(page)
             finally:
                 browser.close()
         with pytest.raises(Exception):

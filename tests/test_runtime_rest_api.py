@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any, Optional
@@ -20,6 +21,7 @@ from typing import Any, Optional
 import pytest
 
 from raylink.api.functions import SinkFunction, SourceFunction
+from raylink.runtime.client.rest_tokens import rest_auth_headers
 from raylink.tests.runtime_jobs import make_env, running_session, wait_for
 
 N = 500
@@ -47,9 +49,15 @@ class DiscardingSink(SinkFunction):
         pass
 
 
-def http(url: str, method: str = "GET", headers: Optional[dict] = None, body: Optional[bytes] = None) -> tuple:
-    """(status, parsed JSON body or text, response headers) of one request."""
-    request = urllib.request.Request(url, method=method, headers=headers or {}, data=body)
+def http(
+    url: str, method: str = "GET", headers: Optional[dict] = None, body: Optional[bytes] = None, auth: bool = True
+) -> tuple:
+    """(status, parsed JSON body or text, response headers) of one request; ``auth``: with the
+    server's token, found as a client finds it (the per-user runtime folder), unless given."""
+    headers = dict(headers or {})
+    if auth and "Authorization" not in headers:
+        headers.update(rest_auth_headers(url))
+    request = urllib.request.Request(url, method=method, headers=headers, data=body)
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             status, text, got = response.status, response.read().decode(), response.headers
@@ -295,7 +303,7 @@ def _submit(endpoint: Any, env: Any, name: str) -> Any:
 @pytest.mark.timeout(300)
 def test_session_cluster_rest_api_matches_the_job_client(session):
     from raylink.actors.dispatcher import dashboard_url
-    from raylink.runtime.rest.web_monitor_endpoint import TOKEN_COOKIE, rest_api_token
+    from raylink.runtime.rest.web_monitor_endpoint import rest_api_token
 
     endpoint = _endpoint()
     base = endpoint.url
@@ -319,22 +327,21 @@ def test_session_cluster_rest_api_matches_the_job_client(session):
     assert all(v["metrics"]["read-records-complete"] for v in details["vertices"])
     assert sum(v["metrics"]["read-records"] for v in details["vertices"] if v["name"].startswith("PlusOne")) == N
     # the signed pickle API still answers its own clients, and refuses unsigned calls
-    assert http(base + "/v1/overview")[0] == 401
+    assert http(base + "/v1/overview", auth=False)[0] == 401
 
     # cancelling needs the REST token (derived from the session token, never that token itself)
     idle = make_env("ray", 1)
     idle.add_source(FiniteThenIdleSource(N), "Numbers").add_sink(DiscardingSink()).name("Discard")
     running = _submit(endpoint, idle, "session idle job")
     cancel = base + f"/jobs/{running.job_id}?mode=cancel"
-    assert http(cancel, "PATCH")[0] == 401
+    assert http(cancel, "PATCH", auth=False)[0] == 401
     assert http(cancel, "PATCH", {"Authorization": f"Bearer {endpoint.token}"})[0] == 401
     assert str(running.get_job_status()) == "RUNNING"
-    # a browser opens the printed address once: it gets the token as a same-site cookie
-    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())
-    with opener.open(dashboard_url(base, endpoint.token), timeout=30) as page:
-        assert page.url.rstrip("/") == base and b"dashboard.js" in page.read()
-    jar = [c for c in opener.handlers if isinstance(c, urllib.request.HTTPCookieProcessor)][0].cookiejar
-    assert [c.value for c in jar if c.name == TOKEN_COOKIE] == [rest_api_token(endpoint.token)]
+    # the printed address carries the REST token in its fragment (never sent); the page sets no cookie
+    address = urllib.parse.urlsplit(dashboard_url(base, endpoint.token))
+    assert address.fragment == f"token={rest_api_token(endpoint.token)}" and not address.query
+    status, page, headers = http(base + "/", auth=False)
+    assert status == 200 and "dashboard.js" in page and "Set-Cookie" not in headers
     status, body, _ = http(cancel, "PATCH", {"Authorization": f"Bearer {rest_api_token(endpoint.token)}"})
     assert status == 202, body
     with pytest.raises(Exception):

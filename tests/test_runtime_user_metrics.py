@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from raylink.api import MapFunction, SinkFunction, SourceFunction
 from raylink.metrics import Counter, Distribution, Meter, MetricGroup
+from raylink.runtime.client.rest_tokens import rest_auth_headers
 from raylink.runtime.metrics import operator_metrics, to_prometheus
 from raylink.tests.runtime_jobs import make_env, wait_for
 
@@ -137,7 +138,9 @@ def check_prometheus(text: str, job_name: str, n: int = N) -> None:
 
 
 def scrape(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=10) as response:
+    """``url``'s text; with the REST server's token, as a client of this user finds it (the
+    metrics.port exporter has none)."""
+    with urllib.request.urlopen(urllib.request.Request(url, headers=rest_auth_headers(url)), timeout=10) as response:
         assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
         return response.read().decode()
 

@@ -646,7 +646,7 @@ class JobExecutor(PipelineExecutor):
 
             try:
                 client.rest_endpoint = start_job_endpoint(client)  # closed when the job ends (_finish)
-            except OSError as exc:  # no port: the job never runs; free every actor it holds
+            except (OSError, ValueError) as exc:  # no port, a bind refused, bad TLS files: free every actor
                 client._failure = exc
                 client._finish()
                 raise

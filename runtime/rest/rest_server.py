@@ -10,6 +10,16 @@ one for a job (when ``raylink.rest.enabled``) and logs the dashboard's address o
 on the ``raylink`` logger; the JobMaster closes it when the job ends, so no thread and no
 port outlives the job.
 
+Access (:mod:`raylink.runtime.rest.rest_security`): every endpoint has a random token
+(:func:`~raylink.runtime.rest.rest_security.new_token`) that every route but the dashboard's
+page and ``/config`` requires as ``Authorization: Bearer``; Host and Origin must name this
+server (DNS rebinding is refused with 403); header and idle timeouts and a connection limit
+(``rest.server.*``) hold for every connection. The token is recorded in the per-user runtime
+folder while the endpoint listens (:mod:`raylink.runtime.client.rest_tokens`) and the logged
+dashboard address carries it in its fragment. A ``rest.bind-address`` beyond loopback needs
+TLS (``security.ssl.rest.enabled``, PEM ``security.ssl.rest.cert-file``), else
+:func:`start_job_endpoint` raises :class:`~raylink.runtime.rest.rest_security.RestBindError`.
+
 Thread-safety: :meth:`RestServerEndpoint.close` may be called from any thread, the
 endpoint's own included (it then does not wait for the server to stop).
 """
@@ -19,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import ssl
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
@@ -27,7 +38,19 @@ from aiohttp import web
 
 from raylink.core.options import RestOptions
 from raylink.errors import RaylinkError
-from raylink.runtime.client.rest_endpoint import is_loopback
+from raylink.runtime.client.rest_tokens import dashboard_address, forget_rest_token, record_rest_token
+from raylink.runtime.rest.rest_security import (
+    AccessPolicy,
+    ConnectionGuard,
+    ServerLimits,
+    bound_port,
+    check_bind,
+    new_token,
+    rest_ssl_context,
+    runner_kwargs,
+    security_middlewares,
+    start_listening,
+)
 from raylink.runtime.rest.web_monitor_endpoint import add_rest_routes
 
 #: how many ports after ``rest.port`` are tried when it is taken
@@ -65,14 +88,26 @@ class _Jobs:
 class RestServerEndpoint:
     """An aiohttp server on a daemon thread serving Flink's REST API for this driver's jobs."""
 
-    def __init__(self, port: int = 8081, host: str = "127.0.0.1", token: Optional[str] = None) -> None:
+    def __init__(
+        self,
+        port: int = 8081,
+        host: str = "127.0.0.1",
+        token: Optional[str] = None,
+        limits: Optional[ServerLimits] = None,
+        ssl_context: Optional[ssl.SSLContext] = None,
+    ) -> None:
+        check_bind(host, ssl_context)
         self.host = host
         self.jobs = _Jobs()
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="rest-handler")
         self._loop = asyncio.new_event_loop()
         self._runner: Optional[web.AppRunner] = None
+        self._server: Optional[asyncio.AbstractServer] = None
+        self.guard: Optional[ConnectionGuard] = None
         self._closed = False
-        self._token = token
+        self.token = token or new_token()
+        self._limits = limits or ServerLimits()
+        self._ssl = ssl_context
         ready = threading.Event()
         outcome: dict = {}
 
@@ -102,21 +137,31 @@ class RestServerEndpoint:
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        if host in ("0.0.0.0", "[::]"):
+            host = "127.0.0.1"
+        return f"{'https' if self._ssl is not None else 'http'}://{host}:{self.port}"
+
+    def dashboard_url(self, route: Optional[str] = None) -> str:
+        """The dashboard's address with this endpoint's token in its fragment."""
+        return dashboard_address(self.url, self.token, route)
 
     async def _run_blocking(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     async def _start(self, port: int) -> int:
-        app = web.Application()
-        add_rest_routes(app, self.jobs, self._run_blocking, self._token, is_loopback(self.host))
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        policy = AccessPolicy(self.token, self.host, tls=self._ssl is not None)
+        app = web.Application(middlewares=security_middlewares(policy))
+        self.app = app
+        add_rest_routes(app, self.jobs, self._run_blocking, self.token, False)
+        runner = web.AppRunner(app, shutdown_timeout=1.0, **runner_kwargs(self._limits))
         await runner.setup()
         candidates = [0] if port == 0 else range(port, min(port + PORT_ATTEMPTS, 65536))
         last: Optional[OSError] = None
         for candidate in candidates:
             try:
-                await web.TCPSite(runner, self.host, candidate, reuse_address=False).start()
+                server, guard = await start_listening(
+                    runner, self.host, candidate, self._limits, self._ssl, reuse_address=False
+                )
             except OSError as exc:
                 if exc.errno not in (errno.EADDRINUSE, errno.EACCES):
                     await runner.cleanup()
@@ -125,8 +170,8 @@ class RestServerEndpoint:
                     ) from None
                 last = exc
                 continue
-            self._runner = runner
-            return runner.addresses[0][1]
+            self._runner, self._server, self.guard = runner, server, guard
+            return bound_port(server)
         await runner.cleanup()
         raise RestPortError(
             getattr(last, "errno", errno.EADDRINUSE),
@@ -139,6 +184,8 @@ class RestServerEndpoint:
 
     async def _stop(self) -> None:
         try:
+            if self._server is not None:
+                self._server.close()  # no new connections; the runner closes the open ones
             if self._runner is not None:
                 await self._runner.cleanup()
         finally:
@@ -150,6 +197,7 @@ class RestServerEndpoint:
         if self._closed:
             return
         self._closed = True
+        forget_rest_token(self.url)
         try:
             asyncio.run_coroutine_threadsafe(self._stop(), self._loop)
         except RuntimeError:  # the loop is closed already
@@ -162,21 +210,22 @@ class RestServerEndpoint:
 
 
 def start_job_endpoint(client: Any) -> Optional[RestServerEndpoint]:
-    """Serve ``client``'s job on ``rest.bind-address:rest.port`` when ``raylink.rest.enabled``,
-    logging the dashboard's address; None when disabled."""
+    """Serve ``client``'s job on ``rest.bind-address:rest.port`` when ``raylink.rest.enabled``
+    with a new token (recorded in the runtime folder), logging the dashboard's address with the
+    token in its fragment; None when disabled. Raises ``RestBindError`` for a bind beyond
+    loopback without TLS."""
     conf = client.configuration
     if not conf.get(RestOptions.ENABLED):
         return None
     host = conf.get(RestOptions.BIND_ADDRESS)
-    endpoint = RestServerEndpoint(conf.get(RestOptions.PORT), host)
+    endpoint = RestServerEndpoint(
+        conf.get(RestOptions.PORT), host, None, ServerLimits.from_configuration(conf), rest_ssl_context(conf)
+    )
     endpoint.add_job(client)
-    if not is_loopback(host):
-        LOG.warning(
-            "raylink: rest.bind-address %s is reachable from other machines and the job's REST API has no "
-            "authentication (as Flink's): anyone who reaches it can cancel the job",
-            host,
-        )
-    LOG.info("raylink: web dashboard of job '%s' at %s/#/jobs/%s", client.job_name, endpoint.url, client.job_id)
+    record_rest_token(endpoint.url, endpoint.token)
+    LOG.info(
+        "raylink: web dashboard of job '%s' at %s", client.job_name, endpoint.dashboard_url(f"/jobs/{client.job_id}")
+    )
     return endpoint
 
 

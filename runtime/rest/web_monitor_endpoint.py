@@ -7,13 +7,11 @@ bodies from :mod:`raylink.runtime.rest.job_views`) and the dashboard's static fi
 (:mod:`raylink.actors.dispatcher`) serve them; they differ only in the :class:`JobLookup`
 they pass (which JobClients exist) and in how a blocking call leaves the event loop.
 
-**Who may do what.** GETs only read. Mutating calls (``PATCH /jobs/:jobid`` cancels,
-``POST /jobs/:jobid/savepoints``) need the cluster's token when one is set: ``Authorization:
-Bearer <token>`` (a session cluster's: :func:`rest_api_token`), or the ``raylink-token`` cookie a browser gets by opening the dashboard once
-with ``?token=<token>`` (HttpOnly, SameSite=Strict; the token is then dropped from the
-address). With a token, GETs need it too unless the endpoint listens on a loopback address.
-A mutating call whose ``Origin`` is not this endpoint is refused (403) whatever it carries,
-so a page of another site cannot cancel a job through the user's browser.
+**Who may do what.** Access is checked before any handler runs by the server's middlewares
+(:mod:`raylink.runtime.rest.rest_security`: the bearer token on every route but the
+dashboard's page and ``/config``, Host and Origin allow-lists, no cookie). The handlers check
+the token again (``Authorization: Bearer <token>`` only; a session cluster's is
+:func:`rest_api_token`) so routes added here without that middleware are not open.
 
 Thread-safety: the handlers run on the application's event loop; every call into a JobClient
 (which may block on Ray) goes through the ``run_blocking`` coroutine function given.
@@ -40,8 +38,6 @@ from raylink.state.savepoint_targets import SavepointTargetError, check_savepoin
 
 #: the dashboard's files (package data)
 STATIC_DIR = Path(__file__).resolve().parent / "static"
-#: the cookie a browser holds the cluster's token in once it opened ``/?token=...``
-TOKEN_COOKIE = "raylink-token"
 #: how long one reading of a job's metrics serves the requests after it (Flink's MetricFetcher caches too)
 METRICS_TTL_S = 0.5
 
@@ -86,7 +82,7 @@ class _Savepoint:
 
 def rest_api_token(session_token: str) -> str:
     """The bearer token of a session cluster's JSON API, derived from the session's token (an
-    HMAC of a fixed label): it may cross the wire and sit in a browser's cookie while the
+    HMAC of a fixed label): it may cross the wire and sit in a browser's session storage while the
     session token, which signs the pickle API, never does."""
     return hmac.new(session_token.encode(), b"raylink rest api", "sha256").hexdigest()
 
@@ -100,7 +96,7 @@ class WebMonitorEndpoint:
         self.lookup = lookup
         self.run_blocking = run_blocking
         self.token = token
-        self.reads_need_token = token is not None and not loopback
+        self.reads_need_token = token is not None  # ``loopback`` no longer opens reads
         self._cache: dict[str, _JobCache] = {}
         self._savepoints: dict[str, _Savepoint] = {}
         self._trigger_ids = itertools.count(1)
@@ -140,10 +136,11 @@ class WebMonitorEndpoint:
         scheme, _, value = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() == "bearer" and value:
             return value.strip()
-        return request.cookies.get(TOKEN_COOKIE, "")
+        return ""
 
     def _token_ok(self, request: web.Request) -> bool:
-        return self.token is None or hmac.compare_digest(self._presented_token(request), self.token)
+        presented = self._presented_token(request).encode("utf-8", "surrogateescape")
+        return self.token is None or hmac.compare_digest(presented, self.token.encode("utf-8"))
 
     def _check_read(self, request: web.Request) -> None:
         if self.reads_need_token and not self._token_ok(request):
@@ -195,18 +192,9 @@ class WebMonitorEndpoint:
 
     # -- dashboard -----------------------------------------------------------------------------------------
     async def index(self, request: web.Request) -> web.StreamResponse:
-        presented = request.query.get("token")
-        if presented is not None:
-            if self.token is None or not hmac.compare_digest(presented, self.token):
-                raise web.HTTPUnauthorized(text="wrong token")
-            response = web.HTTPFound("/")  # the token leaves the address bar and the history
-            response.set_cookie(TOKEN_COOKIE, self.token, httponly=True, samesite="Strict", path="/")
-            raise response
-        self._check_read(request)
         return web.FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-store"})
 
-    async def config(self, request: web.Request) -> web.Response:
-        self._check_read(request)
+    async def config(self, request: web.Request) -> web.Response:  # public: no user data
         offset = -time.altzone if time.localtime().tm_isdst > 0 else -time.timezone
         return web.json_response(
             {
@@ -435,7 +423,6 @@ __all__ = [
     "rest_api_token",
     "JobLookup",
     "STATIC_DIR",
-    "TOKEN_COOKIE",
     "WebMonitorEndpoint",
     "add_rest_routes",
     "is_loopback",

@@ -13,8 +13,33 @@ function esc(text) {
   return String(text).replace(/[&<>"']/g, c => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 }
 
+// The server's token comes in the address's fragment (#token=...&next=/jobs/<id>), which the
+// browser never sends anywhere; it is kept in this tab's sessionStorage, removed from the
+// address bar and the history, and sent as a header. No cookie: every port would receive it.
+const TOKEN_KEY = "raylink-token";
+(function takeTokenFromAddress() {
+  const fragment = location.hash.replace(/^#/, "");
+  if (!fragment.startsWith("token=")) return;
+  const params = new URLSearchParams(fragment);
+  if (params.get("token")) sessionStorage.setItem(TOKEN_KEY, params.get("token"));
+  const next = params.get("next");
+  history.replaceState(null, "", location.pathname + location.search + (next ? "#" + next : ""));
+})();
+
+function authHeaders() {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  return token ? { Authorization: `Bearer ${token}` } : {};
+}
+
 async function api(path, options) {
-  const response = await fetch(path, Object.assign({ credentials: "same-origin", cache: "no-store" }, options || {}));
+  const init = Object.assign({ credentials: "omit", cache: "no-store" }, options || {});
+  init.headers = Object.assign(authHeaders(), init.headers || {});
+  const response = await fetch(path, init);
+  if (response.status === 401) {
+    const error = new Error("401: open the dashboard with the address printed when the job started (it carries the token)");
+    error.status = 401;
+    throw error;
+  }
   if (!response.ok) {
     let detail = response.statusText;
     try { detail = (await response.json()).errors.join("; "); } catch (e) { /* not JSON */ }
