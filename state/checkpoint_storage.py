@@ -559,7 +559,10 @@ class CheckpointStorage:
                 ) from exc
 
     def _latest_completed(self) -> Optional[CompletedCheckpoint]:
-        self._ensure_scanned()
+        try:
+            self._ensure_scanned()
+        except OSError as exc:  # every listed folder is tried below all the same
+            log.warning("checkpoints of job %s not all scanned: %s", self.job_id, exc)
         candidates = sorted(set(self._list_checkpoint_ids()) | self._completed_ids, reverse=True)
         problems: list[_UnusableCheckpoint] = []
         for checkpoint_id in candidates:

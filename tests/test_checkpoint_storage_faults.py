@@ -220,6 +220,20 @@ def test_an_unreadable_metadata_at_retention_keeps_the_shared_files_of_a_retaine
     assert os.path.exists(tmp_path / "chk" / "job" / "chk-3" / "_metadata")  # retried later, not dropped
 
 
+def test_a_failed_metadata_lookup_never_makes_a_completed_checkpoint_look_unfinished(tmp_path):
+    """fsspec's ``exists`` answers False on any error: a new JobMaster whose lookups fail must
+    not take the checkpoints of the earlier run for unfinished ones and delete them."""
+    run = Run("heap", str(tmp_path), num_retained=3)
+    for step in range(2):
+        run.checkpoint([(k, step) for k in range(100)])
+    SCHEDULE.add(FaultRule("info", "_metadata", count=None))
+    assert run.restore("restart")  # the newest is read all the same
+    run.checkpoint([(1, "z")])
+    assert run.completed == [1, 2, 3] and SCHEDULE.injected["info"] > 0
+    assert {"chk-1", "chk-2", "chk-3"} <= set(os.listdir(tmp_path / "chk" / "job"))
+    run.verify()
+
+
 @pytest.mark.parametrize("kind", ["heap", "rocksdb"])
 def test_failed_deletes_are_retried_and_never_break_a_checkpoint(kind, tmp_path):
     run = Run(kind, str(tmp_path), num_retained=1)
