@@ -226,18 +226,22 @@ def select_key_channels(
 
 def check_keys(key_of, list values, stable_hash, key_error=None) -> None:
     """What a keyed exchange to one channel does with each record: its key, hashed as
-    ``_channel_of`` hashes a key it has not seen (raising where that would); nothing kept.
-    ``key_error`` as in :func:`select_key_channels`."""
+    ``_channel_of`` hashes a key it has not seen (raising where that would); nothing kept (a
+    str or int key, whose hash cannot fail, is not hashed). ``key_error`` as in
+    :func:`select_key_channels`."""
     cdef Py_ssize_t i, n = PyList_GET_SIZE(values)
     cdef object v = None
     cdef bint extracting = False
+    cdef type t
     try:
         for i in range(n):
             v = values[i]
             extracting = True
             key = key_of(v)
             extracting = False
-            _stable_hash(key, stable_hash)
+            t = type(key)
+            if t is not str and t is not int and t is not bool:
+                _stable_hash(key, stable_hash)
     except Exception as e:
         if extracting and key_error is not None:
             raise key_error(v) from e

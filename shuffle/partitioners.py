@@ -214,23 +214,35 @@ class BroadcastPartitioner(StreamPartitioner):
 _CHANNEL_CACHE_SIZE = 1 << 16
 
 
+class _ChannelOutOfRange(Exception):
+    pass
+
+
+def _out_of_range(value: Any) -> None:
+    raise _ChannelOutOfRange
+
+
 def _check_channels(channels: List[int], num_channels: int) -> None:
-    """Every channel an int in ``[0, num_channels)`` (two C-level passes), else the compiled
-    path's ``ValueError`` for the first that is not."""
-    if channels and (min(channels) < 0 or max(channels) >= num_channels):
-        i, c = next((i, c) for i, c in enumerate(channels) if not 0 <= c < num_channels)
-        raise ValueError(f"record {i} has channel {c!r}, not one in [0, {num_channels})")
+    """Raise the compiled path's ``ValueError`` for the first channel outside ``[0, num_channels)``."""
+    for i, c in enumerate(channels):
+        if not 0 <= c < num_channels:
+            raise ValueError(f"record {i} has channel {c!r}, not one in [0, {num_channels})")
 
 
 def bucket_by_channel_pure(values: List[Any], channels: List[int], num_channels: int) -> List[List[Any]]:
     """``buckets[c]``: the values whose channel is ``c``, in order (the pure-Python twin)."""
     if len(values) != len(channels):
         raise ValueError(f"{len(values)} values but {len(channels)} channels")
-    _check_channels(channels, num_channels)
     buckets: List[List[Any]] = [[] for _ in range(num_channels)]
-    appends = [b.append for b in buckets]
-    for v, c in zip(values, channels):
-        appends[c](v)
+    # a channel in [-n, 0) or [n, 2n) picks a refusal, any other one past the list raises
+    # IndexError: no check per record (a negative channel would silently pick a bucket)
+    appends = [b.append for b in buckets] + [_out_of_range] * max(num_channels, 0)
+    try:
+        for v, c in zip(values, channels):
+            appends[c](v)
+    except (IndexError, _ChannelOutOfRange):
+        _check_channels(channels, num_channels)
+        raise
     return buckets
 
 
@@ -286,9 +298,14 @@ def _extract_keys(
     raise key_error(values[len(keys)]) from error
 
 
+_ALWAYS_HASHED = frozenset((str, int, bool))  # their stable hash never fails (a lone surrogate neither)
+
+
 def _hash_keys(keys: List[Any]) -> None:
-    """Hash every key stably, in order (raising for the first that cannot be)."""
-    assign_key_groups(keys, UPPER_BOUND_MAX_PARALLELISM)
+    """Hash every key stably, in order (raising for the first that cannot be); a batch of only
+    str and int keys is not hashed at all (one C-level pass over their types)."""
+    if not _ALWAYS_HASHED.issuperset(map(type, keys)):
+        assign_key_groups(keys, UPPER_BOUND_MAX_PARALLELISM)
 
 
 class KeyGroupStreamPartitioner(StreamPartitioner):
