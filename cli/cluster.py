@@ -215,6 +215,7 @@ def cmd_start(args: Any) -> int:
     )
     if rest_url:
         print(f"raylink cluster: jobs of drivers on this machine are submitted to {rest_url} (no Ray in the driver)")
+        _print_dashboard("raylink cluster: web dashboard at ", rest_url)
     if args.spark:
         spark = _start_spark(args)
         print(
@@ -225,6 +226,16 @@ def cmd_start(args: Any) -> int:
         print(f"run jobs with RAY_ADDRESS={info['address']}")
     shutdown_ray()
     return EXIT_OK
+
+
+def _print_dashboard(prefix: str, url: str) -> None:
+    """The dashboard's address with its token (in the fragment), read from this user's runtime
+    folder; nothing when this user has no token for ``url`` (another user's session)."""
+    from raylink.runtime.client.rest_tokens import dashboard_address, find_rest_token
+
+    token = find_rest_token(url)
+    if token is not None:
+        print(prefix + dashboard_address(url, token))
 
 
 def _start_spark(args: Any) -> dict:
@@ -313,6 +324,7 @@ def cmd_status(args: Any) -> int:
     )
     if status.get("restUrl"):
         print(f"  Dispatcher (job submission over HTTP) at {status['restUrl']}")
+        _print_dashboard("  web dashboard at ", status["restUrl"])
     for job in status["submittedJobs"]:
         print(f"    {job['jobId']}  {job['status']:<10} {job['jobName']}")
     spark = status["spark"]

@@ -165,8 +165,10 @@ def test_cli_start_status_stop(ray_session):
     from raylink.actors.session_cluster import SESSION_NAMESPACE, find_session
     from raylink.actors.session_entrypoint import stop_session
     from raylink.runtime.client.rest_endpoint import _endpoint_file
+    from raylink.runtime.client.rest_tokens import find_rest_token, token_file
 
     address = ray.get_runtime_context().gcs_address
+    record = ""
     assert find_session() is None
     actor_ids: set = set()
     try:
@@ -188,13 +190,18 @@ def test_cli_start_status_stop(ray_session):
         }
         assert ray.get(session.status.remote())["jobs"] == 1
         assert os.path.exists(_endpoint_file(address)) and "submitted to http://127.0.0.1:" in started.stdout
+        # the CLI finds the dashboard's token in this user's runtime folder: the address it prints carries it
+        rest_url = ray.get(session.status.remote())["restUrl"]
+        token = find_rest_token(rest_url)
+        assert token and f"web dashboard at {rest_url}/#token={token}\n" in started.stdout
+        record = token_file(rest_url)
         stopped = _cli("stop", address=address)
         assert stopped.returncode == 0, stopped.stderr
         assert "stopped" in stopped.stdout
     finally:
         stop_session()
     assert find_session() is None
-    assert not os.path.exists(_endpoint_file(address))
+    assert not os.path.exists(_endpoint_file(address)) and not os.path.exists(record)
     # stop released every actor (executors, the session, its Dispatcher): none is alive
     assert len(actor_ids) >= 4
     assert _dead(actor_ids)
