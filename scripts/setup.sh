@@ -12,12 +12,12 @@ if [[ ",$EXTRAS," == *,spark,* ]] && ! command -v java >/dev/null 2>&1; then
     $SUDO apt-get update -qq && $SUDO apt-get install -y -qq openjdk-17-jre-headless >/dev/null
 fi
 # The dashboard's browser test (dev extra) drives Debian's chromium through playwright, which
-# must not download browsers of its own; without chromium that test is skipped, saying why.
+# must not download browsers of its own; without chromium that test is skipped, saying why (with CI set it fails instead).
 if [[ ",$EXTRAS," == *,dev,* ]] && ! command -v chromium >/dev/null 2>&1; then
     echo "raylink setup: installing chromium for the dashboard's browser test" >&2
     SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
     { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null; } \
-        || echo "raylink setup: chromium could not be installed; the browser test will be skipped" >&2
+        || echo "raylink setup: chromium could not be installed; the browser test will be skipped (it fails with CI set)" >&2
 fi
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
