@@ -405,12 +405,27 @@ class KafkaSourceOperator(SourceOperator):
         return {"splits": [s.to_state() for s in splits]}
 
     def restore_operator_state(self, state: dict) -> None:
-        self._restored = [KafkaPartitionSplit.from_state(s) for s in state["splits"]]
+        self._restore([KafkaPartitionSplit.from_state(s) for s in state["splits"]])
 
     def restore_rescaled_operator_state(self, states: List[Optional[dict]], subtask: int, parallelism: int) -> None:
         """Every old subtask's splits pooled; this subtask takes those it owns now."""
         pooled = [KafkaPartitionSplit.from_state(s) for state in states if state for s in state["splits"]]
-        self._restored = [s for s in pooled if split_owner(s.topic, s.partition, parallelism) == subtask]
+        self._restore([s for s in pooled if split_owner(s.topic, s.partition, parallelism) == subtask])
+
+    def _restore(self, splits: List[KafkaPartitionSplit]) -> None:
+        """The checkpoint's splits replace what ``open`` found (the task restores after opening);
+        owned partitions the checkpoint does not know are new ones: read from their start."""
+        if self._consumer is None:  # not opened yet: open() applies them
+            self._restored = splits
+            return
+        if self._split_watermarks is not None:
+            for split in self._splits.values():
+                self._split_watermarks.remove_split(split.split_id)
+        self._splits = {}
+        for split in splits:
+            self._add_split(split)
+        self._discover(initial=False)
+        self._assign()
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         """Commits the offsets checkpoint ``checkpoint_id`` holds to the group (asynchronously)."""
