@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import signal
 import socket
+import subprocess
 import threading
 import time
 from typing import Any
@@ -275,3 +278,46 @@ def test_a_captured_job_submission_replayed_is_refused_and_starts_no_second_job(
     # the control: the same request signed now is served
     status, answer = _raw(endpoint.url, _signed_request(endpoint.url, endpoint.token, "GET", "/v1/overview", b"", now))
     assert status == 200 and [j["jobName"] for j in answer["jobs"]] == ["replayed job"]
+
+
+def _run_or_dump(command: list, cwd: Any, ray_address: str, timeout: float = 200) -> subprocess.CompletedProcess:
+    """Run ``command`` (a Python started with ``-X faulthandler``); past ``timeout`` its threads'
+    stacks are the failure's message."""
+    env = dict(os.environ, RAY_ADDRESS=ray_address)
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd, env=env)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
+        out, err = proc.communicate()
+        raise AssertionError(f"{command} hung; its stacks:\n{err[-8000:]}") from None
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
+@pytest.mark.timeout(400)
+def test_the_dispatcher_and_the_cli_refuse_savepoint_targets_outside_the_roots(session, tmp_path):
+    """``RestJobClient.trigger_savepoint`` / ``stop_with_savepoint`` and ``raylink savepoint``
+    reach the Dispatcher, which refuses a target outside the job's roots or of a foreign scheme
+    (400, the ``ValueError`` raised in the caller, the CLI's exit 1), writing nothing."""
+    import sys
+
+    import cloudpickle
+    import ray
+
+    from raylink.runtime.client.rest_cluster_client import RestJobClient
+    from raylink.state.savepoint_targets import SavepointTargetError
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    env = make_env("ray", 1, {"state.savepoints.dir": str(tmp_path / "savepoints")})
+    env.from_collection(list(range(10))).add_sink(DiscardingSink())
+    client = RestJobClient.submit(_endpoint(), env, "savepoint targets")
+    client.get_job_execution_result(120)
+    for target in (str(tmp_path / "theirs"), "http://127.0.0.1:9/exfil"):
+        for call in (client.trigger_savepoint, lambda t: client.stop_with_savepoint(False, t)):
+            with pytest.raises(SavepointTargetError, match="rest.savepoint.allowed-") as caught:
+                call(target).result(timeout=60)
+            assert isinstance(caught.value, ValueError)
+    command = [sys.executable, "-X", "faulthandler", "-m", "raylink", "savepoint", client.job_id]
+    ran = _run_or_dump([*command, str(tmp_path / "theirs")], tmp_path, ray.get_runtime_context().gcs_address)
+    assert ran.returncode == 1 and "is not under a configured savepoint root" in ran.stderr, ran.stderr[-2000:]
+    assert not (tmp_path / "theirs").exists() and not (tmp_path / "savepoints").exists()
