@@ -105,8 +105,8 @@ def murmur_hash(code: int) -> int:
 def stable_hash(key: Any) -> int:
     """Process-independent 32-bit hash (unsigned) consistent with ``==``."""
     t = type(key)
-    if t is str:
-        return _str_hash(key) & _U32
+    if t is str:  # _str_hash, inlined: the common case
+        return (_mmh3(key) if key.isascii() else _mmh3(key.encode("utf-8", "surrogatepass"))) & _U32
     if t is int or t is bool:
         return hash(key) & _U32
     if key is None:
