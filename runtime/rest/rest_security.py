@@ -55,6 +55,7 @@ Thread-safety: the middlewares and the guard run on the server's event loop only
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import ipaddress
 import secrets
@@ -179,6 +180,12 @@ def _is_ip_literal(name: str) -> Optional[ipaddress._BaseAddress]:
         return None
 
 
+@functools.lru_cache(maxsize=1)
+def _machine_names() -> frozenset:
+    """This machine's own names (accepted in ``Host`` by a server listening beyond loopback)."""
+    return frozenset(n.lower() for n in (socket.gethostname(), socket.getfqdn()) if n)
+
+
 class _HostRule:
     """The names and the port one connection may be addressed by."""
 
@@ -193,7 +200,7 @@ class _HostRule:
         if bind not in _WILDCARDS:
             self.names.add(bind)
         if bind in _WILDCARDS or not is_loopback(bind):
-            self.names.update(n.lower() for n in (socket.gethostname(), socket.getfqdn()) if n)
+            self.names.update(_machine_names())
 
     def name_ok(self, name: str) -> bool:
         if name in self.names:
