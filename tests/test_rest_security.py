@@ -277,8 +277,14 @@ def test_two_thousand_half_open_connections_leave_the_server_answering_with_boun
         answered_in = time.monotonic() - start
         assert status == 200 and json.loads(body) == {"jobs": []}
         assert answered_in < 5.0, answered_in
+        # not one per half-open connection: at most the connection limit once the loop caught up
+        # (connections it accepted in a batch and closed at once may hold descriptors a moment longer)
+        bound = ServerLimits().max_connections + 8
+        deadline = time.monotonic() + 5.0
+        while _fds(pid) - baseline > bound and time.monotonic() < deadline:
+            time.sleep(0.05)
         held = _fds(pid) - baseline
-        assert held <= ServerLimits().max_connections + 8, held  # not one per half-open connection
+        assert held <= bound, held
     finally:
         for s in sockets:
             s.close()
