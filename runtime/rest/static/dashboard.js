@@ -174,7 +174,7 @@ function checkpointSection(cp) {
   const c = cp.counts;
   const rows = cp.history.map(h => `<tr><td>${h.id}</td><td>${state(h.status)}</td>
     <td>${esc(fmtTime(h.latest_ack_timestamp))}</td><td>${h.end_to_end_duration} ms</td>
-    <td>${fmtCount(h.state_size)} B</td><td>${h.num_acknowledged_subtasks}/${h.num_subtasks}</td></tr>`).join("");
+    <td>${h.state_size === undefined ? "unknown" : `${fmtCount(h.state_size)} B`}</td><td>${h.num_acknowledged_subtasks}/${h.num_subtasks}</td></tr>`).join("");
   const failed = cp.latest.failed ? `<p class="bp high">Last failure: ${esc(cp.latest.failed.failure_message)}</p>` : "";
   return `<p>Completed: <b id="cp-completed">${c.completed}</b> · In progress: ${c.in_progress} · Failed: ${c.failed}
     · Restored: ${c.restored}</p>${failed}
