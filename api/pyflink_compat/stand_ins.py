@@ -127,7 +127,7 @@ JAVA_FORMATS: Dict[str, Tuple[str, str, List[str]]] = {
     "avro": (
         "the Avro format (Java)",
         _python_format("fastavro"),
-        ["AvroInputFormat", "AvroRowDeserializationSchema", "AvroRowSerializationSchema"],  # + AvroBulkWriters ...
+        ["AvroInputFormat"],  # the row schemas and AvroBulkWriters are api/formats/avro.py's
     ),
     "csv": (
         "the CSV format (Java)",
@@ -137,14 +137,7 @@ JAVA_FORMATS: Dict[str, Tuple[str, str, List[str]]] = {
             "CsvSchemaBuilder",
             "CsvReaderFormat",
             "CsvBulkWriters",
-            "CsvRowDeserializationSchema",
-            "CsvRowSerializationSchema",
-        ],
-    ),
-    "json": (
-        "the JSON format (Java)",
-        _python_format("json.loads"),
-        ["JsonRowDeserializationSchema", "JsonRowSerializationSchema"],
+        ],  # the row schemas are api/formats/csv.py's
     ),
     "orc": ("the ORC format (Java)", _python_format("pyarrow.orc"), ["OrcBulkWriters"]),
     "parquet": (
