@@ -325,7 +325,7 @@ class CheckpointStorage:
         fs, job_path = self._fs, self._job_path()
         probe = posixpath.join(job_path, f"._probe-{uuid.uuid4().hex}")
         try:
-            fs.makedirs(job_path, exist_ok=True)
+            make_private_dirs(fs, job_path)  # local: 0700
             fs.pipe_file(probe, b"")
         except OSError as exc:
             raise self._not_writable(job_path, exc) from exc
@@ -353,7 +353,7 @@ class CheckpointStorage:
         path = posixpath.join(chk_path, name)
         fs = self._fs
         try:
-            fs.makedirs(chk_path, exist_ok=True)
+            make_private_dirs(fs, chk_path)
             fs.pipe_file(path, bytes(data))
         except OSError as exc:
             raise self._not_writable(chk_path, exc) from exc
@@ -368,7 +368,7 @@ class CheckpointStorage:
         path = posixpath.join(shared_path, f"{int(checkpoint_id)}-{name}")
         fs = self._fs
         try:
-            fs.makedirs(shared_path, exist_ok=True)
+            make_private_dirs(fs, shared_path)
             fs.put_file(local_path, path)
         except OSError as exc:
             raise self._not_writable(shared_path, exc) from exc
@@ -406,7 +406,7 @@ class CheckpointStorage:
         fs = self._fs
         with self._lock:
             try:
-                fs.makedirs(chk_path, exist_ok=True)
+                make_private_dirs(fs, chk_path)
                 if fs.exists(meta_path):
                     raise CheckpointStorageError(
                         f"checkpoint {checkpoint_id} of job {self.job_id} is already complete: "

@@ -17,7 +17,8 @@ runs code in the job. Hence:
   which can write any file anyway.
 * **Files** (:func:`make_private_dirs`, :func:`restrict_to_owner`). On the local file system a
   savepoint's folder (and every folder created on the way to it) is created with mode 0700 and
-  its files end with mode 0600.
+  its files end with mode 0600; the checkpoint storage creates its job, ``chk-<n>`` and
+  ``shared`` folders (and a missing ``execution.checkpointing.dir``) with mode 0700 too.
 * **Restores** (:func:`check_restorable`). A local savepoint or retained checkpoint is restored
   only when its folder, every file and folder under it, every state file it names and every
   folder above them is owned by this user (or root) and writable by nobody else (a folder

@@ -213,3 +213,17 @@ def test_the_rest_api_writes_savepoints_only_under_the_roots_and_privately(tmp_p
         run_from_savepoint()
     os.chown(metadata, os.getuid(), os.getgid())
     assert run_from_savepoint() == [10, 20, 30]
+
+
+def test_the_checkpoint_storage_creates_private_folders(tmp_path):
+    from raylink.state.checkpoint_storage import CheckpointStorage
+
+    storage = CheckpointStorage(str(tmp_path / "checkpoints"), "job")
+    storage.initialize_base_locations()
+    storage.write_state(1, "op", 0, b"x" * 100_000)
+    local = tmp_path / "local.sst"
+    local.write_bytes(b"sst")
+    storage.write_shared_file(1, str(local), "a.sst")
+    folders = [tmp_path / "checkpoints", *(p for p in (tmp_path / "checkpoints").rglob("*") if p.is_dir())]
+    assert {p.name for p in folders} == {"checkpoints", "job", "chk-1", "shared"}
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o700 for p in folders), {p: oct(p.stat().st_mode) for p in folders}
