@@ -166,6 +166,7 @@ def test_checkpoint_history_is_kept_unpolled_bounded_and_sized_as_on_disk(reques
         assert set(details["tasks"]) == set(vertices)
         assert sum(t["checkpointed_size"] for t in details["tasks"].values()) == newest["checkpointed_size"]
         on_disk = load_completed_checkpoint(str(folder / f"chk-{newest['id']}"))
+        sources = {n["id"] for n in get(client, f"/jobs/{client.job_id}/plan")["plan"]["nodes"] if "inputs" not in n}
         for vertex_id, vertex in vertices.items():
             sub = get(client, f"/jobs/{client.job_id}/checkpoints/details/{newest['id']}/subtasks/{vertex_id}")
             assert [s["index"] for s in sub["subtasks"]] == list(range(vertex["parallelism"]))
@@ -173,6 +174,10 @@ def test_checkpoint_history_is_kept_unpolled_bounded_and_sized_as_on_disk(reques
                 assert s["status"] == "completed"
                 assert newest["trigger_timestamp"] <= s["ack_timestamp"] <= on_disk.completion_timestamp
                 assert s["end_to_end_duration"] == s["ack_timestamp"] - newest["trigger_timestamp"]
+                if vertex_id in sources:  # no barrier reaches a source: no start delay to tell
+                    assert "start_delay" not in s
+                else:  # its first barrier came after the trigger and before it acknowledged
+                    assert 0 <= s["start_delay"] <= s["end_to_end_duration"]
             assert sum(s["checkpointed_size"] for s in sub["subtasks"]) == sub["checkpointed_size"]
         assert http(client, f"/jobs/{client.job_id}/checkpoints/details/999999")[0] == 404
         summary = body["summary"]["checkpointed_size"]

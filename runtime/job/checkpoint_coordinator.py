@@ -406,6 +406,7 @@ class CheckpointCoordinator:
             state_size=self._full_size(own),
             persisted_data=int(task_stats.get("persisted_bytes", 0)),
             unaligned=bool(task_stats.get("unaligned")),
+            start_delay_ms=int(task_stats["start_delay_ms"]) if "start_delay_ms" in task_stats else None,
         )
 
     def _carry_finished_state(self, checkpoint: PendingCheckpoint) -> dict:

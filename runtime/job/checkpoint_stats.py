@@ -76,6 +76,8 @@ class SubtaskStateStats:
     state_size: Optional[int]  # None: a shared file's size could not be read
     persisted_data: int
     unaligned: bool
+    #: the first barrier's arrival minus its creation (None: a task without inputs, which gets no barrier)
+    start_delay_ms: Optional[int] = None
 
     def end_to_end_duration(self, trigger_timestamp: int) -> int:
         return max(0, self.ack_timestamp - trigger_timestamp)

@@ -33,7 +33,7 @@ lower case as Flink's JSON.
 
 **Measured or absent.** A figure raylink does not measure is left out of the body rather than
 filled in: no ``alignment_buffered`` / ``processed_data`` (bytes processed during alignment),
-no ``start_delay``, no ``discarded``, no ``managedMemory``, no ``failureLabels`` /
+no ``start_delay`` of a source subtask (no barrier reaches it), no ``discarded``, no ``managedMemory``, no ``failureLabels`` /
 ``concurrentExceptions``; a TaskExecutor in this process (the local target) has no heartbeat
 and shows none; a size that could not be read (a shared file's) is left out of its entry.
 
@@ -525,6 +525,7 @@ def _subtask_entry(entry: CheckpointStatsEntry, index: int, sub: Optional[Subtas
             "state_size": sub.state_size,
             "checkpoint": {"sync": sub.sync_duration_ms, "async": sub.async_duration_ms},
             "alignment": {"persisted": sub.persisted_data, "duration": sub.alignment_duration_ms},
+            "start_delay": sub.start_delay_ms,
             "unaligned_checkpoint": sub.unaligned,
         }
     )
@@ -561,6 +562,7 @@ def task_checkpoint_details(stats: CheckpointStatsSnapshot, checkpoint_id: int, 
                 "persisted": summary([s.persisted_data for s in subtasks]),
                 "duration": summary([s.alignment_duration_ms for s in subtasks]),
             },
+            "start_delay": summary([s.start_delay_ms for s in subtasks]) if subtasks else None,
         }
     )
     parallelism = max(entry.parallelism[vertex_id], max(acked, default=-1) + 1)

@@ -174,6 +174,8 @@ class SubtaskCheckpointCoordinator:
             "sync_ms": (time.perf_counter() - started) * 1000.0,
             "alignment_ms": handler.alignment_duration_ns / 1e6 if handler is not None else 0.0,
         }
+        if handler is not None:  # the first barrier's arrival here minus its creation (Flink's start delay)
+            stats["start_delay_ms"] = handler.checkpoint_start_delay_ns / 1e6
         if barrier.is_timeoutable and self._writers and self.checkpoint_sink is not None:
             self._register_alignment_timer(barrier, snapshots, stats)  # acknowledged once it left or timed out
             return
