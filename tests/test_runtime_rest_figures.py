@@ -522,3 +522,12 @@ def test_an_exception_entry_carries_no_labels_nobody_computed(tmp_path):
     entry = exception_entry(ValueError("bad"), 1, "Task", "executor-1")
     assert entry["exceptionName"] == "builtins.ValueError" and "ValueError: bad" in entry["stacktrace"]
     assert "failureLabels" not in entry and "concurrentExceptions" not in entry
+
+
+def test_a_negative_history_size_is_refused_naming_the_option():
+    from raylink.core.options import IllegalConfigurationError
+
+    env = make_env("local", 1, {"web.checkpoints.history": -1, "execution.checkpointing.interval": 100})
+    env.from_sequence(1, 10).add_sink(DiscardingSink())
+    with pytest.raises(IllegalConfigurationError, match="web.checkpoints.history"):
+        env.execute("negative history")
