@@ -429,7 +429,13 @@ class ClockedMap(MapFunction):
 
 @pytest.mark.timeout(120)
 def test_subtask_times_come_from_the_subtasks_clock_and_each_status_has_its_own_time(tmp_path):
-    from raylink.runtime.rest.job_views import MetricsSnapshot, find_vertex, job_details, vertex_details
+    from raylink.runtime.rest.job_views import (
+        MetricsSnapshot,
+        find_vertex,
+        job_details,
+        multiple_jobs_details,
+        vertex_details,
+    )
 
     clocks = tmp_path / "clocks"
     clocks.mkdir()
@@ -448,6 +454,8 @@ def test_subtask_times_come_from_the_subtasks_clock_and_each_status_has_its_own_
     stamps = details["timestamps"]
     assert before <= stamps["CREATED"] <= stamps["RUNNING"] <= min(opened.values())  # two moments, not one
     assert max(closed.values()) <= stamps["FINISHED"] <= after
+    [overview] = multiple_jobs_details([client])["jobs"]
+    assert overview["last-modification"] == stamps["FINISHED"]  # its last status change
     ejv = [e for e in client.execution_graph.job_vertices if "Clocked" in e.name][0]
     body = vertex_details(client, find_vertex(client, ejv.id), snapshot)
     for sub in body["subtasks"]:

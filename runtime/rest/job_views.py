@@ -254,7 +254,8 @@ def job_overview(client: Any) -> dict:
         "start-time": start,
         "end-time": end,
         "duration": duration,
-        "last-modification": end if end >= 0 else start,
+        # when the job last changed status (Flink's JobDetails.lastUpdateTime)
+        "last-modification": max(getattr(client, "status_timestamps", {}).values(), default=start),
         "tasks": {"total": len(states), **{s.lower(): n for s, n in _task_counts(states).items()}},
         "numRestarts": int(getattr(client, "num_restarts", 0)),
     }
