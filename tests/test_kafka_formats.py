@@ -71,6 +71,7 @@ def test_avro_rows_are_one_record_in_avro_binary_encoding():
     # Avro: an int is a zig-zag varint (1 -> 0x02), a string its length (zig-zag) and UTF-8 bytes
     assert ser.serialize((1, "hi")) == b"\x02\x04hi"
     assert ser.serialize({"id": -1, "name": ""}) == b"\x01\x00"
+    assert ser.serialize(Row(f0=1, f1="hi")) == b"\x02\x04hi"  # a Types.ROW row: by position, as Flink maps a Row
     de = AvroRowDeserializationSchema(avro_schema_string=AVRO)
     assert [de.deserialize(ser.serialize(r)) for r in ROWS] == [Row(*r) for r in ROWS]
     with pytest.raises(ValueError, match="record_class names a Java"):

@@ -8,7 +8,7 @@ stream before the sink declares ``GenericRecordAvroTypeInfo(schema)``; see
 fastavro; Flink's Java Avro file reader (``AvroInputFormat``) is a stand-in that raises
 ``UnsupportedFeatureError`` naming the Python way.
 
-A row's fields go to the schema's fields in order (a dict or a named ``Row`` by name); a record
+A row's fields go to the schema's fields in order (a dict's by name); a record
 read back is a positional ``Row`` in the schema's field order. Immutable; thread-safe.
 """
 
@@ -54,9 +54,7 @@ class AvroRowSerializationSchema(SerializationSchema):
     def serialize(self, element: Any) -> bytes:
         if isinstance(element, dict):
             record = element
-        elif isinstance(element, Row) and getattr(element, "_fields", None):
-            record = element.as_dict()
-        else:
+        else:  # a Row (named or not) or tuple: by position, as Flink maps a Row's fields
             values = list(element)
             if len(values) != len(self.field_names):
                 raise ValueError(
