@@ -9,8 +9,10 @@ lives; the kernel drops the lock when the process ends, however it ends. A clean
 whose owner still runs is never removed, whatever its process id says (a reused pid, a
 process of another PID namespace or container, a folder on a shared disk).
 
-A folder gets its final name only once its lock is held: it is made as ``.new-<name>``,
-locked, then renamed, so a cleaner never sees a folder of a live owner without its lock.
+A folder gets its final name only once its lock is held: it is made as ``.new-<name>``, its
+lock file is created and locked under a private name and renamed into place, then the folder
+is renamed, so a cleaner never sees a folder of a live owner without its lock, nor a lock file
+it could take before its owner does.
 Folders of another user, symbolic links and names outside the cleaner's prefix are left
 alone; a folder with the prefix but no lock file (made by an older raylink) is removed.
 
@@ -49,8 +51,12 @@ class OwnedFolder:
         try:
             if mode != 0o700:
                 os.chmod(temp, mode)
-            fd = _lock(os.path.join(temp, LOCK_FILE_NAME), create=True, wait=False)
+            # the lock file is locked under a private name, then renamed into place: a cleaner that
+            # finds LOCK_FILE_NAME always finds it locked (a flock follows its file through a rename)
+            unlocked = os.path.join(temp, _NEW + LOCK_FILE_NAME)
+            fd = _lock(unlocked, create=True, wait=False)
             assert fd is not None  # a new file nobody else has opened
+            os.rename(unlocked, os.path.join(temp, LOCK_FILE_NAME))
             path = os.path.join(parent, os.path.basename(temp)[len(_NEW) :])
             os.rename(temp, path)
         except BaseException:

@@ -146,3 +146,31 @@ def test_driver_log_folders_of_running_programs_are_kept(tmp_path):
         assert not any(n.startswith("run-20000102-000000-") or n.startswith("run-20000102-000001-") for n in names)
     finally:
         _kill(proc)
+
+
+def test_a_cleaner_racing_the_creation_of_folders_never_removes_one(tmp_path):
+    """Owners create folders while a cleaner sweeps the same parent without pause: every folder
+    created exists with its lock held until released (the lock file is locked before it is
+    visible under its name; an earlier version let a cleaner take it first and delete the folder)."""
+    import threading
+
+    stop = threading.Event()
+    removed: list = []
+
+    def clean() -> None:
+        while not stop.is_set():
+            removed.extend(remove_unowned_folders(str(tmp_path), "race-"))
+
+    cleaner = threading.Thread(target=clean, daemon=True)
+    cleaner.start()
+    try:
+        owned = [OwnedFolder.create(str(tmp_path), "race-") for _ in range(300)]
+    finally:
+        stop.set()
+        cleaner.join(timeout=30)
+    assert not cleaner.is_alive()
+    assert removed == []
+    assert all(os.path.isdir(o.path) and is_owned(o.path) for o in owned)
+    for o in owned:
+        o.release(remove=True)
+    assert remove_unowned_folders(str(tmp_path), "race-") == []
