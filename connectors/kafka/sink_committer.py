@@ -239,16 +239,22 @@ class KafkaCommitter(Committer[KafkaCommittable]):
     def __init__(self, sink: Any) -> None:
         self.sink = sink
         self.timeout_ms = int(sink.max_block_ms)
-        self._admin = TransactionAdmin(sink.bootstrap_servers, self.timeout_ms)
         self.lost: List[str] = []  # transactions Kafka had aborted before their commit
 
     def commit(self, committables: Sequence[KafkaCommittable]) -> None:
-        for committable in committables:
-            producer = take_producer(committable.transactional_id)
-            if producer is not None and self._commit_live(producer, committable):
-                continue
-            if not resume_and_commit(self._admin, committable, self.timeout_ms):
-                self.lost.append(committable.transactional_id)
+        admin: Optional[TransactionAdmin] = None  # only for a recovery: no client kept between commits
+        try:
+            for committable in committables:
+                producer = take_producer(committable.transactional_id)
+                if producer is not None and self._commit_live(producer, committable):
+                    continue
+                if admin is None:
+                    admin = TransactionAdmin(self.sink.bootstrap_servers, self.timeout_ms)
+                if not resume_and_commit(admin, committable, self.timeout_ms):
+                    self.lost.append(committable.transactional_id)
+        finally:
+            if admin is not None:
+                admin.close()
 
     def _commit_live(self, producer: Any, committable: KafkaCommittable) -> bool:
         from confluent_kafka import KafkaException
@@ -264,9 +270,6 @@ class KafkaCommitter(Committer[KafkaCommittable]):
             return False  # dropped without close(): close() would abort what may still be open
         producer.close()
         return True
-
-    def close(self) -> None:
-        self._admin.close()
 
 
 __all__ = [

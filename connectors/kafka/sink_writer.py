@@ -42,8 +42,10 @@ Not thread-safe: one task thread (confluent-kafka serves delivery reports on it 
 from __future__ import annotations
 
 import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from raylink.connectors.kafka.client import KafkaConnectorError
 from raylink.connectors.kafka.sink_committer import (
@@ -83,6 +85,8 @@ JAVA_ONLY_PRODUCER_PROPERTIES = frozenset(
 #: Java's delivery.timeout.ms default, used as librdkafka's message.timeout.ms unless set
 DEFAULT_DELIVERY_TIMEOUT_MS = 120_000
 _POLL_EVERY = 1024  # records between serving delivery reports
+#: transactions prepared ahead (EXACTLY_ONCE): a producer's init_transactions takes 50-500 ms
+PREFETCHED_TRANSACTIONS = 2
 
 
 @dataclass(frozen=True)
@@ -186,12 +190,15 @@ class TransactionAborter:
         return aborted
 
 
-def _init_transactional(sink: Any, txid: str, timeout_s: float) -> Any:
+def _init_transactional(sink: Any, txid: str, timeout_s: float, on_delivery: Any = None) -> Any:
     """A transactional producer for ``txid`` after ``init_transactions`` (which aborts an open
     transaction of that id and fences its producer)."""
     from confluent_kafka import KafkaError, KafkaException, Producer
 
-    producer = Producer(producer_config(sink, txid))
+    config = producer_config(sink, txid)
+    if on_delivery is not None:
+        config["on_delivery"] = on_delivery
+    producer = Producer(config)
     try:
         producer.init_transactions(timeout_s)
     except KafkaException as exc:
@@ -234,6 +241,9 @@ class KafkaWriter(CommittingSinkWriter, StatefulSinkWriter):
         self._prepared: List[str] = []
         self._metadata: Any = None
         self._admin: Optional[TransactionAdmin] = None
+        self._prefetcher: Optional[ThreadPoolExecutor] = None
+        self._prefetch: Dict[int, Any] = {}  # transaction number -> future of (producer, committable)
+        self._describe_lock = threading.Lock()
         self.sink_context: Optional[KafkaSinkContext] = None
         self.aborted: List[str] = []  # lingering transactions this writer aborted at its start
         self._serialize = sink.record_serializer.serialize
@@ -277,18 +287,54 @@ class KafkaWriter(CommittingSinkWriter, StatefulSinkWriter):
 
             self._producer = Producer(self._config(None))
             return
-        txid = transactional_id(self.prefix, self.subtask_id, self._next_number)
-        producer = _init_transactional(self.sink, txid, self.timeout_s)
+        producer, transaction = self._take_transaction(self._next_number)
+        producer.begin_transaction()
+        self._producer = producer
+        self._transaction = transaction
+        self._records_in_transaction = 0
+        if not self._end_of_input:  # the next periods', assuming barriers n, n + 1, ... come next
+            if self._prefetcher is None:
+                self._prefetcher = ThreadPoolExecutor(PREFETCHED_TRANSACTIONS, thread_name_prefix="kafka-sink-prefetch")
+            for number in range(self._next_number + 1, self._next_number + 1 + PREFETCHED_TRANSACTIONS):
+                if number not in self._prefetch:
+                    self._prefetch[number] = self._prefetcher.submit(self._create_transaction, number)
+
+    def _create_transaction(self, number: int) -> Tuple[Any, KafkaCommittable]:
+        """A producer of transactional id ``number`` after ``init_transactions``, and its
+        committable (the producer id and epoch the broker gave it, read right away: they stay
+        the same for the transaction it begins next). Runs on the prefetch threads or, when no
+        prefetched one fits, on the task thread."""
+        txid = transactional_id(self.prefix, self.subtask_id, number)
+        producer = _init_transactional(self.sink, txid, self.timeout_s, self._on_delivery)
         assert self._admin is not None
-        described = self._admin.describe(txid)
+        with self._describe_lock:
+            described = self._admin.describe(txid)
         if described is None:
             raise KafkaConnectorError(
                 f"KafkaSink: the broker {self.sink.bootstrap_servers} does not know transaction {txid} after its start"
             )
-        producer.begin_transaction()
-        self._producer = producer
-        self._transaction = KafkaCommittable(txid, described[1], described[2])
-        self._records_in_transaction = 0
+        return producer, KafkaCommittable(txid, described[1], described[2])
+
+    def _take_transaction(self, number: int) -> Tuple[Any, KafkaCommittable]:
+        """The prefetched producer if it was made for ``number``, else a new one; prefetched ones
+        of lower numbers are closed (they began no transaction)."""
+        self._drop_prefetch(below=number)
+        future = self._prefetch.pop(number, None)
+        if future is not None:
+            try:
+                return future.result()
+            except Exception:  # the task thread tries again and reports the error
+                pass
+        return self._create_transaction(number)
+
+    def _drop_prefetch(self, below: Optional[int] = None) -> None:
+        for number in sorted(self._prefetch):
+            if below is None or number < below:
+                try:
+                    producer, _ = self._prefetch.pop(number).result()
+                except Exception:  # nothing was made
+                    continue
+                producer.close()
 
     def _config(self, txid: Optional[str]) -> Dict[str, Any]:
         config = producer_config(self.sink, txid)
@@ -412,6 +458,10 @@ class KafkaWriter(CommittingSinkWriter, StatefulSinkWriter):
                 producer.close()
         forget_producers(self._prepared)  # prepared transactions stay open for a committer
         self._prepared = []
+        self._drop_prefetch()
+        if self._prefetcher is not None:
+            self._prefetcher.shutdown(wait=True)
+            self._prefetcher = None
         if self._admin is not None:
             self._admin.close()
             self._admin = None
