@@ -1,0 +1,146 @@
+"""PyFlink 2.3's five Kafka examples (``connectors/kafka_*`` of the ``apache-flink`` wheel),
+migrated with ``raylink migrate`` and pointed at the session's broker instead of
+``localhost:9092``: each writes its records through the KafkaSink and reads them back through the
+KafkaSource (JSON, CSV, Avro, raw bytes), or writes keys and values with
+``RowFieldExtractorSchema``. The records they print (or, for the sink-only example, what a plain
+client reads from its topic) are exactly the ones the program wrote. The readers never end (the
+examples read an unbounded topic), so the test stops them once everything was printed.
+
+Not checked here: the exact text PyFlink prints for a ``Row`` coming from a Java source
+(``+I[1, hi]``); raylink prints these rows as Python's ``str`` does (``<Row(1, 'hi')>``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from raylink.migrate import main as migrate
+from raylink.tests.pyflink_examples.cases import pyflink_examples_dir, raylink_env
+
+pytestmark = pytest.mark.timeout(300)
+
+ROWS = [(1, "hi"), (2, "hello"), (3, "hi"), (4, "hello"), (5, "hi"), (6, "hello"), (6, "hello")]
+COUNTRIES = [{"id": 1, "country": "USA"}, {"id": 2, "country": "Canada"}, {"id": 3, "country": "Germany"}]
+_PREFIX = re.compile(r"^\d+> ")
+
+
+@pytest.fixture(scope="module")
+def migrated(tmp_path_factory):
+    out = tmp_path_factory.mktemp("kafka-examples")
+    assert migrate(["-q", "-o", str(out), os.path.join(pyflink_examples_dir(), "connectors")]) == 0
+    return out
+
+
+def _program(migrated, name: str, servers: str, tmp_path) -> str:
+    with open(os.path.join(str(migrated), name)) as f:
+        text = f.read()
+    assert "localhost:9092" in text and "pyflink" not in "".join(
+        line for line in text.splitlines(True) if line.startswith(("import ", "from "))
+    )
+    path = tmp_path / name
+    path.write_text(text.replace("localhost:9092", servers))
+    return str(path)
+
+
+def _run_until(program: str, cwd, done, timeout: float = 200.0):
+    """Runs ``program`` until ``done(lines)`` holds for its stdout lines, then stops it
+    (SIGTERM; the examples' readers never end by themselves) or until it exits."""
+    proc = subprocess.Popen(
+        [sys.executable, program],
+        cwd=str(cwd),
+        env=raylink_env("local"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    lines: "queue.Queue" = queue.Queue()
+    errors: list = []
+    threading.Thread(target=lambda: [lines.put(line.rstrip("\n")) for line in proc.stdout], daemon=True).start()
+    threading.Thread(target=lambda: errors.extend(proc.stderr), daemon=True).start()
+    seen: list = []
+    deadline = time.monotonic() + timeout
+    try:
+        while not done(seen) and proc.poll() is None and time.monotonic() < deadline:
+            try:
+                seen.append(lines.get(timeout=0.5))
+            except queue.Empty:
+                pass
+        while True:  # what it printed before it ended
+            try:
+                seen.append(lines.get_nowait())
+            except queue.Empty:
+                break
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    return seen, proc.returncode, "".join(errors)
+
+
+def _read_part(lines):
+    """The record lines printed after ``start reading data from kafka``, without subtask prefixes."""
+    if "start reading data from kafka" not in lines:
+        return []
+    return [_PREFIX.sub("", line) for line in lines[lines.index("start reading data from kafka") + 1 :] if line]
+
+
+@pytest.mark.parametrize("name", ["kafka_json_format.py", "kafka_csv_format.py", "kafka_avro_format.py"])
+def test_a_row_format_example_reads_back_every_row_it_wrote(kafka_broker, migrated, tmp_path, name):
+    program = _program(migrated, name, kafka_broker.bootstrap_servers, tmp_path)
+    lines, _code, stderr = _run_until(program, tmp_path, lambda seen: len(_read_part(seen)) >= len(ROWS))
+    assert lines[0] == "start writing data to kafka", stderr[-3000:]
+    printed = _read_part(lines)
+    rows = [re.fullmatch(r"<Row\((-?\d+), '([^']*)'\)>", line) for line in printed]
+    assert all(rows), printed
+    assert Counter((int(m.group(1)), m.group(2)) for m in rows) == Counter(ROWS), stderr[-3000:]
+
+
+def test_the_bytearray_example_reads_back_every_message_it_wrote(kafka_broker, migrated, tmp_path):
+    program = _program(migrated, "kafka_bytearray_format.py", kafka_broker.bootstrap_servers, tmp_path)
+    lines, _code, stderr = _run_until(program, tmp_path, lambda seen: len(_read_part(seen)) >= len(COUNTRIES))
+    assert Counter(_read_part(lines)) == Counter(json.dumps(c) for c in COUNTRIES), stderr[-3000:]
+
+
+def test_the_row_field_extractor_example_writes_keys_and_values_from_row_fields(kafka_broker, migrated, tmp_path):
+    from confluent_kafka import Consumer, TopicPartition
+
+    servers = kafka_broker.bootstrap_servers
+    program = _program(migrated, "kafka_row_field_extractor_example.py", servers, tmp_path)
+    lines, code, stderr = _run_until(program, tmp_path, lambda seen: False)
+    assert code == 0, stderr[-3000:]
+    sent = [line for line in lines if line.startswith("Sending: ")]
+    assert len(sent) == 4
+    topic = "row-extractor-example"
+    consumer = Consumer({"bootstrap.servers": servers, "group.id": "check-" + topic})
+    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+    got = []
+    try:
+        deadline = time.monotonic() + 30
+        while len(got) < 4 and time.monotonic() < deadline:
+            got.extend((m.key(), m.value()) for m in consumer.consume(10, 1.0) if m.error() is None)
+    finally:
+        consumer.close()
+    expected = [
+        ("user-001", {"type": "purchase", "item": "laptop", "price": 999.99}),
+        ("user-002", {"type": "view", "item": "phone", "timestamp": "2024-01-07T10:30:00"}),
+        ("user-001", {"type": "add_to_cart", "item": "mouse", "quantity": 2}),
+        ("user-003", {"type": "purchase", "item": "keyboard", "price": 79.99}),
+    ]
+    canonical = lambda pairs: sorted((key, json.dumps(value, sort_keys=True)) for key, value in pairs)
+    assert canonical((k.decode(), json.loads(v)) for k, v in got) == canonical(expected)
