@@ -428,6 +428,8 @@ class DataStream(_Configurable):
         return DataStreamSink(t, self._env)
 
     def add_sink(self, sink_func: Any) -> "DataStreamSink":
+        if callable(getattr(sink_func, "create_writer", None)):  # Sink V2 given the legacy way: FlinkKafkaProducer
+            return self.sink_to(sink_func)
         check_function(sink_func, "invoke", "Sink", "sink_func")
         return self._sink("sink", "Unnamed", sink_func)
 

@@ -282,6 +282,8 @@ class StreamExecutionEnvironment:
 
     def add_source(self, source_func: Any, source_name: str = "Custom Source", type_info: Any = None) -> DataStream:
         """A source from a ``SourceFunction``, an iterable, or a callable returning an iterable."""
+        if callable(getattr(source_func, "_raylink_source_spec", None)):  # a connector's (FlinkKafkaConsumer)
+            return self.from_source(source_func, None, source_name, type_info)
         if not (
             callable(getattr(source_func, "run", None)) or callable(source_func) or hasattr(source_func, "__iter__")
         ):

@@ -267,3 +267,41 @@ def test_bad_builder_arguments_are_refused_naming_the_setter():
         )
     with pytest.raises(TypeError, match="set_starting_offsets: expected a KafkaOffsetsInitializer"):
         KafkaSource.builder().set_starting_offsets("earliest")
+
+
+def test_the_deprecated_flink_kafka_consumer_and_producer_run_on_the_same_connector(kafka_broker):
+    from raylink.api.connectors.kafka import FlinkKafkaConsumer, FlinkKafkaProducer, KafkaSink, Semantic
+    from raylink.tests.kafka_util import committed
+
+    servers = kafka_broker.bootstrap_servers
+    source_topic, out_topic = new_topic(servers, 2), new_topic(servers, 1)
+    acked = produce(servers, source_topic, [(i % 2, None, f"w{i}".encode(), None) for i in range(20)])
+    group = "legacy-" + source_topic
+    properties = {"bootstrap.servers": servers, "group.id": group, "auto.offset.reset": "earliest"}
+    with pytest.warns(DeprecationWarning):
+        consumer = FlinkKafkaConsumer(source_topic, SimpleStringSchema(), properties)
+    producer = FlinkKafkaProducer(out_topic, SimpleStringSchema(), {"bootstrap.servers": servers})
+    assert isinstance(producer, KafkaSink) and producer.delivery_guarantee.name == "AT_LEAST_ONCE"
+    exactly = FlinkKafkaProducer(
+        out_topic, SimpleStringSchema(), {"bootstrap.servers": servers}, semantic=Semantic.EXACTLY_ONCE
+    )
+    assert exactly.transactional_id_prefix == f"{out_topic}-flink-kafka-producer"
+
+    env = make_env("local", 2)
+    env.add_source(consumer).map(str.upper).add_sink(producer)
+    client = env.execute_async()
+    from confluent_kafka import Consumer, TopicPartition
+
+    reader = Consumer({"bootstrap.servers": servers, "group.id": "check-" + out_topic})
+    reader.assign([TopicPartition(out_topic, 0, 0)])
+    got = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(got) < len(acked) and time.monotonic() < deadline:
+            got.extend(m.value().decode() for m in reader.consume(50, 0.5) if m.error() is None)
+    finally:
+        reader.close()
+        client.cancel()
+        assert client.wait(60), "the job did not end after cancel"
+    assert sorted(got) == sorted(v.decode().upper() for v in acked.values())
+    assert committed(servers, group, source_topic, 2) == {0: -1001, 1: -1001}  # no checkpoints: nothing committed

@@ -3,6 +3,7 @@ what configures them (the Kafka connector, :mod:`raylink.connectors.kafka`).
 
 Only re-exports: the implementation lives on a lower floor."""
 
+from raylink.connectors.kafka.legacy import FlinkKafkaConsumer, FlinkKafkaProducer, Semantic
 from raylink.connectors.kafka.sink_config import (
     DeliveryGuarantee,
     FixedPartitioner,
@@ -27,6 +28,8 @@ __all__ = [
     "ConsumerRecord",
     "DeliveryGuarantee",
     "FixedPartitioner",
+    "FlinkKafkaConsumer",
+    "FlinkKafkaProducer",
     "KafkaOffsetResetStrategy",
     "KafkaOffsetsInitializer",
     "KafkaPartitioner",
@@ -39,4 +42,5 @@ __all__ = [
     "KafkaSourceBuilder",
     "KafkaTopicPartition",
     "KafkaTopicSelector",
+    "Semantic",
 ]
