@@ -34,11 +34,13 @@ KINDS = ("read", "write", "list", "info", "delete")
 @dataclass
 class FaultRule:
     """Fail operations of ``kind`` on paths containing ``path_part``: the next ``count`` ones,
-    or every one while the rule stands (``count`` None: a fault for good)."""
+    or every one while the rule stands (``count`` None: a fault for good), after letting the
+    first ``after`` ones through."""
 
     kind: str
     path_part: str = ""
     count: Optional[int] = 1
+    after: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -72,6 +74,9 @@ class FaultSchedule:
         with self._lock:
             for rule in self._rules:
                 if rule.kind == kind and rule.path_part in path:
+                    if rule.after > 0:
+                        rule.after -= 1
+                        continue
                     if rule.count is not None:
                         rule.count -= 1
                         if rule.count <= 0:
