@@ -568,16 +568,23 @@ def state_db_keys(
     return out
 
 
-cdef bint _plain_value(object value) except -1:
-    """None, a scalar of an exact built-in type, or a tuple of such (any depth): what msgpack
-    stores and gives back as it was (arrays read back as tuples)."""
+#: msgpack's nesting limit (``DEFAULT_RECURSE_LIMIT``): it refuses deeper values, which go
+#: to ``dump`` on both paths -- and the C stack is never recursed deeper than this
+_PLAIN_DEPTH = 511
+
+
+cdef bint _plain_value(object value, int depth=0) except -1:
+    """None, a scalar of an exact built-in type, or a tuple of such (up to msgpack's nesting
+    limit): what msgpack stores and gives back as it was (arrays read back as tuples)."""
     cdef type t = type(value)
     cdef Py_ssize_t j
     if _is_scalar_type(t):
         return True
     if t is tuple:
+        if depth >= _PLAIN_DEPTH:
+            return False
         for j in range(PyTuple_GET_SIZE(value)):
-            if not _plain_value(<object>PyTuple_GET_ITEM(value, j)):
+            if not _plain_value(<object>PyTuple_GET_ITEM(value, j), depth + 1):
                 return False
         return True
     return False

@@ -343,7 +343,12 @@ class KeyGroupStreamPartitioner(StreamPartitioner):
             key = self.key_selector(value)
         except Exception as e:
             raise key_error(value) from e
-        cache = self._channel_of  # the batch path's key -> channel cache: a record emitted alone
+        return self._channel_of_key(key)
+
+    def _channel_of_key(self, key: Any) -> int:
+        """The channel of one key, through the batch path's key -> channel cache (a record
+        emitted alone, or a batch holding an unhashable key: as the compiled loop, key by key)."""
+        cache = self._channel_of
         try:  # (one channel too: its key is hashed once, as channel selection would)
             channel = cache.get(key)
         except TypeError:  # an unhashable key: no cache
@@ -383,8 +388,8 @@ class KeyGroupStreamPartitioner(StreamPartitioner):
         cache = self._channel_of
         try:
             channels = list(map(cache.get, keys))
-        except TypeError:  # unhashable keys: no cache
-            return assign_keys_to_operators(keys, self.max_parallelism, self.num_channels, self._table)
+        except TypeError:  # an unhashable key (not cached): key by key, as the compiled loop
+            return list(map(self._channel_of_key, keys))
         if None not in channels:
             return channels
         missing = [i for i, c in enumerate(channels) if c is None]

@@ -914,3 +914,17 @@ def test_this_process_uses_what_the_environment_asks_for():
 def test_the_compiled_module_is_built_where_it_is_required():
     """scripts/test.sh (and CI) require the compiled module: its twin tests must not skip."""
     assert native is not None or not REQUIRED, "the compiled per-record path did not build (bash scripts/setup.sh)"
+
+
+@needs_native
+def test_a_deeply_nested_state_value_fails_as_its_twin_instead_of_crashing():
+    """The compiled plain-value check recursed the C stack as deep as the value (a million
+    nested tuples crashed the process): it stops at msgpack's nesting limit, and such a value
+    fails alike on both paths (pickle's RecursionError)."""
+    value = 1
+    for _ in range(1_000_000):
+        value = (value,)
+    entries = ({1: value}, {}, rocksdb_state.dump_key, rocksdb_state._pack, rocksdb_state.dump_value)
+    for fn in (native.state_entries, rocksdb_state.state_entries_pure):
+        with pytest.raises(RecursionError):
+            fn(*entries)
