@@ -684,3 +684,14 @@ def test_index_and_filter_blocks_are_inside_the_memory_bound(tmp_path):
         assert db.property_int_value("rocksdb.block-cache-usage") <= bound
     finally:
         db.close()
+
+
+def test_the_rocksdb_memory_bench_runs_and_finds_exactly_the_stored_keys(capsys):
+    """bench/rocksdb_memory.py at a tiny size, in its own process as it runs (it raises when a
+    lookup misses a stored key or finds an absent one)."""
+    from raylink.bench import rocksdb_memory
+
+    rocksdb_memory.main(["--keys", "20000", "--memory", "16", "--lookups", "2000"])
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.strip().startswith("20,000")]
+    assert len(rows) == 1 and rows[0][1] == "16"
+    assert float(rows[0][-1]) <= 1.0  # (block cache + readers) / bound
