@@ -31,6 +31,11 @@ fi
 # The Kafka broker's jars (Maven, into .cache/kafka/; the tests' kafka_broker fixture and
 # `raylink kafka start` run it): resolved once, a no-op afterwards.
 bash scripts/kafka_jars.sh
+# Spark's Delta Lake and Iceberg jars (Maven, into .cache/spark-jars/; raylink's Spark session
+# loads them as local jars when the spark extra is installed): resolved once, a no-op afterwards.
+if [[ ",$EXTRAS," == *,spark,* ]]; then
+    bash scripts/spark_jars.sh
+fi
 # The compiled per-record path (shuffle/_hotpath.pyx, Cython; setup.py): built in place, again
 # whenever the .pyx is newer than the module. Without a C compiler it is left out and raylink
 # runs on its pure-Python twins (as with RAYLINK_PURE_PYTHON=1) -- unless

@@ -36,6 +36,7 @@ from raylink.actors.ray_executor import init_ray
 from raylink.connectors.spark import bridge, shared_session
 from raylink.connectors.spark.errors import SparkStartError
 from raylink.connectors.spark.jvm_logging import driver_jvm_output, log4j2_spark_configs
+from raylink.connectors.spark.table_formats import table_format_configs
 from raylink.core.options import ConfigOption, SparkConnectorOptions
 from raylink.runtime.logging_setup import setup_logging
 
@@ -87,6 +88,9 @@ _SMALL_DEFAULTS = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
 }
 
+#: comma-separated lists a user's value is added to rather than replacing raylink's
+_LIST_KEYS = ("spark.jars", "spark.sql.extensions")
+
 _lock = threading.RLock()
 _state: Dict[str, Any] = {"spark": None, "started_spark": False, "started_ray": False}
 _phases: Dict[str, float] = {}
@@ -102,7 +106,8 @@ def java_options() -> str:
 def spark_configs(extra: Optional[Dict[str, str]] = None, warehouse_dir: Optional[str] = None) -> Dict[str, str]:
     """Spark configs raylink starts Spark with: Java 17 openings under all three keys, small
     defaults, the driver JVM's log4j2 configuration (:mod:`~raylink.connectors.spark.jvm_logging`),
-    then ``extra`` (user keys win; Java options are appended)."""
+    Delta's and Iceberg's local jars and catalogs when set up (:mod:`.table_formats`), then
+    ``extra`` (user keys win; Java options, ``spark.jars`` and ``spark.sql.extensions`` are appended)."""
     configs = dict(_SMALL_DEFAULTS)
     opens = java_options()
     for key in JAVA_OPTION_KEYS:
@@ -111,9 +116,12 @@ def spark_configs(extra: Optional[Dict[str, str]] = None, warehouse_dir: Optiona
         configs[key] = f"{configs[key]} {value}" if key in JAVA_OPTION_KEYS else value
     if warehouse_dir:
         configs["spark.sql.warehouse.dir"] = os.path.abspath(warehouse_dir)
+    configs.update(table_format_configs(warehouse_dir))  # Delta's and Iceberg's local jars and catalogs
     for key, value in (extra or {}).items():
         if key in JAVA_OPTION_KEYS:
             configs[key] = f"{configs[key]} {value}"
+        elif key in _LIST_KEYS and configs.get(key):  # the user's jars and extensions join raylink's
+            configs[key] = f"{configs[key]},{value}"
         else:
             configs[key] = str(value)
     return configs
