@@ -227,3 +227,33 @@ def test_the_checkpoint_storage_creates_private_folders(tmp_path):
     folders = [tmp_path / "checkpoints", *(p for p in (tmp_path / "checkpoints").rglob("*") if p.is_dir())]
     assert {p.name for p in folders} == {"checkpoints", "job", "chk-1", "shared"}
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o700 for p in folders), {p: oct(p.stat().st_mode) for p in folders}
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="acting as another user needs root (the suite runs as root)")
+def test_a_savepoint_planted_by_another_user_is_refused(tmp_path):
+    """Another local user (uid 65534, a real process) plants a savepoint-shaped folder in a shared
+    temp dir; a restore from it is refused, naming the folder and each of its files."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    shared = Path(tempfile.mkdtemp(dir="/tmp", prefix="raylink-planted-"))
+    shared.chmod(0o1777)
+    try:
+
+        def as_nobody() -> None:
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+
+        planted = shared / "savepoint-abc"
+        script = f"umask 022 && mkdir {planted} && echo m > {planted}/_metadata && echo s > {planted}/op-0"
+        subprocess.run(["sh", "-c", script], preexec_fn=as_nobody, check=True, timeout=30)  # noqa: PLW1509
+        with pytest.raises(UnsafeSavepointError) as caught:
+            check_restorable(str(planted))
+        assert sorted(caught.value.problems) == [
+            f"{planted} is owned by uid {NOBODY}",
+            f"{planted / '_metadata'} is owned by uid {NOBODY}",
+            f"{planted / 'op-0'} is owned by uid {NOBODY}",
+        ]
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
