@@ -236,6 +236,7 @@ class CheckpointStorage:
         self._discarding: set[int] = set()  # subsumed, their _metadata not deleted yet
         self._savepoint_ids: set[int] = set()  # completed checkpoints that were savepoints
         self._stopping = False  # the latest completed with the job stopping (stop-with-savepoint)
+        self._newest_seen = 0  # the newest checkpoint id listed, finalized or aborted
         self._registry = SharedStateRegistry()  # the shared files each known checkpoint names
         self._scanned = False
 
@@ -405,6 +406,7 @@ class CheckpointStorage:
         meta_path = posixpath.join(chk_path, METADATA_FILE_NAME)
         fs = self._fs
         with self._lock:
+            self._newest_seen = max(self._newest_seen, checkpoint_id)
             try:
                 make_private_dirs(fs, chk_path)
                 if fs.exists(meta_path):
@@ -442,6 +444,7 @@ class CheckpointStorage:
         """Deletes the folder of a checkpoint that will not complete (nothing if absent).
         A completed checkpoint is never deleted this way (a late abort is logged)."""
         with self._lock:
+            self._newest_seen = max(self._newest_seen, checkpoint_id)
             if checkpoint_id in self._completed_ids:
                 log.warning("not deleting checkpoint %d of job %s on abort: it completed", checkpoint_id, self.job_id)
                 return
@@ -683,6 +686,7 @@ class CheckpointStorage:
             match = _CHK_DIR.match(posixpath.basename(name.rstrip("/")))
             if match:
                 ids.append(int(match.group(1)))
+        self._newest_seen = max([self._newest_seen, *ids])
         return ids
 
     def _ensure_scanned(self) -> None:
@@ -895,7 +899,9 @@ class CheckpointStorage:
         completed = self._decode(raw, shown, chk_path, checkpoint_id)
         self._verify_state_files(completed, chk_path, shown)
         # a restore reads it: its shared files are this store's to keep (Flink's registerAllAfterRestored)
-        self._registry.register_all_after_restored(checkpoint_id, self._shared_paths(completed))
+        # until a checkpoint newer than any the store knows now (no checkpoint in flight) completes
+        newest_known = max([checkpoint_id, self._newest_seen, *self._completed_ids, *self._discarding])
+        self._registry.register_all_after_restored(checkpoint_id, self._shared_paths(completed), newest_known)
         return _with_urls(self._fs, completed)
 
     def _decode(self, raw: bytes, shown: str, chk_path: str, checkpoint_id: int) -> CompletedCheckpoint:

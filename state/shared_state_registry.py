@@ -9,10 +9,10 @@ which registered checkpoint names which file:
 * :meth:`SharedStateRegistry.register_all` — a checkpoint this process completed (Flink's
   ``registerAll(operatorStates, checkpointId)``);
 * :meth:`SharedStateRegistry.register_all_after_restored` — a checkpoint read back from storage
-  (a restore, or a retained checkpoint of an earlier run whose files retention must know);
-  a restore also *pins* the checkpoint: its files stay while the restore may still read them,
-  until a later checkpoint completes in this process (:meth:`checkpoint_completed`; after a
-  restore the tasks acknowledge a checkpoint only once they restored);
+  to restore from; a restore also *pins* the checkpoint: its files stay while the restore may
+  still read them, until a checkpoint newer than every one the store knew at the restore
+  completes (:meth:`checkpoint_completed`: only tasks that restored acknowledge it; one
+  that was in flight before the restore does not end the pin);
 * :meth:`SharedStateRegistry.unregister` — retention subsumed a checkpoint; files no
   registered checkpoint names any more become *unused*. Flink's
   ``unregisterUnusedState(lowestCheckpointID)`` drops every entry last used below the lowest
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from typing import Iterable
+from typing import Iterable, Optional
 
 
 class SharedStateRegistry:
@@ -42,7 +42,7 @@ class SharedStateRegistry:
         self._lock = threading.Lock()
         self._files_of: dict[int, frozenset[str]] = {}
         self._references: Counter[str] = Counter()
-        self._restoring: set[int] = set()  # pinned until a later checkpoint completes
+        self._restoring: dict[int, int] = {}  # pinned id -> the newest id known when it was restored
         self._subsumed: set[int] = set()  # retention dropped them while pinned
         self._unused: set[str] = set()  # named by no registered checkpoint, not yet deleted
 
@@ -56,12 +56,16 @@ class SharedStateRegistry:
             self._references.update(files)
             self._unused -= files  # named again (a restore of a checkpoint that names it)
 
-    def register_all_after_restored(self, checkpoint_id: int, paths: Iterable[str]) -> None:
+    def register_all_after_restored(
+        self, checkpoint_id: int, paths: Iterable[str], newest_known_id: Optional[int] = None
+    ) -> None:
         """Checkpoint ``checkpoint_id``, read back from storage to restore from, names ``paths``;
-        they stay until a later checkpoint completes (Flink's ``registerAllAfterRestored``)."""
+        they stay until a checkpoint newer than ``newest_known_id`` (default: this one)
+        completes (Flink's ``registerAllAfterRestored``)."""
         self.register_all(checkpoint_id, paths)
+        until = max(checkpoint_id, newest_known_id if newest_known_id is not None else checkpoint_id)
         with self._lock:
-            self._restoring.add(checkpoint_id)
+            self._restoring[checkpoint_id] = max(until, self._restoring.get(checkpoint_id, until))
             self._subsumed.discard(checkpoint_id)
 
     def is_registered(self, checkpoint_id: int) -> bool:
@@ -79,8 +83,9 @@ class SharedStateRegistry:
         """A checkpoint completed in this process: restores of older checkpoints are over, the
         ones retention dropped meanwhile release their files (Flink's ``checkpointCompleted``)."""
         with self._lock:
-            done = {c for c in self._restoring if c < checkpoint_id}
-            self._restoring -= done
+            done = {c for c, until in self._restoring.items() if until < checkpoint_id}
+            for released in done:
+                del self._restoring[released]
             for released in done & self._subsumed:
                 self._subsumed.discard(released)
                 self._drop(released)

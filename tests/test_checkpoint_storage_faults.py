@@ -256,12 +256,14 @@ def test_a_restoring_checkpoint_keeps_its_files_until_a_later_one_completes(tmp_
     registry = SharedStateRegistry()
     registry.register_all(1, {"a", "b"})
     registry.register_all(2, {"b", "c"})
-    registry.register_all_after_restored(1, {"a", "b"})  # restoring from the older one
+    registry.register_all_after_restored(1, {"a", "b"}, newest_known_id=3)  # 3 was in flight
     registry.unregister(1)  # retention subsumed it meanwhile
     assert registry.unused() == set()
     registry.unregister(2)
     assert registry.unused() == {"c"}
-    registry.checkpoint_completed(3)  # the restore is over
+    registry.checkpoint_completed(3)  # in flight before the restore: its tasks may still read 1
+    assert registry.unused() == {"c"}
+    registry.checkpoint_completed(4)  # the restore is over
     assert registry.unused() == {"a", "b", "c"}
     registry.discarded("a")
     registry.register_all(4, {"b"})  # named again before it was deleted: kept
