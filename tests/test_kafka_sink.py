@@ -370,3 +370,37 @@ def test_bad_builder_arguments_are_refused_naming_the_setter():
     default = KafkaSink.builder().set_bootstrap_servers("h:1").set_record_serializer(schema.build()).build()
     assert default.delivery_guarantee is DeliveryGuarantee.NONE  # PyFlink's default
     assert default.transaction_timeout_ms == 3_600_000  # Flink's KafkaSink default
+
+
+def test_a_restored_writer_aborts_what_was_written_after_its_checkpoint_also_after_an_idle_period(kafka_broker):
+    """The writer and committer driven as the sink operator drives them: checkpoint 1 holds a
+    transaction, checkpoint 2's period wrote nothing, records written after checkpoint 2 are in a
+    transaction of a writer that then dies (not closed); a writer restored from checkpoint 2 aborts
+    that transaction before its own, and a read_committed reader sees checkpoint 1's and the
+    restored writer's records only."""
+    from raylink.core.sink import SinkWriterContext, WriterInitContext
+
+    servers = kafka_broker.bootstrap_servers
+    topic = new_topic(servers, 2)
+    sink = string_sink(servers, topic, DeliveryGuarantee.EXACTLY_ONCE, prefix=f"idle-{topic}")
+    committer = sink.create_committer()
+    context = SinkWriterContext()
+    first = sink.create_writer(WriterInitContext(0, 1))
+    first.write("a:1", context)
+    first.flush(False)
+    checkpoint_1 = first.prepare_commit()
+    first.snapshot_state(1)
+    committer.commit(checkpoint_1)
+    first.flush(False)
+    assert first.prepare_commit() == []  # an idle period
+    checkpoint_2 = first.snapshot_state(2)
+    first.write("b:lost", context)
+    first.flush(False)  # sent in an open transaction; the writer dies before checkpoint 3
+    restored = sink.restore_writer(WriterInitContext(0, 1), checkpoint_2)
+    restored.write("c:2", context)
+    assert restored.aborted == [f"idle-{topic}-0-3"]
+    restored.flush(True)
+    committer.commit(restored.prepare_commit())
+    restored.close()
+    first.close()
+    assert values(read_committed(servers, topic, 2)) == Counter({"a:1": 1, "c:2": 1})

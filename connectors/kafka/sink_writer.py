@@ -10,14 +10,16 @@ Records become :class:`~raylink.connectors.kafka.sink_config.ProducerRecord` thr
   which waits for every acknowledgement; a record Kafka did not take fails the job.
 * ``EXACTLY_ONCE``: each checkpoint period's records go into one Kafka transaction whose
   transactional id is ``<prefix>-<subtask>-<n>`` (``n`` = the id of the checkpoint before it
-  + 1, as Flink's ``TransactionalIdFactory``; each id carries one transaction only, so a
-  commit repeated with an old producer id and epoch can never end a later transaction). At
+  + 1, as Flink's ``TransactionalIdFactory``; each producer, so each producer id and epoch,
+  carries one transaction only: a commit repeated with an old producer id and epoch can never
+  end a later transaction -- a later ``init_transactions`` on the id fences it). At
   the checkpoint's barrier the writer flushes, and ``prepare_commit`` gives a
   :class:`~raylink.connectors.kafka.sink_committer.KafkaCommittable` (id, producer id, epoch --
   the broker's, read with ``DescribeTransactions`` right after ``init_transactions``) that the
   checkpoint stores; the committer commits it once the checkpoint completed. The next
   period's transaction gets a fresh producer (librdkafka fixes the transactional id per
-  producer). A period without records keeps its transaction open for the next one.
+  producer; two are prepared ahead on background threads). A period without records gives no
+  committable.
 
 Recovery (EXACTLY_ONCE), before the first transaction of a writer: transactions of the prefix
 (and of the prefixes in the restored states) still open on the cluster (``ListTransactions``)
@@ -423,7 +425,7 @@ class KafkaWriter(CommittingSinkWriter, StatefulSinkWriter):
         if not self._started:
             self._start()  # aborts lingering transactions even if no record came
         if self._producer is None or self._records_in_transaction == 0:
-            return []  # nothing to commit: the transaction stays open for the next period
+            return []  # nothing to commit
         while self._producer.flush(1.0) > 0:
             self._raise_errors()
         self._raise_errors()
@@ -439,23 +441,32 @@ class KafkaWriter(CommittingSinkWriter, StatefulSinkWriter):
 
     def snapshot_state(self, checkpoint_id: int) -> List[KafkaWriterState]:
         if self.exactly_once:
-            if self._producer is None:
-                self._next_number = checkpoint_id + 1
-                if not self._end_of_input:
-                    self._ensure_producer()  # the next period's transaction
+            # the next period's transaction is numbered checkpoint_id + 1, also when this period
+            # wrote nothing: a restore from this checkpoint must see it as opened after it
+            idle, self._producer = self._producer, None
+            if idle is not None:
+                idle.close()  # began no transaction on the broker: it wrote nothing
+            self._next_number = checkpoint_id + 1
+            if not self._end_of_input:
+                self._ensure_producer()
         elif not self._started:
             self._ensure_producer()
         return [KafkaWriterState(self.prefix, self.subtask_id, checkpoint_id)]
 
     # -- end -------------------------------------------------------------------------------------
     def close(self) -> None:
+        from confluent_kafka import KafkaException
+
         producer, self._producer = self._producer, None
         if producer is not None:
-            if self.exactly_once:
-                producer.close()  # aborts the open transaction: its records were in no checkpoint
-            else:
-                producer.purge(True, True, False)  # a failing job: what was not flushed is replayed
-                producer.close()
+            try:
+                if self.exactly_once:
+                    producer.close()  # aborts the open transaction: its records were in no checkpoint
+                else:
+                    producer.purge(True, True, False)  # a failing job: what was not flushed is replayed
+                    producer.close()
+            except KafkaException:  # fenced by a newer attempt, or the broker is gone: nothing to end here
+                pass
         forget_producers(self._prepared)  # prepared transactions stay open for a committer
         self._prepared = []
         self._drop_prefetch()
