@@ -256,7 +256,8 @@ def test_lingering_transactions_of_the_prefix_are_aborted_when_the_sink_starts(k
 def test_a_dead_producers_transaction_is_committed_by_producer_id_and_epoch_exactly_once(kafka_broker):
     """The committer's recovery path: the producer that wrote a prepared transaction died; the
     committable (id, producer id, epoch) commits it from another process; committing it again
-    (a restore from the same checkpoint) is a no-op; a transaction Kafka aborted is reported lost."""
+    (a restore from the same checkpoint) is a no-op, also after its live producer committed it;
+    a transaction Kafka aborted is reported lost."""
     from raylink.connectors.kafka.sink_committer import KafkaCommittable, KafkaCommitter, TransactionAdmin
 
     servers = kafka_broker.bootstrap_servers
@@ -284,6 +285,23 @@ def test_a_dead_producers_transaction_is_committed_by_producer_id_and_epoch_exac
         committer.commit([KafkaCommittable(aborted, pid, epoch)])
         assert committer.lost == [aborted]
         assert values(read_committed(servers, topic, 50)) == Counter(f"{txid}:{i}" for i in range(50))
+
+        # committed by its live producer, then again by id and epoch after a restore: Kafka answers
+        # INVALID_TXN_STATE, which DescribeTransactions (CompleteCommit, same producer id) tells apart
+        from confluent_kafka import Producer
+
+        live = f"dead-{topic}-0-3"
+        producer = Producer({"bootstrap.servers": servers, "transactional.id": live})
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce(topic, value=f"{live}:0".encode())
+        assert producer.flush(30) == 0
+        state, pid, epoch = admin.describe(live)
+        producer.commit_transaction(30)
+        producer.close()
+        committer.commit([KafkaCommittable(live, pid, epoch)])
+        assert committer.lost == [aborted]
+        assert values(read_committed(servers, topic, 51)) == Counter([f"{txid}:{i}" for i in range(50)] + [f"{live}:0"])
     finally:
         committer.close()
         admin.close()

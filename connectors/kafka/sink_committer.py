@@ -13,10 +13,13 @@ completed (and again after a restore from it: commits are idempotent):
   request sent to the transaction coordinator as that producer would send it, as Flink's
   ``FlinkKafkaInternalProducer.resumeTransaction`` does. ``CONCURRENT_TRANSACTIONS`` (a commit or
   abort under way) and coordinator moves are retried until ``max.block.ms``. ``NoError`` is
-  final: the broker answers it also to the retry of a commit that already completed. A fenced
-  or invalid-state answer (``PRODUCER_FENCED``, ``INVALID_PRODUCER_EPOCH``, ``INVALID_TXN_STATE``,
-  an unknown producer id) is told apart by ``DescribeTransactions``: ``CompleteCommit`` (or
-  ``PrepareCommit``) with the same producer id means it was committed before; anything else
+  final. Measured against Kafka 4.4: the retry of a commit this request made answers
+  ``NoError``; a commit repeated after the producer itself committed answers
+  ``INVALID_TXN_STATE``; one after the id was initialised again, ``PRODUCER_FENCED`` -- the
+  same answers a transaction Kafka aborted gets. So a fenced or invalid-state answer
+  (``PRODUCER_FENCED``, ``INVALID_PRODUCER_EPOCH``, ``INVALID_TXN_STATE``, an unknown producer id)
+  is told apart by ``DescribeTransactions``: ``CompleteCommit`` (or ``PrepareCommit``, then
+  waited for) with the same producer id means it was committed before; anything else
   means Kafka aborted it -- its transaction timed out (``transaction.timeout.ms``) before the
   job recovered, or another producer used the same transactional id -- and its records are
   lost: logged as an error naming the transaction, and the job goes on, as Flink's committer
