@@ -33,7 +33,26 @@ def _reference(values) -> Counter:
     return Counter(f"{k},{c}" for k, total in per_key.items() for c in range(1, total + 1))
 
 
-def _build(env, servers: str, topic: str, out, fail_at: int = 0) -> None:
+class FailAfterACheckpoint(Paced):
+    """Paced; subtask 0 of the first attempt fails at its first record after a checkpoint
+    completed (so the restore has split offsets to go back to)."""
+
+    def open(self, runtime_context) -> None:
+        super().open(runtime_context)
+        self.first_attempt = runtime_context.get_attempt_number() == 0
+        self.subtask = runtime_context.get_index_of_this_subtask()
+        self.checkpointed = False
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        self.checkpointed = True
+
+    def map(self, value):
+        if self.first_attempt and self.subtask == 0 and self.checkpointed:
+            raise RuntimeError(f"injected failure at record {value}")
+        return super().map(value)
+
+
+def _build(env, servers: str, topic: str, out, fail: bool = False) -> None:
     source = (
         KafkaSource.builder()
         .set_bootstrap_servers(servers)
@@ -54,7 +73,7 @@ def _build(env, servers: str, topic: str, out, fail_at: int = 0) -> None:
         .uid("kafka")
         .map(int)
         .uid("parse")
-        .map(Paced(fail_at))
+        .map(FailAfterACheckpoint() if fail else Paced())
         .uid("paced")
         .map(lambda v: (v % KEYS, 1))
         .uid("pairs")
@@ -74,12 +93,13 @@ def test_a_failing_function_restarts_the_kafka_source_at_its_checkpointed_offset
     topic, values = _topic_with_numbers(servers, 6000)
     env = checkpointing_env("local", 2, tmp_path)
     out = tmp_path / "out"
-    _build(env, servers, topic, out, fail_at=4000)
+    _build(env, servers, topic, out, fail=True)
     client = env.execute_async()
     assert client.wait(200), "the job did not finish"
     assert client.get_job_status() == "FINISHED", client.get_job_status()
+    # it failed once, after a checkpoint had committed part files: a restart from the topic's start
+    # would count those records twice, so equal output proves the restore went back to the splits' offsets
     assert client.get_checkpoint_stats()["numRestarts"] == 1
-    assert client.get_checkpoint_stats()["lastRestoredCheckpointId"] is not None
     assert committed_lines(out) == _reference(values)
 
 

@@ -16,6 +16,8 @@ Module layout (each API module imports its runtime module lazily, never the othe
   ``KafkaRecordDeserializationSchema`` (plain, picklable, read-only once built).
 * ``source_reader`` -- the source's runtime (Flink's ``KafkaSourceEnumerator``'s split
   ownership and discovery, ``KafkaPartitionSplit``, ``KafkaSourceReader``): the source operator.
+* ``legacy`` -- the deprecated ``FlinkKafkaConsumer`` / ``FlinkKafkaProducer`` / ``Semantic``,
+  configuration mapped onto ``KafkaSource`` / ``KafkaSink``.
 * ``sink_config`` -- the sink's configuration: ``KafkaSink``, ``KafkaSinkBuilder``,
   ``KafkaRecordSerializationSchema`` (+ builder), ``DeliveryGuarantee``. ``KafkaSink``'s Sink V2
   methods (``create_writer`` / ``restore_writer`` / ``create_committer``) import the runtime from

@@ -339,42 +339,71 @@ class KafkaSourceOperator(SourceOperator):
         return True
 
     def _emit(self, messages: List[Any]) -> None:
+        """Deserializes ``messages`` and emits them in runs of one partition (one call per run).
+        A value-only schema gets the value bytes directly (no ``ConsumerRecord`` per record)."""
         run: List[Any] = []
         timestamps: List[int] = []
         key: Optional[Tuple[str, int]] = None
-        deserialize = self._deserializer.deserialize
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                raise KafkaConnectorError(
-                    f"KafkaSource {self.name!r}: reading topic {message.topic()!r} partition {message.partition()} "
-                    f"from {self.source.bootstrap_servers} failed: {error.str()}"
-                )
-            tp = (message.topic(), message.partition())
-            split = self._splits.get(tp)
-            offset = message.offset()
-            if split is None or split.finished or offset < split.next_offset:
-                continue  # a fetch that raced an unassign or a seek
-            if split.stop_offset is not None and offset >= split.stop_offset:
-                split.next_offset = split.stop_offset
-                continue
-            if tp != key:
-                self._hand_over(key, run, timestamps)
-                run, timestamps, key = [], [], tp
-            timestamp = message.timestamp()[1]
-            record = ConsumerRecord(tp[0], tp[1], offset, timestamp, message.key(), message.value(), message.headers())
-            try:
-                value = deserialize(record)
-            except Exception as exc:
-                self._hand_over(key, run, timestamps)  # what came before it is emitted and checkpointed
-                raise KafkaConnectorError(
-                    f"KafkaSource {self.name!r}: the deserializer cannot read the record at topic {tp[0]!r}, "
-                    f"partition {tp[1]}, offset {offset}: {type(exc).__name__}: {exc}"
-                ) from exc
-            split.next_offset = offset + 1
-            if value is not None:  # Flink's value-only wrapper drops nulls
-                run.append(value)
-                timestamps.append(timestamp)
+        split: Optional[KafkaPartitionSplit] = None
+        value_only = getattr(self._deserializer, "value_deserializer", None)
+        deserialize = value_only.deserialize if value_only is not None else self._deserializer.deserialize
+        topic, partition = None, None
+        next_offset, stop = 0, None
+        try:
+            for message in messages:
+                if message.error() is not None:
+                    self._hand_over(key, run, timestamps)
+                    raise KafkaConnectorError(
+                        f"KafkaSource {self.name!r}: reading topic {message.topic()!r} partition "
+                        f"{message.partition()} from {self.source.bootstrap_servers} failed: {message.error().str()}"
+                    )
+                if message.partition() != partition or message.topic() != topic:
+                    if split is not None:
+                        split.next_offset = next_offset
+                    self._hand_over(key, run, timestamps)
+                    topic, partition = message.topic(), message.partition()
+                    key, run, timestamps = (topic, partition), [], []
+                    split = self._splits.get(key)
+                    if split is not None:
+                        next_offset, stop = split.next_offset, split.stop_offset
+                        if split.finished:
+                            split = None
+                offset = message.offset()
+                if split is None or offset < next_offset:
+                    continue  # a fetch that raced an unassign or a seek
+                if stop is not None and offset >= stop:
+                    next_offset = stop
+                    continue
+                if value_only is not None:
+                    value = deserialize(message.value())
+                else:
+                    value = deserialize(
+                        ConsumerRecord(
+                            topic,
+                            partition,
+                            offset,
+                            message.timestamp()[1],
+                            message.key(),
+                            message.value(),
+                            message.headers(),
+                        )
+                    )
+                next_offset = offset + 1
+                if value is not None:  # Flink's value-only wrapper drops nulls
+                    run.append(value)
+                    timestamps.append(message.timestamp()[1])
+        except KafkaConnectorError:
+            raise
+        except Exception as exc:
+            if split is not None:
+                split.next_offset = next_offset  # the bad record's offset: a restore reads it again
+            self._hand_over(key, run, timestamps)  # what came before it is emitted and checkpointed
+            raise KafkaConnectorError(
+                f"KafkaSource {self.name!r}: the deserializer cannot read the record at topic {topic!r}, "
+                f"partition {partition}, offset {offset}: {type(exc).__name__}: {exc}"
+            ) from exc
+        if split is not None:
+            split.next_offset = next_offset
         self._hand_over(key, run, timestamps)
 
     def _hand_over(self, key: Optional[Tuple[str, int]], run: List[Any], timestamps: List[int]) -> None:
