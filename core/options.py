@@ -926,7 +926,8 @@ class StateBackendOptions:
         "str",
         None,
         "Where the rocksdb backend keeps its working files on the TaskExecutor (unset: a "
-        "raylink-rocksdb folder in the system's temporary directory); several directories "
+        "raylink-rocksdb-<uid> folder of this user in the system's temporary directory, a private temporary "
+        "folder if another user holds that name); several directories "
         "separated by ',' are used round robin by subtask.",
         fallback_keys=("state.backend.rocksdb.local-dir",),
     )

@@ -44,7 +44,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import tempfile
 import threading
 import uuid
 import weakref
@@ -55,7 +54,7 @@ import rocksdict
 from raylink.core.folder_ownership import OwnedFolder, remove_unowned_folders
 from raylink.core.types import declared_type
 from raylink.state.rocksdb_map_state import RocksDBMapEntries, RocksDBUserMapState
-from raylink.state.rocksdb_options import RocksDBSettings, open_db
+from raylink.state.rocksdb_options import RocksDBSettings, default_local_directory, open_db
 from raylink.state.rocksdb_snapshots import RocksDBSnapshot, RocksDBStateHandle, download_handle, handle_to_key_groups
 from raylink.state.rocksdb_state import (
     KEY_HEADER,
@@ -121,7 +120,7 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
         name: str = "keyed",
     ) -> None:
         super().__init__(key_group_range, max_parallelism)
-        self.settings = settings or RocksDBSettings(os.path.join(tempfile.gettempdir(), "raylink-rocksdb"))
+        self.settings = settings or RocksDBSettings(default_local_directory())
         self._key_cache_limit = 1 << 18
         self.cache_capacity = max(1024, self.settings.write_batch_bytes // 64)
         self.uid = uuid.uuid4().hex[:16]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import tempfile
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,39 @@ log = logging.getLogger(__name__)
 
 
 DEFAULT_MEMORY = 128 * 1024 * 1024
+#: this process's private fallback folder, once the default one was found unusable
+_fallback_directory: list = []
+
+
+def _private_fallback() -> str:
+    if not _fallback_directory:
+        _fallback_directory.append(tempfile.mkdtemp(prefix=f"raylink-rocksdb-{os.getuid()}-"))
+    return _fallback_directory[0]
+
+
+def default_local_directory() -> str:
+    """Where working databases go when ``state.backend.rocksdb.localdir`` is not set: this user's
+    ``<temp dir>/raylink-rocksdb-<uid>`` (made 0700), used only while it is a real folder of this
+    user that nobody else can write; one another user made (or a link) is passed over for a
+    private ``mkdtemp`` folder (one per process), with a warning naming it, so nobody can squat or rename the
+    databases of a job (Flink's default ``io.tmp.dirs`` is the shared temp dir)."""
+    folder = os.path.join(tempfile.gettempdir(), f"raylink-rocksdb-{os.getuid()}")
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as e:
+        log.warning("RocksDB working folder %s cannot be made (%s); using a private temporary folder", folder, e)
+        return _private_fallback()
+    st = os.lstat(folder)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+        log.warning(
+            "RocksDB working folder %s is not a folder of this user that only it can write; "
+            "using a private temporary folder",
+            folder,
+        )
+        return _private_fallback()
+    return folder
 
 
 @dataclass(frozen=True)
@@ -53,7 +87,7 @@ class RocksDBSettings:
             choices = [d.strip() for d in str(dirs).split(",") if d.strip()]
             local = choices[subtask_index % len(choices)]
         else:
-            local = os.path.join(tempfile.gettempdir(), "raylink-rocksdb")
+            local = default_local_directory()
         memory = read_option(parameters, StateBackendOptions.ROCKSDB_MEMORY_FIXED_PER_SLOT)
         if not memory:
             process = read_option(parameters, TaskManagerOptions.TOTAL_PROCESS_MEMORY)

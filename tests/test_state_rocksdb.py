@@ -695,3 +695,35 @@ def test_the_rocksdb_memory_bench_runs_and_finds_exactly_the_stored_keys(capsys)
     rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.strip().startswith("20,000")]
     assert len(rows) == 1 and rows[0][1] == "16"
     assert float(rows[0][-1]) <= 1.0  # (block cache + readers) / bound
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="making a folder of another user needs root (CI runs as root)")
+def test_a_default_working_folder_another_user_holds_is_passed_over(tmp_path, monkeypatch):
+    """``<temp>/raylink-rocksdb-<uid>`` made first by another user (uid 65534, mode 0700) does not
+    stop a backend without ``localdir``: it works in a private folder of its own instead."""
+    from raylink.state import rocksdb_options
+    from raylink.state.rocksdb_options import default_local_directory
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    monkeypatch.setattr(rocksdb_options, "_fallback_directory", [])
+    squatted = tmp_path / f"raylink-rocksdb-{os.getuid()}"
+    squatted.mkdir(mode=0o700)
+    os.chown(squatted, 65534, 65534)
+    folder = default_local_directory()
+    assert folder != str(squatted) and os.stat(folder).st_uid == os.getuid()
+    assert os.stat(folder).st_mode & 0o077 == 0
+    backend = RocksDBKeyedStateBackend(key_group_range_for_subtask(128, 1, 0), 128)
+    backend.get_table("_op_state", "value").values[1] = 41
+    assert backend._resources.folder.startswith(folder)
+    assert os.listdir(squatted) == []
+    backend.dispose()
+
+
+def test_the_default_working_folder_is_this_users_and_private(tmp_path, monkeypatch):
+    from raylink.state.rocksdb_options import default_local_directory
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    folder = default_local_directory()
+    assert folder == str(tmp_path / f"raylink-rocksdb-{os.getuid()}")
+    assert os.stat(folder).st_mode & 0o777 == 0o700
+    assert default_local_directory() == folder
