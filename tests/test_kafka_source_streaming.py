@@ -12,10 +12,11 @@ import pytest
 
 from raylink.api import Duration, Time, WatermarkStrategy
 from raylink.api.connectors.kafka import KafkaSource
+from raylink.api.functions import MapFunction, SinkFunction
 from raylink.api.serialization import SimpleStringSchema
 from raylink.api.window import TumblingEventTimeWindows
 from raylink.tests.kafka_util import committed, new_topic, produce
-from raylink.tests.runtime_jobs import make_env
+from raylink.tests.runtime_jobs import make_env, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -132,3 +133,57 @@ def test_a_partition_without_records_holds_the_windows_back_until_it_catches_up(
         assert drain.next(60) == ("a", 10)  # both partitions past 999 now
     finally:
         drain.close()
+
+
+class _Slow(MapFunction):
+    def map(self, value):
+        time.sleep(0.002)  # the workload: a slow operator that back-pressures the source
+        return len(value)
+
+
+class _Discard(SinkFunction):
+    def invoke(self, value, context=None):
+        pass
+
+
+def test_under_back_pressure_the_reader_holds_no_more_than_its_prefetch_bound(kafka_broker):
+    servers = kafka_broker.bootstrap_servers
+    topic = new_topic(servers, 1)
+    n, size = 30_000, 1000  # 30 MB in the topic
+    produce(servers, topic, [(0, None, b"%09d" % i + b"x" * (size - 9), None) for i in range(n)])
+    queued_kib, fetch = 1024, 1 << 20
+    source = (
+        KafkaSource.builder()
+        .set_bootstrap_servers(servers)
+        .set_topics(topic)
+        .set_value_only_deserializer(SimpleStringSchema())
+        .set_properties(
+            {
+                "queued.max.messages.kbytes": queued_kib,
+                "fetch.max.bytes": fetch,
+                "max.partition.fetch.bytes": fetch,
+                "statistics.interval.ms": 200,
+            }
+        )
+        .build()
+    )
+    env = make_env("local", 1)
+    env.from_source(source, WatermarkStrategy.no_watermarks(), "kafka").map(_Slow()).add_sink(_Discard())
+    client = env.execute_async()
+    samples = []
+
+    def sample() -> bool:
+        for task in client.get_metrics():
+            for metrics in task.get("operators", {}).values():
+                if "KafkaConsumer.fetchQueueBytes" in metrics:
+                    samples.append((metrics["KafkaConsumer.fetchQueueBytes"], metrics["pendingRecords"]))
+        return len(samples) >= 20 and any(queued for queued, _ in samples)
+
+    try:
+        assert wait_for(lambda: sample() or False, client, timeout=60, interval=0.2), samples
+    finally:
+        client.cancel()
+        assert client.wait(60)
+    bound = queued_kib * 1024 + fetch + size  # the queue, one fetch on top, one record's rounding
+    assert max(queued for queued, _ in samples) <= bound, samples
+    assert max(pending for _, pending in samples[-5:]) > n // 2, samples  # most of the topic still unread

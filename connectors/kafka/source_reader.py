@@ -17,9 +17,12 @@ exact positions.
 **Reading.** One confluent-kafka ``Consumer`` per subtask, manually assigned its splits. The
 task calls :meth:`KafkaSourceOperator.emit_next` only while its output has buffers, and each
 call consumes at most ``max_records`` records, so under back pressure the consumer is not
-polled and its memory stays bounded by librdkafka's pre-fetch queue
-(``queued.max.messages.kbytes``, 16 MiB unless set, and ``fetch.max.bytes``). Records leave
-per partition in offset order with their Kafka timestamps.
+polled: instead of pausing its partitions (Flink's reader), it lets librdkafka's pre-fetch queue
+fill up to its bound (``queued.max.messages.kbytes``, 16 MiB unless set, plus at most one
+fetch, ``fetch.max.bytes``), after which librdkafka fetches nothing more -- the same bound on
+memory. Records leave per partition in offset order with their Kafka timestamps. Metrics
+(from librdkafka's statistics, every ``statistics.interval.ms``): ``pendingRecords`` (the
+splits' records not read yet: consumer lag) and ``KafkaConsumer.fetchQueueBytes``.
 
 **Watermarks.** With a watermark strategy (``env.from_source(source, strategy, name)``) each
 split gets its own generator (so ``with_idleness`` works per partition) and the source's
@@ -45,6 +48,7 @@ come from another thread (it sets a flag and an event).
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from dataclasses import dataclass
@@ -69,6 +73,8 @@ from raylink.operators.sources import SourceOperator
 
 IDLE_WAIT_S = 0.05
 POLL_TIMEOUT_S = 0.05
+#: how often librdkafka reports its statistics (the metrics' freshness), unless set
+STATISTICS_INTERVAL_MS = 1000
 
 
 @dataclass
@@ -180,6 +186,9 @@ class KafkaSourceOperator(SourceOperator):
         self._next_discovery: Optional[float] = None
         self._split_watermarks: Optional[SplitWatermarks] = None
         self._wakeup = threading.Event()
+        #: bytes librdkafka has pre-fetched and not yet handed to this reader (last statistics)
+        self.fetch_queue_bytes = 0
+        self._end_offsets: Dict[Tuple[str, int], int] = {}
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def setup(self, output: Any, runtime_context: Any) -> None:
@@ -202,7 +211,14 @@ class KafkaSourceOperator(SourceOperator):
         self._deserializer = source.deserializer
         self._deserializer.open(rc)
         prefix = source.properties.get(CLIENT_ID_PREFIX) or "raylink-kafka-source"
-        self._consumer = Consumer(consumer_config(source.properties, f"{prefix}-{rc.subtask_index}"))
+        config = consumer_config(source.properties, f"{prefix}-{rc.subtask_index}")
+        config.setdefault("statistics.interval.ms", STATISTICS_INTERVAL_MS)
+        config["stats_cb"] = self._on_statistics
+        self._consumer = Consumer(config)
+        group = getattr(rc, "metrics_group", None)
+        if group is not None:  # Flink's source metric, and the consumer's pre-fetched bytes
+            group.gauge("pendingRecords", self.pending_records)
+            group.gauge("KafkaConsumer.fetchQueueBytes", lambda: self.fetch_queue_bytes)
         if self._restored is not None:
             for split in self._restored:
                 self._add_split(split)
@@ -225,6 +241,40 @@ class KafkaSourceOperator(SourceOperator):
     def cancel(self) -> None:
         self.cancelled = True
         self._wakeup.set()
+
+    # -- metrics -------------------------------------------------------------------------------------
+    def _on_statistics(self, stats_json: str) -> None:
+        """librdkafka's statistics (every ``statistics.interval.ms``, inside ``consume``): the
+        bytes it pre-fetched for this subtask and each partition's end offset."""
+        try:
+            stats = json.loads(stats_json)
+        except ValueError:
+            return
+        queued = 0
+        ends = {}
+        for topic, info in (stats.get("topics") or {}).items():
+            for partition, p in (info.get("partitions") or {}).items():
+                if partition == "-1":
+                    continue
+                queued += max(0, int(p.get("fetchq_size", 0)))
+                end = p.get("ls_offset", p.get("hi_offset", -1))
+                if end is not None and end >= 0:
+                    ends[(topic, int(partition))] = end
+        self.fetch_queue_bytes = queued
+        self._end_offsets = ends
+
+    def pending_records(self) -> int:
+        """Records of this subtask's splits not read yet (Flink's ``pendingRecords``), as of the
+        consumer's last statistics."""
+        ends = self._end_offsets
+        pending = 0
+        for key, split in list(self._splits.items()):
+            end = ends.get(key)
+            if split.stop_offset is not None:
+                end = split.stop_offset if end is None else min(end, split.stop_offset)
+            if end is not None and end > split.next_offset:
+                pending += end - split.next_offset
+        return pending
 
     # -- splits --------------------------------------------------------------------------------------
     def _add_split(self, split: KafkaPartitionSplit) -> None:
