@@ -442,3 +442,34 @@ def test_the_state_of_a_finished_task_carried_into_later_checkpoints_keeps_its_s
     carried = latest.get_state("op", 0)
     assert carried.shared == (shared_path,) and storage.read_state(carried) == b"state of a"
     assert os.path.exists(shared_path)
+
+
+@pytest.mark.parametrize("kind", ["heap", "rocksdb"])
+def test_incremental_checkpoints_on_a_remote_filesystem_restore_from_its_urls(kind, tmp_path):
+    """On storage that is not the local disk (fsspec's memory://, as S3 would be) the shared
+    files of a restored incremental checkpoint are read by URL, not as local paths."""
+    import uuid
+
+    import fsspec
+
+    url = f"memory://raylink-remote-{uuid.uuid4().hex}"
+    storage = storage_for(url, 2)
+    backend = make_backend(kind, str(tmp_path / "local"))
+    expected = {}
+    try:
+        for checkpoint_id in range(1, 4):
+            for key in range(checkpoint_id * 20, checkpoint_id * 20 + 40):
+                table_of(backend)[key] = expected[key] = checkpoint_id
+            assert take_checkpoint(backend, storage, checkpoint_id)
+        latest = storage_for(url, 2).latest_completed()  # a new JobMaster
+        assert latest.checkpoint_id == 3
+        assert all(p.startswith("memory://") for p in latest.get_state("op", 0).shared)
+        restored = restore_backend(kind, str(tmp_path / "local"), storage, latest)
+        try:
+            assert dict(table_of(restored).items()) == expected
+        finally:
+            restored.dispose()
+    finally:
+        backend.dispose()
+        fs, path = fsspec.core.url_to_fs(url)
+        fs.rm(path, recursive=True)
