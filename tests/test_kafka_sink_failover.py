@@ -36,6 +36,8 @@ from raylink.tests.test_runtime_exactly_once_sinks import kill_task_executors_wh
 
 WORDS = 50
 RECORDS = int(os.environ.get("RAYLINK_KAFKA_KILL_RECORDS", "40000"))
+PACED_EVERY = max(2, RECORDS // 40_000)  # a paced pass over the input takes ~10 s per subtask at any size
+KILL_TEST_TIMEOUT = 900 + RECORDS // 500
 
 
 @pytest.fixture(autouse=True)
@@ -136,13 +138,13 @@ def count_sink(servers: str, topic: str, guarantee: DeliveryGuarantee, prefix: s
 def run_with_kills(env) -> None:
     client = env.execute_async()
     kills = kill_task_executors_while_running(client)
-    assert client.wait(400), "the job did not finish"
+    assert client.wait(300 + RECORDS // 1000), "the job did not finish"
     assert client.get_job_status() == "FINISHED", client.get_job_status()
     assert client.get_checkpoint_stats()["numRestarts"] == kills >= 2
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(KILL_TEST_TIMEOUT)
 def test_topic_keyed_count_topic_exactly_once_survives_three_sigkills(ray_session, kafka_broker, tmp_path):
     servers = kafka_broker.bootstrap_servers
     source_topic, words = word_topic(servers, RECORDS)
@@ -151,12 +153,12 @@ def test_topic_keyed_count_topic_exactly_once_survives_three_sigkills(ray_sessio
         servers, source_topic, count_sink(servers, out, DeliveryGuarantee.EXACTLY_ONCE, out), tmp_path
     )
     run_with_kills(env)
-    got = read_committed(servers, out, RECORDS, timeout=120)
+    got = read_committed(servers, out, RECORDS, timeout=120 + RECORDS // 5000)
     assert Counter(v for _, _, v, _ in got) == expected_counts(words)
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(KILL_TEST_TIMEOUT)
 def test_topic_keyed_count_topic_at_least_once_survives_three_sigkills_losing_nothing(
     ray_session, kafka_broker, tmp_path
 ):
