@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import shutil
 import struct
 import tempfile
 import uuid
@@ -265,33 +266,59 @@ def test_vanished_state_file_is_named(root):
     assert handle.path.lstrip("/") in str(err.value)
 
 
-def _chmod_is_effective(folder: str) -> bool:
-    probe = os.path.join(folder, "probe")
-    try:
-        with open(probe, "wb"):
-            pass
-    except OSError:
-        return True
-    os.remove(probe)
-    return False
+def _check_not_writable(locked: str) -> None:
+    storage = CheckpointStorage(locked, JOB)
+    with pytest.raises(CheckpointStorageError) as err:
+        storage.initialize_base_locations()
+    assert locked in str(err.value)
+    assert "execution.checkpointing.dir" in str(err.value) and "state.checkpoints.dir" in str(err.value)
+    with pytest.raises(CheckpointStorageError, match="not writable"):
+        storage.write_state(1, "op", 0, b"x" * 100)
 
 
 def test_not_writable_directory_is_a_clear_error(tmp_path):
-    locked = tmp_path / "locked"
-    locked.mkdir()
-    locked.chmod(0o500)
+    """A checkpoint directory this user cannot write fails with an error naming it and the option.
+    Root ignores permission bits, so as root the check runs in a forked child that has become
+    uid 65534 (another local user) and finds the directory root's, mode 0755."""
+    if os.getuid() != 0:
+        locked = tmp_path / "locked"
+        locked.mkdir()
+        locked.chmod(0o500)
+        try:
+            _check_not_writable(str(locked))
+        finally:
+            locked.chmod(0o700)
+        return
+    reachable = tempfile.mkdtemp(prefix="raylink-unwritable-")  # in the shared temp dir: the other user reaches it
     try:
-        if not _chmod_is_effective(str(locked)):
-            pytest.skip("running with rights that ignore file permissions (root)")
-        storage = CheckpointStorage(str(locked), JOB)
-        with pytest.raises(CheckpointStorageError) as err:
-            storage.initialize_base_locations()
-        assert str(locked) in str(err.value)
-        assert "execution.checkpointing.dir" in str(err.value) and "state.checkpoints.dir" in str(err.value)
-        with pytest.raises(CheckpointStorageError, match="not writable"):
-            storage.write_state(1, "op", 0, b"x" * 100)
+        os.chmod(reachable, 0o755)
+        _check_as_another_user(os.path.join(reachable, "locked"))
     finally:
-        locked.chmod(0o700)
+        shutil.rmtree(reachable, ignore_errors=True)
+
+
+def _check_as_another_user(locked: str) -> None:
+    os.mkdir(locked, 0o755)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: become another user, check, report, exit without running pytest's cleanup
+        status = 1
+        try:
+            os.close(read)
+            os.setgid(65534)
+            os.setuid(65534)
+            _check_not_writable(locked)
+            status = 0
+        except BaseException as e:  # the parent shows it
+            os.write(write, repr(e).encode()[:4000])
+        finally:
+            os._exit(status)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        failure = pipe.read().decode()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, failure
+    assert os.listdir(locked) == []
 
 
 def test_from_configuration_reads_flink_keys():

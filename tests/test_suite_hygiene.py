@@ -55,8 +55,6 @@ DECLARED_SKIPS = {
     "tests/test_runtime_dashboard_browser.py": ["importorskip", "skipif"],  # no chromium/playwright, outside CI
     "tests/test_spark_extras.py": ["importorskip"],  # the spark extra
     "tests/test_spark_shared_session.py": ["importorskip"],  # the spark extra
-    # NOT a platform skip: root ignores the permission it sets, and CI runs as root (open: issue 42)
-    "tests/test_checkpoint_storage.py": ["skip"],
 }
 SKIP_CALLS = {"skip", "importorskip", "skipif"}
 
