@@ -350,10 +350,36 @@ class StreamExecutionEnvironment:
         watermark_delay_ms: Optional[int] = None,
         start_from: str = "earliest",
         source_name: str = "Spark Table Source",
+        format: Optional[str] = None,
+        version_as_of: Optional[int] = None,
+        timestamp_as_of: Any = None,
+        snapshot_id: Optional[int] = None,
     ) -> DataStream:
         """An unbounded source that keeps reading the Parquet files of a directory or Spark
         table (a table name resolves to its location through Spark) as they appear,
-        polling every ``poll_interval`` seconds. See :mod:`raylink.connectors.spark.table_source`."""
+        polling every ``poll_interval`` seconds. See :mod:`raylink.connectors.spark.table_source`.
+
+        ``format="delta"`` (a Delta folder or table) or ``"iceberg"`` (a table of raylink's
+        Iceberg catalog): a bounded read of one snapshot through Spark -- the latest, or
+        ``version_as_of`` / ``timestamp_as_of`` (Delta), ``snapshot_id`` / ``timestamp_as_of``
+        (Iceberg); see :func:`raylink.connectors.spark.table_read.read_snapshot`."""
+        if format is not None and str(format).lower() in ("delta", "iceberg"):
+            from raylink.connectors.spark.table_read import read_snapshot
+
+            df = read_snapshot(path_or_table, format, version_as_of, timestamp_as_of, snapshot_id, self.configuration)
+            return self.from_spark(
+                df,
+                record_format=record_format,
+                timestamp_column=timestamp_column,
+                watermark_delay_ms=watermark_delay_ms,
+                source_name=source_name,
+            )
+        if format is not None and str(format).lower() != "parquet":
+            raise ValueError(f"from_spark_table: format must be 'parquet', 'delta' or 'iceberg', got {format!r}")
+        if version_as_of is not None or timestamp_as_of is not None or snapshot_id is not None:
+            raise ValueError(
+                "from_spark_table: version_as_of, timestamp_as_of and snapshot_id need format='delta' or 'iceberg'"
+            )
         from raylink.connectors.spark.table_source import SOURCE_KIND, prepare_table_source
 
         function, type_info = prepare_table_source(

@@ -93,6 +93,7 @@ from raylink.connectors.spark.files import (
 from raylink.connectors.spark.identifiers import quote_table_name
 from raylink.connectors.spark.results import RESULT_PREFIX, get_spark_dataframe
 from raylink.connectors.spark.session import get_spark
+from raylink.connectors.spark.table_formats import DELTA, check_format, require_format
 from raylink.connectors.spark.types import arrow_schema_of, resolve_schema
 from raylink.operators.base import StreamOperator
 from raylink.operators.connector import CONNECTOR_SINK as SINK_KIND
@@ -275,7 +276,9 @@ class SparkSinkOperator(StreamOperator):
             return {"blocks": list(self._blocks), "rows": self._block_rows, "ended": self._ended, **mine}
         if self._exactly_once:
             files = self._files.roll()
-            if files or self._ended:  # the end is committed even without rows (an empty target is created)
+            # the end is committed even without rows (an empty target is created); a Delta or Iceberg
+            # target commits a checkpoint once every subtask handed in its part (empty or not)
+            if files or self._ended or self.sink.target is not None:
                 self._pending[checkpoint_id] = (files, self._block_rows, self._ended)
                 self._block_rows = 0
         return {"pending": dict(self._pending), "staging": self.sink.staging, **mine}
@@ -398,6 +401,16 @@ class SparkSink:
                 )
         if isinstance(partition_by, str):
             partition_by = [partition_by]
+        table_format = check_format(format, "sink_to_spark")
+        if table_format is not None:
+            if path is None and table is None:
+                raise ValueError(f"sink_to_spark: format={format!r} needs a path= or table= to write to")
+            if table_format != DELTA and path is not None:
+                raise ValueError(
+                    f"sink_to_spark: format={format!r} writes tables of raylink's Iceberg catalog: give table="
+                )
+            if partition_by or options:
+                raise ValueError(f"sink_to_spark: format={format!r} takes no partition_by or options yet")
         if int(batch_rows) < 1 or int(block_bytes) < 1:
             raise ValueError("sink_to_spark: batch_rows and block_bytes must be >= 1")
         self.sink_id = uuid.uuid4().hex
@@ -443,6 +456,21 @@ class SparkSink:
                 warehouse = spark.conf.get("spark.sql.warehouse.dir").rstrip("/")
                 self.staging = f"{warehouse}/{STAGING_DIR}/{self.sink_id}"
             self.file_schema = file_schema(self.arrow_schema, self.schema_json, spark.version)
+        #: a Delta or Iceberg table: one idempotent commit per checkpoint (:mod:`.delta`, :mod:`.iceberg`)
+        self.target: Any = None
+        self._gathered: Dict[int, Dict[int, dict]] = {}  # driver side: checkpoint -> subtask -> request
+        if table_format is not None:
+            require_format(spark, table_format, "sink_to_spark")
+            if table_format == DELTA:
+                from raylink.connectors.spark.delta import DeltaTarget
+
+                self.target = DeltaTarget(self.location, table)
+            else:
+                from raylink.connectors.spark.iceberg import IcebergTarget
+
+                self.target = IcebergTarget(table)
+            self.target.check(spark, spark_schema, f"sink_to_spark '{name}'")  # before any row is written
+        if self.writes:
             self.bridge = register_sink_target(self.sink_id, self)
 
     @property
@@ -458,10 +486,12 @@ class SparkSink:
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state.update(commits=[], _table_dir=None, _committed=set(), _ended_subtasks=set())
+        state.update(commits=[], _table_dir=None, _committed=set(), _ended_subtasks=set(), _gathered={})
         return state
 
     def describe(self) -> str:
+        if self.target is not None:
+            return self.target.describe()
         return f"table {self.table}" if self.table else f"path {self.path}"
 
     def __repr__(self) -> str:
@@ -482,6 +512,8 @@ class SparkSink:
         staging = origin[2] if origin else self.staging  # an earlier run's committables: its folder
         spark = get_spark()
         try:
+            if self.target is not None:  # Delta or Iceberg: one table commit
+                return self._commit_table(spark, staging, names, mode, None, None)
             if self._plain_parquet() and self.table is None:
                 commit_files(self.location, staging, names, mode, self.file_schema)
                 spark.catalog.refreshByPath(self.location)
@@ -514,6 +546,8 @@ class SparkSink:
         a request replayed after a restore commits nothing again. ``mode`` applies to the
         sink's first commit, later ones append; the staging folder goes when every subtask
         committed its end of input."""
+        if self.target is not None:
+            return self._commit_table_checkpoint(request)
         origin = request.get("origin")  # (sink id, subtask, staging) of an earlier run's committable
         key = (request["checkpoint"], *(origin[:2] if origin else (request["subtask"],)))
         first = not self._first_done and not request.get("resumed")  # a resumed run continues a target
@@ -530,6 +564,71 @@ class SparkSink:
             self._ended_subtasks.add(request["subtask"])
             if len(self._ended_subtasks) >= request["parallelism"]:
                 self.cleanup()
+        return how
+
+    # -- Delta and Iceberg targets -------------------------------------------------------------------
+    def _commit_table(
+        self, spark: Any, staging: str, names: List[str], mode: str, app_id: Optional[str], version: Optional[int]
+    ) -> str:
+        """ONE commit of the staged files ``names`` into the Delta/Iceberg target (idempotent
+        for ``app_id``/``version`` when given); the staged files are deleted after it."""
+        if not names and version is None and self.target.exists(spark):
+            return "empty"  # a bounded job without rows leaves an existing table as it is
+        if names:
+            df = spark.read.schema(self.spark_schema()).parquet(*[f"{staging}/{n}" for n in names])
+        else:
+            df = spark.createDataFrame([], self.spark_schema())
+        how = self.target.commit(spark, df, mode, app_id, version)
+        delete_files(staging, names)
+        return how
+
+    def _commit_table_checkpoint(self, request: dict) -> str:
+        """Gather every subtask's part of a completed checkpoint, then commit them as ONE table
+        commit (the sink's id as Delta's ``txnAppId`` / Iceberg's ``flink.job-id``, the
+        checkpoint id as the version): replayed parts, and a commit the table already holds,
+        add nothing. A subtask that committed its end of input counts as present (empty) in
+        later checkpoints, which it takes no part in. An earlier run's committable (restored
+        from its savepoint) is committed alone, keyed by that run's sink and subtask."""
+        spark = get_spark()
+        checkpoint = request["checkpoint"]
+        origin = request.get("origin")
+        if origin:
+            names = staged_files(origin[2], request["files"])  # files that run committed are gone
+            if not names:
+                return "duplicate"
+            return self._commit_table(spark, origin[2], names, "append", f"{origin[0]}-{origin[1]}", checkpoint)
+        if (checkpoint,) in self._committed:
+            delete_files(self.staging, request["files"])
+            return "duplicate"
+        self._gathered.setdefault(checkpoint, {})[request["subtask"]] = request
+        how = "staged"
+        for pending in sorted(self._gathered):  # in checkpoint order: txnVersion / checkpoint ids only grow
+            group = self._gathered[pending]
+            parallelism = max(r["parallelism"] for r in group.values())
+            if len(set(group) | self._ended_subtasks) < parallelism:
+                break
+            del self._gathered[pending]
+            how = self._commit_group(spark, pending, list(group.values()))
+        return how
+
+    def _commit_group(self, spark: Any, checkpoint: int, requests: List[dict]) -> str:
+        names = [name for r in requests for name in r["files"]]
+        first = not self._first_done and not any(r.get("resumed") for r in requests)
+        ended = {r["subtask"] for r in requests if r["final"]}
+        if self._ignored or (first and self.mode == "ignore" and self.target.exists(spark)):
+            self._ignored, how = True, "ignored"
+            delete_files(self.staging, names)
+        elif not names and (self.target.exists(spark) or not ended):
+            how = "empty"  # nothing to commit (an empty target is created at the end only)
+        else:  # a failure raises with the staged files kept: the restored subtasks hand them in again
+            how = self._commit_table(
+                spark, self.staging, names, self.mode if first else "append", self.sink_id, checkpoint
+            )
+            self._first_done = True
+        self._committed.add((checkpoint,))
+        self._ended_subtasks |= ended
+        if ended and len(self._ended_subtasks) >= max(r["parallelism"] for r in requests):
+            self.cleanup()
         return how
 
     def _target_exists(self) -> bool:

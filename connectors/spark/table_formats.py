@@ -23,7 +23,7 @@ import glob
 import os
 from typing import Dict, List, Optional
 
-from raylink.connectors.spark.identifiers import quote_table_name, split_table_name
+from raylink.connectors.spark.identifiers import quote_identifier, split_table_name
 
 DELTA = "delta"
 ICEBERG = "iceberg"
@@ -116,7 +116,7 @@ def iceberg_table_name(table: str) -> str:
         if len(parts) == 1:
             parts = [ICEBERG_DEFAULT_NAMESPACE, *parts]
         parts = [ICEBERG_CATALOG, *parts]
-    return quote_table_name(".".join("`" + p.replace("`", "``") + "`" for p in parts))
+    return ".".join(quote_identifier(part) for part in parts)
 
 
 __all__ = [
