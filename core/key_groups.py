@@ -143,9 +143,9 @@ def _stable_hash_other(key: Any, t: type) -> int:
     if isinstance(key, _dt.datetime):
         if key.tzinfo is not None and key.utcoffset() is not None:
             key = key.astimezone(_dt.timezone.utc).replace(tzinfo=None)
-        return _mmh3("datetime:" + key.isoformat()) & _U32
+        return _str_hash("datetime:" + key.isoformat()) & _U32
     if isinstance(key, (_dt.date, _dt.time)):
-        return _mmh3(type(key).__name__ + ":" + key.isoformat()) & _U32
+        return _str_hash(type(key).__name__ + ":" + key.isoformat()) & _U32  # any str: a class name too
     if isinstance(key, _dt.timedelta):
         return stable_hash((key.days, key.seconds, key.microseconds))
     if isinstance(key, enum.Enum):
