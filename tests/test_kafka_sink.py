@@ -422,3 +422,26 @@ def test_a_restored_writer_aborts_what_was_written_after_its_checkpoint_also_aft
     restored.close()
     first.close()
     assert values(read_committed(servers, topic, 2)) == Counter({"a:1": 1, "c:2": 1})
+
+
+def test_a_record_kafka_refuses_fails_an_at_least_once_job_naming_topic_and_error(kafka_broker, tmp_path):
+    """The broker refuses a 2 MB record (its message.max.bytes is 1 MB; the client's is raised so
+    the record leaves it): the delivery report fails the job at the next flush."""
+    servers = kafka_broker.bootstrap_servers
+    topic = new_topic(servers, 1)
+    env = make_env(
+        "local",
+        1,
+        {
+            "execution.checkpointing.interval": "200 ms",
+            "execution.checkpointing.dir": str(tmp_path / "ck"),
+            "restart-strategy.type": "none",
+        },
+    )
+    env.from_sequence(0, 9).map(lambda v: f"k:{v}" + ("x" * 2_000_000 if v == 5 else "")).sink_to(
+        string_sink(servers, topic, DeliveryGuarantee.AT_LEAST_ONCE, **{"message.max.bytes": "5000000"})
+    )
+    with pytest.raises(Exception) as info:
+        env.execute("kafka sink")
+    text = " | ".join(str(e) for e in cause_chain(info.value))
+    assert f"did not take 1 record(s): topic {topic!r} partition 0" in text and "too large" in text, text
