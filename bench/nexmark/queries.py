@@ -1,0 +1,481 @@
+"""Nexmark's queries as DataStream programs (the SQL of Flink nexmark's
+``nexmark-flink/src/main/resources/queries/qN.sql``, written as a PyFlink user would).
+
+``qN(events)`` takes the stream of event rows (``generator.event_at``'s shape) whose
+timestamps the caller assigned from ``dateTime`` with watermarks (``watermark_strategy()``)
+and returns the query's result stream: each record a tuple in the column order of the
+query's SELECT, timestamps as epoch ms, decimals (``0.908 * price``) as floats. Updating
+queries (q4, q17) emit a new tuple per key whenever its value changes; the last one per key
+is the SQL result. Joins are ``connect`` + ``KeyedCoProcessFunction`` with keyed state,
+windows the DataStream windows (HOP = sliding, TUMBLE = tumbling, SESSION = session).
+
+Not here: q6 (``OVER`` window partitioned by seller, not in Flink's streaming SQL either),
+q9, q10 (writes files), q12/q13 (processing time / a side-input file), q15, q16, q18, q19
+(top-N and distinct counts: to come), q23.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable, Optional
+
+from raylink.api import (
+    AggregateFunction,
+    Duration,
+    EventTimeSessionWindows,
+    KeyedCoProcessFunction,
+    KeyedProcessFunction,
+    ProcessWindowFunction,
+    SlidingEventTimeWindows,
+    Time,
+    TumblingEventTimeWindows,
+    Types,
+    ValueStateDescriptor,
+    WatermarkStrategy,
+)
+from raylink.api.datastream import DataStream
+from raylink.api.watermark_strategy import TimestampAssigner
+from raylink.bench.nexmark.generator import AUCTION, BID, PERSON
+
+# the event row's positions (Row(event_type, person, auction, bid, dateTime))
+_TYPE, _PERSON, _AUCTION, _BID = 0, 1, 2, 3
+# bid: auction, bidder, price, channel, url, dateTime, extra
+B_AUCTION, B_BIDDER, B_PRICE, B_CHANNEL, B_URL, B_DATETIME, B_EXTRA = range(7)
+# auction: id, itemName, description, initialBid, reserve, dateTime, expires, seller, category, extra
+A_ID, A_ITEM, A_DESC, A_INITIAL, A_RESERVE, A_DATETIME, A_EXPIRES, A_SELLER, A_CATEGORY, A_EXTRA = range(10)
+# person: id, name, emailAddress, creditCard, city, state, dateTime, extra
+P_ID, P_NAME, P_EMAIL, P_CARD, P_CITY, P_STATE, P_DATETIME, P_EXTRA = range(8)
+
+
+class _DateTimeAssigner(TimestampAssigner):
+    def extract_timestamp(self, value: Any, record_timestamp: int) -> int:
+        return value[4]
+
+
+def watermark_strategy(max_out_of_orderness_ms: int = 4000) -> WatermarkStrategy:
+    """Flink nexmark's ``WATERMARK FOR dateTime AS dateTime - INTERVAL '4' SECOND``."""
+    return WatermarkStrategy.for_bounded_out_of_orderness(
+        Duration.of_millis(max_out_of_orderness_ms)
+    ).with_timestamp_assigner(_DateTimeAssigner())
+
+
+def _state(name: str) -> ValueStateDescriptor:
+    return ValueStateDescriptor(name, Types.PICKLED_BYTE_ARRAY())
+
+
+def bids(events: DataStream) -> DataStream:
+    """The ``bid`` view: the bid rows."""
+    return events.filter(lambda e: e[0] == BID).map(lambda e: e[3])
+
+
+def auctions(events: DataStream) -> DataStream:
+    return events.filter(lambda e: e[0] == AUCTION).map(lambda e: e[2])
+
+
+def persons(events: DataStream) -> DataStream:
+    return events.filter(lambda e: e[0] == PERSON).map(lambda e: e[1])
+
+
+def euros(price: int) -> float:
+    """``0.908 * price`` (DECIMAL(23, 3)) as the float nearest to it."""
+    return price * 908 / 1000
+
+
+# -- q0-q2, q14, q21, q22: projections and filters --------------------------------------------
+def q0(events: DataStream) -> DataStream:
+    """Pass-through: ``SELECT auction, bidder, price, dateTime, extra FROM bid``."""
+    return bids(events).map(lambda b: (b[0], b[1], b[2], b[5], b[6]))
+
+
+def q1(events: DataStream) -> DataStream:
+    """Currency conversion: the price in euros."""
+    return bids(events).map(lambda b: (b[0], b[1], euros(b[2]), b[5], b[6]))
+
+
+def q2(events: DataStream) -> DataStream:
+    """Selection: ``(auction, price)`` of the bids on auctions whose id is a multiple of 123."""
+    return bids(events).filter(lambda b: b[0] % 123 == 0).map(lambda b: (b[0], b[2]))
+
+
+def bid_time_type(timestamp_ms: int) -> str:
+    """q14's CASE over ``HOUR(dateTime)`` (UTC, as the source's TIMESTAMP(3) holds it)."""
+    hour = (timestamp_ms // 3_600_000) % 24
+    if 8 <= hour <= 18:
+        return "dayTime"
+    if hour <= 6 or hour >= 20:
+        return "nightTime"
+    return "otherTime"
+
+
+def q14(events: DataStream) -> DataStream:
+    """Bids with a euro price in (1e6, 5e7), with the time of day and the 'c's of extra."""
+
+    def convert(b: Any) -> tuple:
+        return (b[0], b[1], euros(b[2]), bid_time_type(b[5]), b[5], b[6], b[6].count("c"))
+
+    return bids(events).filter(lambda b: 1_000_000_000 < b[2] * 908 < 50_000_000_000).map(convert)
+
+
+_CHANNEL_ID = re.compile(r"(&|^)channel_id=([^&]*)")
+_CHANNEL_NUMBERS = {"apple": "0", "google": "1", "facebook": "2", "baidu": "3"}
+
+
+def channel_id(url: str) -> Optional[str]:
+    """``REGEXP_EXTRACT(url, '(&|^)channel_id=([^&]*)', 2)``: None when it does not match."""
+    found = _CHANNEL_ID.search(url)
+    return found.group(2) if found else None
+
+
+def q21(events: DataStream) -> DataStream:
+    """``(auction, bidder, price, channel, channel_id)`` of the bids with a known channel id."""
+
+    def convert(b: Any) -> Iterable[tuple]:
+        known = _CHANNEL_NUMBERS.get(b[3].lower())
+        extracted = channel_id(b[4])
+        if known is not None:
+            yield (b[0], b[1], b[2], b[3], known)
+        elif extracted is not None:
+            yield (b[0], b[1], b[2], b[3], extracted)
+
+    return bids(events).flat_map(convert)
+
+
+def split_index(text: str, separator: str, index: int) -> Optional[str]:
+    """``SPLIT_INDEX``: the ``index``-th part (empty parts kept), None past the end."""
+    parts = text.split(separator)
+    return parts[index] if index < len(parts) else None
+
+
+def q22(events: DataStream) -> DataStream:
+    """``(auction, bidder, price, channel, dir1, dir2, dir3)``: the url's first directories."""
+
+    def convert(b: Any) -> tuple:
+        parts = b[4].split("/")
+        dirs = [parts[i] if i < len(parts) else None for i in (3, 4, 5)]
+        return (b[0], b[1], b[2], b[3], dirs[0], dirs[1], dirs[2])
+
+    return bids(events).map(convert)
+
+
+# -- q3, q20: regular joins ---------------------------------------------------------------------
+class _Q3Join(KeyedCoProcessFunction):
+    """Keyed by person id / seller: the person (if in OR, ID or CA) and the auctions waiting for it."""
+
+    def open(self, runtime_context: Any) -> None:
+        self.person = runtime_context.get_state(_state("person"))
+        self.waiting = runtime_context.get_state(_state("auctions"))
+
+    def process_element1(self, auction: Any, ctx: Any) -> Iterable[tuple]:
+        person = self.person.value()
+        if person is not None:
+            yield (person[1], person[4], person[5], auction[0])
+        else:
+            self.waiting.update((self.waiting.value() or []) + [auction[0]])
+
+    def process_element2(self, person: Any, ctx: Any) -> Iterable[tuple]:
+        self.person.update(person)
+        for auction_id in self.waiting.value() or ():
+            yield (person[1], person[4], person[5], auction_id)
+        self.waiting.clear()
+
+
+def q3(events: DataStream) -> DataStream:
+    """Local item suggestion: ``(name, city, state, auction id)`` of category-10 auctions whose
+    seller lives in OR, ID or CA."""
+    category10 = auctions(events).filter(lambda a: a[8] == 10)
+    local = persons(events).filter(lambda p: p[5] in ("OR", "ID", "CA"))
+    return category10.connect(local).key_by(lambda a: a[7], lambda p: p[0]).process(_Q3Join())
+
+
+class _Q20Join(KeyedCoProcessFunction):
+    """Keyed by auction id: the category-10 auction (or a marker that it is another one) and the
+    bids that came before it."""
+
+    def open(self, runtime_context: Any) -> None:
+        self.auction = runtime_context.get_state(_state("auction"))
+        self.waiting = runtime_context.get_state(_state("bids"))
+
+    def process_element1(self, bid: Any, ctx: Any) -> Iterable[tuple]:
+        auction = self.auction.value()
+        if auction is None:
+            self.waiting.update((self.waiting.value() or []) + [bid])
+        elif auction is not False:
+            yield _q20_row(bid, auction)
+
+    def process_element2(self, auction: Any, ctx: Any) -> Iterable[tuple]:
+        if auction[8] != 10:
+            self.auction.update(False)
+        else:
+            self.auction.update(auction)
+            for bid in self.waiting.value() or ():
+                yield _q20_row(bid, auction)
+        self.waiting.clear()
+
+
+def _q20_row(b: Any, a: Any) -> tuple:
+    return (b[0], b[1], b[2], b[3], b[4], b[5], b[6], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9])
+
+
+def q20(events: DataStream) -> DataStream:
+    """Expand bids with their category-10 auction (bid fields then auction fields)."""
+    return bids(events).connect(auctions(events)).key_by(lambda b: b[0], lambda a: a[0]).process(_Q20Join())
+
+
+# -- q4: join within the auction's lifetime, max per auction, average per category ---------------
+class _Q4Winning(KeyedCoProcessFunction):
+    """Keyed by auction id: the auction, its highest bid in [dateTime, expires] so far, and the
+    bids that came before it; emits ``(category, auction id, max price)`` when the max grows."""
+
+    def open(self, runtime_context: Any) -> None:
+        self.auction = runtime_context.get_state(_state("auction"))
+        self.best = runtime_context.get_state(_state("best"))
+        self.waiting = runtime_context.get_state(_state("bids"))
+
+    def _offer(self, auction: Any, price: int, when: int) -> Iterable[tuple]:
+        if auction[5] <= when <= auction[6]:
+            best = self.best.value()
+            if best is None or price > best:
+                self.best.update(price)
+                yield (auction[8], auction[0], price)
+
+    def process_element1(self, bid: Any, ctx: Any) -> Iterable[tuple]:
+        auction = self.auction.value()
+        if auction is None:
+            self.waiting.update((self.waiting.value() or []) + [(bid[2], bid[5])])
+        else:
+            yield from self._offer(auction, bid[2], bid[5])
+
+    def process_element2(self, auction: Any, ctx: Any) -> Iterable[tuple]:
+        self.auction.update(auction)
+        for price, when in self.waiting.value() or ():
+            yield from self._offer(auction, price, when)
+        self.waiting.clear()
+
+
+class _Q4Average(KeyedProcessFunction):
+    """Keyed by category: every auction's current max; emits ``(category, avg)`` (BIGINT
+    average: truncated) on every change."""
+
+    def open(self, runtime_context: Any) -> None:
+        self.maxes = runtime_context.get_state(_state("maxes"))
+
+    def process_element(self, value: Any, ctx: Any) -> Iterable[tuple]:
+        category, auction_id, price = value
+        maxes = self.maxes.value() or {}
+        maxes[auction_id] = price
+        self.maxes.update(maxes)
+        yield (category, sum(maxes.values()) // len(maxes))
+
+
+def q4(events: DataStream) -> DataStream:
+    """Average closing price per category (updating: the last tuple per category is the result)."""
+    winning = bids(events).connect(auctions(events)).key_by(lambda b: b[0], lambda a: a[0]).process(_Q4Winning())
+    return winning.key_by(lambda w: w[0]).process(_Q4Average())
+
+
+# -- q5: hot items ---------------------------------------------------------------------------------
+class _Count(AggregateFunction):
+    def create_accumulator(self) -> int:
+        return 0
+
+    def add(self, value: Any, accumulator: int) -> int:
+        return accumulator + 1
+
+    def get_result(self, accumulator: int) -> int:
+        return accumulator
+
+    def merge(self, a: int, b: int) -> int:
+        return a + b
+
+
+class _WithWindow(ProcessWindowFunction):
+    """``(key, aggregate, window start, window end)``."""
+
+    def process(self, key: Any, context: Any, elements: Iterable[Any]) -> Iterable[tuple]:
+        window = context.window()
+        for value in elements:
+            yield (key, value, window.start, window.end)
+
+
+class _Q5Hottest(KeyedProcessFunction):
+    """Keyed by window start: the window's counts; when the watermark passes the window, the
+    auctions with the highest count."""
+
+    def open(self, runtime_context: Any) -> None:
+        self.counts = runtime_context.get_state(_state("counts"))
+
+    def process_element(self, value: Any, ctx: Any) -> None:
+        counts = self.counts.value() or []
+        if not counts:
+            ctx.timer_service().register_event_time_timer(value[3] - 1)
+        counts.append((value[0], value[1]))
+        self.counts.update(counts)
+
+    def on_timer(self, timestamp: int, ctx: Any) -> Iterable[tuple]:
+        counts = self.counts.value() or []
+        self.counts.clear()
+        if counts:
+            top = max(num for _, num in counts)
+            for auction, num in counts:
+                if num >= top:
+                    yield (auction, num)
+
+
+def q5(events: DataStream) -> DataStream:
+    """Hot items: ``(auction, num)`` of the auctions with the most bids in each 10 s window
+    sliding by 2 s."""
+    counts = (
+        bids(events)
+        .key_by(lambda b: b[0])
+        .window(SlidingEventTimeWindows.of(Time.seconds(10), Time.seconds(2)))
+        .aggregate(_Count(), _WithWindow())
+    )
+    return counts.key_by(lambda c: c[2]).process(_Q5Hottest())
+
+
+# -- q7: highest bid ---------------------------------------------------------------------------
+class _MaxPrice(AggregateFunction):
+    def create_accumulator(self) -> int:
+        return -1
+
+    def add(self, value: Any, accumulator: int) -> int:
+        return value[2] if value[2] > accumulator else accumulator
+
+    def get_result(self, accumulator: int) -> int:
+        return accumulator
+
+    def merge(self, a: int, b: int) -> int:
+        return max(a, b)
+
+
+class _Q7Join(KeyedCoProcessFunction):
+    """Keyed by price: bids and window maxes ``(end, max)``; a bid joins a max of the same price
+    when ``end - 10 s <= bid dateTime <= end``. State is dropped once the watermark is past
+    every window a record can still meet."""
+
+    def open(self, runtime_context: Any) -> None:
+        self.bids = runtime_context.get_state(_state("bids"))
+        self.ends = runtime_context.get_state(_state("ends"))
+
+    def process_element1(self, bid: Any, ctx: Any) -> Iterable[tuple]:
+        when = bid[5]
+        for end in self.ends.value() or ():
+            if end - 10_000 <= when <= end:
+                yield (bid[0], bid[2], bid[1], when, bid[6])
+        self.bids.update((self.bids.value() or []) + [bid])
+        ctx.timer_service().register_event_time_timer(when + 10_000)
+
+    def process_element2(self, window_max: Any, ctx: Any) -> Iterable[tuple]:
+        end = window_max[3]
+        for bid in self.bids.value() or ():
+            if end - 10_000 <= bid[5] <= end:
+                yield (bid[0], bid[2], bid[1], bid[5], bid[6])
+        self.ends.update((self.ends.value() or []) + [end])
+        ctx.timer_service().register_event_time_timer(end + 10_000)
+
+    def on_timer(self, timestamp: int, ctx: Any) -> None:
+        bids = [b for b in self.bids.value() or () if b[5] + 10_000 > timestamp]
+        ends = [e for e in self.ends.value() or () if e + 10_000 > timestamp]
+        self.bids.update(bids) if bids else self.bids.clear()
+        self.ends.update(ends) if ends else self.ends.clear()
+
+
+def q7(events: DataStream) -> DataStream:
+    """Highest bid: ``(auction, price, bidder, dateTime, extra)`` of the bids whose price is the
+    highest of a 10 s tumbling window ending within 10 s after them (BETWEEN: both ends in)."""
+    bid_stream = bids(events)
+    maxes = (
+        bid_stream.key_by(lambda b: 0)
+        .window(TumblingEventTimeWindows.of(Time.seconds(10)))
+        .aggregate(_MaxPrice(), _WithWindow())
+    )
+    return bid_stream.connect(maxes).key_by(lambda b: b[2], lambda m: m[1]).process(_Q7Join())
+
+
+# -- q8, q11: window joins and sessions ------------------------------------------------------------
+class _Q8Window(ProcessWindowFunction):
+    """A person id's window of ``(id, kind, name)``: ``(id, name, window start)`` if the person joined and sold in it."""
+
+    def process(self, key: Any, context: Any, elements: Iterable[Any]) -> Iterable[tuple]:
+        names, sold = set(), False
+        for _, kind, name in elements:
+            if kind == PERSON:
+                names.add(name)
+            else:
+                sold = True
+        if sold:
+            start = context.window().start
+            for name in sorted(names):
+                yield (key, name, start)
+
+
+def q8(events: DataStream) -> DataStream:
+    """Monitor new users: ``(id, name, starttime)`` of persons who opened an auction in the same
+    10 s tumbling window they joined in."""
+    tagged = events.filter(lambda e: e[0] != BID).map(
+        lambda e: (e[1][0], PERSON, e[1][1]) if e[0] == PERSON else (e[2][7], AUCTION, None)
+    )
+    return tagged.key_by(lambda t: t[0]).window(TumblingEventTimeWindows.of(Time.seconds(10))).process(_Q8Window())
+
+
+def q11(events: DataStream) -> DataStream:
+    """User sessions: ``(bidder, bid_count, starttime, endtime)`` per 10 s-gap session."""
+    return (
+        bids(events)
+        .key_by(lambda b: b[1])
+        .window(EventTimeSessionWindows.with_gap(Time.seconds(10)))
+        .aggregate(_Count(), _WithWindow())
+    )
+
+
+# -- q17: per-auction daily statistics (updating) ------------------------------------------------
+def day_of(timestamp_ms: int) -> str:
+    """``DATE_FORMAT(dateTime, 'yyyy-MM-dd')`` in UTC."""
+    import datetime
+
+    return datetime.datetime.fromtimestamp(timestamp_ms / 1000, datetime.timezone.utc).strftime("%Y-%m-%d")
+
+
+class _Q17Stats(KeyedProcessFunction):
+    def open(self, runtime_context: Any) -> None:
+        self.stats = runtime_context.get_state(_state("stats"))
+
+    def process_element(self, value: Any, ctx: Any) -> Iterable[tuple]:
+        auction, day, price = value
+        total, r1, r2, r3, low, high, amount = self.stats.value() or (0, 0, 0, 0, price, price, 0)
+        total += 1
+        if price < 10_000:
+            r1 += 1
+        elif price < 1_000_000:
+            r2 += 1
+        else:
+            r3 += 1
+        low, high, amount = min(low, price), max(high, price), amount + price
+        self.stats.update((total, r1, r2, r3, low, high, amount))
+        yield (auction, day, total, r1, r2, r3, low, high, amount // total, amount)
+
+
+def q17(events: DataStream) -> DataStream:
+    """Auction statistics per day: ``(auction, day, total_bids, rank1_bids, rank2_bids,
+    rank3_bids, min_price, max_price, avg_price, sum_price)``, updated on every bid."""
+    return bids(events).map(lambda b: (b[0], day_of(b[5]), b[2])).key_by(lambda t: (t[0], t[1])).process(_Q17Stats())
+
+
+QUERIES = {
+    "q0": q0,
+    "q1": q1,
+    "q2": q2,
+    "q3": q3,
+    "q4": q4,
+    "q5": q5,
+    "q7": q7,
+    "q8": q8,
+    "q11": q11,
+    "q14": q14,
+    "q17": q17,
+    "q20": q20,
+    "q21": q21,
+    "q22": q22,
+}
+
+__all__ = ["QUERIES", "watermark_strategy", *QUERIES]

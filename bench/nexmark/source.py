@@ -1,0 +1,157 @@
+"""The Nexmark generator as a checkpointable, rescalable source (Flink nexmark's
+``NexmarkSource``/``NexmarkSourceReader``): ``env.from_source(NexmarkSource(config), ...)``.
+
+Subtask ``i`` of ``p`` emits the event indices ``i, i + p, i + 2p, ...`` below
+``config.max_events`` (all subtasks walk one timeline side by side, so their event times stay
+close), each event computed from its index (``generator.event_at``). Its state is the
+arithmetic progressions ``[next, stride, stop]`` it has left and the wall-clock base of its
+rate; restored at another parallelism ``q``, every old progression is dealt out as ``q``
+progressions of ``q`` times the stride, one to each new subtask, so the restored job emits
+exactly the events the old one had not (as ``from_sequence``'s source does).
+
+Pacing: with ``config.max_emit_speed`` (Nexmark's default) events are emitted as fast as
+the job takes them; without, each event is emitted once its wall-clock time
+(``wall base + dateTime - base_time``) has come, which is ``events_per_second`` over all
+subtasks. A bounded config (``events=N``) ends; an unbounded one runs until cancelled.
+
+Everything here is built on ``operators.sources.SourceOperator``; no runtime code knows
+about Nexmark (the source reaches the job as a connector source, ``create_operator``).
+Thread-safety: one operator per subtask, driven by its task thread.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, List, Optional
+
+from raylink.bench.nexmark.generator import NexmarkConfig, event_at
+from raylink.operators.connector import CONNECTOR_SOURCE
+from raylink.operators.sources import DEFAULT_BATCH_SIZE, SourceOperator
+
+#: the longest an unpaced step waits for the next event's wall-clock time (s)
+_MAX_WAIT_S = 0.005
+
+
+class NexmarkSource:
+    """Nexmark's events as a parallel source; ``config`` (a ``NexmarkConfig``) or its fields."""
+
+    def __init__(self, config: Optional[NexmarkConfig] = None, **fields: Any) -> None:
+        if config is not None and fields:
+            raise ValueError("NexmarkSource: pass a NexmarkConfig or its fields, not both")
+        self.config = config if config is not None else NexmarkConfig(**fields)
+
+    def get_boundedness(self) -> str:
+        """Flink's ``Boundedness`` name: BOUNDED with ``events=N``, else CONTINUOUS_UNBOUNDED."""
+        return "BOUNDED" if self.config.events is not None else "CONTINUOUS_UNBOUNDED"
+
+    def _raylink_source_spec(self) -> tuple:
+        """(operator kind, function, parameters, non-parallel) for ``env.from_source``."""
+        return CONNECTOR_SOURCE, self, {}, False
+
+    def create_operator(self, _spec: Any) -> "NexmarkSourceOperator":
+        return NexmarkSourceOperator(self.config)
+
+    def __repr__(self) -> str:
+        return f"NexmarkSource({self.config!r})"
+
+
+def deal_out(progressions: List[List[int]], subtask: int, parallelism: int) -> List[List[int]]:
+    """New subtask ``subtask``'s share of ``progressions``: from each ``[next, stride, stop]``,
+    the elements at positions ``subtask, subtask + parallelism, ...``."""
+    mine = []
+    for start, stride, stop in progressions:
+        first = start + subtask * stride
+        if first < stop:
+            mine.append([first, stride * parallelism, stop])
+    return mine
+
+
+class NexmarkSourceOperator(SourceOperator):
+    """Emits its share of the Nexmark events (see the module doc)."""
+
+    def __init__(self, config: NexmarkConfig, name: str = "", operator_id: str = "") -> None:
+        super().__init__(None, name, operator_id)
+        self.config = config
+        self._progressions: List[List[int]] = []
+        self._wall_base: Optional[float] = None  # wall-clock time (s) of event time base_time
+
+    def open(self) -> None:
+        rc = self.runtime_context
+        stop = self.config.max_events
+        index, parallelism = rc.subtask_index, rc.parallelism
+        self._progressions = [[index, parallelism, stop]] if index < stop else []
+
+    def emit_next(self, max_records: int = DEFAULT_BATCH_SIZE) -> bool:
+        if self.finished or self.cancelled:
+            return False
+        progressions = self._progressions
+        if not progressions:
+            self._finish()
+            return False
+        config = self.config
+        bound = None
+        if not config.max_emit_speed:  # the newest event time that is due now
+            now = time.time()
+            if self._wall_base is None:
+                self._wall_base = now - (config.timestamp_for_event(progressions[0][0]) - config.base_time) / 1000.0
+            bound = config.base_time + int((now - self._wall_base) * 1000.0)
+            first = min(p[0] for p in progressions)
+            due = config.timestamp_for_event(config.adjusted_event_number(first))
+            if due > bound:
+                time.sleep(min(_MAX_WAIT_S, (due - bound) / 1000.0))
+                return True
+        batch = self._take(max_records, bound)
+        if batch:
+            self.record_context.timestamp = None
+            self._collect_batch(batch)
+        if not progressions:
+            self._finish()
+            return False
+        return True
+
+    def _take(self, max_records: int, bound: Optional[int]) -> List[Any]:
+        """Up to ``max_records`` events in index order (due by ``bound`` when pacing)."""
+        config = self.config
+        progressions = self._progressions
+        out: List[Any] = []
+        if len(progressions) == 1:
+            current = progressions[0]
+            start, stride, stop = current
+            index = start
+            end = min(stop, start + stride * max_records)
+            while index < end:
+                if bound is not None and config.timestamp_for_event(config.adjusted_event_number(index)) > bound:
+                    break
+                out.append(event_at(config, index))
+                index += stride
+            current[0] = index
+        else:  # restored from a rescale: merge the progressions by index
+            while len(out) < max_records and progressions:
+                current = min(progressions, key=lambda p: p[0])
+                index = current[0]
+                if bound is not None and config.timestamp_for_event(config.adjusted_event_number(index)) > bound:
+                    break
+                out.append(event_at(config, index))
+                current[0] = index + current[1]
+                if current[0] >= current[2]:
+                    progressions.remove(current)
+        if progressions and progressions[0][0] >= progressions[0][2]:
+            del progressions[0]
+        return out
+
+    def snapshot_operator_state(self, _checkpoint_id: int) -> dict:
+        return {"progressions": [list(p) for p in self._progressions], "wall_base": self._wall_base}
+
+    def restore_operator_state(self, state: dict) -> None:
+        self._progressions = [list(p) for p in state["progressions"]]
+        self._wall_base = state.get("wall_base")
+
+    def restore_rescaled_operator_state(self, states: List[Optional[dict]], subtask: int, parallelism: int) -> None:
+        """Every old subtask's remaining events, dealt out evenly over ``parallelism`` subtasks."""
+        remaining = [p for state in states if state is not None for p in state["progressions"]]
+        self._progressions = deal_out(remaining, subtask, parallelism)
+        bases = [state.get("wall_base") for state in states if state is not None and state.get("wall_base")]
+        self._wall_base = min(bases) if bases else None
+
+
+__all__ = ["NexmarkSource", "NexmarkSourceOperator", "deal_out"]
