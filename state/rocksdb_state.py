@@ -61,9 +61,22 @@ _ABSENT = object()
 _SIMPLE = (int, str, bytes, float, bool)
 
 
-def _simple(obj: Any) -> bool:
+#: msgpack's nesting limit: a deeper value is not plain (it is pickled), as in the compiled twin
+_PLAIN_DEPTH = 511
+
+
+def _simple(obj: Any, depth: int = 0) -> bool:
+    """None, a scalar of an exact built-in type, or a tuple of such up to msgpack's nesting limit
+    (the pure twin of the compiled ``_plain_value``)."""
     t = type(obj)
-    return obj is None or t in _SIMPLE or (t is tuple and all(_simple(e) for e in obj))
+    if obj is None or t in _SIMPLE:
+        return True
+    if t is not tuple or depth >= _PLAIN_DEPTH:
+        return False
+    for e in obj:  # a loop, not all(<generator>): one frame per level, as deep as msgpack goes
+        if not _simple(e, depth + 1):
+            return False
+    return True
 
 
 _pack = msgpack.Packer(use_bin_type=True).pack

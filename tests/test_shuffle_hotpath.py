@@ -928,3 +928,18 @@ def test_a_deeply_nested_state_value_fails_as_its_twin_instead_of_crashing():
     for fn in (native.state_entries, rocksdb_state.state_entries_pure):
         with pytest.raises(RecursionError):
             fn(*entries)
+
+
+@needs_native
+@pytest.mark.parametrize("depth", [510, 511, 512, 700])
+def test_state_values_around_msgpacks_nesting_limit_are_stored_alike_on_both_paths(depth):
+    """Tuples nested up to msgpack's limit are packed, deeper ones pickled: the same bytes on both
+    paths (the pure twin recursed without a limit and raised RecursionError past ~1000 levels),
+    and each reads back as it was."""
+    value = 1
+    for _ in range(depth):
+        value = (value,)
+    entries = ({1: value}, {}, rocksdb_state.dump_key, rocksdb_state._pack, rocksdb_state.dump_value)
+    compiled = native.state_entries(*entries)
+    assert compiled == rocksdb_state.state_entries_pure(*entries)
+    assert rocksdb_state.load_value(compiled[1][0]) == value
