@@ -167,7 +167,12 @@ class TaskExecutorActor:
         ctx = ray.get_runtime_context()
         import os
 
-        return {"node_id": ctx.get_node_id(), "pid": os.getpid(), "hardware": hardware_description()}
+        return {
+            "node_id": ctx.get_node_id(),
+            "host": ray.util.get_node_ip_address(),
+            "pid": os.getpid(),
+            "hardware": hardware_description(),
+        }
 
     def register_peers(self, peers: dict) -> None:
         self.transport.register_peers(peers)

@@ -40,10 +40,22 @@ from raylink.runtime.client.python_dependencies import ray_runtime_env
 from raylink.runtime.execution_state import ExecutionState
 from raylink.runtime.job.deployment import TaskDeploymentDescriptorFactory, assign_slots, assign_task_executors
 from raylink.runtime.job.job_master import JobExecutor, JobMasterBase
+from raylink.runtime.job.resource_profile import (
+    UnsatisfiableResourcesError,
+    assign_with_profiles,
+    autoscaler_could_add,
+    describe_request,
+    ray_resources,
+    unsatisfiable,
+)
 from raylink.runtime.logging_setup import is_verbose, quiet_third_party_loggers, setup_logging
 
 POLL_TIMEOUT_S = 0.5
 PLACEMENT_TIMEOUT_S = 60.0
+#: how long a job waits for Ray's autoscaler to add a node a slot sharing group's resources need
+AUTOSCALER_PLACEMENT_TIMEOUT_S = 600.0
+#: the interval between two lines saying the job waits for the autoscaler
+AUTOSCALER_LINE_EVERY_S = 10.0
 
 
 class TaskExecutorLostError(RaylinkError, RuntimeError):
@@ -152,6 +164,18 @@ def _executor_runtime_env(max_batch_bytes: int, conf: Any = None) -> Optional[di
     return env or None
 
 
+def _autoscaler_node_types() -> list[dict]:
+    """The resources of each node type Ray's autoscaler may still start (the cluster config it
+    publishes in the GCS; max_count 0 left out); empty without an autoscaler."""
+    try:
+        config = ray._private.state.state.get_cluster_config()
+    except Exception:  # not published (no autoscaler) or an older Ray
+        return []
+    if not config:
+        return []
+    return [dict(ngc.resources) for ngc in config.node_group_configs if ngc.max_count != 0 and ngc.resources]
+
+
 class RayJobClient(JobMasterBase):
     """Flink's JobMaster + JobClient for a job on Ray actors."""
 
@@ -171,7 +195,15 @@ class RayJobClient(JobMasterBase):
         self._released = False
         self._pg: Any = None
         self._session: Any = None
-        if conf.get(RaylinkOptions.SESSION_ENABLED):
+        # fine-grained resources: slot sharing group -> the Ray resources of each of its TaskExecutors
+        used = {ejv.job_vertex.slot_sharing_group for ejv in self.execution_graph.job_vertices}
+        registered = env.get_slot_sharing_groups() if hasattr(env, "get_slot_sharing_groups") else {}
+        self.group_resources: dict[str, dict] = {
+            name: request for name, group in registered.items() if name in used and (request := ray_resources(group))
+        }
+        self.default_resources = dict(self._bundle)
+        # a session's warm executors have the default bundle: a job with profiles starts its own
+        if conf.get(RaylinkOptions.SESSION_ENABLED) and not self.group_resources:
             self._session = find_session()
         self._generation = 0  # deployments so far (a restart makes a new one)
         self._monitor: Optional[threading.Thread] = None
@@ -191,13 +223,26 @@ class RayJobClient(JobMasterBase):
         self._generation += 1
         mode = conf.get(RaylinkOptions.TASK_PLACEMENT)
         cores = max(1, int(ray.cluster_resources().get("CPU", 1)))
-        executor_of, count = assign_task_executors(self.execution_graph, mode, self._slots, cores)
+        graph: Any = self.execution_graph
+        if self.group_resources:  # a profiled group's slot: one TaskExecutor of its profile
+            profiled = assign_with_profiles(graph, mode, self._slots, cores, set(self.group_resources))
+            executor_of, count, graph = profiled.executor_of, profiled.count, profiled.default_view
+            self.executor_groups = profiled.group_of_executor
+        else:
+            executor_of, count = assign_task_executors(graph, mode, self._slots, cores)
+            self.executor_groups = [None] * count
+        defaults = self.executor_groups.count(None)  # the default-bundle executors come first
+        default_of = {key: i for key, i in executor_of.items() if i < defaults}
         self.executor_ids = [f"te-{self.job_id[:6]}-{self._generation}-{i}" for i in range(count)]
         placement = {key: self.executor_ids[i] for key, i in executor_of.items()}
-        whole_slots = executor_of == assign_slots(self.execution_graph, self._slots)[0]
+        whole_slots = default_of == assign_slots(graph, self._slots)[0]
         # Flink's slots: a TaskExecutor placed whole slots offers taskmanager.numberOfTaskSlots;
-        # one started for some tasks' shares of slots offers just those
-        self.executor_slot_capacity = {e: self._slots for e in self.executor_ids} if whole_slots else {}
+        # one started for some tasks' shares of slots offers just those; one of a profiled group one
+        self.executor_slot_capacity = (
+            {e: self._slots if g is None else 1 for e, g in zip(self.executor_ids, self.executor_groups)}
+            if whole_slots
+            else {}
+        )
         self.last_heartbeats = {}
         self.handles = {}
         self._takes = {}
@@ -215,21 +260,20 @@ class RayJobClient(JobMasterBase):
             )
             self._deploy_tasks(placement, settings, restore, registered=True)
             return
-        bundles = self._bundles(mode, executor_of, count)
-        bundle = bundles[0]
+        bundles = self._bundles(mode, default_of, defaults, graph) if defaults else []
+        bundles += [dict(self.group_resources[g]) for g in self.executor_groups[defaults:]]
+        waits_for_autoscaler = self._check_group_resources()
         self._pg = placement_group(bundles, strategy="SPREAD")
-        ready, _ = ray.wait([self._pg.ready()], timeout=PLACEMENT_TIMEOUT_S)
-        if not ready:
-            raise RuntimeError(
-                f"could not place {count} TaskExecutors ({bundle} each) on the Ray cluster "
-                f"within {PLACEMENT_TIMEOUT_S:.0f} s; lower taskmanager.cpu.cores or the parallelism"
-            )
+        self._wait_placed(count, bundles[0], waits_for_autoscaler)
         runtime_env = _executor_runtime_env(batch, conf)
         for index, executor_id in enumerate(self.executor_ids):
+            custom = {k: v for k, v in bundles[index].items() if k not in ("CPU", "GPU", "memory")}
             self.handles[executor_id] = TaskExecutorActor.options(
                 name=task_executor_actor_name(self.job_id, executor_id),  # raylink debug memory finds it
                 namespace=TASK_EXECUTOR_NAMESPACE,
                 num_cpus=bundles[index]["CPU"],
+                num_gpus=bundles[index].get("GPU", 0),  # Ray sets the actor's CUDA_VISIBLE_DEVICES
+                resources=custom or None,
                 max_concurrency=32,
                 runtime_env=runtime_env,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
@@ -261,14 +305,62 @@ class RayJobClient(JobMasterBase):
         ray.get([self.handles[e].deploy.remote(tdds) for e, tdds in per_executor.items()])
         del factory
 
-    def _bundles(self, mode: str, executor_of: dict, count: int) -> list[dict]:
-        """Ray resources of each TaskExecutor. A slot reserves ``taskmanager.cpu.cores`` (and
+    def _check_group_resources(self) -> list[str]:
+        """Fail at once when a slot sharing group asks for resources no node of the cluster has
+        (a TaskExecutor's resources must fit one node), unless a node type of Ray's autoscaler
+        holds them: returns those groups (the job waits for the autoscaler, saying so)."""
+        if not self.group_resources:
+            return []
+        nodes = [dict(n.get("Resources") or {}) for n in ray.nodes() if n.get("Alive")]
+        node_types = _autoscaler_node_types()
+        waiting = []
+        for group, request in sorted(self.group_resources.items()):
+            reason = unsatisfiable(request, nodes)
+            if reason is None:
+                continue
+            if autoscaler_could_add(request, node_types):
+                waiting.append(group)
+                continue
+            raise UnsatisfiableResourcesError(
+                f"job '{self.job_name}': slot sharing group {group!r} asks for {describe_request(request)} "
+                f"per TaskExecutor, which no node of the Ray cluster can hold ({reason})"
+                + ("" if node_types else "; no Ray autoscaler node type could add such a node")
+            )
+        return waiting
+
+    def _wait_placed(self, count: int, bundle: dict, waits_for_autoscaler: list[str]) -> None:
+        """Wait for the placement group; while it waits for Ray's autoscaler, a line every
+        :data:`AUTOSCALER_LINE_EVERY_S` says so (the job's progress line before it runs)."""
+        timeout = AUTOSCALER_PLACEMENT_TIMEOUT_S if waits_for_autoscaler else PLACEMENT_TIMEOUT_S
+        deadline = time.monotonic() + timeout
+        while True:
+            step = min(AUTOSCALER_LINE_EVERY_S, deadline - time.monotonic()) if waits_for_autoscaler else timeout
+            ready, _ = ray.wait([self._pg.ready()], timeout=max(0.0, step))
+            if ready:
+                return
+            if time.monotonic() >= deadline:
+                break
+            logging.getLogger("raylink").info(
+                "job '%s' waits for Ray's autoscaler to add a node for slot sharing group %s",
+                self.job_name,
+                ", ".join(f"{g!r} ({describe_request(self.group_resources[g])})" for g in waits_for_autoscaler),
+            )
+        groups = ", ".join(repr(g) for g in waits_for_autoscaler)
+        raise RuntimeError(
+            f"could not place {count} TaskExecutors ({bundle} each) on the Ray cluster within {timeout:.0f} s"
+            + (f" (Ray's autoscaler added no node for slot sharing group {groups})" if groups else "")
+            + "; lower taskmanager.cpu.cores or the parallelism"
+        )
+
+    def _bundles(self, mode: str, executor_of: dict, count: int, graph: Any) -> list[dict]:
+        """Ray resources of each default-bundle TaskExecutor (those running ``graph``'s
+        vertices, the groups without a profile). A slot reserves ``taskmanager.cpu.cores`` (and
         the process memory); when a slot's tasks are spread over processes, each task takes
         an equal part of its slot's share and a process the sum of its tasks' parts, so a job
         reserves the same either way."""
-        if mode == "slot" or executor_of == assign_slots(self.execution_graph, self._slots)[0]:
+        if mode == "slot" or executor_of == assign_slots(graph, self._slots)[0]:
             return [dict(self._bundle) for _ in range(count)]
-        slot_of, _slots = assign_slots(self.execution_graph, 1)
+        slot_of, _slots = assign_slots(graph, 1)
         sharing: dict[int, int] = {}
         for slot in slot_of.values():
             sharing[slot] = sharing.get(slot, 0) + 1

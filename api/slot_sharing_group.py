@@ -6,9 +6,14 @@ A slot sharing group is a name plus an optional resource profile (CPU cores, tas
 task off-heap and managed memory, external resources). ``DataStream.slot_sharing_group``
 and ``StreamExecutionEnvironment.register_slot_sharing_group`` accept one; the name puts
 operators into the group (slot placement and chaining use it, as in Flink: operators of two
-groups are never chained). The resource profile is validated as Flink validates it and kept
-on the environment (``env.get_slot_sharing_groups()``), but it does not size the Ray actors:
-every TaskExecutor reserves ``taskmanager.cpu.cores`` CPUs whatever the groups ask for.
+groups are never chained). The resource profile is validated as Flink validates it, kept on
+the environment (``env.get_slot_sharing_groups()``) and, on Ray, sizes the TaskExecutors of
+the group (:mod:`raylink.runtime.job.resource_profile`): each slot of the group (subtask i of
+its vertices) runs in a TaskExecutor asking Ray for the CPU cores as ``num_cpus``, heap +
+off-heap + managed memory as ``memory``, the external resource ``GPU`` as GPUs and any other
+external resource as a Ray custom resource of its name. A request no node of the cluster can
+hold fails the job at once, naming the group and resource. Groups without a profile keep the
+default bundle (``taskmanager.cpu.cores``); the local executor ignores profiles.
 
 Both classes are immutable values (hashable, compared by value) and so thread-safe.
 """

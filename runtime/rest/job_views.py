@@ -302,6 +302,7 @@ def vertex_details(client: Any, ejv: Any, snapshot: MetricsSnapshot) -> dict:
                 "status": str(execution.state),
                 "attempt": execution.attempt_number,
                 "endpoint": host,
+                "host": str((locations.get(location) or {}).get("host", "localhost")),
                 "start-time": start,
                 "end-time": end,
                 "duration": duration,
@@ -314,9 +315,22 @@ def vertex_details(client: Any, ejv: Any, snapshot: MetricsSnapshot) -> dict:
         "name": ejv.name,
         "maxParallelism": ejv.max_parallelism,
         "parallelism": ejv.parallelism,
+        "slotSharingGroup": ejv.job_vertex.slot_sharing_group,
+        "resources": vertex_resources(client, ejv),
         "now": now,
         "subtasks": subtasks,
     }
+
+
+def vertex_resources(client: Any, ejv: Any) -> dict:
+    """The Ray resources of each TaskExecutor running the vertex: its slot sharing group's
+    profile (``profile``: true), else the default bundle; ``{}`` off Ray."""
+    group = ejv.job_vertex.slot_sharing_group
+    profiled = (getattr(client, "group_resources", None) or {}).get(group)
+    if profiled:
+        return {"profile": True, **profiled}
+    default = getattr(client, "default_resources", None) or {}
+    return {"profile": False, **default} if default else {}
 
 
 def _level(back_pressured_ms_per_second: float) -> str:

@@ -163,11 +163,17 @@ function subtaskTable(details, bp, marks) {
       <td>${fmtCount(s.metrics["read-records"])}</td><td>${fmtCount(s.metrics["write-records"])}</td>
       <td><span class="busybar"><span style="width:${pct(b.busyRatio)}%"></span></span>${pct(b.busyRatio)}%</td>
       <td><span class="bp ${esc(b["backpressure-level"])}">${esc(b["backpressure-level"].toUpperCase())}</span> ${pct(b.ratio)}%</td>
-      <td>${pct(b.idleRatio)}%</td><td>${esc(wmText)}</td><td class="muted">${esc(s["taskmanager-id"])}</td></tr>`;
+      <td>${pct(b.idleRatio)}%</td><td>${esc(wmText)}</td><td class="muted">${esc(s["taskmanager-id"])}</td>
+      <td class="muted">${esc(s.host || "")}</td></tr>`;
   }).join("");
-  return `<h3>${esc(details.name)}</h3><table id="subtasks"><thead><tr><th>Subtask</th><th>Status</th><th>Attempt</th>
+  const res = Object.entries(details.resources || {}).filter(([k]) => k !== "profile")
+    .map(([k, v]) => k === "memory" ? `memory=${Math.round(v / 1048576)} MiB` : `${k}=${v}`).join(", ");
+  const group = details.slotSharingGroup ? `slot sharing group ${details.slotSharingGroup}` : "";
+  const where = [group, res ? `${res} per TaskExecutor` : ""].filter(Boolean).join(": ");
+  return `<h3>${esc(details.name)}</h3>${where ? `<p class="muted" id="resources">${esc(where)}</p>` : ""}
+    <table id="subtasks"><thead><tr><th>Subtask</th><th>Status</th><th>Attempt</th>
     <th>Records received</th><th>Records sent</th><th>Busy</th><th>Back pressure</th><th>Idle</th>
-    <th>Watermark</th><th>TaskManager</th></tr></thead><tbody>${rows}</tbody></table>`;
+    <th>Watermark</th><th>TaskManager</th><th>Host</th></tr></thead><tbody>${rows}</tbody></table>`;
 }
 
 function checkpointSection(cp) {
