@@ -433,3 +433,56 @@ def test_paced_source_keeps_the_rate():
     took = time.perf_counter() - started
     assert len(output.records) == 300
     assert took >= 0.25  # 300 events at 1000/s take 0.3 s of wall clock
+
+
+def event_line(e):
+    """An event as a line of text: kind, time and its first three fields."""
+    nested = e[1 + e[0]]
+    return f"{e[0]}|{e[4]}|{nested[0]}|{nested[1]}|{nested[2]}"
+
+
+def _lines_to_files(env, config, out):
+    from raylink.api import Encoder, FileSink, RollingPolicy
+
+    sink = (
+        FileSink.for_row_format(str(out), Encoder.simple_string_encoder())
+        .with_rolling_policy(RollingPolicy.on_checkpoint_rolling_policy())
+        .build()
+    )
+    stream = env.from_source(NexmarkSource(config), watermark_strategy(), "nexmark").uid("nexmark")
+    stream.map(event_line).uid("format").sink_to(sink).uid("files")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_job_stopped_with_a_savepoint_at_p2_resumes_at_p3_with_exactly_the_other_events(tmp_path):
+    from raylink.bench.failover import committed_lines
+    from raylink.tests.test_runtime_checkpointing import checkpointing_env
+    from raylink.tests.test_runtime_savepoints import stop_after_a_checkpoint
+
+    config = NexmarkConfig(events=6000, events_per_second=1000, max_emit_speed=False)  # 6 s at its rate
+    first, second = tmp_path / "out-1", tmp_path / "out-2"
+    env = checkpointing_env("local", 2, tmp_path)
+    _lines_to_files(env, config, first)
+    path = stop_after_a_checkpoint(env.execute_async(), tmp_path / "savepoints", out=first)
+    stopped = committed_lines(first)
+    assert 0 < sum(stopped.values()) < config.events
+    env = checkpointing_env("local", 3, tmp_path, **{"execution.savepoint.path": path})
+    _lines_to_files(env, config, second)
+    client = env.execute_async()
+    assert client.wait(120) and client.get_job_status() == "FINISHED", client.get_job_status()
+    assert stopped + committed_lines(second) == Counter(event_line(e) for e in events(config.events, config))
+
+
+def test_an_unbounded_source_keeps_emitting_one_timeline_over_its_subtasks():
+    config = NexmarkConfig()  # events=None: unbounded, as fast as it is taken
+    assert NexmarkSource(config).get_boundedness() == "CONTINUOUS_UNBOUNDED"
+    assert NexmarkSource(events=10).get_boundedness() == "BOUNDED"
+    outputs = []
+    for index in range(2):
+        operator, output = _subtask(config, index, 2)
+        assert all(operator.emit_next(100) for _ in range(5))  # never finished
+        outputs.append(output.records)
+    assert [len(o) for o in outputs] == [500, 500]
+    merged = [outputs[k % 2][k // 2] for k in range(1000)]  # subtask k % 2 holds event k
+    assert [event_line(e) for e in merged] == [event_line(e) for e in events(1000)]
