@@ -319,6 +319,11 @@ def test_query_at_parallelism_3(name):
     check(name, 3)
 
 
+@pytest.mark.parametrize("name", ["q3", "q4", "q5", "q19"])
+def test_stateful_query_on_each_state_backend(name, state_backend):
+    check(name, 2)
+
+
 @pytest.mark.parametrize("name", ["q5", "q9", "q20"])
 def test_query_on_ray(name, ray_session):
     check(name, 2, "ray")

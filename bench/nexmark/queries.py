@@ -25,6 +25,8 @@ from raylink.api import (
     EventTimeSessionWindows,
     KeyedCoProcessFunction,
     KeyedProcessFunction,
+    ListStateDescriptor,
+    MapStateDescriptor,
     ProcessWindowFunction,
     SlidingEventTimeWindows,
     Time,
@@ -61,6 +63,10 @@ def watermark_strategy(max_out_of_orderness_ms: int = 4000) -> WatermarkStrategy
 
 def _state(name: str) -> ValueStateDescriptor:
     return ValueStateDescriptor(name, Types.PICKLED_BYTE_ARRAY())
+
+
+def _list(name: str) -> ListStateDescriptor:
+    return ListStateDescriptor(name, Types.PICKLED_BYTE_ARRAY())
 
 
 def bids(events: DataStream) -> DataStream:
@@ -159,23 +165,27 @@ def q22(events: DataStream) -> DataStream:
 
 # -- q3, q20: regular joins ---------------------------------------------------------------------
 class _Q3Join(KeyedCoProcessFunction):
-    """Keyed by person id / seller: the person (if in OR, ID or CA) and the auctions waiting for it."""
+    """Keyed by person id / seller: the person if in OR, ID or CA (else False: its auctions are
+    dropped as they come) and the auctions that came before the person."""
 
     def open(self, runtime_context: Any) -> None:
         self.person = runtime_context.get_state(_state("person"))
-        self.waiting = runtime_context.get_state(_state("auctions"))
+        self.waiting = runtime_context.get_list_state(_list("auctions"))
 
     def process_element1(self, auction: Any, ctx: Any) -> Iterable[tuple]:
         person = self.person.value()
-        if person is not None:
+        if person is None:
+            self.waiting.add(auction[0])
+        elif person is not False:
             yield (person[1], person[4], person[5], auction[0])
-        else:
-            self.waiting.update((self.waiting.value() or []) + [auction[0]])
 
     def process_element2(self, person: Any, ctx: Any) -> Iterable[tuple]:
-        self.person.update(person)
-        for auction_id in self.waiting.value() or ():
-            yield (person[1], person[4], person[5], auction_id)
+        if person[5] in ("OR", "ID", "CA"):
+            self.person.update(person)
+            for auction_id in self.waiting.get() or ():
+                yield (person[1], person[4], person[5], auction_id)
+        else:
+            self.person.update(False)
         self.waiting.clear()
 
 
@@ -183,8 +193,7 @@ def q3(events: DataStream) -> DataStream:
     """Local item suggestion: ``(name, city, state, auction id)`` of category-10 auctions whose
     seller lives in OR, ID or CA."""
     category10 = auctions(events).filter(lambda a: a[8] == 10)
-    local = persons(events).filter(lambda p: p[5] in ("OR", "ID", "CA"))
-    return category10.connect(local).key_by(lambda a: a[7], lambda p: p[0]).process(_Q3Join())
+    return category10.connect(persons(events)).key_by(lambda a: a[7], lambda p: p[0]).process(_Q3Join())
 
 
 class _Q20Join(KeyedCoProcessFunction):
@@ -193,12 +202,12 @@ class _Q20Join(KeyedCoProcessFunction):
 
     def open(self, runtime_context: Any) -> None:
         self.auction = runtime_context.get_state(_state("auction"))
-        self.waiting = runtime_context.get_state(_state("bids"))
+        self.waiting = runtime_context.get_list_state(_list("bids"))
 
     def process_element1(self, bid: Any, ctx: Any) -> Iterable[tuple]:
         auction = self.auction.value()
         if auction is None:
-            self.waiting.update((self.waiting.value() or []) + [bid])
+            self.waiting.add(bid)
         elif auction is not False:
             yield _q20_row(bid, auction)
 
@@ -207,7 +216,7 @@ class _Q20Join(KeyedCoProcessFunction):
             self.auction.update(False)
         else:
             self.auction.update(auction)
-            for bid in self.waiting.value() or ():
+            for bid in self.waiting.get() or ():
                 yield _q20_row(bid, auction)
         self.waiting.clear()
 
@@ -229,7 +238,7 @@ class _Q4Winning(KeyedCoProcessFunction):
     def open(self, runtime_context: Any) -> None:
         self.auction = runtime_context.get_state(_state("auction"))
         self.best = runtime_context.get_state(_state("best"))
-        self.waiting = runtime_context.get_state(_state("bids"))
+        self.waiting = runtime_context.get_list_state(_list("bids"))
 
     def _offer(self, auction: Any, price: int, when: int) -> Iterable[tuple]:
         if auction[5] <= when <= auction[6]:
@@ -241,13 +250,13 @@ class _Q4Winning(KeyedCoProcessFunction):
     def process_element1(self, bid: Any, ctx: Any) -> Iterable[tuple]:
         auction = self.auction.value()
         if auction is None:
-            self.waiting.update((self.waiting.value() or []) + [(bid[2], bid[5])])
+            self.waiting.add((bid[2], bid[5]))
         else:
             yield from self._offer(auction, bid[2], bid[5])
 
     def process_element2(self, auction: Any, ctx: Any) -> Iterable[tuple]:
         self.auction.update(auction)
-        for price, when in self.waiting.value() or ():
+        for price, when in self.waiting.get() or ():
             yield from self._offer(auction, price, when)
         self.waiting.clear()
 
@@ -257,14 +266,23 @@ class _Q4Average(KeyedProcessFunction):
     average: truncated) on every change."""
 
     def open(self, runtime_context: Any) -> None:
-        self.maxes = runtime_context.get_state(_state("maxes"))
+        self.maxes = runtime_context.get_map_state(
+            MapStateDescriptor("maxes", Types.PICKLED_BYTE_ARRAY(), Types.PICKLED_BYTE_ARRAY())
+        )
+        self.total = runtime_context.get_state(_state("total"))  # (sum of the maxes, auctions)
 
     def process_element(self, value: Any, ctx: Any) -> Iterable[tuple]:
         category, auction_id, price = value
-        maxes = self.maxes.value() or {}
-        maxes[auction_id] = price
-        self.maxes.update(maxes)
-        yield (category, sum(maxes.values()) // len(maxes))
+        amount, count = self.total.value() or (0, 0)
+        previous = self.maxes.get(auction_id)
+        if previous is None:
+            count += 1
+        else:
+            amount -= previous
+        amount += price
+        self.maxes.put(auction_id, price)
+        self.total.update((amount, count))
+        yield (category, amount // count)
 
 
 def q4(events: DataStream) -> DataStream:
@@ -302,17 +320,14 @@ class _Q5Hottest(KeyedProcessFunction):
     auctions with the highest count."""
 
     def open(self, runtime_context: Any) -> None:
-        self.counts = runtime_context.get_state(_state("counts"))
+        self.counts = runtime_context.get_list_state(_list("counts"))
 
     def process_element(self, value: Any, ctx: Any) -> None:
-        counts = self.counts.value() or []
-        if not counts:
-            ctx.timer_service().register_event_time_timer(value[3] - 1)
-        counts.append((value[0], value[1]))
-        self.counts.update(counts)
+        ctx.timer_service().register_event_time_timer(value[3] - 1)  # one timer per window (a set)
+        self.counts.add((value[0], value[1]))
 
     def on_timer(self, timestamp: int, ctx: Any) -> Iterable[tuple]:
-        counts = self.counts.value() or []
+        counts = list(self.counts.get() or ())
         self.counts.clear()
         if counts:
             top = max(num for _, num in counts)
@@ -538,7 +553,7 @@ class _Q9Winning(KeyedCoProcessFunction):
     def open(self, runtime_context: Any) -> None:
         self.auction = runtime_context.get_state(_state("auction"))
         self.best = runtime_context.get_state(_state("best"))
-        self.waiting = runtime_context.get_state(_state("bids"))
+        self.waiting = runtime_context.get_list_state(_list("bids"))
 
     def _offer(self, auction: Any, bid: Any) -> Iterable[tuple]:
         if auction[5] <= bid[5] <= auction[6]:
@@ -550,13 +565,13 @@ class _Q9Winning(KeyedCoProcessFunction):
     def process_element1(self, bid: Any, ctx: Any) -> Iterable[tuple]:
         auction = self.auction.value()
         if auction is None:
-            self.waiting.update((self.waiting.value() or []) + [bid])
+            self.waiting.add(bid)
         else:
             yield from self._offer(auction, bid)
 
     def process_element2(self, auction: Any, ctx: Any) -> Iterable[tuple]:
         self.auction.update(auction)
-        for bid in self.waiting.value() or ():
+        for bid in self.waiting.get() or ():
             yield from self._offer(auction, bid)
         self.waiting.clear()
 
