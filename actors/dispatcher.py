@@ -21,8 +21,9 @@ nonce was already accepted within it (a replay) gets 401 naming why
 (:class:`~raylink.runtime.client.rest_endpoint.ReplayGuard`). Every answer, a 401 too, is signed in turn (the HMAC of that nonce, the
 status, content type and body), so the client knows it talks to this Dispatcher before
 it unpickles anything; the token itself never crosses the wire. The endpoint listens on a
-loopback address unless the caller opts in explicitly (``allow_insecure_bind``): it speaks
-pickle over plain HTTP.
+loopback address unless it serves TLS (``tls``: a PEM certificate and key; drivers trust that
+certificate, recorded with the endpoint) or the caller opts in explicitly
+(``allow_insecure_bind``: pickle over plain HTTP).
 
 An ended job's entry is dropped :data:`FINISHED_JOB_GRACE_S` after the last request about
 it once its client has read every collected record and the result, else
@@ -88,6 +89,7 @@ from raylink.runtime.rest.rest_security import (
     route_table,
     runner_kwargs,
     security_middlewares,
+    server_ssl_context,
     start_listening,
 )
 from raylink.runtime.rest.web_monitor_endpoint import add_rest_routes, rest_api_token
@@ -157,8 +159,10 @@ class DispatcherActor:
         self._web_monitor: Any = None
         self.url = ""
 
-    async def start(self, host: str, port: int) -> str:
-        """Serve on ``host:port`` (0: a free port); returns the endpoint's URL."""
+    async def start(self, host: str, port: int, tls: Optional[tuple] = None) -> str:
+        """Serve on ``host:port`` (0: a free port), over TLS when ``tls`` is ``(cert PEM, key PEM
+        or None)``; returns the endpoint's URL."""
+        ssl_context = server_ssl_context(*tls) if tls else None
 
         @web.middleware
         async def authenticate(request: web.Request, handler: Any) -> web.StreamResponse:
@@ -186,7 +190,7 @@ class DispatcherActor:
 
         # Host / Origin allow-lists, the JSON API's bearer token, CORS: before the signature check
         # (rest_security; /v1/ is authenticated by its signatures instead of the bearer token)
-        policy = AccessPolicy(rest_api_token(self._token), host, signed_prefix="/v1/")
+        policy = AccessPolicy(rest_api_token(self._token), host, tls=ssl_context is not None, signed_prefix="/v1/")
         app = web.Application(middlewares=[*security_middlewares(policy), authenticate], client_max_size=1 << 30)
         app.add_routes(
             [
@@ -205,8 +209,10 @@ class DispatcherActor:
         self._web_monitor = add_rest_routes(app, self, self._blocking, rest_api_token(self._token), is_loopback(host))
         self._runner = web.AppRunner(app, **runner_kwargs(ServerLimits(max_connections=1024)))
         await self._runner.setup()
-        self._listener, self.guard = await start_listening(self._runner, host, port, ServerLimits(max_connections=1024))
-        self.url = f"http://{host}:{bound_port(self._listener)}"
+        limits = ServerLimits(max_connections=1024)
+        self._listener, self.guard = await start_listening(self._runner, host, port, limits, ssl_context)
+        scheme = "https" if ssl_context is not None else "http"
+        self.url = f"{scheme}://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{bound_port(self._listener)}"
         self._reaper = asyncio.ensure_future(self._reap())
         return self.url
 
@@ -407,13 +413,17 @@ def start_dispatcher(
     port: int = 0,
     allow_insecure_bind: bool = False,
     signature_validity_s: float = DEFAULT_SIGNATURE_VALIDITY_S,
+    tls: Optional[tuple] = None,
 ) -> tuple[Any, str]:
     """Start the Dispatcher on this driver's node; returns its handle and URL. A ``host`` that
-    is not a loopback address raises ``InsecureBindError`` unless ``allow_insecure_bind``;
+    is not a loopback address raises ``InsecureBindError`` unless ``tls`` (``(cert PEM, key PEM
+    or None)``, files on this node: the Dispatcher serves HTTPS) or ``allow_insecure_bind``;
     ``signature_validity_s``: how long a signed request stays valid (``rest.signature.validity``)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    check_rest_bind_address(host, allow_insecure_bind)
+    check_rest_bind_address(host, allow_insecure_bind or bool(tls))
+    if tls:
+        server_ssl_context(*tls)  # unreadable or mismatched files fail here, naming them
 
     node = ray.get_runtime_context().get_node_id()
     handle = DispatcherActor.options(
@@ -426,7 +436,7 @@ def start_dispatcher(
         scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
     ).remote(token, signature_validity_s)
     try:
-        url = ray.get(handle.start.remote(host, port))
+        url = ray.get(handle.start.remote(host, port, tls))
     except Exception:
         ray.kill(handle, no_restart=True)
         raise

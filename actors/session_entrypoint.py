@@ -11,6 +11,7 @@ start / stop / status`` and tests call these; they need a connected Ray. Not thr
 
 from __future__ import annotations
 
+import os
 import secrets
 from typing import Any, Optional
 
@@ -38,16 +39,18 @@ def start_session(
     rest_port: int = 0,
     allow_insecure_rest_bind: bool = False,
     signature_validity_s: float = DEFAULT_SIGNATURE_VALIDITY_S,
+    rest_tls: Optional[tuple] = None,
 ) -> Any:
     """Start the session cluster (a detached named actor) with ``executors`` warm TaskExecutors
     and, unless ``rest_bind_address`` is None, its Dispatcher (:mod:`raylink.actors.dispatcher`)
     on this node, recorded for drivers on this machine; raises ``RuntimeError`` when a session
     is already running, ``InsecureBindError`` for a non-loopback ``rest_bind_address`` without
-    ``allow_insecure_rest_bind`` (the endpoint speaks pickle over plain HTTP).
+    ``rest_tls`` (``(certificate PEM, key PEM or None)``: the Dispatcher serves HTTPS, and
+    drivers trust that certificate) or ``allow_insecure_rest_bind`` (pickle over plain HTTP).
     ``signature_validity_s``: how long a signed request to the Dispatcher stays valid
     (``rest.signature.validity``)."""
     if rest_bind_address is not None:
-        check_rest_bind_address(rest_bind_address, allow_insecure_rest_bind)
+        check_rest_bind_address(rest_bind_address, allow_insecure_rest_bind or bool(rest_tls))
     if find_session() is not None:
         raise RuntimeError(
             f"a session cluster is already running on this Ray cluster "
@@ -61,7 +64,7 @@ def start_session(
         if rest_bind_address is not None:
             token = secrets.token_urlsafe(32)
             _, url = start_dispatcher(
-                token, rest_bind_address, rest_port, allow_insecure_rest_bind, signature_validity_s
+                token, rest_bind_address, rest_port, allow_insecure_rest_bind, signature_validity_s, rest_tls
             )
             info["restUrl"] = url
         session = SessionClusterActor.options(
@@ -74,7 +77,8 @@ def start_session(
             ray.kill(session, no_restart=True)
         raise
     if rest_bind_address is not None:
-        write_endpoint_file(gcs_address, RestEndpoint(url, token))
+        cafile = os.path.abspath(rest_tls[0]) if rest_tls else None  # drivers trust the Dispatcher's certificate
+        write_endpoint_file(gcs_address, RestEndpoint(url, token, cafile))
         record_rest_token(url, rest_api_token(token))  # the JSON API's bearer token, for the CLI and browsers
     else:
         remove_endpoint_file(gcs_address)

@@ -7,8 +7,9 @@ calls on this machine then find) and starts the session actor
 ``env.execute()`` in any driver connected to that Ray then runs its job on the
 session's executors; a driver on this machine that is not connected to Ray submits it
 over HTTP to the session's Dispatcher instead (``--rest-bind-address``, ``--rest-port``;
-an address other than a loopback one is refused without ``--allow-insecure-rest-bind``: the
-endpoint speaks pickle over plain HTTP). The local Ray's log goes to the user's private
+an address other than a loopback one needs TLS, ``--rest-ssl-cert-file`` (and
+``--rest-ssl-key-file``), PEM files drivers on this machine then trust, or
+``--allow-insecure-rest-bind`` for pickle over plain HTTP). The local Ray's log goes to the user's private
 runtime folder (:mod:`raylink.runtime.runtime_dir`).
 ``stop`` kills the session actor and its executors (and the local Ray that ``start``
 started); ``status`` prints the pool's figures and the jobs submitted over HTTP, which
@@ -71,6 +72,15 @@ def add_parser(sub: Any, fmt: type, handler: Any) -> None:
         default=None,
         help="how long a signed request to the Dispatcher stays valid, its nonce remembered against replays "
         "(a duration, e.g. '2 min'; default: rest.signature.validity, 5 min)",
+    )
+    start.add_argument(
+        "--rest-ssl-cert-file",
+        default=None,
+        help="serve the Dispatcher over HTTPS with this PEM certificate (chain), which drivers on this machine "
+        "trust; needed for a non-loopback --rest-bind-address (raylink's PEM form of security.ssl.rest.keystore)",
+    )
+    start.add_argument(
+        "--rest-ssl-key-file", default=None, help="the PEM private key of --rest-ssl-cert-file, if not in it"
     )
     start.add_argument(
         "--allow-insecure-rest-bind",
@@ -183,7 +193,7 @@ def cmd_start(args: Any) -> int:
     rest_bind_address = None if args.rest_bind_address.lower() == "none" else args.rest_bind_address
     if rest_bind_address is not None:
         try:  # before any Ray is started
-            check_rest_bind_address(rest_bind_address, args.allow_insecure_rest_bind)
+            check_rest_bind_address(rest_bind_address, args.allow_insecure_rest_bind or bool(args.rest_ssl_cert_file))
         except InsecureBindError as exc:
             raise CliError(2, f"raylink cluster start: {exc}") from None
     pool_size = RaylinkOptions.SESSION_POOL_SIZE.default if args.pool_size is None else args.pool_size
@@ -205,8 +215,9 @@ def cmd_start(args: Any) -> int:
             rest_port=args.rest_port,
             allow_insecure_rest_bind=args.allow_insecure_rest_bind,
             signature_validity_s=validity_s,
+            rest_tls=(args.rest_ssl_cert_file, args.rest_ssl_key_file) if args.rest_ssl_cert_file else None,
         )
-    except (RuntimeError, OSError) as exc:
+    except (RuntimeError, OSError, ValueError) as exc:
         raise CliError(EXIT_JOB_FAILED, f"raylink cluster start: {exc}") from None
     rest_url = session_status(session).get("restUrl")
     print(

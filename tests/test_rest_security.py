@@ -417,6 +417,53 @@ def test_a_ray_address_local_job_listens_on_loopback_only(run_dir):
         proc.wait(120)
 
 
+class Discard:
+    def __call__(self, value: Any) -> None:
+        pass
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_session_dispatcher_beyond_loopback_needs_tls_and_then_serves_https(ray_session, run_dir, certificate):
+    import ray
+
+    from raylink.actors.session_entrypoint import start_session, stop_session
+    from raylink.runtime.client.rest_cluster_client import RestClusterClient, RestJobClient
+    from raylink.runtime.client.rest_endpoint import InsecureBindError, RestEndpoint, _endpoint_file
+    from raylink.runtime.rest.web_monitor_endpoint import rest_api_token
+    from raylink.runtime.runtime_dir import read_private_file
+    from raylink.tests.runtime_jobs import make_env
+
+    cert, key = certificate
+    with pytest.raises(InsecureBindError, match="not a loopback address"):
+        start_session(0, rest_bind_address="0.0.0.0")  # refused before anything starts
+    start_session(0, 4, rest_bind_address="0.0.0.0", rest_tls=(cert, key))
+    try:
+        recorded = json.loads(read_private_file(_endpoint_file(ray.get_runtime_context().gcs_address)))
+        url, token = recorded["url"], recorded["token"]
+        assert url.startswith("https://127.0.0.1:") and recorded["cafile"] == cert
+        port = int(url.rpartition(":")[2])
+        endpoint = RestEndpoint(url, token, recorded["cafile"])
+        status, overview = RestClusterClient(endpoint).request("GET", "/v1/overview")  # signed, over TLS
+        assert status == 200 and overview["url"] == url
+        import cloudpickle
+
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])  # this module is not importable there
+        env = make_env("ray", 1)
+        env.from_collection([1, 2, 3]).map(lambda x: x * 2).add_sink(Discard())
+        client = RestJobClient.submit(endpoint, env, "over https")
+        client.get_job_execution_result(120)
+        assert str(client.get_job_status()) == "FINISHED"
+        trust = ssl.create_default_context(cafile=cert)
+        status, body, _ = request(port, "GET", "/jobs/overview", bearer(rest_api_token(token)), tls=trust)
+        assert status == 200 and [job["name"] for job in json.loads(body)["jobs"]] == ["over https"]
+        assert request(port, "GET", "/jobs/overview", tls=trust)[0] == 401
+        with pytest.raises((http.client.HTTPException, OSError)):  # plain HTTP gets no answer
+            request(port, "GET", "/config")
+    finally:
+        stop_session()
+
+
 @pytest.fixture(scope="module")
 def session(ray_session):
     from raylink.tests.runtime_jobs import running_session

@@ -27,6 +27,7 @@ import http.client
 import json
 import os
 import secrets
+import ssl
 import sys
 import threading
 import time
@@ -89,13 +90,19 @@ class RestClusterClient:
     def __init__(self, endpoint: RestEndpoint) -> None:
         self.endpoint = endpoint
         parts = urlsplit(endpoint.url)
-        self._host, self._port = parts.hostname or "127.0.0.1", parts.port or 80
+        self._host, self._port = parts.hostname or "127.0.0.1", parts.port or (443 if parts.scheme == "https" else 80)
+        self._tls = ssl.create_default_context(cafile=endpoint.cafile) if parts.scheme == "https" else None
         self._local = threading.local()
 
     def _connection(self) -> http.client.HTTPConnection:
         connection = getattr(self._local, "connection", None)
         if connection is None:
-            connection = http.client.HTTPConnection(self._host, self._port, timeout=CONNECT_TIMEOUT_S)
+            if self._tls is not None:  # a Dispatcher listening beyond loopback serves HTTPS
+                connection = http.client.HTTPSConnection(
+                    self._host, self._port, timeout=CONNECT_TIMEOUT_S, context=self._tls
+                )
+            else:
+                connection = http.client.HTTPConnection(self._host, self._port, timeout=CONNECT_TIMEOUT_S)
             self._local.connection = connection
         return connection
 

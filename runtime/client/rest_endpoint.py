@@ -216,10 +216,13 @@ def check_rest_bind_address(host: str, allow_insecure: bool = False) -> None:
 
 @dataclass(frozen=True)
 class RestEndpoint:
-    """A session cluster's Dispatcher: its URL and bearer token."""
+    """A session cluster's Dispatcher: its URL and bearer token; ``cafile``: the PEM certificate
+    an ``https://`` Dispatcher is trusted by (its own, for a self-signed one), None for the
+    system's trust store."""
 
     url: str
     token: str
+    cafile: Optional[str] = None
 
 
 # -- discovery ----------------------------------------------------------------------------------------
@@ -243,6 +246,8 @@ def write_endpoint_file(gcs_address: str, endpoint: RestEndpoint) -> str:
     replaced atomically)."""
     path = _endpoint_file(gcs_address)
     recorded = {"gcsAddress": gcs_address, "url": endpoint.url, "token": endpoint.token}
+    if endpoint.cafile is not None:  # an https:// Dispatcher's certificate, for drivers to trust
+        recorded["cafile"] = endpoint.cafile
     write_private_file(path, json.dumps(recorded).encode("utf-8"))
     return path
 
@@ -294,7 +299,7 @@ def find_endpoint(configuration: Any) -> Optional[RestEndpoint]:
         return None
     if not _same_host(address.rpartition(":")[0], recorded["gcsAddress"].rpartition(":")[0]):
         return None
-    return RestEndpoint(recorded["url"], recorded["token"])
+    return RestEndpoint(recorded["url"], recorded["token"], recorded.get("cafile"))
 
 
 __all__ = [

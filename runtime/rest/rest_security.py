@@ -140,6 +140,12 @@ def rest_ssl_context(conf: Any) -> Optional[ssl.SSLContext]:
             f"set: raylink reads the REST server's certificate from a PEM file (Flink's JKS "
             f"security.ssl.rest.keystore is not read)"
         )
+    return server_ssl_context(cert, key)
+
+
+def server_ssl_context(cert: str, key: Optional[str] = None) -> ssl.SSLContext:
+    """A TLS server context (TLS 1.2 or newer) of a PEM certificate chain and its key; errors name
+    the ``security.ssl.rest.*`` options."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
@@ -469,6 +475,7 @@ __all__ = [
     "route_table",
     "runner_kwargs",
     "security_middlewares",
+    "server_ssl_context",
     "start_listening",
     "token_matches",
 ]
