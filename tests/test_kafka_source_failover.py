@@ -23,7 +23,8 @@ KEYS = 7
 
 def _topic_with_numbers(servers: str, n: int) -> tuple:
     topic = new_topic(servers, 4)
-    acked = produce(servers, topic, [(i % 4, None, str(i).encode(), None) for i in range(n)])
+    # 1..n: Paced fails at its fail_at unless that is 0
+    acked = produce(servers, topic, [(i % 4, None, str(i).encode(), None) for i in range(1, n + 1)])
     return topic, [int(v) for v in acked.values()]
 
 
@@ -34,20 +35,18 @@ def _reference(values) -> Counter:
 
 
 class FailAfterACheckpoint(Paced):
-    """Paced; subtask 0 of the first attempt fails at its first record after a checkpoint
-    completed (so the restore has split offsets to go back to)."""
+    """Paced; on the first attempt a subtask fails at its first record after a checkpoint completed
+    (so the restore has split offsets to go back to)."""
 
     def open(self, runtime_context) -> None:
         super().open(runtime_context)
-        self.first_attempt = runtime_context.get_attempt_number() == 0
-        self.subtask = runtime_context.get_index_of_this_subtask()
         self.checkpointed = False
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         self.checkpointed = True
 
     def map(self, value):
-        if self.first_attempt and self.subtask == 0 and self.checkpointed:
+        if self.attempt == 0 and self.checkpointed:
             raise RuntimeError(f"injected failure at record {value}")
         return super().map(value)
 
@@ -90,7 +89,7 @@ def _build(env, servers: str, topic: str, out, fail: bool = False) -> None:
 @pytest.mark.timeout(300)
 def test_a_failing_function_restarts_the_kafka_source_at_its_checkpointed_offsets(kafka_broker, tmp_path):
     servers = kafka_broker.bootstrap_servers
-    topic, values = _topic_with_numbers(servers, 6000)
+    topic, values = _topic_with_numbers(servers, 12_000)
     env = checkpointing_env("local", 2, tmp_path)
     out = tmp_path / "out"
     _build(env, servers, topic, out, fail=True)
@@ -99,7 +98,7 @@ def test_a_failing_function_restarts_the_kafka_source_at_its_checkpointed_offset
     assert client.get_job_status() == "FINISHED", client.get_job_status()
     # it failed once, after a checkpoint had committed part files: a restart from the topic's start
     # would count those records twice, so equal output proves the restore went back to the splits' offsets
-    assert client.get_checkpoint_stats()["numRestarts"] == 1
+    assert client.get_checkpoint_stats()["numRestarts"] >= 1  # both subtasks may fail in the same failover
     assert committed_lines(out) == _reference(values)
 
 
@@ -107,7 +106,7 @@ def test_a_failing_function_restarts_the_kafka_source_at_its_checkpointed_offset
 @pytest.mark.timeout(600)
 def test_a_keyed_count_from_kafka_survives_sigkilled_task_executors_exactly_once(ray_session, kafka_broker, tmp_path):
     servers = kafka_broker.bootstrap_servers
-    topic, values = _topic_with_numbers(servers, 16_000)
+    topic, values = _topic_with_numbers(servers, 40_000)  # ~10 s per subtask: room for three kills
     env = checkpointing_env("ray", 2, tmp_path)
     out = tmp_path / "out"
     _build(env, servers, topic, out)
@@ -115,7 +114,8 @@ def test_a_keyed_count_from_kafka_survives_sigkilled_task_executors_exactly_once
     kills = kill_task_executors_while_running(client)
     assert client.wait(300), "the job did not finish"
     assert client.get_job_status() == "FINISHED", client.get_job_status()
-    assert client.get_checkpoint_stats()["numRestarts"] == kills >= 2
+    failures = [f"{r.task_name}: {r.error!r}"[:500] for r in getattr(client, "exception_history", [])]
+    assert client.get_checkpoint_stats()["numRestarts"] == kills >= 2, failures
     assert committed_lines(out) == _reference(values)
 
 
