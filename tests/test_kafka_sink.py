@@ -30,22 +30,29 @@ from raylink.tests.runtime_jobs import cause_chain, make_env
 pytestmark = pytest.mark.timeout(240)
 
 
-def read_committed(servers: str, topic: str, expected: int, timeout: float = 60.0, settle: float = 1.0) -> list:
-    """Every record a ``read_committed`` consumer sees in ``topic`` as (partition, key, value,
-    timestamp) once ``expected`` arrived and nothing more came for ``settle`` s (polled with a
-    deadline); stops at ``timeout``."""
-    from confluent_kafka import Consumer
+def read_committed(
+    servers: str,
+    topic: str,
+    expected: int,
+    timeout: float = 60.0,
+    settle: float = 1.0,
+    isolation: str = "read_committed",
+) -> list:
+    """Every record a ``read_committed`` consumer of all of ``topic``'s partitions (assigned, from
+    their start) sees as (partition, key, value, timestamp) once ``expected`` arrived and nothing
+    more came for ``settle`` s (polled with a deadline); stops at ``timeout``."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     consumer = Consumer(
         {
             "bootstrap.servers": servers,
             "group.id": f"check-{topic}-{time.monotonic_ns()}",
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
+            "isolation.level": isolation,
             "enable.auto.commit": False,
         }
     )
-    consumer.subscribe([topic])
+    partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
     got: list = []
     deadline = time.monotonic() + timeout
     quiet_since = None
@@ -445,3 +452,24 @@ def test_a_record_kafka_refuses_fails_an_at_least_once_job_naming_topic_and_erro
         env.execute("kafka sink")
     text = " | ".join(str(e) for e in cause_chain(info.value))
     assert f"did not take 1 record(s): topic {topic!r} partition 0" in text and "too large" in text, text
+
+
+def test_exactly_once_records_are_invisible_to_read_committed_until_the_checkpoint_commits(kafka_broker):
+    from raylink.core.sink import SinkWriterContext, WriterInitContext
+
+    servers = kafka_broker.bootstrap_servers
+    topic = new_topic(servers, 1)
+    sink = string_sink(servers, topic, DeliveryGuarantee.EXACTLY_ONCE, prefix=f"vis-{topic}")
+    writer, committer = sink.create_writer(WriterInitContext(0, 1)), sink.create_committer()
+    try:
+        for v in range(20):
+            writer.write(f"k:{v}", SinkWriterContext())
+        writer.flush(False)
+        committables = writer.prepare_commit()
+        writer.snapshot_state(1)
+        assert len(read_committed(servers, topic, 20, timeout=30, isolation="read_uncommitted")) == 20
+        assert read_committed(servers, topic, 0, timeout=10, settle=3) == []  # written, not committed
+        committer.commit(committables)
+        assert values(read_committed(servers, topic, 20)) == Counter(f"k:{v}" for v in range(20))
+    finally:
+        writer.close()
