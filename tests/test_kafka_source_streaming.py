@@ -62,7 +62,8 @@ class _Drain:
         assert not self.thread.is_alive()
 
 
-def test_offsets_of_a_completed_checkpoint_are_committed_to_the_group(kafka_broker, tmp_path):
+@pytest.mark.parametrize("commit", [True, False])
+def test_offsets_of_a_completed_checkpoint_are_committed_to_the_group(kafka_broker, tmp_path, commit):
     servers = kafka_broker.bootstrap_servers
     topic = new_topic(servers, 2)
     acked = produce(servers, topic, [(i % 2, None, f"m{i}".encode(), None) for i in range(30)])
@@ -73,18 +74,19 @@ def test_offsets_of_a_completed_checkpoint_are_committed_to_the_group(kafka_brok
         2,
         {"execution.checkpointing.interval": "200 ms", "execution.checkpointing.dir": str(tmp_path / "cp")},
     )
-    drain = _Drain(
-        env.from_source(_unbounded(servers, topic, group), WatermarkStrategy.no_watermarks(), "k").execute_and_collect()
-    )
+    source = _unbounded(servers, topic, group)
+    if not commit:
+        source.properties["commit.offsets.on.checkpoint"] = "false"
+    drain = _Drain(env.from_source(source, WatermarkStrategy.no_watermarks(), "k").execute_and_collect())
     try:
         got = sorted(drain.next(60) for _ in range(30))
         assert got == sorted(v.decode() for v in acked.values())
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + (60 if commit else 3)  # without commits: three seconds of checkpoints
         offsets = committed(servers, group, topic, 2)
         while offsets != ends and time.monotonic() < deadline:
             time.sleep(0.1)  # polling the group's offsets with a deadline
             offsets = committed(servers, group, topic, 2)
-        assert offsets == ends
+        assert offsets == (ends if commit else {0: -1001, 1: -1001})
     finally:
         drain.close()
 
