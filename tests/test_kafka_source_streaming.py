@@ -21,12 +21,13 @@ from raylink.tests.runtime_jobs import make_env, wait_for
 pytestmark = pytest.mark.timeout(180)
 
 
-def _unbounded(servers, topic, group=None):
+def _unbounded(servers, topic, group=None, **properties):
     builder = (
         KafkaSource.builder()
         .set_bootstrap_servers(servers)
         .set_topics(topic)
         .set_value_only_deserializer(SimpleStringSchema())
+        .set_properties(properties)
     )
     if group:
         builder.set_group_id(group)
@@ -74,9 +75,7 @@ def test_offsets_of_a_completed_checkpoint_are_committed_to_the_group(kafka_brok
         2,
         {"execution.checkpointing.interval": "200 ms", "execution.checkpointing.dir": str(tmp_path / "cp")},
     )
-    source = _unbounded(servers, topic, group)
-    if not commit:
-        source.properties["commit.offsets.on.checkpoint"] = "false"
+    source = _unbounded(servers, topic, group, **{"commit.offsets.on.checkpoint": str(commit).lower()})
     drain = _Drain(env.from_source(source, WatermarkStrategy.no_watermarks(), "k").execute_and_collect())
     try:
         got = sorted(drain.next(60) for _ in range(30))
