@@ -10,8 +10,7 @@ per key is the SQL result. Joins are ``connect`` + ``KeyedCoProcessFunction`` wi
 windows the DataStream windows (HOP = sliding, TUMBLE = tumbling, SESSION = session).
 
 Not here: q6 (Flink nexmark has no q6.sql: its ``OVER`` window of a seller's last 10 closed
-auctions is not expressible in Flink's streaming SQL), q12 (processing-time windows: no reproducible
-answer), q13 (joins a side-input file), q23 (added after the issue's list).
+auctions is not expressible in Flink's streaming SQL), q23 (added after the issue's list).
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ from raylink.api import (
     SlidingEventTimeWindows,
     Time,
     TumblingEventTimeWindows,
+    TumblingProcessingTimeWindows,
     Types,
     ValueStateDescriptor,
     WatermarkStrategy,
@@ -483,6 +483,51 @@ def q10(events: DataStream) -> DataStream:
     return bids(events).map(lambda b: (b[0], b[1], b[2], b[5], b[6], day_of(b[5]), minute_of(b[5])))
 
 
+def q12(events: DataStream) -> DataStream:
+    """Processing-time windows: ``(bidder, bid_count, starttime, endtime)`` per bidder and 10 s
+    tumbling window of the wall clock (``PROCTIME()``): which window a bid lands in depends on
+    when it is processed, and the windows still open when a bounded input ends do not fire (the
+    processing-time timers of a finished task are dropped, as in Flink): no reproducible answer."""
+    return (
+        bids(events)
+        .key_by(lambda b: b[1])
+        .window(TumblingProcessingTimeWindows.of(Time.seconds(10)))
+        .aggregate(_Count(), _WithWindow())
+    )
+
+
+def side_input(rows: int = 10_000) -> dict:
+    """Nexmark's ``SideInputGenerator`` file as a mapping: key ``i`` to value ``str(i)``, i < rows."""
+    return {i: str(i) for i in range(rows)}
+
+
+def read_side_input(path: str) -> dict:
+    """A side-input CSV file (``key,value`` lines, as Nexmark's ``side_input.txt``) as a mapping."""
+    table = {}
+    with open(path, encoding="utf-8") as lines:
+        for number, line in enumerate(lines, 1):
+            if line.strip():
+                key, sep, value = line.rstrip("\n").partition(",")
+                if not sep:
+                    raise ValueError(f"side input {path}: line {number} is not 'key,value': {line!r}")
+                table[int(key)] = value
+    return table
+
+
+def q13(events: DataStream, table: Optional[dict] = None) -> DataStream:
+    """Bounded side-input join: ``(auction, bidder, price, dateTime, value)`` of the bids whose
+    ``auction % 10000`` is a key of the side input (``table``; default ``side_input()``), as
+    Flink's lookup join ``FOR SYSTEM_TIME AS OF`` a side input that does not change."""
+    lookup = side_input() if table is None else dict(table)
+
+    def join(b: Any) -> Iterable[tuple]:
+        value = lookup.get(b[0] % 10_000)
+        if value is not None:
+            yield (b[0], b[1], b[2], b[5], value)
+
+    return bids(events).flat_map(join)
+
+
 # -- q15, q16: daily statistics with distinct counts (updating) -----------------------------------
 def _rank(price: int) -> int:
     """1: price < 10 000, 2: < 1 000 000, 3: the rest (the queries' FILTER clauses)."""
@@ -643,6 +688,8 @@ QUERIES = {
     "q9": q9,
     "q10": q10,
     "q11": q11,
+    "q12": q12,
+    "q13": q13,
     "q14": q14,
     "q15": q15,
     "q16": q16,
