@@ -88,10 +88,13 @@ class DeltaTarget:
         writer = df.write.format("delta").mode(mode)
         if app_id is not None and version is not None:
             writer = writer.option("txnAppId", app_id).option("txnVersion", str(version))
-        if self.table is not None:
-            writer.saveAsTable(quote_table_name(self.table))
-        else:
+        if self.table is None:
             writer.save(self.path)
+        elif self.exists(spark):  # into the table's folder: saveAsTable's append checks the catalog's empty schema
+            writer.save(self.location(spark))
+            spark.catalog.refreshTable(quote_table_name(self.table))
+        else:
+            writer.saveAsTable(quote_table_name(self.table))
         return "delta"
 
     def history(self, spark: Any) -> List[Any]:
