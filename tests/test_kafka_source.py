@@ -305,3 +305,27 @@ def test_the_deprecated_flink_kafka_consumer_and_producer_run_on_the_same_connec
         assert client.wait(60), "the job did not end after cancel"
     assert sorted(got) == sorted(v.decode().upper() for v in acked.values())
     assert committed(servers, group, source_topic, 2) == {0: -1001, 1: -1001}  # no checkpoints: nothing committed
+
+
+def test_read_committed_reads_only_committed_transactions_and_ends_past_their_markers(kafka_broker):
+    from confluent_kafka import Producer
+
+    servers = kafka_broker.bootstrap_servers
+    topic = new_topic(servers, 1)
+    producer = Producer({"bootstrap.servers": servers, "transactional.id": "tx-" + topic})
+    producer.init_transactions(30)
+    for values, commit in (([b"c1", b"c2"], True), ([b"a1", b"a2"], False), ([b"c3"], True), ([b"a3"], False)):
+        producer.begin_transaction()
+        for value in values:
+            producer.produce(topic, value=value, partition=0)
+        assert producer.flush(30) == 0  # written before an abort (which drops what is still queued)
+        (producer.commit_transaction if commit else producer.abort_transaction)(30)
+
+    def read(isolation):
+        env = make_env("local", 1)
+        source = _source(servers, topic, props={"isolation.level": isolation})
+        return sorted(env.from_source(source, WatermarkStrategy.no_watermarks(), "k").execute_and_collect())
+
+    # the topic ends with an abort marker: the bounded read must end past it all the same
+    assert read("read_committed") == ["c1", "c2", "c3"]
+    assert read("read_uncommitted") == ["a1", "a2", "a3", "c1", "c2", "c3"]  # the Java client's default

@@ -71,6 +71,7 @@ def consumer_config(properties: Dict[str, str], client_id: str) -> Dict[str, Any
     config["enable.auto.offset.store"] = False
     config["enable.partition.eof"] = False
     config.setdefault("queued.max.messages.kbytes", DEFAULT_QUEUED_MAX_KBYTES)
+    config.setdefault("isolation.level", "read_uncommitted")  # the Java client's default (librdkafka's: committed)
     config["client.id"] = client_id
     # librdkafka's own log (connection refusals, retries) goes to Python logging, not to stderr: the
     # connector raises what ends the job itself, naming servers, topics and offsets

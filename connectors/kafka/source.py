@@ -16,6 +16,9 @@ connector's own: ``partition.discovery.interval.ms`` (default 300000 when unboun
 bounded; <= 0 disables), ``commit.offsets.on.checkpoint`` (default true when a group id is set),
 ``default.api.timeout.ms`` (how long metadata and offset look-ups may take before the job fails,
 default 60000). Java-only settings (``key.deserializer``, ``max.poll.records``, ...) are ignored.
+``isolation.level`` defaults to ``read_uncommitted`` as in the Java client (set ``read_committed``
+to read only committed transactions); ``auto.offset.reset`` follows the starting offsets'
+reset strategy, as in Flink.
 
 These classes are configuration: plain, picklable, read-only once built. Thread-safe.
 """

@@ -173,6 +173,22 @@ class SplitWatermarks:
             output.emit_watermark(lowest)
 
 
+_AUTO_OFFSET_RESET = {
+    KafkaOffsetResetStrategy.EARLIEST: "earliest",
+    KafkaOffsetResetStrategy.LATEST: "latest",
+    KafkaOffsetResetStrategy.NONE: "error",
+}
+
+
+def _reset_strategy(initializer: KafkaOffsetsInitializer) -> KafkaOffsetResetStrategy:
+    """Flink's ``OffsetsInitializer.getAutoOffsetResetStrategy``."""
+    if initializer.kind == "earliest":
+        return KafkaOffsetResetStrategy.EARLIEST
+    if initializer.kind in ("latest", "timestamp"):
+        return KafkaOffsetResetStrategy.LATEST
+    return initializer.reset_strategy
+
+
 class KafkaSourceOperator(SourceOperator):
     """Reads this subtask's partitions of a ``KafkaSource`` (see the module docstring)."""
 
@@ -213,6 +229,9 @@ class KafkaSourceOperator(SourceOperator):
         prefix = source.properties.get(CLIENT_ID_PREFIX) or "raylink-kafka-source"
         config = consumer_config(source.properties, f"{prefix}-{rc.subtask_index}")
         config.setdefault("statistics.interval.ms", STATISTICS_INTERVAL_MS)
+        # an offset gone out of range (retention) resets as the starting offsets say, as Flink sets
+        # auto.offset.reset from the starting OffsetsInitializer; NONE: the job fails
+        config["auto.offset.reset"] = _AUTO_OFFSET_RESET[_reset_strategy(source.starting_offsets)]
         config["stats_cb"] = self._on_statistics
         self._consumer = Consumer(config)
         group = getattr(rc, "metrics_group", None)
