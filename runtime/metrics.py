@@ -16,9 +16,11 @@ On the Prometheus endpoint they are Flink's PrometheusReporter series
 key/value groups (``add_group(key, value)``: ``key="value"``); a meter is its rate plus
 ``_count``, a distribution ``_count``/``_sum``/``_min``/``_max``.
 
-:class:`MetricsHttpServer` serves them on the driver too (``metrics.port``, loopback only);
-a port it cannot listen on raises :class:`MetricsPortError` naming the key and port.
-Everything here runs off the task threads and only reads.
+:class:`MetricsHttpServer` serves them where the job's JobMaster runs too (``metrics.port``,
+loopback only), behind the REST servers' rules (a bearer token recorded in the runtime folder,
+Host/Origin allow-lists, timeouts, a connection limit); a port it cannot listen on raises
+:class:`MetricsPortError` naming the key and port. Everything here runs off the task threads
+and only reads; the server's own thread runs its event loop.
 
 The text is ``prometheus_client``'s (:class:`JobMetricsCollector` yields the families from
 the live metrics at every scrape, ``generate_latest`` writes them); every series is a gauge,
@@ -30,9 +32,12 @@ cluster's Dispatcher) serve it at ``/metrics`` for every job they know
 from __future__ import annotations
 
 import errno
+import logging
+import os
 import re
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional
 
+from raylink.core.options import MetricOptions
 from raylink.errors import RaylinkError
 
 if TYPE_CHECKING:  # prometheus_client is imported when metrics are first served (50 ms)
@@ -40,6 +45,7 @@ if TYPE_CHECKING:  # prometheus_client is imported when metrics are first served
 
 #: the Content-Type of :func:`prometheus_text` (``prometheus_client.CONTENT_TYPE_PLAIN_0_0_4``)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+LOG = logging.getLogger("raylink.metrics")
 #: the labels of the per-subtask task series
 TASK_LABELS = ["job", "vertex", "subtask"]
 #: the longest :meth:`MetricsHttpServer.close` waits for the exporter's thread
@@ -253,24 +259,183 @@ class MetricsPortError(RaylinkError, OSError):
 
 
 class MetricsHttpServer:
-    """The job's Prometheus endpoint on ``metrics.port`` (loopback): ``prometheus_client``'s own
-    exporter (as Flink's PrometheusReporter listens on a port of its own), reading the job's
-    live metrics at every scrape. The REST server serves the same text at ``/metrics``."""
+    """The job's Prometheus endpoint on ``metrics.port`` (as Flink's PrometheusReporter listens on
+    a port of its own): ``GET /metrics`` (prometheus_client's text, or OpenMetrics when asked
+    for), reading the job's live metrics at every scrape (on a scrape thread of its own: the
+    supplier may block). The REST server serves the same text at its ``/metrics``.
+
+    It is an aiohttp server on a daemon thread behind the REST servers' rules
+    (:mod:`raylink.runtime.rest.rest_security`): a random bearer token (401 without it),
+    ``Host``/``Origin`` limited to loopback names and ``host`` (403: DNS rebinding), header and
+    idle timeouts, a connection limit, and a ``host`` beyond loopback only over TLS
+    (``ssl_context``). The token is recorded for this user as a REST server's is
+    (``rest_tokens.rest_auth_headers(url)``) and, alone, in :attr:`token_file`
+    (``<runtime folder>/metrics/port-<port>.token``, mode 0600): the file a Prometheus
+    ``scrape_config`` names as ``authorization: {credentials_file: ...}``. A port it cannot
+    listen on raises :class:`MetricsPortError`. :meth:`close` may be called from any thread.
+    """
 
     def __init__(
-        self, supplier: Callable[[], list[dict]], job_name: str, port: int = 0, host: str = "127.0.0.1"
+        self,
+        supplier: Callable[[], list[dict]],
+        job_name: str,
+        port: int = 0,
+        host: str = "127.0.0.1",
+        *,
+        token: Optional[str] = None,
+        limits: Any = None,
+        ssl_context: Any = None,
     ) -> None:
-        from prometheus_client import CollectorRegistry, start_http_server
+        import asyncio
+        import threading
+        from concurrent.futures import ThreadPoolExecutor
 
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(JobMetricsCollector(lambda: [(job_name, supplier())]))
+        from prometheus_client import CollectorRegistry
+
+        from raylink.runtime.rest import rest_security as security
+
+        security.check_bind(host, ssl_context, option=f"the host of {MetricOptions.PORT.key}")
+        self.host = host
+        self.token: str = token or security.new_token()
+        self._limits = limits or security.ServerLimits()
+        self._ssl = ssl_context
+        self._registry = CollectorRegistry(auto_describe=False)
+        self._registry.register(JobMetricsCollector(lambda: [(job_name, supplier())]))
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="metrics-scrape")
+        self._loop = asyncio.new_event_loop()
+        self._runner: Any = None
+        self._server: Any = None
+        self.guard: Any = None
+        self.token_file: Optional[str] = None
+        self._closed = False
+        ready = threading.Event()
+        outcome: dict = {}
+
+        def serve() -> None:
+            asyncio.set_event_loop(self._loop)
+            try:
+                outcome["port"] = self._loop.run_until_complete(self._start(port))
+            except BaseException as exc:  # noqa: BLE001 - handed to the constructor's thread
+                outcome["error"] = exc
+                ready.set()
+                self._loop.close()
+                return
+            ready.set()
+            try:
+                self._loop.run_forever()
+            finally:
+                self._loop.close()
+
+        self._thread = threading.Thread(target=serve, name="metrics-endpoint", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if "error" in outcome:
+            self._pool.shutdown(wait=False)
+            error = outcome["error"]
+            if isinstance(error, OSError):
+                raise MetricsPortError(port, host, error) from None
+            raise error
+        self.port: int = outcome["port"]
+        self.token_file = _record_metrics_token(self.url, self.port, self.token)
+
+    @property
+    def url(self) -> str:
+        """``http(s)://host:port`` (a wildcard host as 127.0.0.1); scrape ``url + "/metrics"``."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        if host in ("0.0.0.0", "[::]"):
+            host = "127.0.0.1"
+        return f"{'https' if self._ssl is not None else 'http'}://{host}:{self.port}"
+
+    async def _start(self, port: int) -> int:
+        from aiohttp import web
+
+        from raylink.runtime.rest import rest_security as security
+
+        policy = security.AccessPolicy(self.token, self.host, tls=self._ssl is not None)
+        app = web.Application(middlewares=security.security_middlewares(policy))
+        app.router.add_get("/metrics", self._scrape)
+        runner = web.AppRunner(app, shutdown_timeout=1.0, **security.runner_kwargs(self._limits))
+        await runner.setup()
         try:
-            self.server, self._thread = start_http_server(port, host, registry)
-        except OSError as exc:
-            raise MetricsPortError(port, host, exc) from None
-        self.port: int = self.server.server_address[1]
+            server, guard = await security.start_listening(runner, self.host, port, self._limits, self._ssl)
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner, self._server, self.guard = runner, server, guard
+        return security.bound_port(server)
+
+    async def _scrape(self, request: Any) -> Any:
+        import asyncio
+
+        from aiohttp import web
+        from prometheus_client.exposition import choose_encoder
+
+        encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+        body = await asyncio.get_running_loop().run_in_executor(self._pool, encoder, self._registry)
+        response = web.Response(body=body, headers={"Content-Type": content_type})
+        if "gzip" in request.headers.get("Accept-Encoding", ""):
+            response.enable_compression()
+        return response
+
+    async def _stop(self) -> None:
+        try:
+            if self._server is not None:
+                self._server.close()  # no new connections; the runner closes the open ones
+            if self._runner is not None:
+                await self._runner.cleanup()
+        finally:
+            self._loop.stop()  # run_forever returns, the server thread closes the loop and ends
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self._thread.join(CLOSE_TIMEOUT_S)
+        """Stop serving, free the port and remove the token's records; waits for the server
+        thread (at most :data:`CLOSE_TIMEOUT_S`) unless called from it."""
+        import asyncio
+        import threading
+
+        if self._closed:
+            return
+        self._closed = True
+        _forget_metrics_token(self.url, self.token_file, self.token)
+        try:
+            asyncio.run_coroutine_threadsafe(self._stop(), self._loop)
+        except RuntimeError:  # the loop is closed already
+            return
+        self._pool.shutdown(wait=False)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(CLOSE_TIMEOUT_S)
+
+
+def metrics_token_file(port: int) -> str:
+    """Where the token of this user's metrics endpoint on ``port`` is kept alone (mode 0600; the
+    folder is created and checked): ``<runtime folder>/metrics/port-<port>.token``."""
+    from raylink.runtime.runtime_dir import runtime_dir
+
+    return os.path.join(runtime_dir("metrics"), f"port-{port}.token")
+
+
+def _record_metrics_token(url: str, port: int, token: str) -> Optional[str]:
+    from raylink.runtime.client.rest_tokens import record_rest_token
+    from raylink.runtime.runtime_dir import UnsafePathError, write_private_file
+
+    record_rest_token(url, token)
+    try:
+        path = metrics_token_file(port)
+        write_private_file(path, token.encode("utf-8"))
+    except (OSError, UnsafePathError) as exc:
+        LOG.warning("raylink: the token of the metrics endpoint %s is not recorded in the runtime folder: %s", url, exc)
+        return None
+    return path
+
+
+def _forget_metrics_token(url: str, path: Optional[str], token: str) -> None:
+    from raylink.runtime.client.rest_tokens import forget_rest_token
+    from raylink.runtime.runtime_dir import UnsafePathError, read_private_file, remove_private_file
+
+    forget_rest_token(url)
+    if path is None:
+        return
+    try:
+        if read_private_file(path).decode("utf-8", "replace") == token:  # not a later endpoint's
+            remove_private_file(path)
+    except (OSError, UnsafePathError):
+        pass

@@ -1,6 +1,7 @@
 """Who may talk to raylink's REST servers, from where, for how long and how many at once: one
 policy for every server (the per-job driver's :mod:`raylink.runtime.rest.rest_server` and the
-session cluster's Dispatcher, :mod:`raylink.actors.dispatcher`). No Flink counterpart: Flink's
+session cluster's Dispatcher, :mod:`raylink.actors.dispatcher`, and the ``metrics.port``
+Prometheus exporter, :class:`raylink.runtime.metrics.MetricsHttpServer`). No Flink counterpart: Flink's
 REST API has no authentication by default; raylink is stricter by design.
 
 **The token.** Each server has a random bearer token (:func:`new_token`; the Dispatcher's is
@@ -158,11 +159,12 @@ def server_ssl_context(cert: str, key: Optional[str] = None) -> ssl.SSLContext:
     return context
 
 
-def check_bind(host: str, ssl_context: Optional[ssl.SSLContext]) -> None:
-    """Refuse a ``rest.bind-address`` beyond loopback without TLS (the token is always on)."""
+def check_bind(host: str, ssl_context: Optional[ssl.SSLContext], option: str = RestOptions.BIND_ADDRESS.key) -> None:
+    """Refuse a bind address (``option``, ``rest.bind-address`` by default) beyond loopback
+    without TLS (the token is always on)."""
     if ssl_context is None and not is_loopback(host):
         raise RestBindError(
-            f"{RestOptions.BIND_ADDRESS.key} {host!r} is not a loopback address: a REST server reachable from "
+            f"{option} {host!r} is not a loopback address: a server reachable from "
             f"other machines must use TLS. Set {SecurityOptions.SSL_REST_ENABLED.key}=true with "
             f"{SecurityOptions.SSL_REST_CERT_FILE.key} (and {SecurityOptions.SSL_REST_KEY_FILE.key}) naming PEM "
             f"files, or listen on 127.0.0.1"
