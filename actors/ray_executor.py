@@ -43,10 +43,9 @@ from raylink.runtime.job.job_master import JobExecutor, JobMasterBase
 from raylink.runtime.job.resource_profile import (
     UnsatisfiableResourcesError,
     assign_with_profiles,
-    autoscaler_could_add,
     describe_request,
+    placement_verdict,
     ray_resources,
-    unsatisfiable,
 )
 from raylink.runtime.logging_setup import is_verbose, quiet_third_party_loggers, setup_logging
 
@@ -164,15 +163,17 @@ def _executor_runtime_env(max_batch_bytes: int, conf: Any = None) -> Optional[di
     return env or None
 
 
-def _autoscaler_node_types() -> list[dict]:
-    """The resources of each node type Ray's autoscaler may still start (the cluster config it
-    publishes in the GCS; max_count 0 left out); empty without an autoscaler."""
+def _autoscaler_node_types() -> Optional[list[dict]]:
+    """The resources of each node type Ray's autoscaler may still start, from the cluster config
+    it publishes in the GCS (max_count 0 left out); None when none is published. Ray's v1
+    monitor publishes no node types (and one runs on every cluster, even where it cannot add a
+    node), so an autoscaler of that kind is not seen here: a request no node holds fails at once."""
     try:
         config = ray._private.state.state.get_cluster_config()
-    except Exception:  # not published (no autoscaler) or an older Ray
-        return []
-    if not config:
-        return []
+    except Exception:  # an older Ray
+        return None
+    if not config or not config.node_group_configs:
+        return None
     return [dict(ngc.resources) for ngc in config.node_group_configs if ngc.max_count != 0 and ngc.resources]
 
 
@@ -312,20 +313,17 @@ class RayJobClient(JobMasterBase):
         if not self.group_resources:
             return []
         nodes = [dict(n.get("Resources") or {}) for n in ray.nodes() if n.get("Alive")]
-        node_types = _autoscaler_node_types()
+        autoscaler = _autoscaler_node_types()
         waiting = []
         for group, request in sorted(self.group_resources.items()):
-            reason = unsatisfiable(request, nodes)
-            if reason is None:
-                continue
-            if autoscaler_could_add(request, node_types):
+            verdict = placement_verdict(request, nodes, autoscaler)
+            if verdict.reason is not None:
+                raise UnsatisfiableResourcesError(
+                    f"job '{self.job_name}': slot sharing group {group!r} asks for {describe_request(request)} "
+                    f"per TaskExecutor, which no node of the Ray cluster can hold ({verdict.reason})"
+                )
+            if verdict.waits_for_autoscaler:
                 waiting.append(group)
-                continue
-            raise UnsatisfiableResourcesError(
-                f"job '{self.job_name}': slot sharing group {group!r} asks for {describe_request(request)} "
-                f"per TaskExecutor, which no node of the Ray cluster can hold ({reason})"
-                + ("" if node_types else "; no Ray autoscaler node type could add such a node")
-            )
         return waiting
 
     def _wait_placed(self, count: int, bundle: dict, waits_for_autoscaler: list[str]) -> None:

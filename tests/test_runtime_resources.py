@@ -22,11 +22,14 @@ from raylink.api import StreamExecutionEnvironment
 from raylink.api.slot_sharing_group import MemorySize, SlotSharingGroup
 from raylink.graph.execution_graph import build_execution_graph
 from raylink.runtime.job.resource_profile import (
+    Verdict,
     assign_with_profiles,
     autoscaler_could_add,
+    placement_verdict,
     ray_resources,
     unsatisfiable,
 )
+from raylink.tests.runtime_jobs import make_env
 
 MIB = 1 << 20
 
@@ -89,6 +92,23 @@ def test_an_autoscaler_node_type_holding_the_request_could_add_it():
     assert autoscaler_could_add({"CPU": 4.0, "GPU": 1.0}, node_types)
     assert not autoscaler_could_add({"CPU": 4.0, "tpu": 1.0}, node_types)
     assert not autoscaler_could_add({"CPU": 1.0}, [])
+    # a node type declaring no memory gets its machine's: memory alone never rules it out
+    assert autoscaler_could_add({"CPU": 1.0, "memory": 1e12}, [{"CPU": 2.0}])
+    assert not autoscaler_could_add({"CPU": 1.0, "memory": 1e12}, [{"CPU": 2.0, "memory": 1e9}])
+
+
+def test_the_verdict_fails_only_what_neither_a_node_nor_the_autoscaler_can_hold():
+    fits = {"CPU": 1.0, "accel": 1.0}
+    assert placement_verdict(fits, NODES, None) == placement_verdict(fits, NODES, []) == Verdict(None, False)
+    big = {"CPU": 4.0, "GPU": 1.0}
+    no_autoscaler = placement_verdict(big, NODES, None)
+    assert not no_autoscaler.waits_for_autoscaler
+    assert no_autoscaler.reason == "CPU=4 asked, at most 2 on one node; no Ray autoscaler runs"
+    assert placement_verdict(big, NODES, [{"CPU": 8.0, "GPU": 4.0}]) == Verdict(None, True)
+    too_big = placement_verdict(big, NODES, [{"CPU": 2.0, "GPU": 4.0}])
+    assert too_big.reason is not None and "no node type of Ray's autoscaler" in too_big.reason
+    # an autoscaler that does not publish its node types: the request waits for it (bounded)
+    assert placement_verdict(big, NODES, []) == Verdict(None, True)
 
 
 # -- placement of profiled slots --------------------------------------------------------------------
@@ -222,6 +242,7 @@ def cluster_report(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.multinode
+@pytest.mark.timeout(320)  # the first one starts the module's cluster
 def test_the_group_asking_for_a_gpu_and_a_custom_resource_runs_only_on_the_node_declaring_them(cluster_report):
     report = cluster_report
     assert report["finished"] and report["status"] == "FINISHED", report
@@ -236,6 +257,7 @@ def test_the_group_asking_for_a_gpu_and_a_custom_resource_runs_only_on_the_node_
 
 @pytest.mark.slow
 @pytest.mark.multinode
+@pytest.mark.timeout(320)  # the first one starts the module's cluster
 def test_the_rest_vertex_view_shows_each_vertex_s_resources_and_hosts(cluster_report):
     views = cluster_report["views"]
     named = {name.split(" ")[0]: view for name, view in views.items()}  # "plain -> Sink: ..." (chained)
@@ -248,6 +270,7 @@ def test_the_rest_vertex_view_shows_each_vertex_s_resources_and_hosts(cluster_re
 
 @pytest.mark.slow
 @pytest.mark.multinode
+@pytest.mark.timeout(320)  # the first one starts the module's cluster
 def test_a_resource_no_node_has_fails_the_job_at_once_naming_group_and_resource(cluster_report):
     failed = cluster_report["no_such_resource"]
     assert "UnsatisfiableResourcesError" in failed["error"], failed
@@ -257,9 +280,49 @@ def test_a_resource_no_node_has_fails_the_job_at_once_naming_group_and_resource(
 
 @pytest.mark.slow
 @pytest.mark.multinode
+@pytest.mark.timeout(320)  # the first one starts the module's cluster
 def test_more_cpus_than_any_node_has_fails_at_once_naming_group_and_cpus(cluster_report):
     failed = cluster_report["too_many_cpus"]
     assert "UnsatisfiableResourcesError" in failed["error"], failed
     assert "'big-group'" in failed["error"] and "CPU=3 asked, at most 2 on one node" in failed["error"], failed
     assert failed["seconds"] < 10, failed
     assert cluster_report["executors_left"] == [], cluster_report["executors_left"]
+
+
+def test_a_group_only_the_autoscaler_could_hold_says_so_while_it_waits_then_fails_naming_it(ray_session, monkeypatch):
+    """On the session's one-node Ray, with an autoscaler whose node type has ``tpu`` (its
+    published node types stand in; no node with ``tpu`` ever comes): the job waits, a line says
+    it waits for the autoscaler for that group, and the wait ends with an error naming it."""
+    import logging
+
+    from raylink.actors import ray_executor
+
+    monkeypatch.setattr(ray_executor, "_autoscaler_node_types", lambda: [{"CPU": 4.0, "tpu": 1.0}])
+    monkeypatch.setattr(ray_executor, "AUTOSCALER_PLACEMENT_TIMEOUT_S", 1.5)
+    monkeypatch.setattr(ray_executor, "AUTOSCALER_LINE_EVERY_S", 0.5)
+    lines: list[str] = []
+
+    class Lines(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    handler = Lines(level=logging.INFO)
+    logger = logging.getLogger("raylink")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        env = make_env("ray", 1)
+        tpu = SlotSharingGroup.builder("tpu-group").set_cpu_cores(0.1).set_task_heap_memory_mb(16)
+        env.from_collection([1, 2]).map(lambda x: x).slot_sharing_group(
+            tpu.set_external_resource("tpu", 1).build()
+        ).add_sink(lambda v: None)
+        with pytest.raises(RuntimeError) as info:
+            env.execute("waits for a tpu node")
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    waiting = [line for line in lines if "waits for Ray's autoscaler" in line]
+    assert waiting and "'tpu-group'" in waiting[0] and "tpu=1" in waiting[0], (lines, str(info.value))
+    assert "Ray's autoscaler added no node for slot sharing group 'tpu-group'" in str(info.value)
+    assert not any(pg["state"] != "REMOVED" for pg in ray_session.util.placement_group_table().values())

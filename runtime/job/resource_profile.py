@@ -10,8 +10,10 @@ TaskExecutors that run it, and a request no node can ever hold is found before a
   profile. Flink gives each slot of such a group (subtask i of every vertex of the group) a
   slot of exactly the profile; here each such slot is one TaskExecutor of exactly the profile.
   The other groups are placed as without profiles (:func:`assign_task_executors`).
-- :func:`unsatisfiable` / :func:`autoscaler_could_add`: does a request fit one node (a Ray
-  bundle never spans nodes), of those alive or of the node types Ray's autoscaler may start.
+- :func:`placement_verdict` (:func:`unsatisfiable`, :func:`autoscaler_could_add`): does a
+  request fit one node (a Ray bundle never spans nodes), of those alive or of the node types
+  Ray's autoscaler may start; when the autoscaler runs but does not say which node types it
+  has, a request no node holds waits for it (bounded) instead of failing.
 
 Pure functions over plain values (no Ray here: the Ray side passes ``ray.nodes()``'s per-node
 resources and the autoscaler's node types in), so thread-safe.
@@ -120,8 +122,36 @@ def unsatisfiable(request: dict[str, float], nodes: list[dict[str, float]]) -> O
 
 
 def autoscaler_could_add(request: dict[str, float], node_types: list[dict[str, float]]) -> bool:
-    """Whether one of the node types Ray's autoscaler may still start (their resources) holds it."""
-    return any(_fits(request, node) for node in node_types)
+    """Whether one of the node types Ray's autoscaler may still start (their resources) holds it;
+    a node type that declares no ``memory`` gets what its machine has, so any amount may fit."""
+    return any(
+        _fits({k: v for k, v in request.items() if k != "memory" or "memory" in node}, node) for node in node_types
+    )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Whether a request can be placed: ``reason`` why no node ever will (None: one can, or the
+    autoscaler may add one), ``waits_for_autoscaler``: no node holds it now, an autoscaler may."""
+
+    reason: Optional[str]
+    waits_for_autoscaler: bool
+
+
+def placement_verdict(
+    request: dict[str, float], nodes: list[dict[str, float]], autoscaler: Optional[list[dict[str, float]]]
+) -> Verdict:
+    """Can ``request`` be placed on ``nodes`` (each node's total resources)? ``autoscaler``: None
+    when no autoscaler runs, else the resources of the node types it may still start -- empty
+    when it runs but does not publish them (then any request may wait for it)."""
+    reason = unsatisfiable(request, nodes)
+    if reason is None:
+        return Verdict(None, False)
+    if autoscaler is not None and (not autoscaler or autoscaler_could_add(request, autoscaler)):
+        return Verdict(None, True)
+    if autoscaler is None:
+        return Verdict(f"{reason}; no Ray autoscaler runs", False)
+    return Verdict(f"{reason}; no node type of Ray's autoscaler has them either", False)
 
 
 def _amount(name: str, value: float) -> str:
@@ -142,10 +172,12 @@ def describe_request(request: dict[str, float]) -> str:
 __all__ = [
     "GPU",
     "ProfiledPlacement",
+    "Verdict",
     "UnsatisfiableResourcesError",
     "assign_with_profiles",
     "autoscaler_could_add",
     "describe_request",
+    "placement_verdict",
     "ray_resources",
     "unsatisfiable",
 ]
