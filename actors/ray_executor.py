@@ -4,7 +4,10 @@ The JobMaster (this driver-side object) connects to Ray (``RAY_ADDRESS`` /
 ``ray.init()`` conventions, else starts a local Ray), assigns slots (slot sharing
 groups respected), places one TaskExecutor actor per ``taskmanager.numberOfTaskSlots``
 slots in a SPREAD placement group so a job covers every node, deploys every
-subtask, starts them, and long-polls the executors for task state changes. A
+subtask, starts them, and long-polls the executors for task state changes. A slot
+of a slot sharing group with a resource profile gets a TaskExecutor of exactly those
+Ray resources (:mod:`raylink.runtime.job.resource_profile`); a profile no node (nor a
+node type Ray's autoscaler publishes) can hold fails the job before anything is placed. A
 lost actor or node fails the job with the tasks it hosted; every actor and the
 placement group are released when the job ends, fails or is cancelled.
 
