@@ -138,8 +138,8 @@ def check_prometheus(text: str, job_name: str, n: int = N) -> None:
 
 
 def scrape(url: str) -> str:
-    """``url``'s text; with the REST server's token, as a client of this user finds it (the
-    metrics.port exporter has none)."""
+    """``url``'s text, with the token of the server at ``url`` (the REST server's or the
+    metrics.port exporter's) as a client of this user finds it in the runtime folder."""
     with urllib.request.urlopen(urllib.request.Request(url, headers=rest_auth_headers(url)), timeout=10) as response:
         assert response.headers["Content-Type"].startswith("text/plain; version=0.0.4")
         return response.read().decode()
@@ -151,11 +151,12 @@ def test_user_metrics_are_in_the_job_metrics_and_on_prometheus_while_running_and
     (env.add_source(NumbersThenWait(N)).set_parallelism(1).rebalance().map(Measured()).add_sink(Discard()))
     client = env.execute_async("user metrics")
     try:
+        # a subtask reports no "my_group.seen" until its Map opened and registered it
         assert wait_for(
-            lambda: sum(m["my_group.seen"] for m in map_metrics(client.get_metrics())) == N, client, timeout=60
+            lambda: sum(m.get("my_group.seen", 0) for m in map_metrics(client.get_metrics())) == N, client, timeout=60
         ), client.get_metrics()
         check_exact(map_metrics(client.get_metrics()))  # live, from the running tasks
-        # the same series on metrics.port (prometheus_client's exporter) and the REST server's /metrics
+        # the same series on metrics.port (its own token) and the REST server's /metrics
         for url in (f"http://127.0.0.1:{client.metrics_server.port}/metrics", client.rest_endpoint.url + "/metrics"):
             text = scrape(url)
             check_prometheus(text, "user metrics")
