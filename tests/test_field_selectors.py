@@ -156,12 +156,12 @@ def test_a_map_that_only_reads_fields_runs_as_an_itemgetter_and_keeps_its_lifecy
 
     Swap.opened = Swap.closed = 0
     op = StreamMap(Swap())
-    out, _ = start(op)
+    harness = start(op)
     assert isinstance(op._map, operator.itemgetter)
     op.process_batch([("a", 1), ("b", 2)])
     op.process_element(("c", 3))
     op.close()
-    assert out.records == [(1, "a"), (2, "b"), (3, "c")]
+    assert harness.extract_output_values() == [(1, "a"), (2, "b"), (3, "c")]
     assert (Swap.opened, Swap.closed) == (1, 1)
     other = StreamMap(lambda e: (e[1], e[0] * 2))
     start(other)
