@@ -139,3 +139,26 @@ def test_stop_with_savepoint_at_p2_and_resume_at_p3_counts_every_record_once(ray
     assert restored.get_job_status() == "FINISHED", restored.get_job_status()
     assert restored.get_checkpoint_stats()["lastRestoredCheckpointId"] is not None
     assert stopped + committed_lines(second) == _reference(values), "counts lost or repeated across the savepoint"
+
+
+@pytest.mark.timeout(300)
+def test_stop_with_savepoint_at_p3_and_resume_at_p2_on_the_local_target_counts_every_record_once(
+    kafka_broker, tmp_path
+):
+    """The splits of three old subtasks pooled and shared out to two (in-process, quick)."""
+    servers = kafka_broker.bootstrap_servers
+    topic, values = _topic_with_numbers(servers, 12_000)
+    first, second = tmp_path / "out-1", tmp_path / "out-2"
+    env = checkpointing_env("local", 3, tmp_path)
+    _build(env, servers, topic, first)
+    client = env.execute_async()
+    path = stop_after_a_checkpoint(client, tmp_path / "savepoints")
+    stopped = committed_lines(first)
+    assert 0 < sum(stopped.values()) < len(values), "the first run was not stopped part-way"
+
+    env = checkpointing_env("local", 2, tmp_path, **{"execution.savepoint.path": path})
+    _build(env, servers, topic, second)
+    restored = env.execute_async()
+    assert restored.wait(200), "the restored job did not finish"
+    assert restored.get_job_status() == "FINISHED", restored.get_job_status()
+    assert stopped + committed_lines(second) == _reference(values), "counts lost or repeated across the savepoint"
