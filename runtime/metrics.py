@@ -337,6 +337,12 @@ class MetricsHttpServer:
             raise error
         self.port: int = outcome["port"]
         self.token_file = _record_metrics_token(self.url, self.port, self.token)
+        LOG.info(
+            "raylink: Prometheus metrics of job '%s' at %s/metrics (bearer token in %s)",
+            job_name,
+            self.url,
+            self.token_file or "no file: the runtime folder is refused",
+        )
 
     @property
     def url(self) -> str:
