@@ -3,7 +3,8 @@ token 401, addressed by a foreign ``Host`` or from a foreign ``Origin`` 403 (DNS
 with the token (read from the file a Prometheus ``credentials_file`` names) the scrape parses
 with prometheus_client's own parser and holds the running job's exact counts; another local
 user (``nobody``, the suite runs as root) can neither read the token nor scrape; slow clients
-are cut off and connections bounded; a bind beyond loopback needs TLS.
+are cut off and connections bounded; a bind beyond loopback needs TLS, and over TLS it serves
+every interface with the same rules.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import http.client
 import json
 import os
 import socket
+import ssl
 import stat
+import subprocess
 from pathlib import Path
 from typing import Optional
 
@@ -21,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from raylink.runtime.client.rest_tokens import find_rest_token
 from raylink.runtime.metrics import MetricsHttpServer, metrics_token_file
-from raylink.runtime.rest.rest_security import RestBindError, ServerLimits
+from raylink.runtime.rest.rest_security import RestBindError, ServerLimits, server_ssl_context
 from raylink.tests.runtime_jobs import make_env, wait_for
 from raylink.tests.test_runtime_user_metrics import Discard, NumbersThenWait
 
@@ -173,3 +176,35 @@ def test_a_bind_beyond_loopback_needs_tls(run_dir):
     for host in ("0.0.0.0", "192.0.2.1"):
         with pytest.raises(RestBindError, match=r"metrics\.port .*security\.ssl\.rest\.enabled"):
             MetricsHttpServer(lambda: [], "job", 0, host)
+
+
+def test_over_tls_it_serves_every_interface_with_the_token(run_dir, tmp_path):
+    cert, key = tmp_path / "metrics.pem", tmp_path / "metrics.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    supplier = lambda: [{"vertex_name": "Map", "numRecordsIn": 3}]  # noqa: E731
+    server = MetricsHttpServer(supplier, "job", 0, "0.0.0.0", ssl_context=server_ssl_context(str(cert), str(key)))
+    try:
+        assert server.url.startswith("https://127.0.0.1:")
+        trust = ssl.create_default_context(cafile=str(cert))
+
+        def scrape(headers: dict) -> tuple[int, bytes]:
+            connection = http.client.HTTPSConnection("127.0.0.1", server.port, timeout=10, context=trust)
+            try:
+                connection.request("GET", "/metrics", headers=headers)
+                response = connection.getresponse()
+                return response.status, response.read()
+            finally:
+                connection.close()
+
+        status, body = scrape(bearer(server.token))
+        assert status == 200 and records_in(body.decode(), "Map") == 3
+        assert scrape({})[0] == 401
+        assert scrape({**bearer(server.token), "Host": "evil.example"})[0] == 403
+        with pytest.raises((http.client.HTTPException, OSError)):  # plain HTTP gets no answer
+            get(server.port, headers=bearer(server.token))
+    finally:
+        server.close()
