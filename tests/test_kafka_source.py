@@ -329,3 +329,43 @@ def test_read_committed_reads_only_committed_transactions_and_ends_past_their_ma
     # the topic ends with an abort marker: the bounded read must end past it all the same
     assert read("read_committed") == ["c1", "c2", "c3"]
     assert read("read_uncommitted") == ["a1", "a2", "a3", "c1", "c2", "c3"]  # the Java client's default
+
+
+def _native_threads() -> int:
+    import os
+
+    return len(os.listdir(f"/proc/{os.getpid()}/task"))
+
+
+def test_failed_and_cancelled_jobs_release_their_consumers(kafka_broker):
+    """librdkafka runs native threads per consumer: after a job fails on a bad record or is
+    cancelled, this process has no more threads than before it (every consumer was closed)."""
+    import gc
+
+    servers = kafka_broker.bootstrap_servers
+    topic = new_topic(servers, 2)
+    produce(servers, topic, [(i % 2, None, b"1" if i < 50 else b"x", None) for i in range(60)])
+
+    def stream(deserializer, bounded=True):
+        builder = (
+            KafkaSource.builder()
+            .set_bootstrap_servers(servers)
+            .set_topics(topic)
+            .set_value_only_deserializer(deserializer)
+        )
+        if bounded:
+            builder.set_bounded(KafkaOffsetsInitializer.latest())
+        return make_env("local", 2).from_source(builder.build(), WatermarkStrategy.no_watermarks(), "k")
+
+    gc.collect()
+    before = _native_threads()
+    with pytest.raises(Exception, match="cannot read the record"):
+        list(stream(_Strict()).execute_and_collect())
+    records = stream(SimpleStringSchema(), bounded=False).execute_and_collect()
+    assert next(records) in ("1", "x")
+    records.close()
+    gc.collect()
+    deadline = time.monotonic() + 30
+    while _native_threads() > before and time.monotonic() < deadline:
+        time.sleep(0.05)  # threads end a moment after their close; polled with a deadline
+    assert _native_threads() <= before
