@@ -551,3 +551,20 @@ def test_an_unbounded_source_keeps_emitting_one_timeline_over_its_subtasks():
     assert [len(o) for o in outputs] == [500, 500]
     merged = [outputs[k % 2][k // 2] for k in range(1000)]  # subtask k % 2 holds event k
     assert [event_line(e) for e in merged] == [event_line(e) for e in events(1000)]
+
+
+def test_the_flink_check_writes_the_events_in_the_datagen_tables_json_shape(tmp_path):
+    import json
+
+    from raylink.bench.nexmark.flink_check import epoch_ms, sql_timestamp, write_events
+
+    config = NexmarkConfig(events=120, events_per_second=7, base_time=1_700_000_000_123)
+    write_events(config, tmp_path / "events.json")
+    lines = [json.loads(line) for line in (tmp_path / "events.json").read_text().splitlines()]
+    originals = events(120, config)
+    assert len(lines) == 120 and all("dateTime" not in line for line in lines)  # computed by the DDL
+    for line, event in zip(lines, originals):
+        nested = line[["person", "auction", "bid"][line["event_type"]]]
+        assert epoch_ms(nested["dateTime"]) == event.dateTime
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}", nested["dateTime"])
+    assert sql_timestamp(1_700_000_000_005) == "2023-11-14 22:13:20.005"
