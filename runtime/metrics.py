@@ -40,8 +40,12 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional
 from raylink.core.options import MetricOptions
 from raylink.errors import RaylinkError
 
-if TYPE_CHECKING:  # prometheus_client is imported when metrics are first served (50 ms)
+if TYPE_CHECKING:  # prometheus_client is imported when metrics are first served (50 ms), aiohttp when served
+    import ssl
+
     from prometheus_client.core import Metric
+
+    from raylink.runtime.rest.rest_security import ServerLimits
 
 #: the Content-Type of :func:`prometheus_text` (``prometheus_client.CONTENT_TYPE_PLAIN_0_0_4``)
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -283,8 +287,8 @@ class MetricsHttpServer:
         host: str = "127.0.0.1",
         *,
         token: Optional[str] = None,
-        limits: Any = None,
-        ssl_context: Any = None,
+        limits: Optional["ServerLimits"] = None,
+        ssl_context: Optional["ssl.SSLContext"] = None,
     ) -> None:
         import asyncio
         import threading
