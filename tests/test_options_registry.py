@@ -86,6 +86,11 @@ NAMESPACES = {option.key.split(".")[0] for option in registry.all_options()} | {
 }
 
 
+#: keys of other systems' clients that share a first word with Flink's options: raylink hands them
+#: to that client (a Kafka consumer's or producer's properties), never to its Configuration
+FOREIGN_CLIENT_KEYS = {"client.id"}
+
+
 def _module_strings(tree: ast.Module) -> dict[str, str]:
     """Module-level ``NAME = "text"`` constants (so ``conf.get(CONF_KEY)`` is resolved too)."""
     out = {}
@@ -124,6 +129,8 @@ def key_uses(source: str) -> Iterator[tuple[int, str, str]]:
     def key_like(node: ast.AST) -> Optional[str]:
         text = _text(node, names)
         if text is None or not KEY_SHAPE.fullmatch(text) or text.split(".")[0] not in NAMESPACES:
+            return None
+        if text in FOREIGN_CLIENT_KEYS:
             return None
         return text
 

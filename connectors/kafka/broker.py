@@ -34,6 +34,8 @@ import time
 import uuid
 from typing import List, Optional
 
+from raylink.errors import RaylinkError
+
 #: the Kafka version scripts/kafka_jars.sh resolves
 KAFKA_VERSION = "4.4.0"
 #: environment variable naming the folder of the broker's jars (default: .cache/kafka/libs)
@@ -52,7 +54,7 @@ logger.server.level = INFO
 """
 
 
-class KafkaBrokerError(RuntimeError):
+class KafkaBrokerError(RaylinkError, RuntimeError):
     """The broker could not be started (missing jars or Java, exited, or did not answer)."""
 
 
