@@ -510,7 +510,7 @@ class SparkSink:
         names = [name for r in requests for name in r["files"]]
         origin = requests[0].get("origin")
         staging = origin[2] if origin else self.staging  # an earlier run's committables: its folder
-        spark = get_spark()
+        spark = _activated(get_spark())
         try:
             if self.target is not None:  # Delta or Iceberg: one table commit
                 return self._commit_table(spark, staging, names, mode, None, None)
@@ -589,7 +589,7 @@ class SparkSink:
         add nothing. A subtask that committed its end of input counts as present (empty) in
         later checkpoints, which it takes no part in. An earlier run's committable (restored
         from its savepoint) is committed alone, keyed by that run's sink and subtask."""
-        spark = get_spark()
+        spark = _activated(get_spark())
         checkpoint = request["checkpoint"]
         origin = request.get("origin")
         if origin:
@@ -689,6 +689,17 @@ class SparkSink:
     def get_dataframe(self, result: Any, spark: Any = None) -> Any:
         """The result DataFrame of this sink in the job of ``result`` (see :mod:`.results`)."""
         return get_spark_dataframe(result, self, spark)
+
+
+def _activated(spark: Any) -> Any:
+    """``spark`` made the active session of this thread's JVM thread (the bridge's driver
+    thread commits): in a thread without one, Spark plans ``saveAsTable`` for the Delta
+    session catalog (a V1 Parquet table's overwrite became an unsupported REPLACE TABLE)."""
+    try:
+        spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+    except Exception:  # a session without a JVM of its own here (attached): taken as it is
+        pass
+    return spark
 
 
 def _has_nested_required_field(schema: pa.Schema) -> bool:
