@@ -12,7 +12,7 @@ from decimal import Decimal
 import pytest
 
 from raylink.bench.nexmark import NexmarkConfig, NexmarkSource, event_at, events, events_from_json
-from raylink.bench.nexmark.generator import SplittableRandom, event_to_json, next_price
+from raylink.bench.nexmark.generator import SplittableRandom, _next_long, event_to_json, next_price
 from raylink.bench.nexmark.queries import QUERIES, watermark_strategy
 from raylink.bench.nexmark.source import NexmarkSourceOperator
 from raylink.tests.harness import AbstractStreamOperatorTestHarness
@@ -399,6 +399,8 @@ def test_splittable_random_draws_what_java_draws():
         r = SplittableRandom(seed)
         drawn = (r.next_int(), r.next_int(100), r.next_int(13), r.next_int(1 << 20), r.next_int(2147483000))
         assert drawn + (r.next_long(), r.next_double(), next_price(r)) == expected
+    # LongGenerator.nextLong(new SplittableRandom(seed), 10^12): Math.abs(nextLong() % n) in Java
+    assert [_next_long(SplittableRandom(s), 10**12) for s in (7, 8, 9)] == [600892374487, 547344193994, 336115519388]
 
 
 def test_generator_is_deterministic_with_nexmark_proportions_and_ids():

@@ -248,8 +248,7 @@ def _next_long(random: SplittableRandom, n: int) -> int:
     """``LongGenerator.nextLong``: uniform in ``[0, n)``."""
     if n < _INT_MAX:
         return random.next_int(n)
-    value = random.next_long()
-    return abs(value - n * int(value / n))  # Java's remainder keeps the dividend's sign
+    return abs(random.next_long()) % n  # Math.abs(nextLong() % n): Java's % keeps the dividend's sign
 
 
 def next_base0_person_id(config: NexmarkConfig, event_id: int, random: SplittableRandom) -> int:
