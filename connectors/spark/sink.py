@@ -49,6 +49,14 @@ streams). Then, by target:
   target (another format, ``partition_by``, ``options``, a new schema) with ONE Spark
   write that reads the staged files. No rows pass through the driver.
 
+``format="delta"`` (``path`` or ``table``) and ``format="iceberg"`` (``table`` of raylink's
+Iceberg catalog) stage files the same way, but the driver gathers every subtask's files of a
+completed checkpoint (every subtask hands in a part, empty or not; one that ended counts as
+present afterwards) and makes them ONE table commit, idempotent in the table itself: Delta's
+``txnAppId``/``txnVersion`` and Iceberg's ``flink.job-id``/``flink.max-committed-checkpoint-id``
+(the sink's id, the checkpoint id; :mod:`.delta`, :mod:`.iceberg`). The target is checked on
+the driver before the job starts (a folder that is no Delta table, a column of another type).
+
 Arrow record batches (elements of a chained ``map_batches`` or ``from_spark``) skip the row
 conversion: their columns are taken by name and cast to the sink's schema
 (:func:`~raylink.connectors.spark.arrow.conform_batch`; a missing or extra column, or a column
