@@ -299,6 +299,9 @@ class StreamExecutionEnvironment:
         """A stream from ``source``; ``watermark_strategy`` runs inside the source operator, as
         in Flink's ``SourceOperator`` (``WatermarkStrategy.no_watermarks()`` or None: none)."""
         hook = getattr(source, "_raylink_source_spec", None)
+        produced = getattr(source, "get_produced_type", None)
+        if type_info is None and callable(produced):  # Flink's ResultTypeQueryable
+            type_info = produced()
         if callable(hook):
             kind, function, params, non_parallel = hook()
             stream = self._source(kind, source_name, function, type_info, non_parallel=non_parallel, **params)

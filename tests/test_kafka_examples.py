@@ -2,12 +2,15 @@
 migrated with ``raylink migrate`` and pointed at the session's broker instead of
 ``localhost:9092``: each writes its records through the KafkaSink and reads them back through the
 KafkaSource (JSON, CSV, Avro, raw bytes), or writes keys and values with
-``RowFieldExtractorSchema``. The records they print (or, for the sink-only example, what a plain
-client reads from its topic) are exactly the ones the program wrote. The readers never end (the
-examples read an unbounded topic), so the test stops them once everything was printed.
-
-Not checked here: the exact text PyFlink prints for a ``Row`` coming from a Java source
-(``+I[1, hi]``); raylink prints these rows as Python's ``str`` does (``<Row(1, 'hi')>``)."""
+``RowFieldExtractorSchema``. Each prints exactly what PyFlink prints: a row read back through a
+row format's deserialization schema is a record of the schema's ``Types.ROW``, which PyFlink
+2.3's ``print()`` writes as ``'{kind}[{fields joined by ","}]'`` (``DataStream._align_output_type``
+for a ``RowTypeInfo`` stream: ``1> +I[1,hi]``, a None field as ``None``; checked under PyFlink
+2.3 with a ``from_collection(..., type_info=Types.ROW(...))`` stream, the same Java
+``RowTypeInfo`` the Kafka source's row schemas produce). Which subtask prints a record differs
+from run to run, so the record lines are compared sorted without their ``N> `` prefixes. The
+readers never end (the examples read an unbounded topic), so the test stops them once
+everything was printed; for the sink-only example, a plain client reads its topic back."""
 
 from __future__ import annotations
 
@@ -20,12 +23,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections import Counter
 
 import pytest
 
 from raylink.migrate import main as migrate
-from raylink.tests.pyflink_examples.cases import pyflink_examples_dir, raylink_env
+from raylink.tests.pyflink_examples.cases import RECORDED_PARALLELISM, pyflink_examples_dir, raylink_env
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -99,21 +101,28 @@ def _read_part(lines):
     return [_PREFIX.sub("", line) for line in lines[lines.index("start reading data from kafka") + 1 :] if line]
 
 
+def _record_lines(lines):
+    """The lines printed after ``start reading data from kafka``: each must carry a subtask
+    prefix of the recorded parallelism (Flink's print sink at parallelism > 1)."""
+    printed = lines[lines.index("start reading data from kafka") + 1 :]
+    assert all(re.match(rf"^[1-{RECORDED_PARALLELISM}]> ", line) for line in printed), printed
+    return sorted(_PREFIX.sub("", line) for line in printed)
+
+
 @pytest.mark.parametrize("name", ["kafka_json_format.py", "kafka_csv_format.py", "kafka_avro_format.py"])
-def test_a_row_format_example_reads_back_every_row_it_wrote(kafka_broker, migrated, tmp_path, name):
+def test_a_row_format_example_prints_every_row_it_wrote_as_pyflink_does(kafka_broker, migrated, tmp_path, name):
     program = _program(migrated, name, kafka_broker.bootstrap_servers, tmp_path)
     lines, _code, stderr = _run_until(program, tmp_path, lambda seen: len(_read_part(seen)) >= len(ROWS))
-    assert lines[0] == "start writing data to kafka", stderr[-3000:]
-    printed = _read_part(lines)
-    rows = [re.fullmatch(r"<Row\((-?\d+), '([^']*)'\)>", line) for line in printed]
-    assert all(rows), printed
-    assert Counter((int(m.group(1)), m.group(2)) for m in rows) == Counter(ROWS), stderr[-3000:]
+    assert lines[:1] == ["start writing data to kafka"] and "start reading data from kafka" in lines, stderr[-3000:]
+    assert lines.index("start reading data from kafka") == 1, lines
+    assert _record_lines(lines) == sorted(f"+I[{i},{s}]" for i, s in ROWS), stderr[-3000:]
 
 
-def test_the_bytearray_example_reads_back_every_message_it_wrote(kafka_broker, migrated, tmp_path):
+def test_the_bytearray_example_prints_every_message_it_wrote(kafka_broker, migrated, tmp_path):
     program = _program(migrated, "kafka_bytearray_format.py", kafka_broker.bootstrap_servers, tmp_path)
     lines, _code, stderr = _run_until(program, tmp_path, lambda seen: len(_read_part(seen)) >= len(COUNTRIES))
-    assert Counter(_read_part(lines)) == Counter(json.dumps(c) for c in COUNTRIES), stderr[-3000:]
+    assert lines[:2] == ["start writing data to kafka", "start reading data from kafka"], stderr[-3000:]
+    assert _record_lines(lines) == sorted(json.dumps(c) for c in COUNTRIES), stderr[-3000:]
 
 
 def test_the_row_field_extractor_example_writes_keys_and_values_from_row_fields(kafka_broker, migrated, tmp_path):
@@ -123,8 +132,15 @@ def test_the_row_field_extractor_example_writes_keys_and_values_from_row_fields(
     program = _program(migrated, "kafka_row_field_extractor_example.py", servers, tmp_path)
     lines, code, stderr = _run_until(program, tmp_path, lambda seen: False)
     assert code == 0, stderr[-3000:]
+    expected = [
+        ("user-001", {"type": "purchase", "item": "laptop", "price": 999.99}),
+        ("user-002", {"type": "view", "item": "phone", "timestamp": "2024-01-07T10:30:00"}),
+        ("user-001", {"type": "add_to_cart", "item": "mouse", "quantity": 2}),
+        ("user-003", {"type": "purchase", "item": "keyboard", "price": 79.99}),
+    ]
+    # the program's own print() in its map function, at parallelism 1: in input order
     sent = [line for line in lines if line.startswith("Sending: ")]
-    assert len(sent) == 4
+    assert sent == [f"Sending: User={user}, Event={event}" for user, event in expected], stderr[-3000:]
     topic = "row-extractor-example"
     consumer = Consumer({"bootstrap.servers": servers, "group.id": "check-" + topic})
     partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
@@ -136,11 +152,5 @@ def test_the_row_field_extractor_example_writes_keys_and_values_from_row_fields(
             got.extend((m.key(), m.value()) for m in consumer.consume(10, 1.0) if m.error() is None)
     finally:
         consumer.close()
-    expected = [
-        ("user-001", {"type": "purchase", "item": "laptop", "price": 999.99}),
-        ("user-002", {"type": "view", "item": "phone", "timestamp": "2024-01-07T10:30:00"}),
-        ("user-001", {"type": "add_to_cart", "item": "mouse", "quantity": 2}),
-        ("user-003", {"type": "purchase", "item": "keyboard", "price": 79.99}),
-    ]
     canonical = lambda pairs: sorted((key, json.dumps(value, sort_keys=True)) for key, value in pairs)
     assert canonical((k.decode(), json.loads(v)) for k, v in got) == canonical(expected)

@@ -25,6 +25,43 @@ from raylink.api.pyflink_compat.unsupported import define_unsupported
 from raylink.api.serialization import DeserializationSchema, SerializationSchema
 from raylink.connectors.file.bulk_formats import AvroBulkWriters, AvroSchema, GenericRecordAvroTypeInfo
 from raylink.core.row import Row
+from raylink.core.types import Types
+
+#: Avro's primitive types as Flink's ``AvroSchemaConverter`` declares them
+_AVRO_TYPES = {
+    "int": Types.INT,
+    "long": Types.LONG,
+    "string": Types.STRING,
+    "enum": Types.STRING,
+    "boolean": Types.BOOLEAN,
+    "float": Types.FLOAT,
+    "double": Types.DOUBLE,
+    "bytes": lambda: Types.PRIMITIVE_ARRAY(Types.BYTE()),
+    "fixed": lambda: Types.PRIMITIVE_ARRAY(Types.BYTE()),
+}
+
+
+def _type_info(schema: Any) -> Any:
+    """The ``TypeInformation`` of a parsed Avro schema, None where it has none here."""
+    if isinstance(schema, list):  # a union: only ``[null, T]`` has a type
+        types = [t for t in schema if t != "null"]
+        return _type_info(types[0]) if len(types) == 1 else None
+    name = schema.get("type") if isinstance(schema, dict) else schema
+    if name == "record":
+        fields = [_type_info(f["type"]) for f in schema["fields"]]
+        if any(f is None for f in fields):
+            return None
+        return Types.ROW_NAMED([f["name"] for f in schema["fields"]], fields)
+    if name == "array":
+        element = _type_info(schema["items"])
+        return None if element is None else Types.OBJECT_ARRAY(element)
+    if name == "map":
+        value = _type_info(schema["values"])
+        return None if value is None else Types.MAP(Types.STRING(), value)
+    if isinstance(name, (dict, list)):
+        return _type_info(name)
+    make = _AVRO_TYPES.get(name)
+    return None if make is None else make()
 
 
 def _parse(record_class: Optional[str], avro_schema_string: Optional[str], who: str) -> Any:
@@ -73,6 +110,13 @@ class AvroRowDeserializationSchema(DeserializationSchema):
     def __init__(self, record_class: Optional[str] = None, avro_schema_string: Optional[str] = None) -> None:
         self.schema = _parse(record_class, avro_schema_string, "AvroRowDeserializationSchema")
         self.field_names = [f["name"] for f in self.schema["fields"]]
+        self.type_info = _type_info(self.schema)
+
+    def get_produced_type(self) -> Any:
+        """The schema's row type (Flink's ``getProducedType``, through ``AvroSchemaConverter``):
+        a source reading with this schema is a stream of that type, so ``print()`` writes
+        ``+I[1,hi]`` as PyFlink does; None when a field's Avro type has no counterpart here."""
+        return self.type_info
 
     def deserialize(self, message: bytes) -> Row:
         try:

@@ -167,7 +167,9 @@ class CsvRowDeserializationSchema(DeserializationSchema):
         escape_character: Optional[str] = None,
         null_literal: Optional[str] = None,
         ignore_parse_errors: bool = False,
+        type_info: Any = None,
     ) -> None:
+        self.type_info = type_info
         self.field_types = list(field_types)
         self.field_delimiter = field_delimiter
         self.allow_comments = allow_comments
@@ -206,12 +208,17 @@ class CsvRowDeserializationSchema(DeserializationSchema):
             raise ValueError(f"CsvRowDeserializationSchema: cannot read {text[:200]!r}: {exc}") from None
         return Row(*values)
 
+    def get_produced_type(self) -> Any:
+        """The builder's ``Types.ROW`` (Flink's ``getProducedType``): a source reading with this
+        schema is a stream of that type, so ``print()`` writes ``+I[1,hi]`` as PyFlink does."""
+        return self.type_info
+
     class Builder:
         """PyFlink's ``CsvRowDeserializationSchema.Builder(type_info)``."""
 
         def __init__(self, type_info: Any) -> None:
             self._types = _field_types(type_info, "CsvRowDeserializationSchema")
-            self._options: dict = {}
+            self._options: dict = {"type_info": type_info}
 
         def set_field_delimiter(self, delimiter: str) -> "CsvRowDeserializationSchema.Builder":
             self._options["field_delimiter"] = _one_char(delimiter, "field delimiter")

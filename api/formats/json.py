@@ -81,10 +81,23 @@ class JsonRowSerializationSchema(SerializationSchema):
 class JsonRowDeserializationSchema(DeserializationSchema):
     """A JSON object as a ``Row`` of the declared fields (Flink's ``JsonRowDeserializationSchema``)."""
 
-    def __init__(self, field_names: List[str], fail_on_missing_field: bool, ignore_parse_errors: bool) -> None:
+    def __init__(
+        self,
+        field_names: List[str],
+        fail_on_missing_field: bool,
+        ignore_parse_errors: bool,
+        type_info: Any = None,
+    ) -> None:
         self.field_names = list(field_names)
         self.fail_on_missing_field = fail_on_missing_field
         self.ignore_parse_errors = ignore_parse_errors
+        self.type_info = type_info
+
+    def get_produced_type(self) -> Any:
+        """The declared ``Types.ROW`` (Flink's ``getProducedType``): a source reading with this
+        schema is a stream of that type, so ``print()`` writes ``+I[1,hi]`` as PyFlink does;
+        None for a schema built from ``json_schema``."""
+        return self.type_info
 
     @staticmethod
     def builder() -> "JsonRowDeserializationSchema.Builder":
@@ -111,17 +124,20 @@ class JsonRowDeserializationSchema(DeserializationSchema):
 
         def __init__(self) -> None:
             self._names: Optional[List[str]] = None
+            self._type_info: Any = None
             self._fail_on_missing = False
             self._ignore_errors = False
 
         def type_info(self, type_info: Any) -> "JsonRowDeserializationSchema.Builder":
             self._names = _row_type(type_info, "JsonRowDeserializationSchema.type_info").get_field_names()
+            self._type_info = type_info
             return self
 
         def json_schema(self, json_schema: str) -> "JsonRowDeserializationSchema.Builder":
             try:
                 schema = json.loads(json_schema)
                 self._names = list(schema["properties"])
+                self._type_info = None
             except (ValueError, KeyError, TypeError) as exc:
                 raise ValueError(f"JsonRowDeserializationSchema.json_schema: not a JSON object schema: {exc}") from None
             return self
@@ -137,7 +153,9 @@ class JsonRowDeserializationSchema(DeserializationSchema):
         def build(self) -> "JsonRowDeserializationSchema":
             if self._names is None:
                 raise ValueError("JsonRowDeserializationSchema: no type; call type_info(Types.ROW(...)) or json_schema")
-            return JsonRowDeserializationSchema(self._names, self._fail_on_missing, self._ignore_errors)
+            return JsonRowDeserializationSchema(
+                self._names, self._fail_on_missing, self._ignore_errors, self._type_info
+            )
 
 
 __all__ = ["JsonRowDeserializationSchema", "JsonRowSerializationSchema"]

@@ -75,6 +75,11 @@ class ValueOnlyDeserializationSchema(KafkaRecordDeserializationSchema):
     def deserialize(self, record: ConsumerRecord) -> Any:
         return self.value_deserializer.deserialize(record.value)
 
+    def get_produced_type(self) -> Any:
+        """The value schema's declared type (a row format's ``Types.ROW``), else None."""
+        produced = getattr(self.value_deserializer, "get_produced_type", None)
+        return produced() if callable(produced) else None
+
     def __repr__(self) -> str:
         return f"value_only({type(self.value_deserializer).__name__})"
 
@@ -122,6 +127,13 @@ class KafkaSource:
 
     def get_boundedness(self) -> Boundedness:
         return self.boundedness
+
+    def get_produced_type(self) -> Any:
+        """The stream's type (Flink's ``KafkaSource.getProducedType``): the deserializer's, e.g.
+        the ``Types.ROW`` of a JSON/CSV/Avro row schema, so ``print()`` writes PyFlink's
+        ``+I[1,hi]``; None (untyped) for a schema that declares none."""
+        produced = getattr(self.deserializer, "get_produced_type", None)
+        return produced() if callable(produced) else None
 
     # -- derived settings ------------------------------------------------------------------------
     @property
