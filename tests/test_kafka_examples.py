@@ -154,3 +154,53 @@ def test_the_row_field_extractor_example_writes_keys_and_values_from_row_fields(
         consumer.close()
     canonical = lambda pairs: sorted((key, json.dumps(value, sort_keys=True)) for key, value in pairs)
     assert canonical((k.decode(), json.loads(v)) for k, v in got) == canonical(expected)
+
+
+AVRO_SCHEMA = json.dumps(
+    {
+        "type": "record",
+        "name": "T",
+        "fields": [
+            {"name": "id", "type": "int"},
+            {"name": "name", "type": ["null", "string"]},
+            {"name": "tags", "type": {"type": "array", "items": "long"}},
+        ],
+    }
+)
+
+
+def test_a_kafka_source_with_a_row_schema_is_a_stream_of_its_row_type_and_prints_its_rows_as_pyflink():
+    """What the examples rely on, without a broker: the stream's type is the row schema's, and
+    a row with a None field prints as PyFlink 2.3 printed ``(2, None)`` declared
+    ``Types.ROW([INT, STRING])``: ``+I[2,None]``."""
+    from raylink.api import Row, Types
+    from raylink.api.connectors.kafka import FlinkKafkaConsumer, KafkaSource
+    from raylink.api.formats.avro import AvroRowDeserializationSchema
+    from raylink.api.formats.csv import CsvRowDeserializationSchema
+    from raylink.api.formats.json import JsonRowDeserializationSchema
+    from raylink.api.serialization import SimpleStringSchema
+    from raylink.operators.print_format import record_formatter
+    from raylink.tests.runtime_jobs import make_env
+
+    row = Types.ROW([Types.INT(), Types.STRING()])
+    schemas = {
+        "json": JsonRowDeserializationSchema.builder().type_info(row).build(),
+        "csv": CsvRowDeserializationSchema.Builder(row).build(),
+        "avro": AvroRowDeserializationSchema(avro_schema_string=AVRO_SCHEMA),
+        "string": SimpleStringSchema(),
+    }
+    env = make_env("local", 1)
+
+    def source_type(schema):
+        source = KafkaSource.builder().set_bootstrap_servers("localhost:1").set_topics("t")
+        return env.from_source(source.set_value_only_deserializer(schema).build(), None, "k").get_type()
+
+    types = {name: source_type(schema) for name, schema in schemas.items()}
+    assert types["json"] is row and types["csv"] is row and types["string"] is None
+    assert str(types["avro"]) == "ROW<id: INT, name: STRING, tags: OBJECT_ARRAY<LONG>>"
+    with pytest.warns(DeprecationWarning):
+        legacy = FlinkKafkaConsumer("t", schemas["json"], {"bootstrap.servers": "localhost:1"})
+    assert env.add_source(legacy).get_type() is row
+    fmt = record_formatter(row)
+    assert [fmt(schemas["json"].deserialize(b'{"f0": 2, "f1": null}')), fmt(Row(1, "hi"))] == ["+I[2,None]", "+I[1,hi]"]
+    assert record_formatter(types["avro"])(Row(1, "a", [2, 3])) == "+I[1,a,[2, 3]]"
