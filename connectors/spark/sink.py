@@ -94,6 +94,7 @@ from raylink.connectors.spark.files import (
     delete_files,
     directory_exists,
     file_schema,
+    filesystem_of,
     remove_folder,
     staged_files,
     staging_location,
@@ -109,6 +110,8 @@ from raylink.operators.connector import CONNECTOR_SINK as SINK_KIND
 DEFAULT_BATCH_ROWS = 4096
 DEFAULT_BLOCK_BYTES = 8 * 1024 * 1024
 WRITE_MODES = ("append", "overwrite", "error", "errorifexists", "ignore")
+#: the staging subfolder a Delta/Iceberg sink's driver moves a checkpoint's handed-in files to
+GATHERED_DIR = "gathered"
 
 
 # -- the operator --------------------------------------------------------------------------------------
@@ -608,30 +611,34 @@ class SparkSink:
         if (checkpoint,) in self._committed:
             delete_files(self.staging, request["files"])
             return "duplicate"
-        self._gathered.setdefault(checkpoint, {})[request["subtask"]] = request
+        group = self._gathered.setdefault(checkpoint, {})
+        if request["subtask"] not in group:  # a part handed in again after a restore: taken already
+            # the driver takes the files out of the subtask's reach: a restored subtask whose
+            # state no longer lists them (handed in before its checkpoint) deletes its stale files
+            _take_files(self.staging, request["files"])
+            group[request["subtask"]] = request
         how = "staged"
         for pending in sorted(self._gathered):  # in checkpoint order: txnVersion / checkpoint ids only grow
             group = self._gathered[pending]
             parallelism = max(r["parallelism"] for r in group.values())
             if len(set(group) | self._ended_subtasks) < parallelism:
                 break
-            del self._gathered[pending]
             how = self._commit_group(spark, pending, list(group.values()))
+            del self._gathered[pending]  # after the commit: a failed one is tried again with every part
         return how
 
     def _commit_group(self, spark: Any, checkpoint: int, requests: List[dict]) -> str:
         names = [name for r in requests for name in r["files"]]
         first = not self._first_done and not any(r.get("resumed") for r in requests)
         ended = {r["subtask"] for r in requests if r["final"]}
+        gathered = f"{self.staging}/{GATHERED_DIR}"
         if self._ignored or (first and self.mode == "ignore" and self.target.exists(spark)):
             self._ignored, how = True, "ignored"
-            delete_files(self.staging, names)
+            delete_files(gathered, names)
         elif not names and (self.target.exists(spark) or not ended):
             how = "empty"  # nothing to commit (an empty target is created at the end only)
         else:  # a failure raises with the staged files kept: the restored subtasks hand them in again
-            how = self._commit_table(
-                spark, self.staging, names, self.mode if first else "append", self.sink_id, checkpoint
-            )
+            how = self._commit_table(spark, gathered, names, self.mode if first else "append", self.sink_id, checkpoint)
             self._first_done = True
         self._committed.add((checkpoint,))
         self._ended_subtasks |= ended
@@ -697,6 +704,20 @@ class SparkSink:
     def get_dataframe(self, result: Any, spark: Any = None) -> Any:
         """The result DataFrame of this sink in the job of ``result`` (see :mod:`.results`)."""
         return get_spark_dataframe(result, self, spark)
+
+
+def _take_files(staging: str, names: List[str]) -> None:
+    """Move staged files into the staging folder's driver-owned subfolder (:data:`GATHERED_DIR`);
+    a file already moved (or gone) is skipped."""
+    if not names:
+        return
+    fs, folder = filesystem_of(staging)
+    fs.create_dir(f"{folder}/{GATHERED_DIR}", recursive=True)
+    for name in names:
+        try:
+            fs.move(f"{folder}/{name}", f"{folder}/{GATHERED_DIR}/{name}")
+        except (FileNotFoundError, OSError):
+            pass
 
 
 def _activated(spark: Any) -> Any:
