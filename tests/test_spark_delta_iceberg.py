@@ -160,3 +160,30 @@ def test_delta_and_iceberg_sinks_survive_sigkills_exactly_once(spark, tmp_path, 
     assert read_back(spark, sink) == Counter((v,) for v in range(total))
     per_checkpoint = commits_per_checkpoint(spark, sink)
     assert per_checkpoint and max(per_checkpoint.values()) == 1, per_checkpoint
+
+
+@pytest.mark.parametrize("kind", ["delta-path", "iceberg"])
+def test_a_part_handed_in_before_a_restore_is_committed_once_with_its_checkpoint(spark, tmp_path, kind):
+    """The driver's committer alone: subtask 0 hands in checkpoint 1's files, then is restored
+    from a later checkpoint whose state no longer lists them (it deletes its stale staged files);
+    subtask 1's part completes checkpoint 1: ONE commit holding both parts' rows, and parts
+    handed in again (a replay after a restore) add nothing."""
+    import pyarrow as pa
+
+    from raylink.connectors.spark.files import PartFileWriter
+
+    sink = SparkSink(schema="v bigint", **target_args(kind, tmp_path))
+
+    def stage(subtask: int, values) -> dict:
+        writer = PartFileWriter(sink.staging, sink.file_schema, subtask)
+        writer.write_table(pa.table({"v": pa.array(values, pa.int64())}, schema=sink.file_schema))
+        files = writer.roll()
+        return {"checkpoint": 1, "subtask": subtask, "parallelism": 2, "final": False, "files": files, "rows": 3}
+
+    first, second = stage(0, [0, 1, 2]), stage(1, [3, 4, 5])
+    assert sink.commit_checkpoint(first) == "staged"
+    PartFileWriter(sink.staging, sink.file_schema, 0).delete_stale([])  # the restored subtask 0
+    assert sink.commit_checkpoint(second) in ("delta", "iceberg")
+    assert sink.commit_checkpoint(first) == "duplicate" and sink.commit_checkpoint(second) == "duplicate"
+    assert read_back(spark, sink) == Counter((v,) for v in range(6))
+    assert commits_per_checkpoint(spark, sink) == Counter({1: 1} if kind == "delta-path" else {"1": 1})
