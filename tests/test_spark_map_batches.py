@@ -181,7 +181,8 @@ def test_gathered_rows_flush_at_size_timer_checkpoint_and_end():
         return pa.RecordBatch.from_arrays([pc.add(batch.column("a"), 1)], names=["a"])
 
     op = MapBatchesOperator(plus_one, batch_size=3, input_names=("a",))
-    out, rc = start(op)
+    harness = start(op)
+    out, rc = harness.output, harness.runtime_context
     op.process_batch([(1,), (2,), (3,), (4,)])
     assert out.records == [(2,), (3,), (4,)] and sizes == [3]
     rc.processing_time_service.advance(FLUSH_AFTER_MS)  # the flush timer of row (4,)

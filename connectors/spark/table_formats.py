@@ -97,7 +97,8 @@ def require_format(spark, fmt: str, what: str) -> None:
     """Fail naming the setup step when the running Spark session cannot keep ``fmt`` tables."""
     conf = spark.conf
     if fmt == DELTA:
-        ready = DELTA_EXTENSION in (conf.get("spark.sql.extensions", "") or "")
+        extensions = (conf.get("spark.sql.extensions", "") or "").split(",")
+        ready = any(name.strip() == DELTA_EXTENSION for name in extensions)  # one of the listed classes
     else:
         ready = bool(conf.get(f"spark.sql.catalog.{ICEBERG_CATALOG}", ""))
     if not ready:
