@@ -7,7 +7,8 @@ row format's deserialization schema is a record of the schema's ``Types.ROW``, w
 2.3's ``print()`` writes as ``'{kind}[{fields joined by ","}]'`` (``DataStream._align_output_type``
 for a ``RowTypeInfo`` stream: ``1> +I[1,hi]``, a None field as ``None``). Checked against PyFlink
 2.3 itself with ``flink-sql-connector-kafka`` 4.0.1-2.0 from Maven Central and this broker: the
-JSON and CSV examples print these very lines; its Avro example fails there before writing
+JSON, CSV and raw-bytes examples print these very lines (the row field extractor example its
+``Sending:`` lines); its Avro example fails there before writing
 (Flink 2's ``flink-sql-avro`` has no ``AvroRowSerializationSchema`` any more), and raylink prints
 its rows by the same rule. Which subtask prints a record differs
 from run to run, so the record lines are compared sorted without their ``N> `` prefixes. The
