@@ -16,7 +16,9 @@ at the end) and prints one table of records/s:
 
 Every job is written as a user writes it: default configuration, no declared types. "tasks
 running" is the job's net runtime, "wall clock" the driver's time from ``execute`` (deploy
-included) until the job ended. Each ratio is to the client loop timed in the same round; rounds
+included) until the job ended (on Ray a source's consumer starts fetching as its task opens,
+while the other tasks still deploy, so the source rows' "tasks running" flatters them: read them
+next to the wall clock). Each ratio is to the client loop timed in the same round; rounds
 interleave every row, and the table shows the medians over ``--repeat`` rounds. The records each
 row moved are counted (the source rows by their sink's input, the sink rows and the word count by
 reading the output topic back with ``isolation.level=read_committed``) and shown in the table.
