@@ -321,6 +321,121 @@ def test_headers_must_arrive_in_time_and_idle_connections_are_closed(run_dir):
         endpoint.close()
 
 
+SMALL = ServerLimits(header_timeout_s=30.0, idle_timeout_s=30.0, max_connections=16)
+
+
+def _flood(port: int, payload: bytes, count: int) -> list[socket.socket]:
+    """``count`` connections each sending ``payload`` and then nothing (the server may close some)."""
+    sockets = []
+    for _ in range(count):
+        s = socket.socket()
+        s.settimeout(5)
+        try:
+            s.connect(("127.0.0.1", port))
+            s.sendall(payload)
+        except OSError:
+            pass  # closed to make room: expected once the server is full
+        sockets.append(s)
+    return sockets
+
+
+@pytest.mark.parametrize(
+    "attack",
+    ["empty lines only", "one public request then idle"],
+)
+def test_connections_holding_every_slot_without_the_token_do_not_lock_the_owner_out(run_dir, attack):
+    endpoint = RestServerEndpoint(0, "127.0.0.1", limits=SMALL)
+    port = endpoint.port
+    if attack == "empty lines only":  # no request line: the head never ends, the header timeout holds
+        payload = b"\r\n\r\n"
+    else:  # a complete public request, then an idle keep-alive connection
+        payload = f"GET /config HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode()
+    own = psutil.Process()
+    baseline = own.num_fds()
+    sockets: list[socket.socket] = []
+    try:
+        sockets = _flood(port, payload, 400)
+        for _ in range(3):  # the owner's requests, each on a new connection, are all answered promptly
+            start = time.monotonic()
+            status, body, _ = request(port, "GET", "/jobs/overview", bearer(endpoint.token))
+            assert status == 200 and json.loads(body) == {"jobs": []}
+            assert time.monotonic() - start < 5.0
+        # the server holds at most its limit: 400 client sockets here, at most 16 (+ slack) server ends
+        deadline = time.monotonic() + 5.0
+        while endpoint.guard.open_connections > SMALL.max_connections and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert endpoint.guard.open_connections <= SMALL.max_connections
+        assert own.num_fds() - baseline <= 400 + SMALL.max_connections + 8
+        assert endpoint.guard.evicted >= 400 - SMALL.max_connections
+        assert endpoint.guard.refused == 0
+    finally:
+        for s in sockets:
+            s.close()
+        endpoint.close()
+
+
+class _FakeTransport:
+    def __init__(self) -> None:
+        self.aborted = False
+
+    def abort(self) -> None:
+        self.aborted = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return default
+
+
+def test_a_connection_inside_a_request_is_never_closed_to_make_room():
+    import asyncio
+
+    from raylink.runtime.rest.rest_security import ConnectionGuard
+
+    async def scenario() -> None:
+        guard = ConnectionGuard(asyncio.Protocol, ServerLimits(header_timeout_s=30.0, max_connections=2))
+        busy, idle = guard(), guard()
+        for protocol in (busy, idle):
+            protocol.connection_made(_FakeTransport())
+            protocol.data_received(b"\r\n")  # an empty line before the request line ends nothing
+            assert protocol.awaiting_head
+            protocol.data_received(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert not protocol.awaiting_head
+        busy.request_started()  # inside a (long) request
+        newcomer = guard()
+        newcomer.connection_made(_FakeTransport())  # full: the idle keep-alive connection makes room
+        assert idle.transport.aborted and not busy.transport.aborted
+        later = guard()
+        later.connection_made(_FakeTransport())  # full: the newcomer waits for its head, it goes
+        assert newcomer.transport.aborted and not busy.transport.aborted
+        last = guard()
+        last.connection_made(_FakeTransport())
+        assert later.transport.aborted and not busy.transport.aborted
+        busy.request_finished()
+        for protocol in (busy, idle, newcomer, later, last):
+            protocol.connection_lost(None)
+        assert guard.open_connections == 0
+
+    asyncio.run(scenario())
+
+
+def test_every_response_forbids_framing_referrers_and_sniffing(server):
+    endpoint, _ = server
+    port = endpoint.port
+    for path, headers, expected in [
+        ("/", {}, 200),
+        ("/static/dashboard.js", {}, 200),
+        ("/jobs/overview", {}, 401),
+        ("/config", bearer(endpoint.token), 200),
+        ("/no-such-route", bearer(endpoint.token), 404),
+        ("/config", {"Host": "evil.example"}, 403),
+    ]:
+        status, _, got = request(port, "GET", path, headers)
+        assert status == expected, (path, status)
+        assert got["X-Frame-Options"] == "DENY", path
+        assert got["Content-Security-Policy"] == "frame-ancestors 'none'", path
+        assert got["Referrer-Policy"] == "no-referrer", path
+        assert got["X-Content-Type-Options"] == "nosniff", path
+
+
 # -- binds and TLS ----------------------------------------------------------------------------------------
 def test_a_bind_beyond_loopback_needs_tls():
     for host in ("0.0.0.0", "::", "192.0.2.1"):

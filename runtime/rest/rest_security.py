@@ -43,9 +43,15 @@ outside the signed API must not use a content type a cross-site form may send
 **Connections** (:class:`ConnectionGuard`): a client has :attr:`ServerLimits.header_timeout_s`
 from connecting (TLS handshake included) to the end of its first request's headers; an idle
 keep-alive connection is closed after :attr:`ServerLimits.idle_timeout_s` (aiohttp's
-``keepalive_timeout``, which also bounds a later request's headers); at most
-:attr:`ServerLimits.max_connections` are open: a new one closes the one that waited longest for
-its headers, or is refused when none waits.
+``keepalive_timeout``, which also bounds a later request's headers). The head ends only with a
+blank line after a non-empty request line (empty lines before the request line are ignored, RFC
+9112 section 2.2, and end nothing). At most :attr:`ServerLimits.max_connections` are open: a new
+one closes the one that waited longest for its headers, else the idle keep-alive connection quiet
+the longest (never one inside a request: from the middleware's entry to its exit, after which
+aiohttp writes the response), and is refused only when every connection is inside a request.
+
+**Response headers**: every response of these servers carries :data:`SECURITY_HEADERS` (no
+framing, no referrer, no content sniffing).
 
 **Binds** (:func:`check_bind`): a server listens beyond loopback only over TLS
 (``security.ssl.rest.enabled`` with the PEM ``security.ssl.rest.cert-file``).
@@ -82,6 +88,14 @@ SIMPLE_CONTENT_TYPES = frozenset({"text/plain", "application/x-www-form-urlencod
 #: hosts every server accepts in ``Host`` / ``Origin`` (plus loopback IP literals)
 LOOPBACK_NAMES = frozenset({"localhost"})
 _WILDCARDS = frozenset({"", "0.0.0.0", "::", "*"})
+#: sent with every response: no framing (clickjacking), no referrer, no content sniffing (the
+#: dashboard sets inline ``style`` attributes, so no ``default-src`` policy)
+SECURITY_HEADERS = {
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": "frame-ancestors 'none'",
+    "Referrer-Policy": "no-referrer",
+    "X-Content-Type-Options": "nosniff",
+}
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -289,6 +303,22 @@ def security_middlewares(policy: AccessPolicy) -> list:
 
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        connection = _CONNECTIONS.get(id(request.protocol))
+        if connection is not None:
+            connection.request_started()
+        try:
+            response = await checked(request, handler)
+        except web.HTTPException as exc:  # 404s, 405s: the same headers
+            exc.headers.update(SECURITY_HEADERS)
+            raise
+        finally:
+            if connection is not None:
+                connection.request_finished()
+        if isinstance(response, web.StreamResponse) and not response.prepared:
+            response.headers.update(SECURITY_HEADERS)
+        return response
+
+    async def checked(request: web.Request, handler: Handler) -> web.StreamResponse:
         rule = _HostRule(policy, request)
         if not rule.host_ok(request.headers.get("Host")):
             return _refuse(403, "this server answers only requests addressed to it (Host), e.g. 127.0.0.1:<port>")
@@ -328,8 +358,15 @@ def security_middlewares(policy: AccessPolicy) -> list:
 
 
 # -- connections -------------------------------------------------------------------------------------------
+#: the guarded connection of each open aiohttp protocol (by ``id``), for the middleware to mark requests
+_CONNECTIONS: dict = {}
+
+
 class _GuardedProtocol(asyncio.Protocol):
-    """One connection: the aiohttp handler behind a header deadline and the guard's count."""
+    """One connection: the aiohttp handler behind a header deadline and the guard's count. Its
+    state: waiting for its first request head (:attr:`awaiting_head`), inside a request
+    (:attr:`active` > 0, from the middleware's entry until the response is written), or idle
+    keep-alive (neither; :attr:`quiet_since` says since when)."""
 
     def __init__(self, guard: "ConnectionGuard", inner: asyncio.Protocol) -> None:
         self._guard = guard
@@ -337,8 +374,10 @@ class _GuardedProtocol(asyncio.Protocol):
         self.transport: Optional[asyncio.BaseTransport] = None
         self._timer: Optional[asyncio.TimerHandle] = None
         self._tail = b""
+        self._started = False  # a byte other than CR / LF came (RFC 9112 2.2: leading empty lines are ignored)
         self.awaiting_head = True
         self.forwarded = False
+        self.active = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
@@ -347,6 +386,7 @@ class _GuardedProtocol(asyncio.Protocol):
             return
         self._timer = asyncio.get_running_loop().call_later(self._guard.limits.header_timeout_s, self._too_slow)
         self.forwarded = True
+        _CONNECTIONS[id(self._inner)] = self
         self._inner.connection_made(transport)
 
     def _too_slow(self) -> None:
@@ -354,20 +394,40 @@ class _GuardedProtocol(asyncio.Protocol):
         if self.awaiting_head and self.transport is not None:
             self.transport.abort()
 
+    def _head_complete(self, data: bytes) -> bool:
+        """Whether ``data`` ends the first request head: a non-empty request line, then a blank line."""
+        if not self._started:
+            data = data.lstrip(b"\r\n")
+            if not data:
+                return False
+            self._started = True
+        window = self._tail + data
+        if b"\r\n\r\n" in window or b"\n\n" in window:
+            return True
+        self._tail = window[-3:]
+        return False
+
     def data_received(self, data: bytes) -> None:
         if not self.forwarded:
             return
         if self.awaiting_head:
-            window = self._tail + data
-            if b"\r\n\r\n" in window or b"\n\n" in window:
+            if self._head_complete(data):
                 self.awaiting_head = False
                 self._guard.head_received(self)
                 if self._timer is not None:
                     self._timer.cancel()
                     self._timer = None
-            else:
-                self._tail = window[-3:]
+        else:
+            self._guard.touch(self)
         self._inner.data_received(data)
+
+    def request_started(self) -> None:
+        self.active += 1
+        self._guard.touch(self)
+
+    def request_finished(self) -> None:
+        self.active -= 1
+        self._guard.touch(self)
 
     def eof_received(self) -> Optional[bool]:
         return self._inner.eof_received() if self.forwarded else None
@@ -386,18 +446,25 @@ class _GuardedProtocol(asyncio.Protocol):
             self._timer = None
         self._guard.forget(self)
         if self.forwarded:
+            _CONNECTIONS.pop(id(self._inner), None)
             self._inner.connection_lost(exc)
 
 
 class ConnectionGuard:
     """The protocol factory of one listening socket: wraps ``factory``'s (aiohttp's) protocol,
-    counts connections and enforces :class:`ServerLimits` (see the module docstring)."""
+    counts connections and enforces :class:`ServerLimits` (see the module docstring).
+
+    When every slot is taken, a newcomer first closes the connection that has waited longest for
+    its first request head, else the idle keep-alive connection quiet the longest (never one
+    inside a request), and is refused only when neither exists (as nginx reuses keep-alive
+    connections)."""
 
     def __init__(self, factory: Callable[[], asyncio.Protocol], limits: ServerLimits) -> None:
         self._factory = factory
         self.limits = limits
         self._open: set = set()
         self._waiting: OrderedDict = OrderedDict()  # connections without a full request head, oldest first
+        self._quiet: OrderedDict = OrderedDict()  # the others, least recently active first
         self.refused = 0
         self.evicted = 0
 
@@ -408,26 +475,40 @@ class ConnectionGuard:
     def __call__(self) -> asyncio.Protocol:
         return _GuardedProtocol(self, self._factory())
 
+    def _victim(self) -> Optional[_GuardedProtocol]:
+        if self._waiting:
+            return next(iter(self._waiting))
+        for protocol in self._quiet:
+            if protocol.active <= 0:
+                return protocol
+        return None
+
     def admit(self, protocol: _GuardedProtocol) -> bool:
         if len(self._open) >= self.limits.max_connections:
-            if not self._waiting:
+            victim = self._victim()
+            if victim is None:
                 self.refused += 1
                 return False
-            oldest, _ = self._waiting.popitem(last=False)
-            self._open.discard(oldest)
+            self.forget(victim)
             self.evicted += 1
-            if oldest.transport is not None:
-                oldest.transport.abort()
+            if victim.transport is not None:
+                victim.transport.abort()
         self._open.add(protocol)
         self._waiting[protocol] = None
         return True
 
     def head_received(self, protocol: _GuardedProtocol) -> None:
-        self._waiting.pop(protocol, None)
+        if self._waiting.pop(protocol, 0) is None:
+            self._quiet[protocol] = None
+
+    def touch(self, protocol: _GuardedProtocol) -> None:
+        if protocol in self._quiet:
+            self._quiet.move_to_end(protocol)
 
     def forget(self, protocol: _GuardedProtocol) -> None:
         self._open.discard(protocol)
         self._waiting.pop(protocol, None)
+        self._quiet.pop(protocol, None)
 
 
 def runner_kwargs(limits: ServerLimits) -> dict:
@@ -468,6 +549,7 @@ __all__ = [
     "LOOPBACK_NAMES",
     "PUBLIC_ROUTES",
     "RestBindError",
+    "SECURITY_HEADERS",
     "ServerLimits",
     "bound_port",
     "check_bind",
