@@ -436,6 +436,27 @@ def test_every_response_forbids_framing_referrers_and_sniffing(server):
         assert got["X-Content-Type-Options"] == "nosniff", path
 
 
+@pytest.mark.parametrize("route", ["/jobs/{job_id}/savepoints", "/jobs/{job_id}/stop"])
+def test_a_body_that_is_not_a_json_object_is_a_bad_request_naming_what_was_expected(server, route):
+    endpoint, client = server
+    path = concrete(route)
+    json_type = {"Content-Type": "application/json", **bearer(endpoint.token)}
+    for headers, body, why in [
+        (json_type, b"[]", "a JSON list"),
+        (json_type, b'"x"', "a JSON str"),
+        (json_type, b"null", "a JSON NoneType"),
+        (json_type, b"{not json", "not JSON"),
+        (json_type, b'{"cancel-job": "yes", "drain": "yes"}', "not a boolean"),
+        ({**json_type, "Content-Type": "Application/JSON ; charset=x"}, b"{}", "charset 'x' is unknown"),
+        ({**json_type, "Content-Type": "application/json; charset=utf-8"}, b'{"\xff": 1}', "not JSON in utf-8"),
+    ]:
+        status, answer, _ = request(endpoint.port, "POST", path, headers, body)
+        assert status == 400, (route, body, status, answer)
+        (message,) = json.loads(answer)["errors"]
+        assert why in message and "expected a JSON object {" in message, message
+    assert not {"trigger_savepoint", "stop_with_savepoint", "cancel"} & set(client.touched)  # nothing was run
+
+
 # -- binds and TLS ----------------------------------------------------------------------------------------
 def test_a_bind_beyond_loopback_needs_tls():
     for host in ("0.0.0.0", "::", "192.0.2.1"):

@@ -44,6 +44,36 @@ METRICS_TTL_S = 0.5
 RunBlocking = Callable[..., Awaitable[Any]]
 
 
+async def _json_object(request: web.Request, shape: str, flags: set) -> dict:
+    """The request's body as a JSON object (``{}`` when there is none); 400 naming ``shape`` when
+    it is not JSON in its declared charset, not an object, or one of ``flags`` is not a boolean."""
+
+    def bad(why: str) -> web.HTTPBadRequest:
+        return web.HTTPBadRequest(
+            text=json.dumps({"errors": [f"{request.method} {request.path}: {why}; expected a JSON object {shape}"]}),
+            content_type="application/json",
+        )
+
+    if not request.can_read_body:
+        return {}
+    raw = await request.read()
+    if not raw.strip():
+        return {}
+    charset = request.charset or "utf-8"
+    try:
+        body = json.loads(raw.decode(charset))
+    except LookupError:
+        raise bad(f"the body's charset {charset!r} is unknown") from None
+    except ValueError:  # UnicodeDecodeError included
+        raise bad(f"the body is not JSON in {charset}") from None
+    if not isinstance(body, dict):
+        raise bad(f"the body is a JSON {type(body).__name__}")
+    for flag in flags:
+        if not isinstance(body.get(flag, False), bool):
+            raise bad(f"{flag!r} is {body[flag]!r}, not a boolean")
+    return body
+
+
 class JobLookup(Protocol):
     """The JobClients an endpoint shows (Flink's ``DispatcherGateway`` as the handlers use it)."""
 
@@ -326,17 +356,7 @@ class WebMonitorEndpoint:
         ``GET .../savepoints/:triggerid`` tells how it went."""
         self._check_write(request)
         client = self._job(request)
-        try:
-            body = await request.json() if request.can_read_body else {}
-        except ValueError:
-            raise web.HTTPBadRequest(
-                text='{"errors": ["the body is not JSON"]}', content_type="application/json"
-            ) from None
-        if not isinstance(body, dict) or not isinstance(body.get("drain", False), bool):
-            raise web.HTTPBadRequest(
-                text='{"errors": ["the body must be {\\"targetDirectory\\": str, \\"drain\\": bool}"]}',
-                content_type="application/json",
-            )
+        body = await _json_object(request, '{"targetDirectory": str, "drain": bool}', {"drain"})
         directory = _savepoint_target(client, body.get("targetDirectory"), "POST /jobs/:jobid/stop")
         future = await self.run_blocking(client.stop_with_savepoint, bool(body.get("drain", False)), directory)
         trigger_id = f"{next(self._trigger_ids):032x}"
@@ -348,12 +368,7 @@ class WebMonitorEndpoint:
         202 ``{"request-id"}``; ``GET .../savepoints/:triggerid`` tells how it went."""
         self._check_write(request)
         client = self._job(request)
-        try:
-            body = await request.json() if request.can_read_body else {}
-        except ValueError:
-            raise web.HTTPBadRequest(
-                text='{"errors": ["the body is not JSON"]}', content_type="application/json"
-            ) from None
+        body = await _json_object(request, '{"target-directory": str, "cancel-job": bool}', {"cancel-job"})
         directory = _savepoint_target(client, body.get("target-directory"), "POST /jobs/:jobid/savepoints")
         if body.get("cancel-job"):
             future = await self.run_blocking(client.stop_with_savepoint, False, directory)
