@@ -13,12 +13,19 @@ runs code in the job. Hence:
   ``execution.checkpointing.dir`` or a folder of ``rest.savepoint.allowed-roots``. Anything
   else raises :class:`SavepointTargetError` (a ``ValueError``, 400 over HTTP) naming the options,
   before anything is written. Local paths are compared after resolving ``..`` and symbolic
-  links. A program's own in-process ``JobClient`` is not checked: it runs the user's code,
-  which can write any file anyway.
+  links. A local target is refused as well when the folder it names, or any existing folder
+  above it (its root included), is owned by another uid than this user's or root's, or is
+  writable by its group or others without the sticky bit (:func:`folder_chain_problems`, the
+  very rule a restore applies, so a savepoint written on request can be restored): another user
+  could otherwise rename, delete or swap the savepoint. A sticky folder this user or root owns,
+  as ``/tmp``, is fine. A program's own in-process ``JobClient`` is not checked: it runs the
+  user's code, which can write any file anyway.
 * **Files** (:func:`make_private_dirs`, :func:`restrict_to_owner`). On the local file system a
   savepoint's folder (and every folder created on the way to it) is created with mode 0700 and
   its files end with mode 0600; the checkpoint storage creates its job, ``chk-<n>`` and
-  ``shared`` folders (and a missing ``execution.checkpointing.dir``) with mode 0700 too.
+  ``shared`` folders (and a missing ``execution.checkpointing.dir``) with mode 0700 too. Once
+  created, the folder and those above it are checked by the same rule as targets (a folder
+  another user slipped in after the target was checked is refused, nothing written in it).
 * **Restores** (:func:`check_restorable`). A local savepoint or retained checkpoint is restored
   only when its folder, every file and folder under it, every state file it names and every
   folder above them is owned by this user (or root) and writable by nobody else (a folder
@@ -140,13 +147,51 @@ def check_savepoint_target(target: Optional[str], configuration: Any, what: str 
     if scheme not in _LOCAL_SCHEMES and any(part == ".." for part in text.split("://", 1)[1].split("/")):
         raise SavepointTargetError(f"{what}: savepoint target {text!r} holds a '..' segment")
     roots = allowed_roots(configuration)
-    if not any(_under(text, root) for root in roots):
+    matching = [root for root in roots if _under(text, root)]
+    if not matching:
         where = f"the allowed roots are {', '.join(roots)}" if roots else "no root is configured"
         raise SavepointTargetError(
             f"{what}: savepoint target {text!r} is not under a configured savepoint root ({where}); set "
             f"{_ROOT_OPTIONS} to allow it; nothing was written"
         )
-    return _local_path(text) if scheme in _LOCAL_SCHEMES else text
+    if scheme not in _LOCAL_SCHEMES:
+        return text
+    resolved = _local_path(text)
+    problems = folder_chain_problems(resolved)
+    if problems:
+        raise SavepointTargetError(
+            f"{what}: savepoint target {text!r} is refused: {'; '.join(problems)}, so another user could rename, "
+            f"delete or swap the savepoint; its root {matching[0]} is set by {_root_option(matching[0], configuration)}; "
+            f"use a root only you (or root) own and can write (chmod go-w); nothing was written"
+        )
+    return resolved
+
+
+def _root_option(root: str, configuration: Any) -> str:
+    """The name of the option that configured ``root``."""
+    if str(configuration.get(SavepointConfigOptions.SAVEPOINT_DIRECTORY) or "") == root:
+        return f"{SavepointConfigOptions.SAVEPOINT_DIRECTORY.key} (state.savepoints.dir)"
+    if str(configuration.get(CheckpointingOptions.CHECKPOINTS_DIRECTORY) or "") == root:
+        return CheckpointingOptions.CHECKPOINTS_DIRECTORY.key
+    return RestOptions.SAVEPOINT_ALLOWED_ROOTS.key
+
+
+def folder_chain_problems(folder: str) -> list[str]:
+    """Why another user could rename, replace or add to the local ``folder`` (an absolute, resolved
+    path) or a folder above it: each existing one among them owned by another uid than this
+    user's or root's, or writable by its group or others without the sticky bit (a sticky folder
+    as ``/tmp`` is fine when this user or root owns it). Missing folders are skipped (whoever
+    creates them makes them 0700). The one rule both a savepoint's target and its restore apply."""
+    problems = []
+    for path in (folder, *_ancestors(folder)):
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        problem = _problem(path, st, is_ancestor=True)
+        if problem:
+            problems.append(problem)
+    return problems
 
 
 # -- files ------------------------------------------------------------------------------------------------
@@ -157,24 +202,39 @@ def _is_local(fs: Any) -> bool:
 
 def make_private_dirs(fs: Any, folder: str) -> None:
     """``fs.makedirs(folder, exist_ok=True)``; on the local file system every folder it creates
-    has mode 0700 (folders already there stay as they are)."""
+    has mode 0700 (folders already there keep their mode), and :class:`SavepointTargetError`
+    names any folder of the chain another user owns or may write (:func:`folder_chain_problems`,
+    checked again after creating, so a folder another user slipped in meanwhile is refused)."""
     if not _is_local(fs):
         fs.makedirs(folder, exist_ok=True)
         return
     missing = []
     path = os.path.abspath(folder)
     while not os.path.isdir(path):
-        missing.append(path)
+        missing.append(os.path.basename(path))
         parent = os.path.dirname(path)
         if parent == path:
             break
         path = parent
-    for path in reversed(missing):
+    path = os.path.realpath(path)
+    _refuse_unsafe(folder, folder_chain_problems(path))  # before anything is created in it
+    for name in reversed(missing):
+        path = os.path.join(path, name)
         try:
             os.mkdir(path, 0o700)
+            os.chmod(path, 0o700)  # whatever the umask took away
         except FileExistsError:
-            continue
-        os.chmod(path, 0o700)  # whatever the umask took away
+            if os.path.islink(path):  # slipped in meanwhile: it may point anywhere
+                _refuse_unsafe(folder, [f"{path} is a symbolic link owned by uid {os.lstat(path).st_uid}"])
+        _refuse_unsafe(folder, folder_chain_problems(path))
+
+
+def _refuse_unsafe(folder: str, problems: list[str]) -> None:
+    if problems:
+        raise SavepointTargetError(
+            f"refusing to write into {folder}: {'; '.join(problems)}, so another user could rename, delete or "
+            f"swap what is written there; use a folder only you (or root) own and can write (chmod go-w)"
+        )
 
 
 def restrict_to_owner(fs: Any, folder: str) -> None:
@@ -265,8 +325,8 @@ def check_restorable(location: str, state_files: Iterable[str] = ()) -> None:
     if not os.path.isdir(folder):
         return  # not a folder: the restore itself says what is wrong
     check(folder)
-    for parent in _ancestors(folder):
-        check(parent, is_ancestor=True)
+    checked.update(_ancestors(folder))
+    problems.extend(folder_chain_problems(os.path.dirname(folder)))  # as targets are checked
     for parent, dirs, files in os.walk(folder):
         for name in dirs + files:
             check(os.path.join(parent, name))
@@ -288,6 +348,7 @@ __all__ = [
     "allowed_schemes",
     "check_restorable",
     "check_savepoint_target",
+    "folder_chain_problems",
     "make_private_dirs",
     "restrict_to_owner",
     "state_file_paths",

@@ -5,7 +5,10 @@ End to end: a job's REST server refuses (400) a savepoint to an ``http://`` URL 
 there receives nothing -- and to a folder outside the configured roots, where nothing is created;
 a savepoint under ``state.savepoints.dir`` is written with folders 0700 and files 0600. A
 savepoint another user made writable (or owns) is refused on restore, naming the paths; the
-same savepoint, made private again, restores to the exact result.
+same savepoint, made private again, restores to the exact result. A target under a root another
+user owns (a real process as uid 65534 made it), or under a folder others may write, is refused
+(400 over REST), nothing written; a sticky folder as /tmp above the root is fine for targets and
+restores alike, and a folder another user slips in after the check is refused on writing.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import os
 import stat
 import threading
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -76,6 +80,106 @@ def test_targets_elsewhere_are_refused_naming_the_options(tmp_path, target, why)
         assert "state.savepoints.dir" in str(caught.value) and "rest.savepoint.allowed-roots" in str(caught.value)
     if "scheme" in why:
         assert "rest.savepoint.allowed-schemes" in str(caught.value)
+
+
+def _as_nobody(*argv: str) -> None:
+    """Run ``argv`` as another local user (uid 65534, a real process)."""
+    import subprocess
+
+    def drop() -> None:
+        os.setgid(NOBODY)
+        os.setuid(NOBODY)
+
+    subprocess.run(argv, preexec_fn=drop, check=True, timeout=30)  # noqa: PLW1509
+
+
+@pytest.fixture
+def sticky_tmp() -> Iterator[Path]:
+    """A folder as /tmp (root's, mode 1777, in /tmp) another user can create folders in."""
+    import shutil
+    import tempfile
+
+    shared = Path(tempfile.mkdtemp(dir="/tmp", prefix="raylink-sticky-"))
+    shared.chmod(0o1777)
+    try:
+        yield shared
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+needs_root = pytest.mark.skipif(os.getuid() != 0, reason="acting as another user needs root (the suite runs as root)")
+
+
+@needs_root
+def test_a_root_another_user_owns_is_refused_and_nothing_is_written(sticky_tmp):
+    shared = sticky_tmp
+    squat = shared / "squatroot"
+    _as_nobody("mkdir", "-m", "777", str(squat))
+    conf = Configuration()
+    conf.set_string("rest.savepoint.allowed-roots", str(squat))
+    with pytest.raises(SavepointTargetError) as caught:
+        check_savepoint_target(str(squat / "sp"), conf)
+    assert str(caught.value) == (
+        f"savepoint: savepoint target {str(squat / 'sp')!r} is refused: {squat} is owned by uid {NOBODY}, so "
+        f"another user could rename, delete or swap the savepoint; its root {squat} is set by "
+        f"rest.savepoint.allowed-roots; use a root only you (or root) own and can write (chmod go-w); nothing was written"
+    )
+    assert os.listdir(squat) == []
+
+
+@needs_root
+def test_a_folder_another_user_slips_into_a_sticky_root_is_refused_on_writing(sticky_tmp):
+    """A sticky root of ours (as /tmp) is accepted, but a folder another user creates in it --
+    before the target is checked or between the check and the write -- is refused, nothing in it."""
+    import fsspec
+
+    root = sticky_tmp
+    conf = Configuration()
+    conf.set_string("state.savepoints.dir", str(root))
+    assert check_savepoint_target(str(root / "sp"), conf) == str(root / "sp")
+    _as_nobody("mkdir", "-m", "755", str(root / "sp"))  # after the check
+    with pytest.raises(SavepointTargetError, match=rf"refusing to write into {root / 'sp' / 'x'}: "):
+        from raylink.state.savepoint_targets import make_private_dirs
+
+        make_private_dirs(fsspec.filesystem("file"), str(root / "sp" / "x"))
+    assert os.listdir(root / "sp") == []
+    with pytest.raises(SavepointTargetError, match=rf"{root / 'sp'} is owned by uid {NOBODY}.*state.savepoints.dir"):
+        check_savepoint_target(str(root / "sp" / "y"), conf)
+
+
+def test_a_group_writable_folder_inside_the_root_is_refused(tmp_path):
+    conf = _roots(tmp_path)
+    (tmp_path / "sp" / "team").mkdir(parents=True)
+    (tmp_path / "sp" / "team").chmod(0o775)
+    with pytest.raises(SavepointTargetError) as caught:
+        check_savepoint_target(str(tmp_path / "sp" / "team" / "a"), conf)
+    message = str(caught.value)
+    assert f"{tmp_path / 'sp' / 'team'} is writable by its group or others (mode 0o775)" in message
+    assert (
+        f"its root {tmp_path / 'sp'} is set by execution.checkpointing.savepoint-dir (state.savepoints.dir)" in message
+        and "nothing was written" in message
+    )
+    assert os.listdir(tmp_path / "sp" / "team") == []
+    (tmp_path / "sp" / "team").chmod(0o700)  # private again: accepted
+    assert check_savepoint_target(str(tmp_path / "sp" / "team" / "a"), conf) == str(tmp_path / "sp" / "team" / "a")
+
+
+def test_a_sticky_folder_above_the_root_is_fine_for_targets_and_restores(tmp_path):
+    shared = tmp_path / "tmp-like"
+    shared.mkdir()
+    shared.chmod(0o1777)  # as /tmp
+    root = shared / "mine"
+    root.mkdir(mode=0o700)
+    conf = Configuration()
+    conf.set_string("rest.savepoint.allowed-roots", str(root))
+    assert check_savepoint_target(str(root / "sp"), conf) == str(root / "sp")
+    folder = _savepoint_folder(root)
+    assert check_restorable(str(folder)) is None
+    shared.chmod(0o777)  # not sticky: refused on both sides, naming it
+    with pytest.raises(SavepointTargetError, match=rf"{shared} is writable by its group or others \(mode 0o777\)"):
+        check_savepoint_target(str(root / "sp"), conf)
+    with pytest.raises(UnsafeSavepointError, match=rf"{shared} is writable by its group or others \(mode 0o777\)"):
+        check_restorable(str(folder))
 
 
 def test_without_any_root_every_named_target_is_refused(tmp_path):
@@ -162,12 +266,13 @@ def test_the_rest_api_writes_savepoints_only_under_the_roots_and_privately(tmp_p
 
     listener = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Listener)
     threading.Thread(target=listener.serve_forever, daemon=True).start()
-    roots = tmp_path / "savepoints"
+    roots, team = tmp_path / "savepoints", tmp_path / "team"
     config = {
         "raylink.rest.enabled": True,
         "rest.port": 0,
         "execution.checkpointing.dir": str(tmp_path / "checkpoints"),
         "state.savepoints.dir": str(roots),
+        "rest.savepoint.allowed-roots": str(team),
     }
     client = keyed_idle_job("local", config)
     try:
@@ -187,6 +292,12 @@ def test_the_rest_api_writes_savepoints_only_under_the_roots_and_privately(tmp_p
                 assert status == 400, (route, target, status, answer)
                 assert "savepoints.dir" in answer["errors"][0] or "allowed-schemes" in answer["errors"][0]
         assert _Listener.received == [] and not (tmp_path / "theirs").exists()
+        team.mkdir()
+        team.chmod(0o777)  # a configured root others may write
+        status, answer = rest(client, f"/jobs/{jid}/savepoints", "POST", {"target-directory": str(team / "x")})
+        assert status == 400, answer
+        assert f"{team} is writable by its group or others (mode 0o777)" in answer["errors"][0]
+        assert "rest.savepoint.allowed-roots" in answer["errors"][0] and os.listdir(team) == []
         assert str(client.get_job_status()) == "RUNNING"  # nothing stopped it
         status, answer = rest(client, f"/jobs/{jid}/savepoints", "POST", {"target-directory": str(roots / "ok")})
         assert status == 202, answer
