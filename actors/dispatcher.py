@@ -159,9 +159,13 @@ class DispatcherActor:
         self._web_monitor: Any = None
         self.url = ""
 
-    async def start(self, host: str, port: int, tls: Optional[tuple] = None) -> str:
+    async def start(
+        self, host: str, port: int, tls: Optional[tuple] = None, limits: Optional[ServerLimits] = None
+    ) -> str:
         """Serve on ``host:port`` (0: a free port), over TLS when ``tls`` is ``(cert PEM, key PEM
-        or None)``; returns the endpoint's URL."""
+        or None)``, holding connections as ``limits`` say (the ``rest.server.*`` options;
+        their defaults when None); returns the endpoint's URL."""
+        limits = limits or ServerLimits()
         ssl_context = server_ssl_context(*tls) if tls else None
 
         @web.middleware
@@ -207,9 +211,8 @@ class DispatcherActor:
         # Flink's JSON REST API and the web dashboard beside the signed pickle API (its own
         # access rules: reads open on loopback, cancel / savepoints need the session token)
         self._web_monitor = add_rest_routes(app, self, self._blocking, rest_api_token(self._token), is_loopback(host))
-        self._runner = web.AppRunner(app, **runner_kwargs(ServerLimits(max_connections=1024)))
+        self._runner = web.AppRunner(app, **runner_kwargs(limits))
         await self._runner.setup()
-        limits = ServerLimits(max_connections=1024)
         self._listener, self.guard = await start_listening(self._runner, host, port, limits, ssl_context)
         scheme = "https" if ssl_context is not None else "http"
         self.url = f"{scheme}://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{bound_port(self._listener)}"
@@ -414,11 +417,14 @@ def start_dispatcher(
     allow_insecure_bind: bool = False,
     signature_validity_s: float = DEFAULT_SIGNATURE_VALIDITY_S,
     tls: Optional[tuple] = None,
+    limits: Optional[ServerLimits] = None,
 ) -> tuple[Any, str]:
     """Start the Dispatcher on this driver's node; returns its handle and URL. A ``host`` that
     is not a loopback address raises ``InsecureBindError`` unless ``tls`` (``(cert PEM, key PEM
     or None)``, files on this node: the Dispatcher serves HTTPS) or ``allow_insecure_bind``;
-    ``signature_validity_s``: how long a signed request stays valid (``rest.signature.validity``)."""
+    ``signature_validity_s``: how long a signed request stays valid (``rest.signature.validity``);
+    ``limits``: its header and idle timeouts and connection limit (``ServerLimits.from_configuration``
+    of the ``rest.server.*`` options; their defaults when None)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     check_rest_bind_address(host, allow_insecure_bind or bool(tls))
@@ -436,7 +442,7 @@ def start_dispatcher(
         scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
     ).remote(token, signature_validity_s)
     try:
-        url = ray.get(handle.start.remote(host, port, tls))
+        url = ray.get(handle.start.remote(host, port, tls, limits))
     except Exception:
         ray.kill(handle, no_restart=True)
         raise

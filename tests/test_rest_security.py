@@ -35,6 +35,7 @@ from raylink.runtime.rest.rest_security import (
     RestBindError,
     ServerLimits,
     check_bind,
+    new_token,
     rest_ssl_context,
     route_table,
 )
@@ -174,6 +175,54 @@ def test_loopback_hosts_and_origins_are_served_and_preflights_answered_only_for_
     assert "Authorization" in headers["Access-Control-Allow-Headers"]
     status, _, headers = request(port, "OPTIONS", f"/jobs/{JOB_ID}", {**preflight, "Origin": "http://evil.example"})
     assert status == 403 and "Access-Control-Allow-Origin" not in headers
+
+
+def _raw_status(port: int, head: str) -> int:
+    """The status answering ``head`` sent verbatim (no client library normalising it)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(head.encode("latin-1"))
+        answer = b""
+        while b"\r\n" not in answer:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            answer += chunk
+    return int(answer.split(b" ", 2)[1])
+
+
+def test_only_exactly_host_and_the_servers_port_are_accepted_in_host_and_origin(server):
+    endpoint, _ = server
+    port = endpoint.port
+    good_hosts = [f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}"]
+    bad_hosts = [
+        f"127.0.0.1:{port}?x",
+        f"127.0.0.1:{port}#x",
+        f"127.0.0.1:0{port}",
+        f"127.0.0.1:+{port}",
+        f"127.0.0.1:{port}/",
+        f"x@127.0.0.1:{port}",
+        f"127.0.0.1 :{port}",
+        f"127.0.0.1:{port + 1}",
+        "127.0.0.1",
+    ]
+    for host in good_hosts + bad_hosts:
+        status = _raw_status(port, f"GET /config HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+        assert status == (200 if host in good_hosts else 403), (host, status)
+    good_origins = [f"http://127.0.0.1:{port}", f"http://localhost:{port}"]
+    bad_origins = [
+        f"http://127.0.0.1:{port}?",
+        f"http://127.0.0.1:{port}#",
+        f"http://127.0.0.1:{port}/",
+        f"http://127.0.0.1:0{port}",
+        f"http://x@127.0.0.1:{port}",
+        f"https://127.0.0.1:{port}",
+        f"http://127.0.0.1:{port} x",
+        "null",
+    ]
+    for origin in good_origins + bad_origins:
+        head = f"GET /config HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nOrigin: {origin}\r\nConnection: close\r\n\r\n"
+        status = _raw_status(port, head)
+        assert status == (200 if origin in good_origins else 403), (origin, status)
 
 
 def test_the_token_is_found_through_the_runtime_folder_and_the_address_carries_it_in_the_fragment(server, run_dir):
@@ -635,3 +684,21 @@ def test_every_route_of_the_session_dispatcher_needs_its_token_a_local_host_and_
             assert status == 403, (method, route, foreign, status, body)
     status, body, headers = request(port, "GET", "/jobs/overview", bearer(token))
     assert status == 200 and "jobs" in json.loads(body) and "Set-Cookie" not in headers
+
+
+def test_the_session_dispatcher_holds_connections_as_its_limits_say(ray_session, run_dir):
+    import ray
+
+    from raylink.actors.dispatcher import DispatcherActor
+
+    handle = DispatcherActor.remote(new_token())
+    try:
+        url = ray.get(handle.start.remote("127.0.0.1", 0, None, ServerLimits(header_timeout_s=1.0)), timeout=60)
+        port = int(url.rsplit(":", 1)[1])
+        slow = socket.create_connection(("127.0.0.1", port))
+        slow.sendall(b"GET /config HTTP/1.1\r\nHost: 127.0.0.1")  # never finishes its head
+        waited = _closed_by_server(slow, 20.0)  # the default header timeout is 10 s
+        assert waited < 5.0, waited
+    finally:
+        ray.get(handle.shutdown.remote(), timeout=60)
+        ray.kill(handle, no_restart=True)

@@ -65,13 +65,13 @@ import asyncio
 import functools
 import hmac
 import ipaddress
+import re
 import secrets
 import socket
 import ssl
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Optional
-from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -186,13 +186,21 @@ def check_bind(host: str, ssl_context: Optional[ssl.SSLContext], option: str = R
 
 
 # -- Host and Origin -----------------------------------------------------------------------------------------
+#: exactly ``host[:port]``: a name or IPv4 address, or a bracketed IPv6 address, and a port in
+#: canonical digits (no sign, no leading zero); nothing else (no spaces, ``?``, ``#``, ``@``, path)
+_HOST_PORT = re.compile(r"(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<name>[A-Za-z0-9._-]+))(?::(?P<port>[1-9][0-9]{0,4}))?")
+_ORIGIN = re.compile(r"(?P<scheme>https?)://(?P<authority>[^/?#@\s]+)")
+
+
 def _split_host(text: str) -> tuple[str, Optional[int]]:
-    """``Host``'s name (lower case, no brackets) and port (None when absent); ValueError if malformed."""
-    parts = urlsplit("//" + text)
-    name = parts.hostname
-    if not name or parts.username is not None or parts.password is not None or parts.path:
+    """``Host``'s name (lower case, no brackets) and port (None when absent); ValueError unless it
+    is exactly ``host[:port]`` (see :data:`_HOST_PORT`)."""
+    match = _HOST_PORT.fullmatch(text)
+    if match is None:
         raise ValueError(text)
-    return name.lower(), parts.port
+    name = match.group("v6") or match.group("name")
+    port = match.group("port")
+    return name.lower(), int(port) if port is not None else None
 
 
 def _is_ip_literal(name: str) -> Optional[ipaddress._BaseAddress]:
@@ -248,14 +256,15 @@ class _HostRule:
         return self.name_ok(name) and self.port_ok(port, self.scheme)
 
     def origin_ok(self, origin: str) -> bool:
+        """``origin`` is exactly ``<scheme>://host[:port]`` of this server (no path, ``?`` or ``#``)."""
+        match = _ORIGIN.fullmatch(origin)
+        if match is None or match.group("scheme") != self.scheme:
+            return False
         try:
-            parts = urlsplit(origin)
-            port = parts.port
+            name, port = _split_host(match.group("authority"))
         except ValueError:
             return False
-        if parts.scheme != self.scheme or not parts.hostname or parts.path or parts.query:
-            return False
-        return self.name_ok(parts.hostname.lower()) and self.port_ok(port, parts.scheme)
+        return self.name_ok(name) and self.port_ok(port, self.scheme)
 
 
 def _refuse(status: int, message: str, headers: Optional[dict] = None) -> web.Response:
