@@ -56,7 +56,8 @@ framing, no referrer, no content sniffing).
 **Binds** (:func:`check_bind`): a server listens beyond loopback only over TLS
 (``security.ssl.rest.enabled`` with the PEM ``security.ssl.rest.cert-file``).
 
-Thread-safety: the middlewares and the guard run on the server's event loop only.
+Thread-safety: the middlewares and the guard run on the server's event loop only; the registry
+of open connections they share is keyed by connection, so servers on other loops touch other keys.
 """
 
 from __future__ import annotations
