@@ -19,6 +19,7 @@ import ray
 
 from raylink.actors.dispatcher import start_dispatcher, stop_dispatcher
 from raylink.actors.session_cluster import SESSION_NAME, SESSION_NAMESPACE, SessionClusterActor, find_session
+from raylink.core.configuration import Configuration
 from raylink.runtime.client.rest_endpoint import (
     DEFAULT_SIGNATURE_VALIDITY_S,
     RestEndpoint,
@@ -27,6 +28,7 @@ from raylink.runtime.client.rest_endpoint import (
     write_endpoint_file,
 )
 from raylink.runtime.client.rest_tokens import forget_rest_token, record_rest_token
+from raylink.runtime.rest.rest_security import ServerLimits
 from raylink.runtime.rest.web_monitor_endpoint import rest_api_token
 
 
@@ -40,6 +42,7 @@ def start_session(
     allow_insecure_rest_bind: bool = False,
     signature_validity_s: float = DEFAULT_SIGNATURE_VALIDITY_S,
     rest_tls: Optional[tuple] = None,
+    rest_limits: Optional[ServerLimits] = None,
 ) -> Any:
     """Start the session cluster (a detached named actor) with ``executors`` warm TaskExecutors
     and, unless ``rest_bind_address`` is None, its Dispatcher (:mod:`raylink.actors.dispatcher`)
@@ -48,7 +51,8 @@ def start_session(
     ``rest_tls`` (``(certificate PEM, key PEM or None)``: the Dispatcher serves HTTPS, and
     drivers trust that certificate) or ``allow_insecure_rest_bind`` (pickle over plain HTTP).
     ``signature_validity_s``: how long a signed request to the Dispatcher stays valid
-    (``rest.signature.validity``)."""
+    (``rest.signature.validity``). ``rest_limits``: the Dispatcher's header and idle timeouts and
+    connection limit (unset: ``rest.server.*`` as ``RAYLINK_CONF`` sets them, else their defaults)."""
     if rest_bind_address is not None:
         check_rest_bind_address(rest_bind_address, allow_insecure_rest_bind or bool(rest_tls))
     if find_session() is not None:
@@ -63,8 +67,9 @@ def start_session(
     try:
         if rest_bind_address is not None:
             token = secrets.token_urlsafe(32)
+            limits = rest_limits or ServerLimits.from_configuration(Configuration.from_environment())
             _, url = start_dispatcher(
-                token, rest_bind_address, rest_port, allow_insecure_rest_bind, signature_validity_s, rest_tls
+                token, rest_bind_address, rest_port, allow_insecure_rest_bind, signature_validity_s, rest_tls, limits
             )
             info["restUrl"] = url
         session = SessionClusterActor.options(
