@@ -290,56 +290,30 @@ class MetricsHttpServer:
         limits: Optional["ServerLimits"] = None,
         ssl_context: Optional["ssl.SSLContext"] = None,
     ) -> None:
-        import asyncio
-        import threading
         from concurrent.futures import ThreadPoolExecutor
 
         from prometheus_client import CollectorRegistry
 
         from raylink.runtime.rest import rest_security as security
+        from raylink.runtime.rest.server_thread import GuardedServerThread
 
         security.check_bind(host, ssl_context, option=f"the host of {MetricOptions.PORT.key}")
         self.host = host
         self.token: str = token or security.new_token()
-        self._limits = limits or security.ServerLimits()
         self._ssl = ssl_context
         self._registry = CollectorRegistry(auto_describe=False)
         self._registry.register(JobMetricsCollector(lambda: [(job_name, supplier())]))
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="metrics-scrape")
-        self._loop = asyncio.new_event_loop()
-        self._runner: Any = None
-        self._server: Any = None
-        self.guard: Any = None
         self.token_file: Optional[str] = None
         self._closed = False
-        ready = threading.Event()
-        outcome: dict = {}
-
-        def serve() -> None:
-            asyncio.set_event_loop(self._loop)
-            try:
-                outcome["port"] = self._loop.run_until_complete(self._start(port))
-            except BaseException as exc:  # noqa: BLE001 - handed to the constructor's thread
-                outcome["error"] = exc
-                ready.set()
-                self._loop.close()
-                return
-            ready.set()
-            try:
-                self._loop.run_forever()
-            finally:
-                self._loop.close()
-
-        self._thread = threading.Thread(target=serve, name="metrics-endpoint", daemon=True)
-        self._thread.start()
-        ready.wait()
-        if "error" in outcome:
+        self._serving = GuardedServerThread("metrics-endpoint", host, limits or security.ServerLimits(), ssl_context)
+        try:
+            self.port: int = self._serving.start(lambda: self._start(port))
+        except BaseException as error:
             self._pool.shutdown(wait=False)
-            error = outcome["error"]
             if isinstance(error, OSError):
                 raise MetricsPortError(port, host, error) from None
-            raise error
-        self.port: int = outcome["port"]
+            raise
         self.token_file = _record_metrics_token(self.url, self.port, self.token)
         LOG.info(
             "raylink: Prometheus metrics of job '%s' at %s/metrics (bearer token in %s)",
@@ -356,6 +330,11 @@ class MetricsHttpServer:
             host = "127.0.0.1"
         return f"{'https' if self._ssl is not None else 'http'}://{host}:{self.port}"
 
+    @property
+    def guard(self) -> Any:
+        """The listener's :class:`~raylink.runtime.rest.rest_security.ConnectionGuard`."""
+        return self._serving.guard
+
     async def _start(self, port: int) -> int:
         from aiohttp import web
 
@@ -364,15 +343,7 @@ class MetricsHttpServer:
         policy = security.AccessPolicy(self.token, self.host, tls=self._ssl is not None)
         app = web.Application(middlewares=security.security_middlewares(policy))
         app.router.add_get("/metrics", self._scrape)
-        runner = web.AppRunner(app, shutdown_timeout=1.0, **security.runner_kwargs(self._limits))
-        await runner.setup()
-        try:
-            server, guard = await security.start_listening(runner, self.host, port, self._limits, self._ssl)
-        except BaseException:
-            await runner.cleanup()
-            raise
-        self._runner, self._server, self.guard = runner, server, guard
-        return security.bound_port(server)
+        return await self._serving.listen(app, [port])
 
     async def _scrape(self, request: Any) -> Any:
         import asyncio
@@ -387,32 +358,17 @@ class MetricsHttpServer:
             response.enable_compression()
         return response
 
-    async def _stop(self) -> None:
-        try:
-            if self._server is not None:
-                self._server.close()  # no new connections; the runner closes the open ones
-            if self._runner is not None:
-                await self._runner.cleanup()
-        finally:
-            self._loop.stop()  # run_forever returns, the server thread closes the loop and ends
-
     def close(self) -> None:
         """Stop serving, free the port and remove the token's records; waits for the server
         thread (at most :data:`CLOSE_TIMEOUT_S`) unless called from it."""
-        import asyncio
-        import threading
-
         if self._closed:
             return
         self._closed = True
         _forget_metrics_token(self.url, self.token_file, self.token)
-        try:
-            asyncio.run_coroutine_threadsafe(self._stop(), self._loop)
-        except RuntimeError:  # the loop is closed already
+        if not self._serving.stop():
             return
         self._pool.shutdown(wait=False)
-        if threading.current_thread() is not self._thread:
-            self._thread.join(CLOSE_TIMEOUT_S)
+        self._serving.join(CLOSE_TIMEOUT_S)
 
 
 def metrics_token_file(port: int) -> str:

@@ -2,8 +2,9 @@
 
 :class:`RestServerEndpoint` serves the routes of
 :mod:`raylink.runtime.rest.web_monitor_endpoint` for the JobClients registered with it, on
-an aiohttp server of its own: a daemon thread running its own event loop, blocking calls into
-the JobClient on a small thread pool. It listens on ``rest.bind-address`` (127.0.0.1) and
+an aiohttp server of its own (:class:`~raylink.runtime.rest.server_thread.GuardedServerThread`:
+a daemon thread ``rest-endpoint`` running its own event loop), blocking calls into the JobClient
+on a small thread pool. It listens on ``rest.bind-address`` (127.0.0.1) and
 ``rest.port`` (8081); a taken port moves it to the next free one (up to
 :data:`PORT_ATTEMPTS` ports on), 0 takes any free port. :func:`start_job_endpoint` starts
 one for a job (when ``raylink.rest.enabled``) and logs the dashboard's address once, at INFO
@@ -43,14 +44,12 @@ from raylink.runtime.rest.rest_security import (
     AccessPolicy,
     ConnectionGuard,
     ServerLimits,
-    bound_port,
     check_bind,
     new_token,
     rest_ssl_context,
-    runner_kwargs,
     security_middlewares,
-    start_listening,
 )
+from raylink.runtime.rest.server_thread import GuardedServerThread
 from raylink.runtime.rest.web_monitor_endpoint import add_rest_routes
 
 #: how many ports after ``rest.port`` are tried when it is taken
@@ -100,39 +99,20 @@ class RestServerEndpoint:
         self.host = host
         self.jobs = _Jobs()
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="rest-handler")
-        self._loop = asyncio.new_event_loop()
-        self._runner: Optional[web.AppRunner] = None
-        self._server: Optional[asyncio.AbstractServer] = None
-        self.guard: Optional[ConnectionGuard] = None
         self._closed = False
         self.token = token or new_token()
-        self._limits = limits or ServerLimits()
         self._ssl = ssl_context
-        ready = threading.Event()
-        outcome: dict = {}
-
-        def serve() -> None:
-            asyncio.set_event_loop(self._loop)
-            try:
-                outcome["port"] = self._loop.run_until_complete(self._start(port))
-            except BaseException as exc:  # noqa: BLE001 - handed to the constructor's thread
-                outcome["error"] = exc
-                ready.set()
-                self._loop.close()
-                return
-            ready.set()
-            try:
-                self._loop.run_forever()
-            finally:
-                self._loop.close()
-
-        self._thread = threading.Thread(target=serve, name="rest-endpoint", daemon=True)
-        self._thread.start()
-        ready.wait()
-        if "error" in outcome:
+        self._serving = GuardedServerThread("rest-endpoint", host, limits or ServerLimits(), ssl_context)
+        try:
+            self.port: int = self._serving.start(lambda: self._start(port))
+        except BaseException:
             self._pool.shutdown(wait=False)
-            raise outcome["error"]
-        self.port: int = outcome["port"]
+            raise
+
+    @property
+    def guard(self) -> Optional[ConnectionGuard]:
+        """The listener's connection guard (open, evicted and refused connections)."""
+        return self._serving.guard
 
     @property
     def url(self) -> str:
@@ -153,43 +133,23 @@ class RestServerEndpoint:
         app = web.Application(middlewares=security_middlewares(policy))
         self.app = app
         add_rest_routes(app, self.jobs, self._run_blocking, self.token, False)
-        runner = web.AppRunner(app, shutdown_timeout=1.0, **runner_kwargs(self._limits))
-        await runner.setup()
         candidates = [0] if port == 0 else range(port, min(port + PORT_ATTEMPTS, 65536))
-        last: Optional[OSError] = None
-        for candidate in candidates:
-            try:
-                server, guard = await start_listening(
-                    runner, self.host, candidate, self._limits, self._ssl, reuse_address=False
-                )
-            except OSError as exc:
-                if exc.errno not in (errno.EADDRINUSE, errno.EACCES):
-                    await runner.cleanup()
-                    raise RestPortError(
-                        exc.errno, f"rest.bind-address {self.host!r}: cannot listen ({exc.strerror or exc})"
-                    ) from None
-                last = exc
-                continue
-            self._runner, self._server, self.guard = runner, server, guard
-            return bound_port(server)
-        await runner.cleanup()
-        raise RestPortError(
-            getattr(last, "errno", errno.EADDRINUSE),
-            f"rest.port {port}: it and the {PORT_ATTEMPTS - 1} ports after it are taken on {self.host} "
-            f"(choose another rest.port, 0 for any free one, or set raylink.rest.enabled=false)",
-        )
+        taken = (errno.EADDRINUSE, errno.EACCES)
+        try:
+            return await self._serving.listen(app, candidates, reuse_address=False, retry_errnos=taken)
+        except OSError as exc:
+            if exc.errno not in taken:
+                raise RestPortError(
+                    exc.errno, f"rest.bind-address {self.host!r}: cannot listen ({exc.strerror or exc})"
+                ) from None
+            raise RestPortError(
+                exc.errno,
+                f"rest.port {port}: it and the {PORT_ATTEMPTS - 1} ports after it are taken on {self.host} "
+                f"(choose another rest.port, 0 for any free one, or set raylink.rest.enabled=false)",
+            ) from None
 
     def add_job(self, client: Any) -> None:
         self.jobs.add(client)
-
-    async def _stop(self) -> None:
-        try:
-            if self._server is not None:
-                self._server.close()  # no new connections; the runner closes the open ones
-            if self._runner is not None:
-                await self._runner.cleanup()
-        finally:
-            self._loop.stop()  # run_forever returns, the server thread closes the loop and ends
 
     def close(self) -> None:
         """Stop serving and free the port; waits for the server thread unless called from it
@@ -198,15 +158,12 @@ class RestServerEndpoint:
             return
         self._closed = True
         forget_rest_token(self.url)
-        try:
-            asyncio.run_coroutine_threadsafe(self._stop(), self._loop)
-        except RuntimeError:  # the loop is closed already
+        if not self._serving.stop():
             return
         self._pool.shutdown(wait=False)
-        current = threading.current_thread()
-        if current is self._thread or current.name.startswith("rest-handler"):
+        if threading.current_thread().name.startswith("rest-handler"):
             return
-        self._thread.join(CLOSE_TIMEOUT_S)  # a server that does not stop in time dies with the process
+        self._serving.join(CLOSE_TIMEOUT_S)
 
 
 def start_job_endpoint(client: Any) -> Optional[RestServerEndpoint]:
