@@ -37,6 +37,7 @@ from typing import Dict, List, Optional, Tuple
 
 from raylink.api.functions import SinkFunction
 from raylink.api.serialization import SerializationSchema
+from raylink.connectors.kafka.broker import new_topic
 
 VALUE_BYTES = 100
 WORDS_PER_LINE = 10
@@ -76,23 +77,6 @@ def _discarded(result) -> int:
 
 
 # --- the broker and its topics ---------------------------------------------------------------
-
-
-def new_topic(servers: str, partitions: int, prefix: str) -> str:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    name = f"{prefix}-{uuid.uuid4().hex[:10]}"
-    admin = AdminClient({"bootstrap.servers": servers})
-    for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
-        future.result(30)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        topic = admin.list_topics(name, timeout=5).topics.get(name)
-        if topic is not None and topic.error is None and len(topic.partitions) == partitions:
-            if all(p.leader >= 0 for p in topic.partitions.values()):
-                return name
-        time.sleep(0.05)  # metadata propagation, polled with a deadline
-    raise TimeoutError(f"topic {name} has no leaders after 30 s")
 
 
 def fill(servers: str, topic: str, values: List[str]) -> None:

@@ -3,28 +3,12 @@ with confluent-kafka directly (what a test expects is computed from these, never
 
 from __future__ import annotations
 
-import time
-import uuid
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions
 
-
-def new_topic(servers: str, partitions: int, prefix: str = "t") -> str:
-    """A fresh topic of ``partitions`` partitions; returns its name once it has a leader."""
-    name = f"{prefix}-{uuid.uuid4().hex[:10]}"
-    admin = AdminClient({"bootstrap.servers": servers})
-    for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
-        future.result(30)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        topic = admin.list_topics(name, timeout=5).topics.get(name)
-        if topic is not None and topic.error is None and len(topic.partitions) == partitions:
-            if all(p.leader >= 0 for p in topic.partitions.values()):
-                return name
-        time.sleep(0.05)  # metadata propagation; polled with a deadline
-    raise TimeoutError(f"topic {name} has no leaders after 30 s")
+from raylink.connectors.kafka.broker import new_topic  # noqa: F401 - the tests' topics
 
 
 def add_partitions(servers: str, topic: str, total: int) -> None:

@@ -104,6 +104,26 @@ def _server_properties(broker_port: int, controller_port: int, data_dir: str) ->
     return "\n".join(lines) + "\n"
 
 
+def new_topic(servers: str, partitions: int, prefix: str = "t") -> str:
+    """A fresh topic ``<prefix>-<random>`` of ``partitions`` partitions on the broker at
+    ``servers``; returns its name once every partition has a leader (for tests, benchmarks and
+    users trying the examples)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+    admin = AdminClient({"bootstrap.servers": servers})
+    for future in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+        future.result(30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        topic = admin.list_topics(name, timeout=5).topics.get(name)
+        if topic is not None and topic.error is None and len(topic.partitions) == partitions:
+            if all(p.leader >= 0 for p in topic.partitions.values()):
+                return name
+        time.sleep(0.05)  # metadata propagation, polled with a deadline
+    raise TimeoutError(f"topic {name} has no leaders after 30 s")
+
+
 def _log_tail(path: str, lines: int = 30) -> str:
     try:
         with open(path, "rb") as fh:
