@@ -313,6 +313,9 @@ def build_parser() -> argparse.ArgumentParser:
     from raylink.cli.kafka import add_parser as _add_kafka  # raylink kafka start|stop
 
     _add_kafka(sub, fmt, _handler)
+    from raylink.cli.rescale import add_parser as _add_rescale  # raylink rescale JOB --vertex NAME=P
+
+    _add_rescale(sub, fmt, _handler)
     from raylink.loadtest import register_cli as register_loadtest  # raylink loadtest SCENARIO
 
     register_loadtest(sub)

@@ -23,7 +23,9 @@ job. A stop-with-savepoint (``stop`` "suspend" / "drain") suspends periodic chec
 (none may commit output past it) until it completes, or resumes them if it fails.
 Savepoints reach the tasks with ``stop`` "savepoint" when they do not stop the job, so
 the sources inject aligned barriers for them even with unaligned checkpoints on (Flink:
-savepoints are always aligned). Unaligned checkpoints
+savepoints are always aligned). ``trigger_checkpoint_now`` takes a checkpoint at once with
+aligned barriers and a future of it (a rescale restores it at another parallelism; no periodic
+checkpoint follows it until the next deployment starts). Unaligned checkpoints
 (``execution.checkpointing.unaligned.enabled``) need ``execution.checkpointing.mode``
 exactly_once: with at_least_once the coordinator refuses to start
 (``IllegalConfigurationError``); the in-flight bytes a checkpoint persisted are
@@ -169,6 +171,8 @@ class CheckpointCoordinator:
         self._consecutive_failures = 0
         self._running = False
         self._requested = False  # a task at the end of its input asks for its final checkpoint
+        #: checkpoints of trigger_checkpoint_now: id -> (future of the CompletedCheckpoint, suspends periodic)
+        self._waiting: dict[int, tuple[Future, bool]] = {}
         self._thread: Optional[threading.Thread] = None
 
     # -- lifecycle -------------------------------------------------------------------------------------
@@ -184,6 +188,7 @@ class CheckpointCoordinator:
             # created and started under the lock: a task failing at once calls stop() from its own
             # thread, which must never find a thread that is set but not started yet
             if self.interval_ms > 0 and self._thread is None:
+            self._stopping = False  # a new deployment: a stop or rescale of the last one is over
                 self._thread = threading.Thread(target=self._periodic, name="CheckpointCoordinator", daemon=True)
                 self._thread.start()
 
@@ -280,6 +285,32 @@ class CheckpointCoordinator:
         """Under the lock: the tracker learns of a triggered checkpoint."""
         parallelism: dict = {}
         for attempt_id in checkpoint.not_yet_acknowledged:
+    def trigger_checkpoint_now(self, suspend_periodic: bool = False) -> Future:
+        """A checkpoint now, past the pause and concurrency limits, with aligned barriers (it
+        can be restored at another parallelism: no in-flight data); the future completes with
+        its ``CompletedCheckpoint`` (or a ``CheckpointException``). The tasks hear of it
+        completing as of any checkpoint (sinks commit). ``suspend_periodic``: no periodic
+        checkpoint is triggered after it (a rescale restores it as the latest) until the next
+        :meth:`start`, or until it fails."""
+        future: Future = Future()
+        with self._lock:
+            if not self._running or self._stopping:
+                why = "it is stopping with a savepoint" if self._running else "it is not running"
+                future.set_exception(CheckpointException(f"no checkpoint can be taken now: {why}"))
+                return future
+            self._stopping = self._stopping or suspend_periodic
+            checkpoint_id = self._next_id
+            self._next_id += 1
+            timestamp = int(time.time() * 1000)
+            self._pending[checkpoint_id] = PendingCheckpoint(
+                checkpoint_id, timestamp, time.monotonic(), self._tasks - self._finished
+            )
+            self._waiting[checkpoint_id] = (future, suspend_periodic)
+            self.stats.num_in_progress = len(self._pending)
+            self._report_pending(self._pending[checkpoint_id])
+        self._send_trigger(checkpoint_id, timestamp, SAVEPOINT)  # aligned, as a savepoint's
+        return future
+
             vertex_id = self._vertex_of.get(attempt_id, (str(attempt_id), 0))[0]
             parallelism[vertex_id] = parallelism.get(vertex_id, 0) + 1
         savepoint = checkpoint.savepoint
@@ -503,6 +534,10 @@ class CheckpointCoordinator:
             return
         self._abort_quietly(checkpoint_id, reason, count=True)
 
+        with self._lock:
+            waiting = self._waiting.pop(checkpoint.checkpoint_id, None)
+        if waiting is not None:
+            waiting[0].set_result(completed)
     def _abort_quietly(self, checkpoint_id: int, reason: str, count: bool) -> None:
         log.warning("checkpoint %d failed: %s", checkpoint_id, reason)
         self.stats_tracker.report_failed(checkpoint_id, int(time.time() * 1000), reason)
@@ -522,6 +557,12 @@ class CheckpointCoordinator:
             self._notify_aborted(checkpoint_id)
         except Exception:
             pass
+        with self._lock:
+            waiting = self._waiting.pop(checkpoint_id, None)
+            if waiting is not None and waiting[1]:
+                self._stopping = False  # periodic checkpoints go on
+        if waiting is not None:
+            waiting[0].set_exception(CheckpointException(f"checkpoint {checkpoint_id} failed: {reason}"))
         if too_many:
             self._fail_job(
                 CheckpointException(

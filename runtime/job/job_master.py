@@ -601,6 +601,22 @@ class JobMasterBase:
         return result
 
     def get_checkpoint_stats(self) -> dict:
+    def rescale(self, requirements: Any) -> Future:
+        """Rescale the running job (Flink's adaptive scheduler, FLIP-291): ``requirements``
+        maps vertex ids or names to a parallelism (or ``ParallelismBounds``); a checkpoint is
+        taken and every task redeployed at the new parallelism from it, same job id. A future
+        of the new requirements; failed at once for a bad request
+        (:mod:`raylink.runtime.job.rescaling`)."""
+        from raylink.runtime.job.rescaling import rescale
+
+        return rescale(self, requirements)
+
+    def get_resource_requirements(self) -> dict:
+        """FLIP-291's ``{vertex id: {"parallelism": {"lowerBound", "upperBound"}}}`` of the job."""
+        from raylink.runtime.job.rescaling import rescaler_of
+
+        return rescaler_of(self).resource_requirements()
+
         """Flink's checkpoint statistics plus ``numRestarts`` (Flink's job metric); the last
         completed checkpoint's per-subtask figures under ``lastCheckpointSubtasks`` (task name ->
         sync / async / alignment ms and bytes)."""

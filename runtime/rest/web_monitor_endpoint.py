@@ -104,6 +104,10 @@ def _savepoint_target(client: Any, directory: Any, route: str) -> Optional[str]:
         raise web.HTTPBadRequest(text=json.dumps({"errors": [str(exc)]}), content_type="application/json") from None
 
 
+def _bad_request(message: str) -> web.HTTPBadRequest:
+    return web.HTTPBadRequest(text=json.dumps({"errors": [message]}), content_type="application/json")
+
+
 @dataclass
 class _Savepoint:
     future: Any
@@ -153,6 +157,8 @@ class WebMonitorEndpoint:
             web.get(j + "/checkpoints/details/{checkpoint_id}/subtasks/{vertex_id}", self.task_checkpoint_details),
             web.post(j + "/stop", self.stop_with_savepoint),
             web.get(j + "/exceptions", self.exceptions),
+            web.get(j + "/resource-requirements", self.resource_requirements),
+            web.put(j + "/resource-requirements", self.update_resource_requirements),
             web.post(j + "/savepoints", self.trigger_savepoint),
             web.get(j + "/savepoints/{trigger_id}", self.savepoint_status),
             web.get(v, self.vertex_details),
@@ -391,6 +397,42 @@ class WebMonitorEndpoint:
             cause = {"class": type(error).__name__, "stack-trace": str(error)}
             return web.json_response({"status": {"id": "COMPLETED"}, "operation": {"failure-cause": cause}})
         return web.json_response({"status": {"id": "COMPLETED"}, "operation": {"location": future.result()}})
+
+    # -- rescaling (FLIP-291) -----------------------------------------------------------------------------
+    def _rescalable(self, client: Any, route: str) -> Any:
+        if not callable(getattr(client, "rescale", None)):
+            raise _bad_request(f"{route}: job {client.job_id} cannot be rescaled from here")
+        return client
+
+    async def resource_requirements(self, request: web.Request) -> web.Response:
+        """Flink's ``JobResourceRequirementsHandler``: ``{vertexId: {"parallelism": {"lowerBound",
+        "upperBound"}}}`` the job runs at (or is being rescaled to)."""
+        client = self._rescalable(self._job(request), "GET /jobs/:jobid/resource-requirements")
+        return web.json_response(await self.run_blocking(client.get_resource_requirements))
+
+    async def update_resource_requirements(self, request: web.Request) -> web.Response:
+        """Flink's ``JobResourceRequirementsUpdateHandler`` (FLIP-291): body ``{vertexId:
+        {"parallelism": {"lowerBound", "upperBound"}}}`` -> 200 ``{}`` once accepted; the job
+        then rescales (RUNNING -> RESTARTING -> RUNNING, :mod:`raylink.runtime.job.rescaling`).
+        A request the job cannot follow (unknown vertex, a bound below 1 or above the max
+        parallelism, state that cannot be redistributed, a job not RUNNING) -> 400 naming why."""
+        self._check_write(request)
+        route = "PUT /jobs/:jobid/resource-requirements"
+        client = self._rescalable(self._job(request), route)
+        body = await _json_object(
+            request, '{"<vertexId>": {"parallelism": {"lowerBound": int, "upperBound": int}}}', set()
+        )
+        for vertex, value in body.items():
+            if not isinstance(value, dict) or not isinstance(value.get("parallelism"), dict):
+                raise _bad_request(
+                    f'{route}: vertex {vertex!r}: expected {{"parallelism": {{"lowerBound": int, "upperBound": int}}}}, '
+                    f"got {value!r}"
+                )
+        future = await self.run_blocking(client.rescale, body)
+        error = future.exception() if future.done() else None
+        if error is not None:
+            raise _bad_request(f"{route}: {error}")
+        return web.json_response({})
 
     # -- one vertex ---------------------------------------------------------------------------------------
     async def vertex_details(self, request: web.Request) -> web.Response:
