@@ -570,3 +570,39 @@ def test_the_flink_check_writes_the_events_in_the_datagen_tables_json_shape(tmp_
         assert epoch_ms(nested["dateTime"]) == event.dateTime
         assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}", nested["dateTime"])
     assert sql_timestamp(1_700_000_000_005) == "2023-11-14 22:13:20.005"
+
+
+# -- the plain loops bench/nexmark.py times the jobs against --------------------------------------
+@pytest.mark.parametrize("name", sorted(set(REFERENCES) - {"q12"}, key=lambda q: int(q[1:])))
+def test_the_plain_loop_of_each_query_equals_brute_force(name):
+    from raylink.bench.nexmark.loops import LOOPS
+
+    config = CONFIGS.get(name, WINDOWED)
+    evs = events(config.events, config)
+    rows = []
+    LOOPS[name](evs, rows.append)
+    expected = Counter(REFERENCES[name](evs))
+    got = final_values(rows, UPDATING[name]) if name in UPDATING else Counter(rows)
+    assert expected and got == expected
+
+
+def test_a_replayed_source_emits_the_events_of_its_file(tmp_path):
+    from raylink.bench.nexmark.source import write_replay
+
+    config = NexmarkConfig(events=700)
+    path = str(tmp_path / "events.pickle")
+    write_replay(config, path)
+    env = make_env("local", 3)
+    got = list(
+        env.from_source(NexmarkSource(config, replay=path), watermark_strategy(), "nexmark").execute_and_collect()
+    )
+    assert sorted(map(repr, got)) == sorted(map(repr, events(700, config)))
+    write_replay(NexmarkConfig(events=5), path)
+    with pytest.raises(Exception, match="replay file"):
+        list(
+            make_env("local", 1)
+            .from_source(NexmarkSource(config, replay=path), watermark_strategy(), "nexmark")
+            .execute_and_collect()
+        )
+    with pytest.raises(ValueError, match="bounded"):
+        NexmarkSource(NexmarkConfig(), replay=path)

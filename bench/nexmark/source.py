@@ -14,6 +14,11 @@ the job takes them; without, each event is emitted once its wall-clock time
 (``wall base + dateTime - base_time``) has come, which is ``events_per_second`` over all
 subtasks. A bounded config (``events=N``) ends; an unbounded one runs until cancelled.
 
+Replay (``NexmarkSource(config, replay=path)``): the events are read from ``path``, a pickled
+list of ``config``'s events (``write_replay``), instead of computed: the same stream without
+the generator's cost (a Python generator takes far longer per event than most queries), for a
+benchmark of the queries; ``path`` must be readable where the subtasks run.
+
 Everything here is built on ``operators.sources.SourceOperator``; no runtime code knows
 about Nexmark (the source reaches the job as a connector source, ``create_operator``).
 Thread-safety: one operator per subtask, driven by its task thread.
@@ -21,6 +26,8 @@ Thread-safety: one operator per subtask, driven by its task thread.
 
 from __future__ import annotations
 
+import functools
+import pickle
 import time
 from typing import Any, List, Optional
 
@@ -35,10 +42,13 @@ _MAX_WAIT_S = 0.005
 class NexmarkSource:
     """Nexmark's events as a parallel source; ``config`` (a ``NexmarkConfig``) or its fields."""
 
-    def __init__(self, config: Optional[NexmarkConfig] = None, **fields: Any) -> None:
+    def __init__(self, config: Optional[NexmarkConfig] = None, replay: Optional[str] = None, **fields: Any) -> None:
         if config is not None and fields:
             raise ValueError("NexmarkSource: pass a NexmarkConfig or its fields, not both")
         self.config = config if config is not None else NexmarkConfig(**fields)
+        if replay is not None and self.config.events is None:
+            raise ValueError("NexmarkSource: replay needs a bounded config (events=N)")
+        self.replay = replay
 
     def get_boundedness(self) -> str:
         """Flink's ``Boundedness`` name: BOUNDED with ``events=N``, else CONTINUOUS_UNBOUNDED."""
@@ -49,10 +59,35 @@ class NexmarkSource:
         return CONNECTOR_SOURCE, self, {}, False
 
     def create_operator(self, _spec: Any) -> "NexmarkSourceOperator":
-        return NexmarkSourceOperator(self.config)
+        return NexmarkSourceOperator(self.config, replay=self.replay)
 
     def __repr__(self) -> str:
-        return f"NexmarkSource({self.config!r})"
+        return (
+            f"NexmarkSource({self.config!r})"
+            if self.replay is None
+            else f"NexmarkSource({self.config!r}, replay={self.replay!r})"
+        )
+
+
+def write_replay(config: NexmarkConfig, path: str, evs: Optional[List[Any]] = None) -> None:
+    """Write ``config``'s events (``evs``, or generated here) to ``path`` for ``replay``."""
+    if config.events is None:
+        raise ValueError("write_replay: needs a bounded config (events=N)")
+    evs = evs if evs is not None else [event_at(config, index) for index in range(config.events)]
+    if len(evs) != config.events:
+        raise ValueError(f"write_replay: {len(evs)} events given for a config of {config.events}")
+    with open(path, "wb") as out:
+        pickle.dump(evs, out, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _read_replay(config: NexmarkConfig, path: str) -> List[Any]:
+    with open(path, "rb") as data:
+        evs = pickle.load(data)
+    if not isinstance(evs, list) or len(evs) != config.max_events:
+        raise ValueError(
+            f"NexmarkSource: replay file {path} does not hold the {config.max_events} events of its config"
+        )
+    return evs
 
 
 def deal_out(progressions: List[List[int]], subtask: int, parallelism: int) -> List[List[int]]:
@@ -69,9 +104,13 @@ def deal_out(progressions: List[List[int]], subtask: int, parallelism: int) -> L
 class NexmarkSourceOperator(SourceOperator):
     """Emits its share of the Nexmark events (see the module doc)."""
 
-    def __init__(self, config: NexmarkConfig, name: str = "", operator_id: str = "") -> None:
+    def __init__(
+        self, config: NexmarkConfig, name: str = "", operator_id: str = "", replay: Optional[str] = None
+    ) -> None:
         super().__init__(None, name, operator_id)
         self.config = config
+        self.replay = replay
+        self._event = functools.partial(event_at, config)
         self._progressions: List[List[int]] = []
         self._wall_base: Optional[float] = None  # wall-clock time (s) of event time base_time
 
@@ -80,6 +119,8 @@ class NexmarkSourceOperator(SourceOperator):
         stop = self.config.max_events
         index, parallelism = rc.subtask_index, rc.parallelism
         self._progressions = [[index, parallelism, stop]] if index < stop else []
+        if self.replay is not None:
+            self._event = _read_replay(self.config, self.replay).__getitem__
 
     def emit_next(self, max_records: int = DEFAULT_BATCH_SIZE) -> bool:
         if self.finished or self.cancelled:
@@ -113,6 +154,7 @@ class NexmarkSourceOperator(SourceOperator):
         """Up to ``max_records`` events in index order (due by ``bound`` when pacing)."""
         config = self.config
         progressions = self._progressions
+        event = self._event
         out: List[Any] = []
         if len(progressions) == 1:
             current = progressions[0]
@@ -122,7 +164,7 @@ class NexmarkSourceOperator(SourceOperator):
             while index < end:
                 if bound is not None and config.timestamp_for_event(config.adjusted_event_number(index)) > bound:
                     break
-                out.append(event_at(config, index))
+                out.append(event(index))
                 index += stride
             current[0] = index
         else:  # restored from a rescale: merge the progressions by index
@@ -131,7 +173,7 @@ class NexmarkSourceOperator(SourceOperator):
                 index = current[0]
                 if bound is not None and config.timestamp_for_event(config.adjusted_event_number(index)) > bound:
                     break
-                out.append(event_at(config, index))
+                out.append(event(index))
                 current[0] = index + current[1]
                 if current[0] >= current[2]:
                     progressions.remove(current)
@@ -154,4 +196,4 @@ class NexmarkSourceOperator(SourceOperator):
         self._wall_base = min(bases) if bases else None
 
 
-__all__ = ["NexmarkSource", "NexmarkSourceOperator", "deal_out"]
+__all__ = ["NexmarkSource", "NexmarkSourceOperator", "deal_out", "write_replay"]
