@@ -14,6 +14,8 @@ import time
 from typing import Any, Optional
 
 from raylink.core.options import ExecutionOptions, read_option
+from raylink.loadtest.kafka_driver import DEFAULT_CHECKPOINT_INTERVAL_MS, DEFAULT_PARTITIONS, KafkaLoad
+from raylink.loadtest.nexmark import DEFAULT_START_DELAY_S, nexmark_scenario, query_names
 from raylink.loadtest.report import require_plots
 from raylink.loadtest.runner import run_loadtest
 from raylink.loadtest.scenarios import SCENARIOS, resolve_scenario, scenario_names, spark_scenario
@@ -83,6 +85,55 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="a job configuration value, e.g. execution.target=local (repeatable)",
     )
+    nexmark = parser.add_argument_group("nexmark (raylink loadtest nexmark --query q5 --rate R --duration S)")
+    nexmark.add_argument(
+        "--query",
+        default=None,
+        metavar="QN",
+        help="the Nexmark query of the nexmark scenario (q0..q22, raylink.bench.nexmark.queries); its events "
+        "are emitted at their dateTime as wall-clock time, latency = sink time - output record's event time",
+    )
+    nexmark.add_argument(
+        "--start-delay",
+        type=float,
+        default=DEFAULT_START_DELAY_S,
+        metavar="S",
+        help=f"nexmark: the first event is due S s after the job is built, so deploying the job is not "
+        f"measured as latency (default {DEFAULT_START_DELAY_S:g})",
+    )
+    kafka = parser.add_argument_group(
+        "kafka (the scenario's records go through a Kafka topic, produced at --rate outside the job, read by "
+        "KafkaSource; latency from each record's Kafka timestamp, consumer lag over time)"
+    )
+    kafka.add_argument(
+        "--kafka-bootstrap-servers",
+        default=None,
+        metavar="HOST:PORT",
+        help="the Kafka cluster to produce into and read from",
+    )
+    kafka.add_argument(
+        "--kafka",
+        action="store_true",
+        help="start a local single-node Kafka broker for the run (stopped at the end; needs the jars "
+        "scripts/setup.sh resolves)",
+    )
+    kafka.add_argument(
+        "--topic", default=None, help="an existing topic to append the run's records to (default: a new topic)"
+    )
+    kafka.add_argument(
+        "--partitions",
+        type=int,
+        default=DEFAULT_PARTITIONS,
+        help=f"partitions of the new topic (default {DEFAULT_PARTITIONS}); record j goes to partition j %% N",
+    )
+    kafka.add_argument(
+        "--kafka-checkpoint-interval",
+        type=int,
+        default=DEFAULT_CHECKPOINT_INTERVAL_MS,
+        metavar="MS",
+        help=f"the job's checkpoint interval: its consumer group commits offsets on each checkpoint "
+        f"(default {DEFAULT_CHECKPOINT_INTERVAL_MS})",
+    )
     soak = parser.add_argument_group("soak (one long run at --rate, watching TaskExecutor memory and latency)")
     soak.add_argument(
         "--soak",
@@ -131,7 +182,42 @@ def _parse_conf(pairs: list) -> dict:
     return conf
 
 
-def _soak(args: argparse.Namespace, output: str, scenario: Any) -> int:
+def _kafka_load(args: argparse.Namespace) -> Optional[KafkaLoad]:
+    """The ``--kafka*`` options as a :class:`KafkaLoad`, or None without them."""
+    if not args.kafka and not args.kafka_bootstrap_servers:
+        if args.topic is not None:
+            raise SystemExit("--topic needs --kafka-bootstrap-servers HOST:PORT or --kafka")
+        return None
+    if args.kafka and args.kafka_bootstrap_servers:
+        raise SystemExit("give either --kafka (a local broker) or --kafka-bootstrap-servers HOST:PORT, not both")
+    try:
+        return KafkaLoad(
+            bootstrap_servers=args.kafka_bootstrap_servers,
+            start_broker=args.kafka,
+            topic=args.topic,
+            partitions=args.partitions,
+            checkpoint_interval_ms=args.kafka_checkpoint_interval,
+        )
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
+
+
+def _scenario(args: argparse.Namespace, kafka: Optional[KafkaLoad]) -> Any:
+    if args.scenario == "nexmark":
+        if not args.query:
+            raise SystemExit(f"the nexmark scenario needs --query QN: one of {', '.join(query_names())}")
+        if kafka is not None:
+            raise SystemExit("the nexmark scenario has a source of its own: it does not run with --kafka")
+        return nexmark_scenario(args.query, args.start_delay)
+    if args.query:
+        raise SystemExit(f"--query is for the nexmark scenario, not {args.scenario!r}")
+    scenario = resolve_scenario(args.scenario)
+    if kafka is not None and scenario.make_source is not None:
+        raise SystemExit(f"scenario {scenario.name!r} has a source of its own: it does not run with --kafka")
+    return scenario
+
+
+def _soak(args: argparse.Namespace, output: str, scenario: Any, kafka: Optional[KafkaLoad] = None) -> int:
     """One soak run; exit code 1 when its verdict is FAIL."""
     if len(args.rate) != 1 or len(args.parallelism) != 1:
         raise SystemExit("--soak runs one rate at one parallelism: give --rate N (or max) and --parallelism P")
@@ -155,6 +241,7 @@ def _soak(args: argparse.Namespace, output: str, scenario: Any) -> int:
         progress=args.progress or sys.stderr.isatty(),
         max_slope=args.max_slope,
         max_drift=args.max_drift / 100.0,
+        kafka=kafka,
     )
     return 0 if report["verdict"] != "FAIL" else 1
 
@@ -164,18 +251,20 @@ def command(args: argparse.Namespace) -> int:
         for s in list(SCENARIOS.values()) + [spark_scenario()]:
             state = "" if s.available else f"  [unavailable: {s.unavailable_reason}]"
             print(f"{s.name:<10} {s.description}{state}")
+        print(f"{'nexmark':<10} a Nexmark query at a rate: --query QN, one of {', '.join(query_names())}")
         return 0
     duration = args.duration
     if duration is None and args.records is None:
         duration = 10.0
-    stem = os.path.basename(args.scenario).replace(".py", "")
+    stem = os.path.basename(args.scenario).replace(".py", "") + (f"-{args.query}" if args.query else "")
     kind = "soak" if args.soak else "loadtest"
     output = args.output or f"{kind}-{stem}-{time.strftime('%Y%m%d-%H%M%S')}"
-    scenario = resolve_scenario(args.scenario)  # fail on a bad name before starting Ray
+    kafka = _kafka_load(args)
+    scenario = _scenario(args, kafka)  # fail on a bad name before starting Ray
     if not scenario.available:
         raise SystemExit(f"scenario {scenario.name!r} is unavailable: {scenario.unavailable_reason}")
     if args.soak:
-        return _soak(args, output, scenario)
+        return _soak(args, output, scenario, kafka)
     plots = not args.no_plots
     if plots:
         require_plots()  # fail before starting Ray
@@ -185,7 +274,7 @@ def command(args: argparse.Namespace) -> int:
     if read_option(conf, ExecutionOptions.TARGET) == "ray":
         ensure_ray()
     run_loadtest(
-        args.scenario,
+        scenario,
         args.rate,
         args.parallelism,
         duration,
@@ -196,6 +285,7 @@ def command(args: argparse.Namespace) -> int:
         buffer_timeout=args.buffer_timeout,
         plots=plots,
         conf=conf,
+        kafka=kafka,
     )
     return 0
 

@@ -3,7 +3,7 @@
 Input is the report dict :func:`raylink.loadtest.runner.run_loadtest` builds (its
 ``runs`` are :func:`~raylink.loadtest.runner.run_one`'s dicts). The plots
 (throughput over time, latency percentiles vs. rate, scaling vs. parallelism,
-TaskExecutor memory) need matplotlib, the ``raylink[plots]`` extra; everything else is
+TaskExecutor memory, and for runs through Kafka the consumer lag over time) need matplotlib, the ``raylink[plots]`` extra; everything else is
 plain text. Pure functions of their arguments (matplotlib's Agg backend, one figure at
 a time), safe to call from any thread that owns its report. No Flink counterpart.
 """
@@ -31,6 +31,10 @@ def _rate(r: Optional[float]) -> str:
     return "max" if r is None else f"{r:,.0f}"
 
 
+def _count(n: Optional[int]) -> str:
+    return "-" if n is None else f"{n:,}"
+
+
 def write_markdown(report: dict, path: str) -> None:
     lines = [
         f"# raylink loadtest: {report['scenario']}",
@@ -55,6 +59,32 @@ def write_markdown(report: dict, path: str) -> None:
             f"{r['recordsEmitted']:,} | {at_sink} | "
             f"{f('p50')} | {f('p95')} | {f('p99')} | {r['bottleneck'] or '-'} | {bp} | {mem} |"
         )
+    kafka_runs = [r for r in report["runs"] if r.get("kafka")]
+    if kafka_runs:
+        lines += [
+            "",
+            "## Kafka",
+            "",
+            "| P | target rec/s | topic | partitions | produced | produce rec/s | max lag (committed) "
+            "| max pendingRecords | final lag |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in kafka_runs:
+            k = r["kafka"]
+            final = (k.get("final") or {}).get("committedLag")
+            lines.append(
+                f"| {r['parallelism']} | {_rate(r['targetRate'])} | {k['topic']} | {k['partitions']} | "
+                f"{k['recordsProduced']:,} | {k['produceRate']:,.0f} | {_count(k.get('maxCommittedLag'))} | "
+                f"{_count(k.get('maxPendingRecords'))} | {_count(final)} |"
+            )
+        lines += [
+            "",
+            "Records are produced outside the job at the target rate (record j to partition j mod N), each "
+            "with its Kafka timestamp set to the produce time; latency is the sink's clock minus that "
+            "timestamp (1 ms resolution). Lag: log end offsets minus the job's consumer group's committed "
+            "offsets (committed on each completed checkpoint), summed over the partitions, read from the broker "
+            "every sample interval; pendingRecords: the source's own gauge (log end minus next offset to read).",
+        ]
     lines += ["", "## Summary", ""] + [f"- {s}" for s in report["summary"]]
     lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in report["plots"]]
     lines += [
@@ -69,7 +99,8 @@ def write_markdown(report: dict, path: str) -> None:
 
 
 def write_plots(report: dict, out_dir: str) -> list[str]:
-    """Write the four PNG plots (:data:`PLOTS`) into ``out_dir``; their file names."""
+    """Write the four PNG plots (:data:`PLOTS`) into ``out_dir``, and ``lag.png`` (Kafka consumer lag
+    over time) when a run went through Kafka; their file names."""
     require_plots()
     import matplotlib
 
@@ -156,6 +187,25 @@ def write_plots(report: dict, out_dir: str) -> list[str]:
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=6)
     save(fig, "memory.png")
+
+    kafka_runs = [r for r in runs if r.get("kafka")]
+    if kafka_runs:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for r in kafka_runs:
+            label = f"P={r['parallelism']} rate={_rate(r['targetRate'])}"
+            series = r["kafka"]["lagSeries"]
+            ax.plot([x["t"] for x in series], [x["committedLag"] for x in series], marker=".", label=f"{label} lag")
+            pending = [(x["t"], x["pendingRecords"]) for x in series if x["pendingRecords"] is not None]
+            if pending:
+                ax.plot([t for t, _ in pending], [v for _, v in pending], "--", label=f"{label} pendingRecords")
+        ax.set_xlabel("time since the job started (s)")
+        ax.set_ylabel("records")
+        ax.set_title(f"{report['scenario']}: Kafka consumer lag (log end - committed offsets)")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+        save(fig, "lag.png")
     return written
 
 
@@ -190,7 +240,14 @@ def summarize(runs: list[dict]) -> list[str]:
             else ""
         )
         neck = r["bottleneck"] or ("none (rate held)" if r["rateHeld"] else "none found")
-        out.append(f"{head} {held}; {latency}; bottleneck: {neck}; {bp}" + (f"; {mem}" if mem else ""))
+        kafka = r.get("kafka")
+        lag = (
+            f"; Kafka {kafka['topic']}: {kafka['recordsProduced']:,} produced, consumer lag up to "
+            f"{_count(kafka.get('maxCommittedLag'))} records"
+            if kafka
+            else ""
+        )
+        out.append(f"{head} {held}; {latency}; bottleneck: {neck}; {bp}" + (f"; {mem}" if mem else "") + lag)
     maxed = [r for r in runs if r["targetRate"] is None]
     if maxed:
         best = max(maxed, key=lambda r: r["achievedRate"])

@@ -105,6 +105,10 @@ def _verdict(verdicts: Counter, rate: Optional[float], achieved: float) -> Optio
     return verdicts.most_common(1)[0][0] if verdicts else None
 
 
+def _latency_sink(max_samples: int, delay_s: float, buckets_per_s: float, window_s: int) -> LatencySink:
+    return LatencySink(max_samples, delay_s, buckets_per_s=buckets_per_s, window_s=window_s)
+
+
 def build_job(
     scenario: Scenario,
     rate: Optional[float],
@@ -116,9 +120,11 @@ def build_job(
     conf: Optional[dict] = None,
     buckets_per_s: float = BUCKETS_PER_S,
     latency_window_s: int = 60,
+    kafka: Any = None,
 ) -> Any:
     """The scenario's job (load source, its operators, latency sink) in a new environment
-    (``conf``: configuration keys over ``RAYLINK_CONF``)."""
+    (``conf``: configuration keys over ``RAYLINK_CONF``); ``kafka``: a
+    :class:`~raylink.loadtest.kafka_driver.KafkaDriver` whose topic is the source."""
     from raylink.api import Configuration, StreamExecutionEnvironment
 
     configuration = Configuration()
@@ -128,7 +134,11 @@ def build_job(
     env.set_parallelism(parallelism)
     if buffer_timeout is not None:
         env.set_buffer_timeout(buffer_timeout)
-    if scenario.make_source is not None:
+    if kafka is not None:
+        source = kafka.source(env)
+    elif scenario.make_paced_source is not None:
+        source = scenario.make_paced_source(env, rate, duration_s, records, buckets_per_s)
+    elif scenario.make_source is not None:
         if rate is not None:
             raise SystemExit(f"scenario {scenario.name!r} runs flat out only: use --rate max")
         source = scenario.make_source(env, records)
@@ -138,9 +148,8 @@ def build_job(
         )
     out = scenario.build(env, source)
     if out is not None:
-        out.add_sink(
-            LatencySink(latency_samples, scenario.sink_delay_s, buckets_per_s=buckets_per_s, window_s=latency_window_s)
-        ).name(SINK_NAME)
+        make_sink = scenario.make_sink or _latency_sink
+        out.add_sink(make_sink(latency_samples, scenario.sink_delay_s, buckets_per_s, latency_window_s)).name(SINK_NAME)
     return env
 
 
@@ -185,16 +194,65 @@ def run_one(
     latency_samples: int = 20000,
     job_timeout: Optional[float] = None,
     conf: Optional[dict] = None,
+    kafka: Any = None,
 ) -> dict:
-    """Run ``scenario`` once; a dict with the achieved rate, latency, back pressure and memory."""
+    """Run ``scenario`` once; a dict with the achieved rate, latency, back pressure and memory
+    (``kafka``: a :class:`~raylink.loadtest.kafka_driver.KafkaLoad`, the records go through a
+    topic; the dict gains a ``kafka`` section with the lag over time)."""
+    driver = None
+    if kafka is not None:
+        from raylink.loadtest.kafka_driver import KafkaDriver
+
+        driver = KafkaDriver(kafka, scenario.payload, rate, duration_s, records)
+    try:
+        if driver is not None:
+            driver.open()
+        return _run_one(
+            scenario,
+            rate,
+            parallelism,
+            duration_s,
+            records,
+            sample_interval,
+            progress,
+            buffer_timeout,
+            latency_samples,
+            job_timeout,
+            conf,
+            driver,
+        )
+    finally:
+        if driver is not None:
+            driver.close()
+
+
+def _run_one(
+    scenario: Scenario,
+    rate: Optional[float],
+    parallelism: int,
+    duration_s: Optional[float],
+    records: Optional[int],
+    sample_interval: float,
+    progress: bool,
+    buffer_timeout: Optional[int],
+    latency_samples: int,
+    job_timeout: Optional[float],
+    conf: Optional[dict],
+    driver: Any,
+) -> dict:
     from raylink.runtime.metrics import bottleneck
 
-    env = build_job(scenario, rate, parallelism, duration_s, records, buffer_timeout, latency_samples, conf)
+    env = build_job(
+        scenario, rate, parallelism, duration_s, records, buffer_timeout, latency_samples, conf, kafka=driver
+    )
     label = f"{scenario.name} P={parallelism} rate={'max' if rate is None else f'{rate:,.0f}'}"
+    if driver is not None:
+        label += f" via Kafka {driver.topic}"
     bar = Progress(progress, label, duration_s, records)
     t0 = time.perf_counter()
     client = env.execute_async(f"loadtest {label}")
     started = time.perf_counter()
+    stopping = None  # the stop-with-savepoint that ends a Kafka run (its source is unbounded)
     samples: list[dict] = []
     max_status: dict[str, str] = {}
     max_bp: dict[str, float] = {}
@@ -204,7 +262,7 @@ def run_one(
     peak: dict[str, int] = {}
     deadline = None if job_timeout is None else started + job_timeout
     while not client.wait(sample_interval):
-        if deadline is not None and time.perf_counter() > deadline:
+        if (deadline is not None and time.perf_counter() > deadline) or (driver is not None and driver.failed):
             client.cancel()
             client.wait(30)
             break
@@ -215,6 +273,12 @@ def run_one(
         if client.wait(0):
             break  # these may be partial (tasks already gone)
         t = time.perf_counter() - started
+        if driver is not None:
+            if not driver.started and any(SOURCE_NAME in str(m.get("vertex_name", "")) for m in metrics):
+                driver.start()  # the source runs: produce now
+            driver.sample(t, metrics)
+            if stopping is None and driver.drained():  # every record went through: end the job
+                stopping = client.stop_with_savepoint(True, driver.savepoint_dir)
         vertices = _vertex_view(metrics)
         for name, agg in vertices.items():
             status = agg["backPressureStatus"]
@@ -256,10 +320,18 @@ def run_one(
         )
         bar.update(t, src_out, " ".join(f"{n.split(' -> ')[0]}={a['backPressureStatus']}" for n, a in vertices.items()))
     bar.done()
+    if stopping is not None:
+        stopping.result(timeout=120)  # the savepoint's folder, or the failure that ended the job
+    kafka_report = driver.finish(time.perf_counter() - started) if driver is not None else None
     result = client.get_job_execution_result(timeout=60)
     wall = time.perf_counter() - t0
     acc = result.accumulators
     emitted, src_elapsed, achieved, sink_count = achieved_rate(result)
+    if driver is not None:  # the source is the producer outside the job
+        emitted, src_elapsed = kafka_report["recordsProduced"], kafka_report["produceElapsedS"]
+        achieved = kafka_report["produceRate"]
+        acc = dict(acc)
+        acc[ACC_SOURCE_BUCKETS] = driver.source_buckets()
     latency = percentiles(acc.get(ACC_LATENCY, []))
     final_vertices = _vertex_view(result.task_metrics)
     for name, agg in final_vertices.items():  # runs shorter than a sample: lifetime ratios
@@ -289,6 +361,11 @@ def run_one(
         }
 
     names = list(final_vertices)
+    extra: dict = {}
+    if kafka_report is not None:
+        extra["kafka"] = kafka_report
+    if scenario.run_info:
+        extra["scenarioSettings"] = dict(scenario.run_info)
     return {
         "scenario": scenario.name,
         "parallelism": parallelism,
@@ -319,11 +396,12 @@ def run_one(
         "memory": memory,
         "throughputSeries": throughput_series(acc),
         "metricSamples": samples,
+        **extra,
     }
 
 
 def run_loadtest(
-    scenario_name: str,
+    scenario_name: Any,
     rates: list,
     parallelisms: list,
     duration_s: Optional[float],
@@ -335,8 +413,12 @@ def run_loadtest(
     plots: bool = True,
     out: Any = None,
     conf: Optional[dict] = None,
+    kafka: Any = None,
 ) -> dict:
-    scenario = resolve_scenario(scenario_name)
+    """Run ``scenario_name`` (a name, job file or :class:`Scenario`) at every rate x parallelism
+    (``kafka``: a :class:`~raylink.loadtest.kafka_driver.KafkaLoad`, through a topic) and write
+    ``report.json``, ``report.md`` and the plots into ``output``."""
+    scenario = scenario_name if isinstance(scenario_name, Scenario) else resolve_scenario(scenario_name)
     if not scenario.available:
         raise SystemExit(f"scenario {scenario.name!r} is unavailable: {scenario.unavailable_reason}")
     if plots:
@@ -346,7 +428,18 @@ def run_loadtest(
     runs = []
     for p in parallelisms:
         for rate in rates:
-            r = run_one(scenario, rate, p, duration_s, records, sample_interval, progress, buffer_timeout, conf=conf)
+            r = run_one(
+                scenario,
+                rate,
+                p,
+                duration_s,
+                records,
+                sample_interval,
+                progress,
+                buffer_timeout,
+                conf=conf,
+                kafka=kafka,
+            )
             runs.append(r)
             print(summarize([r])[0], file=out, flush=True)
     report = {
@@ -360,6 +453,7 @@ def run_loadtest(
             "durationS": duration_s,
             "records": records,
             "bufferTimeoutMs": buffer_timeout,
+            "kafka": None if kafka is None else dict(vars(kafka)),
         },
         "runs": runs,
         "summary": summarize(runs),

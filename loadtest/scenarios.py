@@ -53,6 +53,13 @@ class Scenario:
     unavailable_reason: str = ""
     # replaces the rate-limited source: (env, records) -> DataStream of (emit_time_ns, payload)
     make_source: Optional[Callable[[Any, Optional[int]], Any]] = None
+    # replaces the rate-limited source, paced by the scenario itself:
+    # (env, rate, duration_s, records, buckets_per_s) -> DataStream
+    make_paced_source: Optional[Callable[..., Any]] = None
+    # replaces the latency sink: (max_samples, delay_s, buckets_per_s, window_s) -> SinkFunction
+    make_sink: Optional[Callable[..., Any]] = None
+    # what the scenario's last build chose (settings a report shows), filled by make_paced_source
+    run_info: Optional[dict] = None
 
 
 def _build_chain(env: Any, source: Any) -> Any:
@@ -133,8 +140,8 @@ def spark_scenario() -> Scenario:
 
 
 def scenario_names() -> list[str]:
-    """The built-in scenario names (``spark`` last)."""
-    return list(SCENARIOS) + ["spark"]
+    """The built-in scenario names (``spark``, ``nexmark`` last)."""
+    return list(SCENARIOS) + ["spark", "nexmark"]
 
 
 def load_job_file(path: str) -> Scenario:
@@ -157,6 +164,8 @@ def resolve_scenario(name: str) -> Scenario:
         return SCENARIOS[name]
     if name == "spark":
         return spark_scenario()
+    if name == "nexmark":
+        raise SystemExit("the nexmark scenario needs its query: raylink loadtest nexmark --query QN")
     if os.path.isfile(name):
         return load_job_file(name)
     raise SystemExit(

@@ -27,7 +27,7 @@ import sys
 import time
 from typing import Any, Callable, Optional, Union
 
-from raylink.loadtest.functions import ACC_LATENCY_WINDOWS, SOURCE_NAME
+from raylink.loadtest.functions import ACC_LATENCY_WINDOWS, ACC_SOURCE_BUCKETS, SOURCE_NAME
 from raylink.loadtest.runner import RATE_TOLERANCE, Progress, _vertex_view, achieved_rate, build_job, throughput_series
 from raylink.loadtest.scenarios import Scenario, resolve_scenario
 from raylink.loadtest.soak_report import (
@@ -94,6 +94,44 @@ def _sample_row(t: float, report: dict) -> dict:
     }
 
 
+def backlog_rss(rows: list) -> dict:
+    """From ``[(t, executor, rss bytes, committed lag)]``: the largest backlog, each executor's
+    peak RSS and its RSS at the largest backlog, and its RSS while the backlog was at least
+    half of that (``rssUnderBacklog``: the memory the source holds with records waiting)."""
+    rows = [r for r in rows if r[2] is not None]
+    if not rows:
+        return {"maxCommittedLag": None, "executors": {}}
+    top = max(r[3] for r in rows)
+    executors: dict = {}
+    for t, ex, rss, lag in rows:
+        e = executors.setdefault(ex, {"peakRssBytes": 0, "rssAtMaxLagBytes": None, "rssUnderBacklogBytes": []})
+        e["peakRssBytes"] = max(e["peakRssBytes"], rss)
+        if lag == top and e["rssAtMaxLagBytes"] is None:
+            e["rssAtMaxLagBytes"] = rss
+        if top > 0 and lag * 2 >= top:
+            e["rssUnderBacklogBytes"].append(rss)
+    for e in executors.values():
+        under = e.pop("rssUnderBacklogBytes")
+        e["maxRssUnderBacklogBytes"] = max(under) if under else None
+        e["samplesUnderBacklog"] = len(under)
+    return {"maxCommittedLag": top, "executors": executors}
+
+
+def backlog_line(backlog: dict) -> str:
+    """One sentence: the largest backlog and the RSS of each executor while it sat in the topic."""
+    if backlog.get("maxCommittedLag") is None:
+        return "Kafka backlog: no samples"
+    parts = [
+        f"{ex[-8:]}: peak {e['peakRssBytes'] / 2**20:.0f} MiB, at the largest backlog "
+        f"{(e['rssAtMaxLagBytes'] or 0) / 2**20:.0f} MiB, with >= half of it waiting at most "
+        f"{(e['maxRssUnderBacklogBytes'] or 0) / 2**20:.0f} MiB ({e['samplesUnderBacklog']} samples)"
+        for ex, e in sorted(backlog["executors"].items())
+    ]
+    return f"Kafka backlog: up to {backlog['maxCommittedLag']:,} records not yet committed; RSS per TaskExecutor: " + (
+        "; ".join(parts) or "-"
+    )
+
+
 def run_soak(
     scenario: Union[str, Scenario],
     rate: Optional[float],
@@ -110,9 +148,13 @@ def run_soak(
     max_slope: float = DEFAULT_MAX_SLOPE_MIB_PER_H,
     max_drift: float = DEFAULT_MAX_DRIFT,
     out: Any = None,
+    kafka: Any = None,
 ) -> dict:
     """Run ``scenario`` for ``duration_s`` at ``rate`` (None: flat out), sampling every
-    executor's memory; write the soak report into ``output`` and return it."""
+    executor's memory; write the soak report into ``output`` and return it. ``kafka`` (a
+    :class:`~raylink.loadtest.kafka_driver.KafkaLoad`): the records go through a topic, produced
+    for ``duration_s``; the run lasts until the job has read them all (a slow sink leaves a
+    backlog in the topic: the report's ``kafkaBacklog`` gives the RSS while it sits there)."""
     if isinstance(scenario, str):
         scenario = resolve_scenario(scenario)
     if not scenario.available:
@@ -121,6 +163,59 @@ def run_soak(
     os.makedirs(output, exist_ok=True)
     window_s = 60 if duration_s >= 300 else 10
     buckets_per_s = 1.0 if duration_s <= 600 else 0.1
+    driver = None
+    if kafka is not None:
+        from raylink.loadtest.kafka_driver import KafkaDriver
+
+        driver = KafkaDriver(kafka, scenario.payload, rate, duration_s, None, buckets_per_s=buckets_per_s)
+    try:
+        if driver is not None:
+            driver.open()
+        return _run_soak(
+            scenario,
+            rate,
+            duration_s,
+            output,
+            parallelism,
+            sample_interval,
+            tracemalloc,
+            top,
+            buffer_timeout,
+            conf,
+            plots,
+            progress,
+            max_slope,
+            max_drift,
+            out,
+            window_s,
+            buckets_per_s,
+            driver,
+        )
+    finally:
+        if driver is not None:
+            driver.close()
+
+
+def _run_soak(
+    scenario: Scenario,
+    rate: Optional[float],
+    duration_s: float,
+    output: str,
+    parallelism: int,
+    sample_interval: float,
+    tracemalloc: bool,
+    top: int,
+    buffer_timeout: Optional[int],
+    conf: Optional[dict],
+    plots: bool,
+    progress: bool,
+    max_slope: float,
+    max_drift: float,
+    out: Any,
+    window_s: int,
+    buckets_per_s: float,
+    driver: Any,
+) -> dict:
     env = build_job(
         scenario,
         rate,
@@ -132,6 +227,7 @@ def run_soak(
         conf=conf,
         buckets_per_s=buckets_per_s,
         latency_window_s=window_s,
+        kafka=driver,
     )
     label = f"soak {scenario.name} P={parallelism} rate={'max' if rate is None else f'{rate:,.0f}'}"
     bar = Progress(progress, label, duration_s, None)
@@ -152,7 +248,9 @@ def run_soak(
     last: dict = {}  # executor -> its latest report
     back_pressure: dict[str, dict[str, int]] = {}  # vertex -> {status: samples}
     # no samples in the last second: the source ends then and the tasks build their results
-    cutoff = duration_s - END_MARGIN_S
+    # (a Kafka run lasts until the backlog is read: sampled to its end)
+    cutoff = duration_s - END_MARGIN_S if driver is None else float("inf")
+    stopping = None
     next_at = started + sample_interval
     while not client.wait(max(0.0, next_at - time.perf_counter())):
         now = time.perf_counter()
@@ -169,6 +267,20 @@ def run_soak(
             continue
         if client.wait(0):
             break  # these may be partial (tasks already gone)
+        if driver is not None:
+            if driver.failed:
+                client.cancel()
+                client.wait(30)
+                break
+            if not driver.started and any(SOURCE_NAME in str(m.get("vertex_name", "")) for m in metrics):
+                driver.start()
+            lag = driver.sample(t, metrics)
+            if lag is not None:
+                for report in reports:
+                    if "error" not in report:
+                        driver.backlog_rss.append((t, report["executor"], report.get("rssBytes"), lag["committedLag"]))
+            if stopping is None and driver.drained():
+                stopping = client.stop_with_savepoint(True, driver.savepoint_dir)
         for report in reports:
             if "error" in report:
                 continue
@@ -190,8 +302,17 @@ def run_soak(
         )
         bar.update(t, sum(a["numRecordsOut"] for n, a in vertices.items() if SOURCE_NAME in n), rss)
     bar.done()
+    if stopping is not None:
+        stopping.result(timeout=120)
+    kafka_report = driver.finish(time.perf_counter() - started) if driver is not None else None
     result = client.get_job_execution_result(timeout=120)
     emitted, src_elapsed, achieved, sink_count = achieved_rate(result)
+    accumulators = result.accumulators
+    if driver is not None:  # the source is the producer outside the job
+        emitted, src_elapsed = kafka_report["recordsProduced"], kafka_report["produceElapsedS"]
+        achieved = kafka_report["produceRate"]
+        accumulators = dict(accumulators)
+        accumulators[ACC_SOURCE_BUCKETS] = driver.source_buckets()
     windows = latency_windows(result.accumulators.get(ACC_LATENCY_WINDOWS, []), window_s)
     run = {
         "scenario": scenario.name,
@@ -208,7 +329,7 @@ def run_soak(
         "rateHeld": None if rate is None else achieved >= RATE_TOLERANCE * rate,
         "netRuntimeMs": result.net_runtime_ms,
         "backPressure": back_pressure,
-        "throughputSeries": throughput_series(result.accumulators, buckets_per_s),
+        "throughputSeries": throughput_series(accumulators, buckets_per_s),
     }
     report = {
         "scenario": scenario.name,
@@ -237,12 +358,20 @@ def run_soak(
         "plots": [],
         "files": ["report.json", "report.md", "soak_samples.csv", "soak_latency.csv"],
     }
+    if driver is not None:
+        report["kafka"] = kafka_report
+        report["kafkaBacklog"] = backlog_rss(driver.backlog_rss)
     write_soak_csv(report, output)
     if plots:
         report["plots"], report["plotsNote"] = write_soak_plots(report, output)
     with open(os.path.join(output, "report.json"), "w") as f:
         json.dump(report, f, indent=1, default=str)
     write_soak_markdown(report, os.path.join(output, "report.md"))
+    if driver is not None:
+        line = backlog_line(report["kafkaBacklog"])
+        with open(os.path.join(output, "report.md"), "a") as f:
+            f.write(f"\n## Kafka backlog\n\n{line}\n")
+        print(line, file=out, flush=True)
     print(report["verdictLine"], file=out, flush=True)
     if report.get("plotsNote"):
         print(report["plotsNote"], file=out)
