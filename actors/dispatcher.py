@@ -42,6 +42,16 @@ session token (``Authorization: Bearer <rest_api_token(token)>``; :func:`dashboa
 carries it in the address's fragment, and the session records it in the runtime folder); the
 session token itself still never crosses the wire.
 
+High availability (``high-availability.type`` other than none, from ``start_dispatcher``'s
+``ha_settings``): every submitted program goes to the store's ``JobGraphStore`` (under
+``<cluster-id>/session``) before it is deployed, each job's checkpoint ids and completed
+checkpoints too (:mod:`raylink.runtime.job.high_availability`), and the actor's bound port is
+recorded. Ray restarts a Dispatcher whose process died (``raylink.jobmaster.max-restarts``);
+the new one serves on the same port and recovers every job of the store
+(:func:`~raylink.actors.job_master_actor.start_job`: the old attempt's leased executors are
+taken back and reset, each job restores its latest completed checkpoint). An ended job's
+entries are removed; stopping the session removes them all.
+
 Thread-safety: an asyncio actor; the handlers run on its event loop and hand every blocking
 JobMaster call to a thread pool. The job table is only changed on the loop.
 """
@@ -51,6 +61,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -59,10 +71,12 @@ import cloudpickle
 import ray
 from aiohttp import web
 
+from raylink.actors.job_master_actor import SubmittedProgram, start_job
 from raylink.actors.ray_actors import TASK_EXECUTOR_NAMESPACE
 from raylink.actors.ray_executor import RayJobClient
+from raylink.core.configuration import Configuration
 from raylink.core.job_status import JobStatus
-from raylink.core.options import ClientOptions, validate_enumerated_values
+from raylink.core.options import ClientOptions, HighAvailabilityOptions, read_option, validate_enumerated_values
 from raylink.runtime.client.rest_endpoint import (
     AUTH_SCHEME,
     DEFAULT_SIGNATURE_VALIDITY_S,
@@ -82,6 +96,7 @@ from raylink.runtime.client.rest_endpoint import (
     signature_matches,
 )
 from raylink.runtime.client.rest_tokens import dashboard_address
+from raylink.runtime.job.high_availability import HighAvailabilityServices, create_ha_services
 from raylink.runtime.rest.rest_security import (
     AccessPolicy,
     ServerLimits,
@@ -104,23 +119,24 @@ REAP_INTERVAL_S = 1.0
 
 
 @dataclass
-class SubmittedProgram:
-    """What a JobMaster reads of a program: its JobGraph and configuration (the driver's
-    ``StreamExecutionEnvironment`` stays in the driver)."""
-
-    job_graph: Any
-    configuration: Any
-
-    def get_job_graph(self, job_name: Optional[str] = None) -> Any:
-        return self.job_graph
-
-
-@dataclass
 class _Job:
     client: Any
     heartbeat_timeout_s: float
     idle_ticks: int = 0  # reaper rounds since the last request about this job
     result_taken: bool = False  # the client has read the execution result (or the failure)
+    ha_cleaned: bool = False  # its high-availability entries are removed (it ended)
+
+
+def session_ha_services(settings: Optional[dict]) -> Optional[HighAvailabilityServices]:
+    """The Dispatcher's high-availability services (its jobs under ``<cluster-id>/session``),
+    None with ``high-availability.type: none``."""
+    conf = Configuration()
+    for key, value in (settings or {}).items():
+        conf.set_string(key, value)
+    services = create_ha_services(conf)
+    if services is None:
+        return None
+    return HighAvailabilityServices(services.storage_dir, f"{services.cluster_id.strip('/')}/session")
 
 
 def _pickled(value: Any, status: int = 200) -> web.Response:
@@ -149,7 +165,13 @@ def _not_found(job_id: str) -> web.Response:
 class DispatcherActor:
     """The REST endpoint and the JobMasters of jobs submitted through it (see the module docstring)."""
 
-    def __init__(self, token: str, signature_validity_s: float = DEFAULT_SIGNATURE_VALIDITY_S) -> None:
+    def __init__(
+        self,
+        token: str,
+        signature_validity_s: float = DEFAULT_SIGNATURE_VALIDITY_S,
+        serve: Optional[dict] = None,
+        ha_settings: Optional[dict] = None,
+    ) -> None:
         self._token = token
         self._replays = ReplayGuard(signature_validity_s)
         self._jobs: dict[str, _Job] = {}
@@ -158,6 +180,42 @@ class DispatcherActor:
         self._reaper: Optional[asyncio.Task] = None
         self._web_monitor: Any = None
         self.url = ""
+        # high availability: the jobs' programs, checkpoint counters and pointers in the store; Ray
+        # restarts this actor when its process dies and the new one recovers them (``recover``)
+        self._ha = session_ha_services(ha_settings)
+        self._serve = dict(serve or {})  # start()'s arguments, for a restarted Dispatcher
+        self.incarnation = 1 + int(bool(ray.get_runtime_context().was_current_actor_reconstructed))
+        self.recovered_jobs: list[str] = []
+        if self.incarnation > 1 and self._ha is not None:
+            me = ray.get_runtime_context().current_actor
+            threading.Thread(target=lambda: me.recover.remote(), daemon=True).start()  # runs after __init__
+
+    async def recover(self) -> list[str]:
+        """A restarted Dispatcher (Flink's Dispatcher regaining leadership): serve again on the
+        address it had, and recover every job of the high-availability store -- the previous
+        attempt's executors fenced, restored from each job's latest completed checkpoint.
+        Returns the recovered job ids."""
+        record = self._ha.get_record("dispatcher") or {}
+        serve = dict(self._serve)
+        serve["port"] = record.get("port", serve.get("port", 0))
+        if self._runner is None:
+            await self.start(**serve)
+        for job_id in self._ha.get_job_graph_store().get_job_ids():
+            if job_id in self._jobs:
+                continue
+            try:
+                client = await self._blocking(start_job, b"", job_id, self._ha, True)
+            except Exception as exc:  # noqa: BLE001 - the others are still recovered
+                logging.getLogger("raylink").error("session cluster: job %s could not be recovered: %s", job_id, exc)
+                continue
+            timeout_s = client.configuration.get(ClientOptions.HEARTBEAT_TIMEOUT) / 1000.0
+            self._jobs[job_id] = _Job(client, timeout_s)
+            self.recovered_jobs.append(job_id)
+        return list(self.recovered_jobs)
+
+    def pid(self) -> int:
+        """This Dispatcher's process id (failover tests kill it)."""
+        return os.getpid()
 
     async def start(
         self, host: str, port: int, tls: Optional[tuple] = None, limits: Optional[ServerLimits] = None
@@ -217,6 +275,8 @@ class DispatcherActor:
         scheme = "https" if ssl_context is not None else "http"
         self.url = f"{scheme}://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{bound_port(self._listener)}"
         self._reaper = asyncio.ensure_future(self._reap())
+        if self._ha is not None:  # a restarted Dispatcher binds the same port (drivers keep their URL)
+            await self._blocking(self._ha.put_record, "dispatcher", {"port": bound_port(self._listener)})
         return self.url
 
     def routes(self) -> list:
@@ -267,7 +327,7 @@ class DispatcherActor:
     async def _submit(self, request: web.Request) -> web.Response:
         body = await request.read()
         try:
-            client = await self._blocking(self._start_job, body)
+            client = await self._blocking(self._start_job, body, self._ha)
         except Exception as exc:  # noqa: BLE001 - the client raises it as a direct submission would
             return _error(exc)
         timeout_s = client.configuration.get(ClientOptions.HEARTBEAT_TIMEOUT) / 1000.0
@@ -275,7 +335,9 @@ class DispatcherActor:
         return web.json_response({"jobId": client.job_id, "jobName": client.job_name}, status=201)
 
     @staticmethod
-    def _start_job(body: bytes) -> Any:
+    def _start_job(body: bytes, ha: Optional[HighAvailabilityServices] = None) -> Any:
+        if ha is not None:  # the program goes to the JobGraphStore before the job is deployed
+            return start_job(body, uuid.uuid4().hex, ha, recovered=False)
         payload = cloudpickle.loads(body)
         validate_enumerated_values(payload["configuration"])  # as the driver did: no unknown value runs
         program = SubmittedProgram(payload["job_graph"], payload["configuration"])
@@ -377,6 +439,9 @@ class DispatcherActor:
                 idle_s = job.idle_ticks * REAP_INTERVAL_S
                 client = job.client
                 if JobStatus(client.get_job_status()).is_globally_terminal_state():
+                    if self._ha is not None and not job.ha_cleaned and client.wait(0):
+                        job.ha_cleaned = True  # nothing to recover any more
+                        await self._blocking(self._ha.cleanup_job_data, job_id)
                     # a client still reading the last collected records keeps asking (idle 0)
                     done_with = job.result_taken and not client.collected_unread
                     if idle_s > (FINISHED_JOB_GRACE_S if done_with else FINISHED_JOB_TTL_S):
@@ -401,6 +466,10 @@ class DispatcherActor:
             except Exception:  # noqa: BLE001 - it ended meanwhile
                 pass
         await asyncio.gather(*[self._blocking(client.wait, 10.0) for client in running])
+        if self._ha is not None:  # a stopped session recovers nothing
+            for job_id in list(self._jobs):
+                await self._blocking(self._ha.cleanup_job_data, job_id)
+            await self._blocking(self._ha.remove_record, "dispatcher")
         if self._reaper is not None:
             self._reaper.cancel()
         if getattr(self, "_listener", None) is not None:
@@ -418,13 +487,16 @@ def start_dispatcher(
     signature_validity_s: float = DEFAULT_SIGNATURE_VALIDITY_S,
     tls: Optional[tuple] = None,
     limits: Optional[ServerLimits] = None,
+    ha_settings: Optional[dict] = None,
 ) -> tuple[Any, str]:
     """Start the Dispatcher on this driver's node; returns its handle and URL. A ``host`` that
     is not a loopback address raises ``InsecureBindError`` unless ``tls`` (``(cert PEM, key PEM
     or None)``, files on this node: the Dispatcher serves HTTPS) or ``allow_insecure_bind``;
     ``signature_validity_s``: how long a signed request stays valid (``rest.signature.validity``);
     ``limits``: its header and idle timeouts and connection limit (``ServerLimits.from_configuration``
-    of the ``rest.server.*`` options; their defaults when None)."""
+    of the ``rest.server.*`` options; their defaults when None); ``ha_settings``: the
+    ``high-availability.*`` options (with a type other than none Ray restarts the Dispatcher,
+    ``raylink.jobmaster.max-restarts`` times, and it recovers its jobs)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     check_rest_bind_address(host, allow_insecure_bind or bool(tls))
@@ -432,15 +504,22 @@ def start_dispatcher(
         server_ssl_context(*tls)  # unreadable or mismatched files fail here, naming them
 
     node = ray.get_runtime_context().get_node_id()
+    ha = session_ha_services(ha_settings)
+    conf = Configuration()
+    for key, value in (ha_settings or {}).items():
+        conf.set_string(key, value)
+    serve = {"host": host, "port": port, "tls": tls, "limits": limits}
     handle = DispatcherActor.options(
         name=DISPATCHER_NAME,
         namespace=TASK_EXECUTOR_NAMESPACE,
         lifetime="detached",
         max_concurrency=1000,
+        max_restarts=read_option(conf, HighAvailabilityOptions.JOB_MASTER_MAX_RESTARTS) if ha is not None else 0,
+        max_task_retries=-1 if ha is not None else 0,  # calls in flight wait for the restarted Dispatcher
         # its JobMasters' blocking Ray calls run on worker threads, never on the event loop
         runtime_env={"env_vars": {"RAY_WARN_BLOCKING_GET_INSIDE_ASYNC": "0"}},
         scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
-    ).remote(token, signature_validity_s)
+    ).remote(token, signature_validity_s, serve, ha_settings)
     try:
         url = ray.get(handle.start.remote(host, port, tls, limits))
     except Exception:
@@ -488,7 +567,16 @@ def cancel_submitted_job(job_id: str) -> Optional[str]:
     """Cancel job ``job_id`` submitted to the Dispatcher over HTTP; its status, None when the
     Dispatcher does not know it (or none runs)."""
     handle = find_dispatcher()
-    return ray.get(handle.cancel_job.remote(job_id)) if handle is not None else None
+    status = ray.get(handle.cancel_job.remote(job_id)) if handle is not None else None
+    if status is None:  # a detached (or highly available) job's JobMaster actor
+        from raylink.actors.job_master_actor import find_job
+
+        client = find_job(job_id)
+        if client is not None:
+            client.cancel()
+            client.wait(30)
+            status = str(client.get_job_status())
+    return status
 
 
 def savepoint_submitted_job(job_id: str, directory: Optional[str], stop: Optional[str] = None) -> Optional[str]:
@@ -496,7 +584,19 @@ def savepoint_submitted_job(job_id: str, directory: Optional[str], stop: Optiona
     job with it, "suspend" or "drain"): its folder, None when the Dispatcher does not know the
     job (or none runs)."""
     handle = find_dispatcher()
-    return ray.get(handle.savepoint_job.remote(job_id, directory, stop)) if handle is not None else None
+    location = ray.get(handle.savepoint_job.remote(job_id, directory, stop)) if handle is not None else None
+    if location is None:  # a detached (or highly available) job's JobMaster actor
+        from raylink.actors.job_master_actor import find_job
+
+        client = find_job(job_id)
+        if client is not None:
+            future = (
+                client.trigger_savepoint(directory)
+                if stop is None
+                else client.stop_with_savepoint(stop == "drain", directory)
+            )
+            location = future.result()
+    return location
 
 
 __all__ = [

@@ -18,6 +18,7 @@ from typing import Any, Optional
 import ray
 
 from raylink.actors.dispatcher import start_dispatcher, stop_dispatcher
+from raylink.actors.job_master_actor import ha_settings_of
 from raylink.actors.session_cluster import SESSION_NAME, SESSION_NAMESPACE, SessionClusterActor, find_session
 from raylink.core.configuration import Configuration
 from raylink.runtime.client.rest_endpoint import (
@@ -43,6 +44,7 @@ def start_session(
     signature_validity_s: float = DEFAULT_SIGNATURE_VALIDITY_S,
     rest_tls: Optional[tuple] = None,
     rest_limits: Optional[ServerLimits] = None,
+    ha_settings: Optional[dict] = None,
 ) -> Any:
     """Start the session cluster (a detached named actor) with ``executors`` warm TaskExecutors
     and, unless ``rest_bind_address`` is None, its Dispatcher (:mod:`raylink.actors.dispatcher`)
@@ -52,7 +54,10 @@ def start_session(
     drivers trust that certificate) or ``allow_insecure_rest_bind`` (pickle over plain HTTP).
     ``signature_validity_s``: how long a signed request to the Dispatcher stays valid
     (``rest.signature.validity``). ``rest_limits``: the Dispatcher's header and idle timeouts and
-    connection limit (unset: ``rest.server.*`` as ``RAYLINK_CONF`` sets them, else their defaults)."""
+    connection limit (unset: ``rest.server.*`` as ``RAYLINK_CONF`` sets them, else their defaults).
+    ``ha_settings``: the Dispatcher's ``high-availability.*`` options (unset: as ``RAYLINK_CONF``
+    sets them); with a type other than none Ray restarts a Dispatcher whose process died and it
+    recovers its jobs from the store (:mod:`raylink.actors.dispatcher`)."""
     if rest_bind_address is not None:
         check_rest_bind_address(rest_bind_address, allow_insecure_rest_bind or bool(rest_tls))
     if find_session() is not None:
@@ -67,9 +72,17 @@ def start_session(
     try:
         if rest_bind_address is not None:
             token = secrets.token_urlsafe(32)
-            limits = rest_limits or ServerLimits.from_configuration(Configuration.from_environment())
+            environment = Configuration.from_environment()
+            limits = rest_limits or ServerLimits.from_configuration(environment)
             _, url = start_dispatcher(
-                token, rest_bind_address, rest_port, allow_insecure_rest_bind, signature_validity_s, rest_tls, limits
+                token,
+                rest_bind_address,
+                rest_port,
+                allow_insecure_rest_bind,
+                signature_validity_s,
+                rest_tls,
+                limits,
+                ha_settings if ha_settings is not None else ha_settings_of(environment),
             )
             info["restUrl"] = url
         session = SessionClusterActor.options(

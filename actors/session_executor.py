@@ -4,7 +4,9 @@ reachable, else the JobMaster in the driver on Ray (Flink's ``AbstractSessionClu
 The choice (:func:`raylink.runtime.client.rest_endpoint.find_endpoint`) is made per job, and
 this module imports no Ray: a driver whose job goes to the Dispatcher never loads it.
 :mod:`raylink.actors.ray_executor` (which connects to Ray) is imported only for a job that
-runs its JobMaster here.
+runs its JobMaster here. A detached (``execution.attached: false``) or highly available
+(``high-availability.type``) job without a session runs its JobMaster in an actor of its own
+(:mod:`raylink.actors.job_master_actor`); ``execute()`` of a detached job returns at once.
 
 With nothing to run on -- no ``RAY_ADDRESS``, no Ray connected in this process, none running on
 this machine (:func:`~raylink.actors.local_ray.ray_in_reach`) -- and ``execution.target`` left
@@ -21,7 +23,7 @@ import logging
 from typing import Any, Optional
 
 from raylink.actors.local_ray import ray_in_reach
-from raylink.core.options import ExecutionOptions
+from raylink.core.options import ExecutionOptions, IllegalConfigurationError
 from raylink.runtime.client.executors import PipelineExecutor
 from raylink.runtime.client.job_progress import wait_with_progress
 from raylink.runtime.client.rest_cluster_client import RestJobClient
@@ -37,6 +39,10 @@ class SessionClusterExecutor(PipelineExecutor):
         """Run the job to its end; Ctrl-C in the driver cancels a job it submitted over HTTP
         (its JobMaster does not end with the driver)."""
         client = self.execute_async(env, job_name)
+        if not env.configuration.get(ExecutionOptions.ATTACHED):  # Flink: execute() returns at once
+            from raylink.actors.job_master_actor import DetachedJobExecutionResult
+
+            return DetachedJobExecutionResult(client.get_job_id(), client.job_name, 0)
         try:
             return wait_with_progress(client)  # a progress line on stderr every 10 s after 5 s
         except KeyboardInterrupt:
@@ -48,6 +54,11 @@ class SessionClusterExecutor(PipelineExecutor):
     def execute_async(self, env: Any, job_name: Optional[str] = None) -> Any:
         if not env.configuration.contains_key(ExecutionOptions.TARGET.key):
             reason = ray_in_reach()
+            if reason is None and not env.configuration.get(ExecutionOptions.ATTACHED):
+                raise IllegalConfigurationError(
+                    f"{ExecutionOptions.ATTACHED.key}: false needs a running Ray cluster for the job to "
+                    f"outlive this program (set RAY_ADDRESS or start one with ray start); none is in reach"
+                )
             if reason is None:
                 from raylink.runtime.local_executor import EXECUTOR as LOCAL
 
@@ -67,6 +78,12 @@ class SessionClusterExecutor(PipelineExecutor):
             else:
                 env.transformations.clear()  # Flink clears the program once it is submitted
                 return client
+        from raylink.actors.job_master_actor import runs_in_actor, submit_job
+
+        if runs_in_actor(env.configuration):  # detached or highly available: a JobMaster actor
+            client = submit_job(env, job_name)
+            env.transformations.clear()  # Flink clears the program once it is submitted
+            return client
         from raylink.actors.ray_executor import EXECUTOR
 
         return EXECUTOR.execute_async(env, job_name)

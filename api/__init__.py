@@ -36,6 +36,7 @@ from raylink.api.datastream import (
 from raylink.api.execution_config import ExecutionConfig
 from raylink.api.execution_mode import RuntimeExecutionMode
 from raylink.api.functions import *  # noqa: F401,F403 - every user function class, as pyflink.datastream
+from raylink.api.job_client import JobClient
 from raylink.api.job_status import JobStatus
 from raylink.api.output_tag import OutputTag
 from raylink.api.serialization import ByteArraySchema, DeserializationSchema, SerializationSchema, SimpleStringSchema
@@ -135,6 +136,7 @@ __all__ = (
         "GlobalWindows",
         "GraphError",
         "Instant",
+        "JobClient",
         "JobStatus",
         "KeyedStream",
         "MergingWindowAssigner",

@@ -1,6 +1,10 @@
 """``raylink submit | list | status | logs | cancel``: jobs on a Ray cluster through the
 Ray Job Submission API (the dashboard, ``http://HEAD:8265``).
 
+``submit --detached`` runs the program with ``execution.attached: false``: its Ray job ends once
+the raylink job runs in a JobMaster actor of its own; ``list`` shows those raylink jobs too
+(their ids: ``raylink savepoint / stop / cluster cancel JOB_ID`` reach them).
+
 ``submit`` uploads the job's folder as the ``working_dir`` -- without what its
 ``.gitignore`` / ``.rayignore`` files exclude (Ray honours them), caches and
 virtualenvs, and a deny list of secret files (``.env*``, ``.ssh/``, ``.aws/``,
@@ -368,12 +372,41 @@ def _time(ms: Optional[int]) -> str:
     return datetime.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def job_master_actors(address: str) -> list[tuple[str, str]]:
+    """``(raylink job id, actor state)`` of every JobMaster actor (detached or highly available
+    jobs, :mod:`raylink.actors.job_master_actor`) the dashboard's state API lists; empty when it
+    cannot say."""
+    try:
+        from ray.util.state import list_actors
+
+        from raylink.actors.job_master_actor import JOB_MASTER_PREFIX
+
+        actors = list_actors(
+            address=address, filters=[("class_name", "=", "JobMasterActor")], raise_on_missing_output=False
+        )
+    except Exception:  # noqa: BLE001 - an older dashboard, no state API: the Ray jobs are listed all the same
+        return []
+    return sorted(
+        (a.name[len(JOB_MASTER_PREFIX) :], a.state)
+        for a in actors
+        if (a.name or "").startswith(JOB_MASTER_PREFIX) and a.state != "DEAD"
+    )
+
+
 def cmd_list(args: Any) -> int:
     reject_extra(args, "list")
     client, address = connect(args.address)
     jobs = [j for j in client.list_jobs() if j.submission_id]
+    detached = job_master_actors(address)
+    if detached:  # raylink jobs whose JobMaster runs in an actor (raylink savepoint / stop / cluster cancel)
+        print("RAYLINK JOB ID                     JOBMASTER")
+        for job_id, state in detached:
+            print(f"{job_id:<32}  {state}")
+        if jobs:
+            print()
     if not jobs:
-        err(f"raylink: no jobs on {address}")
+        if not detached:
+            err(f"raylink: no jobs on {address}")
         return EXIT_OK
     jobs.sort(key=lambda j: j.start_time or 0)
     width = max(len("JOB ID"), *(len(j.submission_id) for j in jobs))

@@ -139,6 +139,13 @@ def _add_run(sub: Any, fmt: type) -> None:
         help="skip savepoint state no operator claims (execution.savepoint.ignore-unclaimed-state)",
     )
     run.add_argument(
+        "--detached",
+        "-d",
+        action="store_true",
+        help="submit the job to a JobMaster actor of its own and return; the job outlives this command "
+        "(execution.attached=false)",
+    )
+    run.add_argument(
         "--result-file",
         metavar="JSON",
         help="write the finished job's result (runtime, vertices, executors and their nodes) as JSON",
@@ -162,6 +169,11 @@ def _add_jobs(sub: Any, fmt: type) -> None:
     _conf_options(submit)
     submit.add_argument("--job-id", help="submission id (default: raylink-<file>-<random>)")
     submit.add_argument("--no-wait", action="store_true", help="print the job id and return at once")
+    submit.add_argument(
+        "--detached",
+        action="store_true",
+        help="the program ends once its job runs; the job goes on in a JobMaster actor (execution.attached=false)",
+    )
     submit.add_argument(
         "--progress", choices=("log", "off"), default="log", help="progress blocks in the job's log (default: log)"
     )

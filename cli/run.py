@@ -4,6 +4,9 @@ The program runs in this process (as ``__main__``, with ``sys.argv = [job.py, ar
 ``execute()`` is routed through :class:`~raylink.cli.progress.ProgressExecutor`,
 which shows per-vertex progress, prints where the TaskExecutors ran, and cancels the job
 cleanly on SIGTERM / Ctrl-C (that is how ``raylink cancel`` stops a submitted job).
+With ``--detached`` (``execution.attached: false``) ``execute()`` submits the job to a JobMaster
+actor of its own and returns at once: the job id is printed, and the job outlives this command
+(:mod:`raylink.actors.job_master_actor`).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from raylink.cli.progress import (
     write_result_file,
 )
 from raylink.core.configuration import CONF_ENV_VAR
-from raylink.core.options import RaylinkOptions, SavepointConfigOptions, read_option
+from raylink.core.options import ExecutionOptions, RaylinkOptions, SavepointConfigOptions, read_option
 from raylink.runtime.client.executors import executor_context
 from raylink.runtime.client.job_result import JobExecutionException
 from raylink.runtime.logging_setup import log_file_hint
@@ -88,7 +91,38 @@ def prepare_conf(args: Any) -> dict:
         merged[SavepointConfigOptions.SAVEPOINT_PATH.key] = path if "://" in path else os.path.abspath(path)
     if getattr(args, "allow_non_restored_state", False):
         merged[SavepointConfigOptions.SAVEPOINT_IGNORE_UNCLAIMED_STATE.key] = "true"
+    if getattr(args, "detached", False):
+        merged[ExecutionOptions.ATTACHED.key] = "false"
     return merged
+
+
+class DetachedSubmitter:
+    """Wraps an executor for a detached job (``execution.attached: false``): ``execute`` submits
+    it, prints its id and how to reach it, and returns at once (the job outlives this program)."""
+
+    def __init__(self, module: Any, entries: list) -> None:
+        self.module = module
+        self.entries = entries
+
+    def execute_async(self, env: Any, job_name: Optional[str] = None) -> Any:
+        client = self.module.execute_async(env, job_name)
+        # not cancelled when this program is stopped: the job is detached
+        self.entries.append({"client": None, "result": None, "detached": client.get_job_id()})
+        err(
+            f"raylink: job '{client.job_name}' submitted detached, job id {client.get_job_id()} "
+            f"(raylink savepoint / stop / cluster cancel {client.get_job_id()})"
+        )
+        return client
+
+    def execute(self, env: Any, job_name: Optional[str] = None) -> Any:
+        from raylink.actors.job_master_actor import DetachedJobExecutionResult
+
+        client = self.execute_async(env, job_name)
+        print(client.get_job_id())
+        return DetachedJobExecutionResult(client.get_job_id(), client.job_name, 0)
+
+    def execute_and_collect(self, *args: Any, **kwargs: Any) -> Any:
+        raise CliError(EXIT_USAGE, "raylink run: execute_and_collect needs an attached job (not --detached)")
 
 
 def check_result_file(path: str) -> None:
@@ -180,9 +214,13 @@ def cmd_run(args: Any) -> int:
     interval_s = read_option(conf, RaylinkOptions.PROGRESS_INTERVAL) / 1000.0
 
     entries: list = []
-    wrapper = executor_context(
-        lambda env, executor: ProgressExecutor(executor, env, mode, interval_s, sys.stderr, entries)
-    )
+
+    def wrap(env: Any, executor: Any) -> Any:
+        if not env.configuration.get(ExecutionOptions.ATTACHED):
+            return DetachedSubmitter(executor, entries)
+        return ProgressExecutor(executor, env, mode, interval_s, sys.stderr, entries)
+
+    wrapper = executor_context(wrap)
     with wrapper, _program_context(job, args.args):
         code = _run_program(job, entries)
     if code is not None:

@@ -411,6 +411,61 @@ class ExecutionOptions:
         "automatic (batch when every source is bounded).",
         choices=("streaming", "batch", "automatic"),
     )
+    ATTACHED = option(
+        "execution.attached",
+        "bool",
+        True,
+        "true: the job's JobMaster runs in the program's process (with high availability: in an actor "
+        "the program owns) and the job ends with the program; false (raylink run --detached): the "
+        "JobMaster runs in a detached Ray actor, execute() returns once the job runs, and the job "
+        "outlives the program.",
+    )
+
+
+class HighAvailabilityOptions:
+    """Flink's ``HighAvailabilityOptions`` (raylink's JobMaster actor restarts are its leader election)."""
+
+    TYPE = option(
+        "high-availability.type",
+        "enum",
+        "none",
+        "none, or filesystem: job graphs, checkpoint counters and completed checkpoints go to "
+        "high-availability.storageDir and a JobMaster (or session Dispatcher) whose process dies is "
+        "restarted by Ray and recovers its jobs from there.",
+        choices=("none", "filesystem"),
+        unsupported=("zookeeper", "kubernetes"),
+        fallback_keys=("high-availability",),
+    )
+    STORAGE_PATH = option(
+        "high-availability.storageDir",
+        "str",
+        None,
+        "Folder or URL (any fsspec file system every node reaches) of the high-availability store; "
+        "needed when high-availability.type is not none.",
+        fallback_keys=("high-availability.storage-path",),
+    )
+    CLUSTER_ID = option(
+        "high-availability.cluster-id",
+        "str",
+        "default",
+        "The sub-folder of high-availability.storageDir this cluster's jobs are kept under.",
+    )
+    JOB_MASTER_MAX_RESTARTS = option(
+        "raylink.jobmaster.max-restarts",
+        "int",
+        -1,
+        "How often Ray restarts a JobMaster (or Dispatcher) actor whose process died, with "
+        "high availability on (-1: without limit; without high availability: never).",
+        check=_at_least(-1),
+    )
+    JOB_STORE_EXPIRATION = option(
+        "jobstore.expiration-time",
+        "int",
+        3600,
+        "Seconds a detached job's JobMaster actor is kept after the job ended (its status and result "
+        "readable); it goes 60 s after a client has read the result.",
+        check=_at_least(0),
+    )
 
 
 class ClientOptions:
@@ -1131,6 +1186,7 @@ OPTION_GROUPS = (
     CoreOptions,
     PipelineOptions,
     ExecutionOptions,
+    HighAvailabilityOptions,
     ClientOptions,
     TaskManagerOptions,
     NettyShuffleEnvironmentOptions,
@@ -1262,6 +1318,7 @@ __all__ = [
     "ConfigOption",
     "CoreOptions",
     "ExecutionOptions",
+    "HighAvailabilityOptions",
     "IllegalConfigurationError",
     "MetricOptions",
     "NettyShuffleEnvironmentOptions",

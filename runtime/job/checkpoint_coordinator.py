@@ -123,6 +123,10 @@ class CheckpointStats:
 
 
 class CheckpointCoordinator:
+    #: high availability (``use_high_availability``): the job's CheckpointIDCounter and CompletedCheckpointStore
+    _id_counter: Any = None
+    _completed_store: Any = None
+
     def __init__(
         self,
         storage: Any,
@@ -344,8 +348,18 @@ class CheckpointCoordinator:
             total += size
         return total
 
+    def use_high_availability(self, counter: Any, completed_store: Any) -> None:
+        """Keep checkpoint ids in ``counter`` (a ``CheckpointIDCounter``: ids go on from a
+        recovered JobMaster's) and record every completed checkpoint in ``completed_store``
+        (a ``CompletedCheckpointStore``) before it counts (:mod:`raylink.runtime.job.high_availability`)."""
+        with self._lock:
+            self._id_counter, self._completed_store = counter, completed_store
+            self._next_id = max(self._next_id, counter.get())
+
     def _send_trigger(self, checkpoint_id: int, timestamp: int, stop: Optional[str]) -> None:
         try:
+            if self._id_counter is not None:  # stored before any task sees the id
+                self._id_counter.set_count(checkpoint_id + 1)
             self._trigger(checkpoint_id, timestamp, stop)
         except Exception as exc:  # the sources could not be reached: the checkpoint fails
             self.receive_decline(None, checkpoint_id, f"trigger failed: {type(exc).__name__}: {exc}")
@@ -479,6 +493,9 @@ class CheckpointCoordinator:
                 for attempt_id, handles in carried.items():
                     self._last_handles[attempt_id] = (checkpoint.checkpoint_id, handles)
             path = self.storage.write_savepoint(completed, savepoint.target_directory) if savepoint else None
+            if savepoint is None and self._completed_store is not None:
+                # high availability: in the store before it counts (before any sink commits it)
+                self._completed_store.add_checkpoint(checkpoint.checkpoint_id, completed.external_pointer)
         except Exception as exc:
             self._failed(checkpoint.checkpoint_id, f"could not finalise: {type(exc).__name__}: {exc}", savepoint)
             return

@@ -121,7 +121,8 @@ class JobMasterBase:
     """Execution-state bookkeeping and the JobClient API shared by the executors."""
 
     def __init__(self, env: Any, job_name: Optional[str]) -> None:
-        self.job_id = uuid.uuid4().hex
+        # a recovered job keeps its id (high availability: its checkpoints and HA entries are under it)
+        self.job_id = getattr(env, "job_id", None) or uuid.uuid4().hex
         job_graph = env.get_job_graph(job_name)
         self.job_name = job_graph.job_name
         self.configuration = env.configuration
