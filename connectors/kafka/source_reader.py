@@ -15,14 +15,21 @@ group with the reset strategy, offsets by timestamp, given offsets), so a checkp
 exact positions.
 
 **Reading.** One confluent-kafka ``Consumer`` per subtask, manually assigned its splits. The
-task calls :meth:`KafkaSourceOperator.emit_next` only while its output has buffers, and each
-call consumes at most ``max_records`` records, so under back pressure the consumer is not
-polled: instead of pausing its partitions (Flink's reader), it lets librdkafka's pre-fetch queue
-fill up to its bound (``queued.max.messages.kbytes``, 16 MiB unless set, plus at most one
-fetch, ``fetch.max.bytes``), after which librdkafka fetches nothing more -- the same bound on
-memory. Records leave per partition in offset order with their Kafka timestamps. Metrics
-(from librdkafka's statistics, every ``statistics.interval.ms``): ``pendingRecords`` (the
-splits' records not read yet: consumer lag) and ``KafkaConsumer.fetchQueueBytes``.
+task calls :meth:`KafkaSourceOperator.emit_next` only while its output has buffers; each call
+consumes up to ``max_records`` records and emits them in runs of one partition (one hand-over
+per run, deserialized in one pass; see :meth:`KafkaSourceOperator._emit`). Records leave per
+partition in offset order with their Kafka timestamps.
+
+**Back pressure.** When the output has no buffer the task tells the reader
+(:meth:`KafkaSourceOperator.output_blocked`); if it is still blocked ``PAUSE_AFTER_MS`` later,
+the reader pauses its partitions (Flink's ``KafkaSourceReader`` pauses splits) and resumes them
+at the next ``emit_next``. A pause makes librdkafka drop what it pre-fetched and fetch nothing
+more, so a blocked reader holds no records at all; while it reads (or during short stalls) its
+memory is bounded by librdkafka's pre-fetch queue (``queued.max.messages.kbytes``, 16 MiB
+unless set, plus at most one fetch, ``fetch.max.bytes``). A resume fetches from the offset
+after the last record emitted. Metrics (from librdkafka's statistics, every
+``statistics.interval.ms``): ``pendingRecords`` (the splits' records not read yet: consumer
+lag) and ``KafkaConsumer.fetchQueueBytes``; ``KafkaSourceReader.pauses`` counts the pauses.
 
 **Watermarks.** With a watermark strategy (``env.from_source(source, strategy, name)``) each
 split gets its own generator (so ``with_idleness`` works per partition) and the source's
@@ -51,6 +58,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -75,6 +83,8 @@ IDLE_WAIT_S = 0.05
 POLL_TIMEOUT_S = 0.05
 #: how often librdkafka reports its statistics (the metrics' freshness), unless set
 STATISTICS_INTERVAL_MS = 1000
+#: how long the output must stay blocked before the partitions are paused (back pressure)
+PAUSE_AFTER_MS = 200
 
 
 @dataclass
@@ -173,6 +183,13 @@ class SplitWatermarks:
             output.emit_watermark(lowest)
 
 
+def _is_simple_string_schema(schema: Any) -> bool:
+    """Whether ``schema`` is exactly the API's ``SimpleStringSchema`` (not a subclass), whose
+    ``deserialize`` is ``bytes.decode(charset)`` (the API sits above connectors: known by name)."""
+    kind = type(schema)
+    return kind.__qualname__ == "SimpleStringSchema" and kind.__module__ == "raylink.api.serialization"
+
+
 _AUTO_OFFSET_RESET = {
     KafkaOffsetResetStrategy.EARLIEST: "earliest",
     KafkaOffsetResetStrategy.LATEST: "latest",
@@ -205,6 +222,12 @@ class KafkaSourceOperator(SourceOperator):
         #: bytes librdkafka has pre-fetched and not yet handed to this reader (last statistics)
         self.fetch_queue_bytes = 0
         self._end_offsets: Dict[Tuple[str, int], int] = {}
+        self._one_topic = True  # all splits of one topic: runs are told apart by partition alone
+        self._blocked: Any = None  # the output's availability future while the task waits for it
+        self._pause_timer: Any = None
+        self._paused: List[Any] = []  # the TopicPartitions paused under back pressure
+        #: how often the partitions were paused under back pressure (metric ``KafkaSourceReader.pauses``)
+        self.pauses = 0
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def setup(self, output: Any, runtime_context: Any) -> None:
@@ -226,6 +249,10 @@ class KafkaSourceOperator(SourceOperator):
         self._timeout_s = source.api_timeout_ms / 1000.0
         self._deserializer = source.deserializer
         self._deserializer.open(rc)
+        value_only = getattr(self._deserializer, "value_deserializer", None)
+        self._value_only = None if value_only is None else value_only.deserialize
+        self._charset = value_only.charset if _is_simple_string_schema(value_only) else None
+        self._may_give_none = self._charset is None
         prefix = source.properties.get(CLIENT_ID_PREFIX) or "raylink-kafka-source"
         config = consumer_config(source.properties, f"{prefix}-{rc.subtask_index}")
         config.setdefault("statistics.interval.ms", STATISTICS_INTERVAL_MS)
@@ -238,6 +265,7 @@ class KafkaSourceOperator(SourceOperator):
         if group is not None:  # Flink's source metric, and the consumer's pre-fetched bytes
             group.gauge("pendingRecords", self.pending_records)
             group.gauge("KafkaConsumer.fetchQueueBytes", lambda: self.fetch_queue_bytes)
+            group.gauge("KafkaSourceReader.pauses", lambda: self.pauses)
         if self._restored is not None:
             for split in self._restored:
                 self._add_split(split)
@@ -250,6 +278,9 @@ class KafkaSourceOperator(SourceOperator):
         self._next_discovery = None if interval is None else time.monotonic() + interval / 1000.0
 
     def close(self) -> None:
+        timer, self._pause_timer = self._pause_timer, None
+        if timer is not None:
+            timer.cancel()
         consumer, self._consumer = self._consumer, None
         try:
             if consumer is not None:
@@ -298,6 +329,7 @@ class KafkaSourceOperator(SourceOperator):
     # -- splits --------------------------------------------------------------------------------------
     def _add_split(self, split: KafkaPartitionSplit) -> None:
         self._splits[(split.topic, split.partition)] = split
+        self._one_topic = len({topic for topic, _ in self._splits}) <= 1
         if self._split_watermarks is not None and not split.finished:
             self._split_watermarks.add_split(split.split_id)
 
@@ -386,10 +418,51 @@ class KafkaSourceOperator(SourceOperator):
         if self._split_watermarks is not None:
             self._split_watermarks.remove_split(split.split_id)
 
+    # -- back pressure -------------------------------------------------------------------------------
+    def output_blocked(self, available: Any) -> None:
+        """The task's hook when it stops calling :meth:`emit_next` because the output has no
+        buffer (``available``: the future that completes when it has one; task thread). If the
+        output is still blocked after :data:`PAUSE_AFTER_MS`, the splits' partitions are paused
+        (Flink's ``KafkaSourceReader.pauseOrResumeSplits``); the next :meth:`emit_next` resumes
+        them. The delay keeps short stalls from discarding librdkafka's pre-fetched records,
+        which a pause drops (a resume fetches them again from the position after the last
+        record emitted)."""
+        self._blocked = available
+        if self._paused or self._pause_timer is not None or self._consumer is None:
+            return
+        pts = self.runtime_context.processing_time_service
+        self._pause_timer = pts.register_timer(pts.current_processing_time() + PAUSE_AFTER_MS, self._pause_if_blocked)
+
+    def _pause_if_blocked(self, _timestamp: int) -> None:
+        self._pause_timer = None
+        blocked = self._blocked
+        if blocked is None or blocked.done() or self._consumer is None or self.cancelled:
+            return
+        from confluent_kafka import TopicPartition
+
+        paused = [TopicPartition(s.topic, s.partition) for s in self._splits.values() if not s.finished]
+        if paused:
+            self._consumer.pause(paused)
+            self._paused = paused
+            self.pauses += 1
+
+    def _resume(self) -> None:
+        paused, self._paused = self._paused, []
+        if self._consumer is not None:
+            self._consumer.resume(paused)
+
+    @property
+    def paused(self) -> bool:
+        """Whether the partitions are paused (the output has been blocked since the pause)."""
+        return bool(self._paused)
+
     # -- reading -------------------------------------------------------------------------------------
     def emit_next(self, max_records: int = 1024) -> bool:
         if self.finished or self.cancelled:
             return False
+        self._blocked = None
+        if self._paused:  # the output takes records again
+            self._resume()
         if self._next_discovery is not None and time.monotonic() >= self._next_discovery:
             self._discover(initial=False)
             self._next_discovery = time.monotonic() + self.source.discovery_interval_ms / 1000.0
@@ -408,8 +481,81 @@ class KafkaSourceOperator(SourceOperator):
         return True
 
     def _emit(self, messages: List[Any]) -> None:
-        """Deserializes ``messages`` and emits them in runs of one partition (one call per run).
-        A value-only schema gets the value bytes directly (no ``ConsumerRecord`` per record)."""
+        """Emits ``messages`` (one ``consume``) in runs of one partition, one hand-over per run.
+
+        The whole batch is checked with a few C-level passes (errors, partitions); each run is
+        deserialized in one list comprehension (``SimpleStringSchema`` decodes directly) and only
+        its first and last offsets are looked at unless a stale fetch or a stop offset cuts it.
+        Anything unusual (an error, a deserializer that raises) goes to :meth:`_emit_each`, which
+        finds the record and names it."""
+        if any([m.error() is not None for m in messages]):
+            self._emit_each(messages)
+            return
+        if self._one_topic:
+            keys: List[Any] = [m.partition() for m in messages]
+        else:
+            keys = [(m.topic(), m.partition()) for m in messages]
+        n = len(keys)
+        if keys.count(keys[0]) == n:
+            self._emit_run(messages)
+            return
+        lo = 0
+        for hi in [i for i in range(1, n) if keys[i] != keys[i - 1]]:
+            self._emit_run(messages[lo:hi])
+            lo = hi
+        self._emit_run(messages[lo:])
+
+    def _emit_run(self, run: List[Any]) -> None:
+        """Emits messages of one partition (in offset order) and moves its split past them."""
+        first = run[0]
+        split = self._splits.get((first.topic(), first.partition()))
+        if split is None or split.finished:
+            return  # a fetch that raced an unassign
+        next_offset, stop = split.next_offset, split.stop_offset
+        last_offset = run[-1].offset()
+        if first.offset() < next_offset:  # a fetch that raced a seek: skip what was emitted
+            run = run[bisect_left([m.offset() for m in run], next_offset) :]
+            if not run:
+                return
+        if stop is not None and last_offset >= stop:
+            run = run[: bisect_left([m.offset() for m in run], stop)]
+            end = stop
+        else:
+            end = last_offset + 1
+        values: List[Any] = []
+        if run:
+            try:
+                values = self._deserialize_run(run, split)
+            except Exception:  # record by record: emits what precedes the bad one and names it
+                self._emit_each(run)
+                return
+            timestamps = [m.timestamp()[1] for m in run]
+            if self._may_give_none:  # Flink's value-only wrapper drops nulls
+                kept = [i for i, v in enumerate(values) if v is not None]
+                if len(kept) < len(values):
+                    values = [values[i] for i in kept]
+                    timestamps = [timestamps[i] for i in kept]
+        split.next_offset = end  # the offset after the last record emitted (or skipped as past the stop)
+        if values:
+            self._hand_over((split.topic, split.partition), values, timestamps)
+
+    def _deserialize_run(self, run: List[Any], split: KafkaPartitionSplit) -> List[Any]:
+        charset = self._charset
+        if charset is not None:  # SimpleStringSchema: bytes.decode, no call into the schema
+            decode = bytes.decode
+            return [decode(m.value(), charset) for m in run]
+        value_only = self._value_only
+        if value_only is not None:
+            return [value_only(m.value()) for m in run]
+        deserialize, topic, partition = self._deserializer.deserialize, split.topic, split.partition
+        return [
+            deserialize(ConsumerRecord(topic, partition, m.offset(), m.timestamp()[1], m.key(), m.value(), m.headers()))
+            for m in run
+        ]
+
+    def _emit_each(self, messages: List[Any]) -> None:
+        """Record by record (the path for errors): emits what precedes a failing record, leaves
+        its split at that record's offset (a restore reads it again) and raises naming it."""
         run: List[Any] = []
         timestamps: List[int] = []
         key: Optional[Tuple[str, int]] = None

@@ -143,6 +143,7 @@ class StreamTask:
         self._barrier_handler: Any = None  # the checkpoint coordinator's, for the inputs' barriers
         self.buffer_size = buffer_size
         self._source_batch = SOURCE_BATCH_SIZE
+        self._on_output_blocked: Optional[Callable[[Future], None]] = None
         self.subtask_index = subtask_index
         self.name = f"{job_vertex.name} ({subtask_index + 1}/{job_vertex.parallelism})"
         self.record_writers = record_writers
@@ -364,6 +365,7 @@ class StreamTask:
         invokable = self.job_vertex.invokable
         if invokable == "SourceStreamTask":
             self._source = head
+            self._on_output_blocked = getattr(head, "output_blocked", None)
         elif invokable == "TwoInputStreamTask":
             self._batch = (head.process_batch1, head.process_batch2)
             self._element = (head.process_element1, head.process_element2)
@@ -531,6 +533,8 @@ class StreamTask:
             return
         blocked = self._unavailable_output()
         if blocked is not None:
+            if self._on_output_blocked is not None:  # a source that pauses its reading (Flink's KafkaSourceReader)
+                self._on_output_blocked(blocked)
             blocked.add_done_callback(mp.suspend_default_action(BACK_PRESSURE).resume)
             return
         for operator in self._gated_operators:
