@@ -227,7 +227,10 @@ def test_crash_and_replay_gives_every_record_exactly_once(out, policy):
     assert Counter(map(int, _visible_records(out))) == Counter(range(20))
 
 
-def test_restore_truncates_the_in_progress_file_and_keeps_its_name(out):
+def test_restore_continues_a_copy_of_the_in_progress_file_a_zombie_cannot_reach(out):
+    """The restored writer copies the checkpoint's bytes of the in-progress file into a fresh
+    hidden file: what the failed attempt (a zombie still running somewhere) appends to the old
+    file after the restore never reaches the committed part file, which keeps its name."""
     sink = _sink(out)  # default policy: the part file stays open across checkpoints
     task = SinkSubtask(sink)
     task.write("a", "b")
@@ -236,16 +239,19 @@ def test_restore_truncates_the_in_progress_file_and_keeps_its_name(out):
     [recoverable] = [b.in_progress for b in snapshot.writer_states[0].buckets]
     assert recoverable.length == 4
     task.write("c", "d")
-    task.crash()
+    zombie = task  # not crashed: it keeps writing after the restore
     fs, _ = fsspec.core.url_to_fs(out)
-    assert fs.cat_file(recoverable.path) == b"a\nb\nc\nd\n"
 
     task = SinkSubtask(sink, restore_from=snapshot)
-    assert fs.cat_file(recoverable.path) == b"a\nb\n"  # rolled back to checkpoint 1
+    zombie.write("zombie")
+    zombie.writer.snapshot_state(2)  # flushes its in-progress file
+    [resumed] = [b.in_progress for b in task.writer._buckets.values()]
+    assert resumed.path != recoverable.path and fs.cat_file(resumed.path) == b"a\nb\n"  # checkpoint 1's bytes
     task.write("c2")
     task.checkpoint(2, end_of_input=True)
     task.notify_complete(2)
     assert _files(out) == {posixpath.basename(recoverable.target_path): b"a\nb\nc2\n"}
+    assert b"zombie" in fs.cat_file(recoverable.path)  # the zombie wrote, into a file never committed
 
 
 def test_restore_commits_pending_files_of_the_checkpoint_idempotently(out):

@@ -15,9 +15,12 @@ Part file lifecycle, per bucket folder ``<base path>/<bucket id>``:
   ``<prefix>-<subtask>-<n><suffix>`` after the checkpoint completed. Committing again is a
   no-op (the hidden file is gone and the visible one is there).
 
-Restore (``FileSink.restore_writer`` with the states of checkpoint ``n``): the in-progress
-file of ``n`` is truncated to the length recorded at ``n`` and written on — what came after
-``n`` is replayed by the sources — and the part counter continues from ``n``; the pending
+Restore (``FileSink.restore_writer`` with the states of checkpoint ``n``): the first bytes of
+the in-progress file of ``n``, as many as recorded at ``n``, are copied into a fresh hidden
+in-progress file that is written on — what came after ``n`` is replayed by the sources — and
+the part counter continues from ``n``; the file of ``n`` itself is never written again, so a
+zombie of the failed attempt still appending to it (a task on a host cut off from the
+cluster) reaches no committed file; the pending
 files of ``n`` are committed from the committables kept with ``n``. Files begun after ``n``
 stay hidden forever (as in Flink for local files). Resuming needs a filesystem that can
 truncate and append: the local one and ``memory://``; on every other fsspec filesystem
@@ -35,7 +38,6 @@ dataclasses of plain values (picklable, safe to hand to another thread).
 from __future__ import annotations
 
 import logging
-import os
 import posixpath
 import uuid
 from dataclasses import dataclass
@@ -386,7 +388,14 @@ class FileWriter(StatefulSinkWriter, CommittingSinkWriter):
                 bucket.pending.append(part.close_for_commit(bucket.bucket_id))
 
     def _resume(self, bucket_id: str, recoverable: InProgressFileRecoverable) -> _InProgressPart:
-        """Truncates the in-progress file back to its length at the checkpoint, reopens it."""
+        """Continues the in-progress file of the checkpoint in a fresh hidden copy of its first
+        ``length`` bytes (the checkpoint's content), written on from there.
+
+        The checkpoint's own file is left as it is: a zombie of the failed attempt (a task on a
+        host cut off from the cluster, still running) may still append to it, and whatever it
+        writes there reaches no file this attempt commits. It also stays the source of a second
+        restore from the same checkpoint. (Flink's local ``LocalRecoverableFsDataOutputStream``
+        truncates the file in place and relies on the old writer being dead.)"""
         shown = self._display(recoverable.path)
         if not self.supports_resume:
             raise FileSinkError(
@@ -406,21 +415,30 @@ class FileWriter(StatefulSinkWriter, CommittingSinkWriter):
                 f"FileSink subtask {self._subtask}: in-progress part file {shown!r} holds {size} bytes, "
                 f"fewer than the {recoverable.length} the checkpoint recorded; cannot restore its records"
             )
+        folder = posixpath.dirname(recoverable.path)
+        name = posixpath.basename(recoverable.target_path)
+        path = posixpath.join(folder, f".{name}.inprogress.{uuid.uuid4()}")
         try:
-            if size > recoverable.length:
-                if self._local:
-                    os.truncate(recoverable.path, recoverable.length)
-                else:
-                    with fs.open(recoverable.path, "r+b") as file:
-                        file.truncate(recoverable.length)
-            file = open(recoverable.path, "ab") if self._local else fs.open(recoverable.path, "ab")
+            file = open(path, "wb") if self._local else fs.open(path, "wb")
+            with open(recoverable.path, "rb") if self._local else fs.open(recoverable.path, "rb") as source:
+                left = recoverable.length
+                while left > 0:
+                    chunk = source.read(min(left, 1 << 20))
+                    if not chunk:
+                        break
+                    file.write(chunk)
+                    left -= len(chunk)
+            file.flush()
+            if left:
+                file.close()
+                raise OSError(f"it ended {left} bytes before the checkpoint's length")
         except OSError as exc:
             raise FileSinkError(
                 f"FileSink subtask {self._subtask}: cannot resume in-progress part file {shown!r}: {exc}"
             ) from exc
         return _InProgressPart(
             bucket_id,
-            recoverable.path,
+            path,
             recoverable.target_path,
             file,
             recoverable.creation_time,
