@@ -196,7 +196,9 @@ class KafkaBroker:
         with open(os.path.join(workdir, "log4j2.properties"), "w") as fh:
             fh.write(_LOG4J2)
         java = self._java()
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = "-"
+        while cluster_id.startswith("-"):  # as Kafka's Uuid.randomUuid: "-..." would read as an option
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         formatted = subprocess.run(
             [*java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", config],
             capture_output=True,
