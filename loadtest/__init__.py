@@ -13,11 +13,14 @@ Holds:
 * :mod:`~raylink.loadtest.report`: summaries, ``report.md``, the plots (``raylink[plots]``);
 * :mod:`~raylink.loadtest.soak`: ``--soak DURATION``, one long run sampling TaskExecutor memory;
 * :mod:`~raylink.loadtest.soak_report`: the soak's memory slopes, latency drift, verdict and files;
+* :mod:`~raylink.loadtest.kafka_driver`: ``--kafka``, the scenario through a Kafka topic (producer, lag);
+* :mod:`~raylink.loadtest.nexmark`: the ``nexmark`` scenario (a Nexmark query at a rate);
 * :mod:`~raylink.loadtest.command`: the ``raylink loadtest`` sub-command.
 
 May import: everything in raylink (it drives jobs like a user program: ``api``,
 ``runtime.metrics``, ``actors.cluster`` to connect to Ray, ``connectors.spark`` for the
-``spark`` scenario); nothing in raylink imports it but the CLI. It never imports Ray
+``spark`` scenario, ``connectors.kafka`` for the broker and topics, ``bench.nexmark`` for the
+``nexmark`` scenario); nothing in raylink imports it but the CLI. It never imports Ray
 itself. The names below are its public API.
 """
 
@@ -37,6 +40,8 @@ from raylink.loadtest.functions import (
     wide_payload,
     wordcount_line,
 )
+from raylink.loadtest.kafka_driver import KafkaDriver, KafkaLoad
+from raylink.loadtest.nexmark import EventTimeLatencySink, NexmarkLoadSource, nexmark_scenario
 from raylink.loadtest.report import summarize, write_markdown, write_plots
 from raylink.loadtest.runner import RATE_TOLERANCE, Progress, percentiles, run_loadtest, run_one
 from raylink.loadtest.scenarios import SCENARIOS, Scenario, load_job_file, resolve_scenario, spark_scenario
@@ -55,7 +60,11 @@ __all__ = [
     "SCENARIOS",
     "SINK_NAME",
     "SOURCE_NAME",
+    "EventTimeLatencySink",
+    "KafkaDriver",
+    "KafkaLoad",
     "LatencySink",
+    "NexmarkLoadSource",
     "Progress",
     "RateLimitedSource",
     "Scenario",
@@ -65,6 +74,7 @@ __all__ = [
     "latency_windows",
     "load_job_file",
     "main",
+    "nexmark_scenario",
     "parse_duration",
     "percentiles",
     "register_cli",
