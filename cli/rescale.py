@@ -159,6 +159,13 @@ def cmd_rescale(args: Any) -> int:
         now = {v["id"]: v["parallelism"] for v in details.get("vertices", [])}
         if state == "RUNNING" and all(now.get(v) == p for v, p in target.items()):
             break
+        _, asked = _request(f"{job_url}/resource-requirements")
+        if any(asked.get(v, {}).get("parallelism", {}).get("upperBound") != p for v, p in target.items()):
+            raise CliError(
+                EXIT_JOB_FAILED,
+                f"raylink rescale: job {args.job_id} was not rescaled (its checkpoint failed, or it stopped "
+                f"running); it runs on at its parallelism; see the job's log",
+            )
         if state in TERMINAL:
             raise CliError(EXIT_JOB_FAILED, f"raylink rescale: job {args.job_id} ended {state} while rescaling")
         if time.monotonic() >= deadline:

@@ -23,6 +23,25 @@ from raylink.tests.test_runtime_rest_api import get, http
 N = 12_000
 
 
+def _ship_by_value() -> None:
+    """This module is not importable in Ray's workers (as ``test_runtime_*`` modules, which
+    ``make_env`` ships): its functions travel by value."""
+    import sys
+
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    try:
+        import ray
+
+        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    except ImportError:  # pragma: no cover
+        pass
+
+
+_ship_by_value()
+
+
 class Gated(MapFunction):
     """Slow (2 ms a record) until the ``release`` file exists, then as fast as it goes: the
     job runs while the test rescales it and ends soon after (bounded either way)."""
@@ -236,3 +255,17 @@ def test_a_job_that_is_not_running_is_not_rescaled(tmp_path):
     assert client.wait(60) and client.get_job_status() == "FINISHED"
     with pytest.raises(RescaleRefusedError, match="FINISHED, not RUNNING"):
         client.rescale({"Sequence Source": 1}).result(0)
+
+
+@pytest.mark.timeout(120)
+def test_raylink_rescale_finds_the_jobs_endpoint_and_waits_for_the_new_parallelism(idle_local_job, capsys):
+    from raylink.cli.main import main
+
+    client = idle_local_job
+    assert main(["rescale", client.job_id, "--vertex", "rolling-count=3", "--timeout", "90"]) == 0
+    printed = capsys.readouterr().out
+    assert f"job {client.job_id} rescaled" in printed and "Keyed Reduce" in printed and "2 -> 3" in printed, printed
+    assert keyed_vertex(client).parallelism == 3 and client.get_job_status() == "RUNNING"
+    assert main(["rescale", client.job_id, "--vertex", "rolling-count=9", "--rest", client.rest_endpoint.url]) == 2
+    assert "max parallelism 8" in capsys.readouterr().err
+    assert main(["rescale", "0" * 32, "--vertex", "rolling-count=2", "--rest", client.rest_endpoint.url]) == 5

@@ -236,17 +236,19 @@ class Rescaler:
                 if status is not JobStatus.RUNNING or master._restarting or master._cancel_requested:
                     raise RescaleRefusedError(f"job '{master.job_name}' is {status.value}, not RUNNING: not rescaled")
                 self.in_progress = True
+                previous = dict(self.requirements)
+                self.requirements.update(resolved)  # GET answers what was asked for (Flink)
         except (RescaleRequestError, RescaleRefusedError) as exc:
             future: Future = Future()
             future.set_exception(exc)
             return future
         result: Future = Future()
         threading.Thread(
-            target=self._run, args=(resolved, result), name=f"rescale {master.job_id[:6]}", daemon=True
+            target=self._run, args=(resolved, previous, result), name=f"rescale {master.job_id[:6]}", daemon=True
         ).start()
         return result
 
-    def _run(self, resolved: dict[str, ParallelismBounds], result: Future) -> None:
+    def _run(self, resolved: dict[str, ParallelismBounds], previous: dict, result: Future) -> None:
         master = self.master
         started = time.monotonic()
         try:
@@ -264,6 +266,7 @@ class Rescaler:
                 master._restarting = True
                 master._transition(JobStatus.RESTARTING)
         except BaseException as exc:  # noqa: BLE001
+            self.requirements = previous  # not rescaled: the job runs at what it ran at
             self.in_progress = False
             result.set_exception(exc)
             return
@@ -321,7 +324,6 @@ class Rescaler:
                 master._open_collectors = set(master._collect_ids)
                 master._closed_collectors = deque()
                 master.coordinator.properties[OPERATORS_PROPERTY] = operator_properties(job_graph)
-                self.requirements.update(resolved)
                 if not master.periodic_checkpointing:  # a later failover restores this one
                     master.restored_from = checkpoint
         if cancelled:
