@@ -601,7 +601,6 @@ class JobMasterBase:
         taken.add_done_callback(taken_done)
         return result
 
-    def get_checkpoint_stats(self) -> dict:
     def rescale(self, requirements: Any) -> Future:
         """Rescale the running job (Flink's adaptive scheduler, FLIP-291): ``requirements``
         maps vertex ids or names to a parallelism (or ``ParallelismBounds``); a checkpoint is
@@ -618,6 +617,7 @@ class JobMasterBase:
 
         return rescaler_of(self).resource_requirements()
 
+    def get_checkpoint_stats(self) -> dict:
         """Flink's checkpoint statistics plus ``numRestarts`` (Flink's job metric); the last
         completed checkpoint's per-subtask figures under ``lastCheckpointSubtasks`` (task name ->
         sync / async / alignment ms and bytes)."""
