@@ -186,6 +186,7 @@ class DispatcherActor:
         self._serve = dict(serve or {})  # start()'s arguments, for a restarted Dispatcher
         self.incarnation = 1 + int(bool(ray.get_runtime_context().was_current_actor_reconstructed))
         self.recovered_jobs: list[str] = []
+        self._recovery: Optional[asyncio.Future] = None
         if self.incarnation > 1 and self._ha is not None:
             me = ray.get_runtime_context().current_actor
             threading.Thread(target=lambda: me.recover.remote(), daemon=True).start()  # runs after __init__
@@ -194,7 +195,14 @@ class DispatcherActor:
         """A restarted Dispatcher (Flink's Dispatcher regaining leadership): serve again on the
         address it had, and recover every job of the high-availability store -- the previous
         attempt's executors fenced, restored from each job's latest completed checkpoint.
-        Returns the recovered job ids."""
+        Returns the recovered job ids (once; later calls wait for and return the same)."""
+        if self._ha is None:
+            return []
+        if self._recovery is None:
+            self._recovery = asyncio.ensure_future(self._recover())
+        return await asyncio.shield(self._recovery)
+
+    async def _recover(self) -> list[str]:
         record = self._ha.get_record("dispatcher") or {}
         serve = dict(self._serve)
         serve["port"] = record.get("port", serve.get("port", 0))
