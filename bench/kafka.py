@@ -8,7 +8,7 @@ at the end) and prints one table of records/s:
   (``Consumer.consume(10000)`` + value decode over both partitions);
 * sink: ``from_sequence`` -> a 100-byte string -> ``KafkaSink`` with NONE, AT_LEAST_ONCE and
   EXACTLY_ONCE, checkpoints every second, at p=1 and p=2, next to the client's own produce loop
-  with the same settings (librdkafka's defaults as the sink uses them; for EXACTLY_ONCE a
+  with the same producer settings (the sink's ``producer_config``; for EXACTLY_ONCE a
   transactional producer committing a transaction every second);
 * a topic -> keyed count -> topic job as a PyFlink user writes it (``flat_map`` into
   ``(word, 1)``, ``key_by(lambda)``, ``reduce(lambda)``, ``map`` to a string, ``KafkaSink``
@@ -38,6 +38,7 @@ from typing import Dict, List, Optional, Tuple
 from raylink.api.functions import SinkFunction
 from raylink.api.serialization import SerializationSchema
 from raylink.connectors.kafka.broker import new_topic
+from raylink.connectors.kafka.sink_writer import producer_config
 
 VALUE_BYTES = 100
 WORDS_PER_LINE = 10
@@ -157,14 +158,13 @@ def consume_loop(servers: str, topic: str, records: int) -> Tuple[float, int]:
 
 
 def produce_loop(servers: str, topic: str, records: int, guarantee: str) -> float:
-    """The client producing ``records`` values as the sink does: librdkafka's defaults; for
-    EXACTLY_ONCE one transaction a checkpoint interval."""
+    """The client producing ``records`` values with the producer settings the sink gives its
+    own producers (``producer_config`` of the same ``KafkaSink``); for EXACTLY_ONCE one
+    transaction a checkpoint interval."""
     from confluent_kafka import Producer
 
-    config = {"bootstrap.servers": servers, "partitioner": "murmur2_random", "log_level": 3}
-    if guarantee == "EXACTLY_ONCE":
-        config["transactional.id"] = f"bench-{uuid.uuid4().hex[:8]}"
-    producer = Producer(config)
+    txid = f"bench-{uuid.uuid4().hex[:8]}" if guarantee == "EXACTLY_ONCE" else None
+    producer = Producer(producer_config(_sink(servers, topic, guarantee), txid))
     transactional = guarantee == "EXACTLY_ONCE"
     start = time.perf_counter()
     if transactional:
@@ -201,7 +201,7 @@ def count_loop(servers: str, source_topic: str, sink_topic: str, lines: int) -> 
     from confluent_kafka import Producer
 
     consumer, _ = _assigned_consumer(servers, source_topic)
-    producer = Producer({"bootstrap.servers": servers, "partitioner": "murmur2_random", "log_level": 3})
+    producer = Producer(producer_config(_sink(servers, sink_topic, "AT_LEAST_ONCE", key=True)))
     counts: Dict[str, int] = {}
     seen = 0
     try:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from raylink.core.sink import DeliveryGuarantee, Sink, SupportsCommitter, SupportsWriterState, WriterInitContext
 
@@ -177,6 +177,14 @@ class _BuiltRecordSerializationSchema(KafkaRecordSerializationSchema):
             partition = self.partitioner.partition(element, key, value, topic, context.get_partitions_for_topic(topic))
         stamp = timestamp if timestamp is not None and timestamp >= 0 else None
         return ProducerRecord(topic, value, key, partition, stamp)
+
+    def plain_parts(self) -> Optional[Tuple[str, Any, Any]]:
+        """(topic, key schema or None, value schema) when a record's topic is fixed and the
+        producer's partitioner chooses its partition -- the writer then produces the schemas'
+        bytes directly; else None."""
+        if self.topic_selector is not None or self.partitioner is not None or not self.topic:
+            return None
+        return self.topic, self.key_schema, self.value_schema
 
     def __repr__(self) -> str:
         where = self.topic if self.topic_selector is None else "<topic selector>"

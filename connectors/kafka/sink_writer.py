@@ -112,6 +112,9 @@ def producer_config(sink: Any, transactional: Optional[str] = None) -> Dict[str,
     config["bootstrap.servers"] = sink.bootstrap_servers
     config.setdefault("partitioner", "murmur2_random")  # Java's default partitioner (the key's murmur2)
     config.setdefault("log_level", 3)  # errors only: no connection-refused warnings
+    # delivery reports of failed records only: no Python call per acknowledged record (flush
+    # still waits for every acknowledgement)
+    config.setdefault("delivery.report.only.error", True)
     if "delivery.timeout.ms" not in config and "message.timeout.ms" not in config:
         config["message.timeout.ms"] = DEFAULT_DELIVERY_TIMEOUT_MS
     if transactional is not None:
@@ -239,6 +242,7 @@ class KafkaWriter(CommittingSinkWriter, StatefulSinkWriter):
         self._transaction: Optional[KafkaCommittable] = None
         self._records_in_transaction = 0
         self._unpolled = 0
+        self._unflushed = 0  # records handed to the producer since its last flush
         self._errors: List[str] = []
         self._prepared: List[str] = []
         self._metadata: Any = None
@@ -249,6 +253,10 @@ class KafkaWriter(CommittingSinkWriter, StatefulSinkWriter):
         self.sink_context: Optional[KafkaSinkContext] = None
         self.aborted: List[str] = []  # lingering transactions this writer aborted at its start
         self._serialize = sink.record_serializer.serialize
+        #: (topic, key schema, value schema) when the serializer is the builder's with a fixed topic
+        #: and no partitioner: write_batch produces directly
+        parts = getattr(sink.record_serializer, "plain_parts", None)
+        self._plain = parts() if callable(parts) else None
 
     # -- start -----------------------------------------------------------------------------------
     def _start(self) -> None:
@@ -355,6 +363,59 @@ class KafkaWriter(CommittingSinkWriter, StatefulSinkWriter):
             )
 
     # -- records ---------------------------------------------------------------------------------
+    def write_batch(self, elements: List[Any], context: Optional[SinkWriterContext] = None) -> None:
+        """``write`` for each of ``elements`` (one timestamp, the context's), with no per-record
+        Python beyond the schemas' ``serialize`` and ``Producer.produce`` when the serializer is
+        the builder's with a fixed topic and no partitioner; otherwise, and to name a record
+        that cannot be serialized or produced, record by record through :meth:`write`."""
+        plain = self._plain
+        if plain is None or not elements:
+            for element in elements:
+                self.write(element, context)
+            return
+        if self._producer is None:
+            self._ensure_producer()
+        topic, key_schema, value_schema = plain
+        try:
+            values = [value_schema.serialize(e) for e in elements]
+            keys = None if key_schema is None else [key_schema.serialize(e) for e in elements]
+        except Exception:  # write() names the record
+            for element in elements:
+                self.write(element, context)
+            return
+        timestamp = None if context is None else context.timestamp
+        timestamp = timestamp if timestamp is not None and timestamp > 0 else 0
+        producer = self._producer
+        produce = producer.produce
+        done, n = 0, len(values)
+        while done < n:
+            try:
+                if keys is None and not timestamp:
+                    for value in values[done:] if done else values:
+                        produce(topic, value)
+                        done += 1
+                else:
+                    for i in range(done, n):
+                        produce(topic, values[i], None if keys is None else keys[i], -1, None, timestamp)
+                        done += 1
+            except BufferError:  # the producer's queue is full: let it deliver (back pressure)
+                producer.poll(0.05)
+                self._raise_errors()
+            except Exception:  # write() names the record and the error
+                self._records_in_transaction += done
+                self._unflushed += done
+                self._unpolled += done
+                for element in elements[done:]:
+                    self.write(element, context)
+                return
+        self._records_in_transaction += n
+        self._unflushed += n
+        self._unpolled += n
+        if self._unpolled >= _POLL_EVERY:
+            self._unpolled = 0
+            producer.poll(0)
+            self._raise_errors()
+
     def write(self, element: Any, context: Optional[SinkWriterContext] = None) -> None:
         if self._producer is None:
             self._ensure_producer()
@@ -399,6 +460,7 @@ class KafkaWriter(CommittingSinkWriter, StatefulSinkWriter):
                     f"bytes or None) for topic {record.topic!r}: {exc}"
                 ) from None
         self._records_in_transaction += 1
+        self._unflushed += 1
         self._unpolled += 1
         if self._unpolled >= _POLL_EVERY:
             self._unpolled = 0
@@ -414,8 +476,15 @@ class KafkaWriter(CommittingSinkWriter, StatefulSinkWriter):
             if not self._started:
                 self._ensure_producer()
             return
-        while self._producer.flush(1.0) > 0:
-            self._raise_errors()
+        self._flush_producer()
+
+    def _flush_producer(self) -> None:
+        """Waits until Kafka acknowledged every record written since the last flush (none
+        written: no wait, so a checkpoint's flush and its prepare_commit wait once)."""
+        if self._unflushed:
+            while self._producer.flush(1.0) > 0:
+                self._raise_errors()
+            self._unflushed = 0
         self._raise_errors()
 
     # -- checkpoints (EXACTLY_ONCE) --------------------------------------------------------------
@@ -426,9 +495,7 @@ class KafkaWriter(CommittingSinkWriter, StatefulSinkWriter):
             self._start()  # aborts lingering transactions even if no record came
         if self._producer is None or self._records_in_transaction == 0:
             return []  # nothing to commit
-        while self._producer.flush(1.0) > 0:
-            self._raise_errors()
-        self._raise_errors()
+        self._flush_producer()
         committable = self._transaction
         assert committable is not None
         register_producer(committable.transactional_id, self._producer)
