@@ -71,9 +71,13 @@ class SinkWriterOperator(StreamOperator):
         self.writer.write(value, context)
 
     def process_batch(self, values: List[Any]) -> None:
-        write = self.writer.write
         context = self._context
         context.timestamp = self.record_context.timestamp
+        write_batch = getattr(self.writer, "write_batch", None)
+        if write_batch is not None:  # a writer that takes a batch at once (the Kafka sink's)
+            write_batch(values, context)
+            return
+        write = self.writer.write
         for value in values:
             write(value, context)
 
