@@ -60,9 +60,10 @@ class Gated(MapFunction):
         return value
 
 
-def build(env, tmp_path, n: int = N) -> None:
-    """The keyed rolling count of 1..n into the FileSink (exactly once), paced by :class:`Gated`."""
-    sink = (
+def build(env, tmp_path, n: int = N, sink=None) -> None:
+    """The keyed rolling count of 1..n into ``sink`` (default: the FileSink, exactly once),
+    paced by :class:`Gated`."""
+    sink = sink or (
         FileSink.for_row_format(str(tmp_path / "out"), Encoder.simple_string_encoder())
         .with_output_file_config(OutputFileConfig.builder().with_part_prefix("part").build())
         .with_rolling_policy(RollingPolicy.on_checkpoint_rolling_policy())
@@ -113,12 +114,13 @@ def running_with_a_checkpoint(client) -> None:
     ), client.get_job_status()
 
 
-def finish_exactly_once(client, tmp_path, job_id: str) -> None:
+def finish_exactly_once(client, tmp_path, job_id: str, committed=None) -> None:
     (tmp_path / "release").write_text("go")
     assert client.wait(180), "the rescaled job did not finish"
     assert client.get_job_status() == "FINISHED", client.get_job_status()
     assert client.job_id == job_id
-    assert committed_lines(tmp_path / "out") == reference(N), "rolling counts lost or repeated across rescales"
+    got = committed() if committed is not None else committed_lines(tmp_path / "out")
+    assert got == reference(N), "rolling counts lost or repeated across rescales"
     stats = client.get_checkpoint_stats()
     assert stats["numRestarts"] == 0 and stats["lastRestoredCheckpointId"] is not None, stats
 
@@ -182,6 +184,24 @@ def test_a_keyed_count_rescaled_2_3_1_through_the_job_client_locally_commits_eve
         assert client.get_job_status() == "RUNNING"
         assert [v.parallelism for v in client.execution_graph.job_vertices] == [4 - parallelism, parallelism]
     finish_exactly_once(client, tmp_path, job_id)
+
+
+@pytest.mark.timeout(300)
+def test_the_kafka_sink_commits_every_record_once_across_rescales(kafka_broker, tmp_path):
+    from raylink.api.connectors.kafka import DeliveryGuarantee
+    from raylink.tests.kafka_util import new_topic
+    from raylink.tests.test_kafka_sink import read_committed, string_sink, values
+
+    servers = kafka_broker.bootstrap_servers
+    topic = new_topic(servers, 3)
+    env = rescale_env("local", tmp_path)
+    build(env, tmp_path, sink=string_sink(servers, topic, DeliveryGuarantee.EXACTLY_ONCE, prefix=f"tx-{topic}"))
+    client = env.execute_async()
+    running_with_a_checkpoint(client)
+    for parallelism in (3, 1):  # the sink's transactional ids and committables follow the parallelism
+        client.rescale({"rolling-count": parallelism}).result(120)
+        assert keyed_vertex(client).parallelism == parallelism
+    finish_exactly_once(client, tmp_path, client.job_id, lambda: values(read_committed(servers, topic, N)))
 
 
 @pytest.fixture
