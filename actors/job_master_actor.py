@@ -528,6 +528,27 @@ def list_jobs() -> list[dict]:
     return sorted(out, key=lambda s: s["startTime"])
 
 
+def job_master_actors(dashboard: str) -> list[tuple[str, str]]:
+    """``(job id, actor state)`` of every JobMaster actor the Ray dashboard at ``dashboard`` lists
+    (its state API: no Ray connection needed); empty when it cannot say."""
+    try:
+        from ray.util.state import list_actors
+
+        actors = list_actors(
+            address=dashboard,
+            filters=[("class_name", "=", "JobMasterActor")],
+            raise_on_missing_output=False,
+            _explain=False,
+        )
+    except Exception:  # noqa: BLE001 - an older dashboard, no state API, refused: nothing to show
+        return []
+    return sorted(
+        (a.name[len(JOB_MASTER_PREFIX) :], a.state)
+        for a in actors
+        if (a.name or "").startswith(JOB_MASTER_PREFIX) and a.state != "DEAD"
+    )
+
+
 def find_job(job_id: str) -> Optional[JobMasterActorClient]:
     """The JobClient of job ``job_id`` if a JobMaster actor holds it, else None."""
     try:
@@ -624,6 +645,7 @@ __all__ = [
     "find_job",
     "ha_settings_of",
     "job_master_actor_name",
+    "job_master_actors",
     "list_jobs",
     "runs_in_actor",
     "start_job",

@@ -372,31 +372,12 @@ def _time(ms: Optional[int]) -> str:
     return datetime.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def job_master_actors(address: str) -> list[tuple[str, str]]:
-    """``(raylink job id, actor state)`` of every JobMaster actor (detached or highly available
-    jobs, :mod:`raylink.actors.job_master_actor`) the dashboard's state API lists; empty when it
-    cannot say."""
-    try:
-        from ray.util.state import list_actors
-
-        from raylink.actors.job_master_actor import JOB_MASTER_PREFIX
-
-        actors = list_actors(
-            address=address, filters=[("class_name", "=", "JobMasterActor")], raise_on_missing_output=False
-        )
-    except Exception:  # noqa: BLE001 - an older dashboard, no state API: the Ray jobs are listed all the same
-        return []
-    return sorted(
-        (a.name[len(JOB_MASTER_PREFIX) :], a.state)
-        for a in actors
-        if (a.name or "").startswith(JOB_MASTER_PREFIX) and a.state != "DEAD"
-    )
-
-
 def cmd_list(args: Any) -> int:
     reject_extra(args, "list")
     client, address = connect(args.address)
     jobs = [j for j in client.list_jobs() if j.submission_id]
+    from raylink.actors.job_master_actor import job_master_actors
+
     detached = job_master_actors(address)
     if detached:  # raylink jobs whose JobMaster runs in an actor (raylink savepoint / stop / cluster cancel)
         print("RAYLINK JOB ID                     JOBMASTER")

@@ -51,8 +51,7 @@ def _alive(actor_name: str, namespace: str) -> bool:
     import ray
 
     return any(
-        a["name"] == actor_name and a["namespace"] == namespace
-        for a in ray.util.list_named_actors(all_namespaces=True)
+        a["name"] == actor_name and a["namespace"] == namespace for a in ray.util.list_named_actors(all_namespaces=True)
     )
 
 
