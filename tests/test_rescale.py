@@ -183,6 +183,10 @@ def test_a_keyed_count_rescaled_2_3_1_through_the_job_client_locally_commits_eve
         assert requirements[keyed_vertex(client).id]["parallelism"]["upperBound"] == parallelism
         assert client.get_job_status() == "RUNNING"
         assert [v.parallelism for v in client.execution_graph.job_vertices] == [4 - parallelism, parallelism]
+    # a request while rescaling follows the current rescale (the latest requirements win)
+    first, second = client.rescale({"rolling-count": 2}), client.rescale({"rolling-count": 1})
+    assert first.result(120) and second.result(120)
+    assert keyed_vertex(client).parallelism == 1 and client.get_job_status() == "RUNNING"
     finish_exactly_once(client, tmp_path, job_id)
 
 

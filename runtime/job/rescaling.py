@@ -13,8 +13,10 @@ vertex, a parallelism below 1 or above the vertex's max parallelism (key groups 
 follow), a forward edge whose two ends would differ in parallelism, and a vertex whose state
 cannot be redistributed -- an operator keeping state of its own that it cannot share out at
 another parallelism (no ``restore_rescaled_operator_state``: e.g. an iterable source) --
-named with its operator; a job that is not RUNNING, or is rescaling already, refuses too
-(:class:`RescaleRefusedError`).
+named with its operator; a job that is not RUNNING refuses too (:class:`RescaleRefusedError`).
+A request that comes while the job is being rescaled is started once that rescale ended (the
+latest requirements win, as in Flink: a request it replaces before it started is refused as
+superseded).
 
 **The rescale** (:func:`rescale`; Flink's ``AdaptiveScheduler`` goes Executing -> Restarting
 -> WaitingForResources -> CreatingExecutionGraph -> Executing, restoring the latest
@@ -216,6 +218,8 @@ class Rescaler:
             ejv.id: ParallelismBounds(1, ejv.parallelism) for ejv in master.execution_graph.job_vertices
         }
         self.in_progress = False
+        #: a request that came while rescaling: (its requirements, its future), started next
+        self._queued: Optional[tuple[dict, Future]] = None
         self.num_rescales = 0
         self.last_duration_ms: Optional[int] = None
 
@@ -225,28 +229,59 @@ class Rescaler:
 
     def rescale(self, requirements: Mapping[str, Requirement]) -> Future:
         master = self.master
+        result: Future = Future()
         try:
             if master.coordinator is None:
                 raise RescaleRefusedError(f"job '{master.job_name}' runs in BATCH mode and cannot be rescaled")
             resolved = resolve(master.execution_graph, requirements)
             with master._lock:
-                status = master.get_job_status()
-                if self.in_progress:
-                    raise RescaleRefusedError(f"job '{master.job_name}' is being rescaled already")
-                if status is not JobStatus.RUNNING or master._restarting or master._cancel_requested:
-                    raise RescaleRefusedError(f"job '{master.job_name}' is {status.value}, not RUNNING: not rescaled")
-                self.in_progress = True
-                previous = dict(self.requirements)
-                self.requirements.update(resolved)  # GET answers what was asked for (Flink)
+                if self.in_progress:  # Flink: the latest requirements win; this one follows the current
+                    superseded, self._queued = self._queued, (resolved, result)
+                    self.requirements.update(resolved)
+                else:
+                    self._refuse_unless_running()
+                    superseded = None
+                    self._start(resolved, result)
         except (RescaleRequestError, RescaleRefusedError) as exc:
-            future: Future = Future()
-            future.set_exception(exc)
-            return future
-        result: Future = Future()
-        threading.Thread(
-            target=self._run, args=(resolved, previous, result), name=f"rescale {master.job_id[:6]}", daemon=True
-        ).start()
+            result.set_exception(exc)
+            return result
+        if superseded is not None:
+            superseded[1].set_exception(RescaleRefusedError("superseded by a later rescale request"))
         return result
+
+    def _refuse_unless_running(self) -> None:
+        """Under the JobMaster's lock."""
+        master = self.master
+        status = master.get_job_status()
+        if status is not JobStatus.RUNNING or master._restarting or master._cancel_requested:
+            raise RescaleRefusedError(f"job '{master.job_name}' is {status.value}, not RUNNING: not rescaled")
+
+    def _start(self, resolved: dict[str, ParallelismBounds], result: Future) -> None:
+        """Under the JobMaster's lock: the rescale's thread."""
+        self.in_progress = True
+        previous = dict(self.requirements)
+        self.requirements.update(resolved)  # GET answers what was asked for (Flink)
+        threading.Thread(
+            target=self._run,
+            args=(resolved, previous, result),
+            name=f"rescale {self.master.job_id[:6]}",
+            daemon=True,
+        ).start()
+
+    def _next(self) -> None:
+        """The rescale ended: start the one asked for meanwhile (or refuse it)."""
+        with self.master._lock:
+            self.in_progress = False
+            queued, self._queued = self._queued, None
+            if queued is None:
+                return
+            try:
+                self._refuse_unless_running()
+                self._start(*queued)
+                return
+            except RescaleRefusedError as exc:
+                error = exc
+        queued[1].set_exception(error)
 
     def _run(self, resolved: dict[str, ParallelismBounds], previous: dict, result: Future) -> None:
         master = self.master
@@ -266,20 +301,21 @@ class Rescaler:
                 master._restarting = True
                 master._transition(JobStatus.RESTARTING)
         except BaseException as exc:  # noqa: BLE001
-            self.requirements = previous  # not rescaled: the job runs at what it ran at
-            self.in_progress = False
+            with master._lock:
+                if self._queued is None:
+                    self.requirements = previous  # not rescaled: the job runs at what it ran at
             result.set_exception(exc)
+            self._next()
             return
         try:
             self._redeploy(resolved, checkpoint)
         except BaseException as exc:  # noqa: BLE001 - a failed redeploy is a failure of the job
             with master._lock:
                 master._restarting = False
-            self.in_progress = False
             result.set_exception(exc)
             master._on_failure(exc)
+            self._next()
             return
-        self.in_progress = False
         self.num_rescales += 1
         self.last_duration_ms = int((time.monotonic() - started) * 1000)
         log.info(
@@ -290,6 +326,7 @@ class Rescaler:
             checkpoint.checkpoint_id,
         )
         result.set_result(self.resource_requirements())
+        self._next()
 
     def _redeploy(self, resolved: dict[str, ParallelismBounds], checkpoint: Any) -> None:
         """Cancel, rebuild the ExecutionGraph at the new parallelism and deploy it restored from
