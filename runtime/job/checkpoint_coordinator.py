@@ -171,12 +171,12 @@ class CheckpointCoordinator:
         self._next_id = max(storage.next_checkpoint_id(), first_checkpoint_id)
         self.properties = dict(properties or {})  # stored in every checkpoint's _metadata
         self._stopping = False  # a stop-with-savepoint was triggered: no more periodic checkpoints
+        #: checkpoints of trigger_checkpoint_now: id -> (future of the CompletedCheckpoint, suspends periodic)
+        self._waiting: dict[int, tuple[Future, bool]] = {}
         self._last_end = 0.0
         self._consecutive_failures = 0
         self._running = False
         self._requested = False  # a task at the end of its input asks for its final checkpoint
-        #: checkpoints of trigger_checkpoint_now: id -> (future of the CompletedCheckpoint, suspends periodic)
-        self._waiting: dict[int, tuple[Future, bool]] = {}
         self._thread: Optional[threading.Thread] = None
 
     # -- lifecycle -------------------------------------------------------------------------------------
@@ -188,11 +188,11 @@ class CheckpointCoordinator:
             self._vertex_of = dict(vertex_of or {a: (str(a), 0) for a in tasks_to_ack})
             self._last_handles, self._finished = {}, set()
             self._running = True
+            self._stopping = False  # a new deployment: a stop or rescale of the last one is over
             self._last_end = time.monotonic()
             # created and started under the lock: a task failing at once calls stop() from its own
             # thread, which must never find a thread that is set but not started yet
             if self.interval_ms > 0 and self._thread is None:
-            self._stopping = False  # a new deployment: a stop or rescale of the last one is over
                 self._thread = threading.Thread(target=self._periodic, name="CheckpointCoordinator", daemon=True)
                 self._thread.start()
 
@@ -285,10 +285,6 @@ class CheckpointCoordinator:
         self._send_trigger(checkpoint_id, timestamp, None)
         return checkpoint_id
 
-    def _report_pending(self, checkpoint: PendingCheckpoint) -> None:
-        """Under the lock: the tracker learns of a triggered checkpoint."""
-        parallelism: dict = {}
-        for attempt_id in checkpoint.not_yet_acknowledged:
     def trigger_checkpoint_now(self, suspend_periodic: bool = False) -> Future:
         """A checkpoint now, past the pause and concurrency limits, with aligned barriers (it
         can be restored at another parallelism: no in-flight data); the future completes with
@@ -315,6 +311,10 @@ class CheckpointCoordinator:
         self._send_trigger(checkpoint_id, timestamp, SAVEPOINT)  # aligned, as a savepoint's
         return future
 
+    def _report_pending(self, checkpoint: PendingCheckpoint) -> None:
+        """Under the lock: the tracker learns of a triggered checkpoint."""
+        parallelism: dict = {}
+        for attempt_id in checkpoint.not_yet_acknowledged:
             vertex_id = self._vertex_of.get(attempt_id, (str(attempt_id), 0))[0]
             parallelism[vertex_id] = parallelism.get(vertex_id, 0) + 1
         savepoint = checkpoint.savepoint
@@ -534,6 +534,10 @@ class CheckpointCoordinator:
             self._notify_complete(checkpoint.checkpoint_id)
         if savepoint is not None:
             savepoint.future.set_result(path)
+        with self._lock:
+            waiting = self._waiting.pop(checkpoint.checkpoint_id, None)
+        if waiting is not None:
+            waiting[0].set_result(completed)
 
     def receive_decline(self, attempt_id: Optional[str], checkpoint_id: int, reason: str) -> None:
         with self._lock:
@@ -551,12 +555,14 @@ class CheckpointCoordinator:
             return
         self._abort_quietly(checkpoint_id, reason, count=True)
 
-        with self._lock:
-            waiting = self._waiting.pop(checkpoint.checkpoint_id, None)
-        if waiting is not None:
-            waiting[0].set_result(completed)
     def _abort_quietly(self, checkpoint_id: int, reason: str, count: bool) -> None:
         log.warning("checkpoint %d failed: %s", checkpoint_id, reason)
+        with self._lock:
+            waiting = self._waiting.pop(checkpoint_id, None)
+            if waiting is not None and waiting[1]:
+                self._stopping = False  # periodic checkpoints go on
+        if waiting is not None:
+            waiting[0].set_exception(CheckpointException(f"checkpoint {checkpoint_id} failed: {reason}"))
         self.stats_tracker.report_failed(checkpoint_id, int(time.time() * 1000), reason)
         too_many = False
         if count:  # counted before the tasks hear of it: the figures hold when they react
@@ -574,12 +580,6 @@ class CheckpointCoordinator:
             self._notify_aborted(checkpoint_id)
         except Exception:
             pass
-        with self._lock:
-            waiting = self._waiting.pop(checkpoint_id, None)
-            if waiting is not None and waiting[1]:
-                self._stopping = False  # periodic checkpoints go on
-        if waiting is not None:
-            waiting[0].set_exception(CheckpointException(f"checkpoint {checkpoint_id} failed: {reason}"))
         if too_many:
             self._fail_job(
                 CheckpointException(
