@@ -17,7 +17,7 @@ their pure-Python twins. Single-threaded (the task thread), like every operator.
 
 from __future__ import annotations
 
-from itertools import chain
+from itertools import chain, compress
 from typing import Any, List
 
 from raylink.core.field_selectors import field_getter
@@ -93,6 +93,12 @@ class StreamMap(AbstractUdfStreamOperator):
         if values:
             self._collect_batch(list(map(self._map, values)))
 
+    def process_timestamped_batch(self, values: List[Any], timestamps: List[Any]) -> None:
+        """Records with a timestamp each (a chained timestamp assigner's or window's run): mapped
+        as one batch, each result keeping its record's timestamp (no per-record frames)."""
+        if values:
+            self._collect_timestamped(list(map(self._map, values)), timestamps)
+
 
 class StreamFlatMap(AbstractUdfStreamOperator):
     """``FlatMapFunction.flat_map`` or ``callable(value) -> iterable``."""
@@ -128,6 +134,13 @@ class StreamFilter(AbstractUdfStreamOperator):
         if out:
             self._collect_batch(out)
 
+    def process_timestamped_batch(self, values: List[Any], timestamps: List[Any]) -> None:
+        """Records with a timestamp each: the kept ones as one batch, with their timestamps."""
+        keep = list(map(self._filter, values))
+        out = list(compress(values, keep))
+        if out:
+            self._collect_timestamped(out, list(compress(timestamps, keep)))
+
 
 class _KeyedContext:
     """Keyed backend + key selector of the ``Keyed*`` variants. ``_sets_key`` is decided once,
@@ -156,6 +169,8 @@ class _KeyedContext:
 
 class KeyedStreamMap(_KeyedContext, StreamMap):
     """``map`` of a ``KeyedStream`` whose function may use keyed state."""
+
+    process_timestamped_batch = None  # type: ignore[assignment]  # each record sets its key first
 
     def process_element(self, value: Any) -> None:
         if self._sets_key:
@@ -194,6 +209,8 @@ class KeyedStreamFlatMap(_KeyedContext, StreamFlatMap):
 
 class KeyedStreamFilter(_KeyedContext, StreamFilter):
     """``filter`` of a ``KeyedStream`` whose function may use keyed state."""
+
+    process_timestamped_batch = None  # type: ignore[assignment]  # each record sets its key first
 
     def process_element(self, value: Any) -> None:
         if self._sets_key:

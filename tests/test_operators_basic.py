@@ -117,6 +117,25 @@ def test_bad_function_names_the_operator():
         start(op)
 
 
+@pytest.mark.parametrize(
+    "make, kept",
+    [(lambda: StreamMap(lambda x: x * 3), DATA), (lambda: StreamFilter(lambda x: x % 4), [x for x in DATA if x % 4])],
+    ids=["map", "filter"],
+)
+def test_a_run_of_records_with_their_own_timestamps_keeps_each_records_timestamp(make, kept):
+    """A run from a chained timestamp assigner (``process_timestamped_batch``): the same results
+    as record by record, each with its input record's timestamp."""
+    per_record, batched = start(make()), start(make())
+    for v in DATA:
+        per_record.process_element(v, timestamp=100 + v)
+    batched.process_timestamped([(v, 100 + v) for v in DATA])
+    batched.process_timestamped([(v, 7) for v in (0, 4, 8)] if 0 not in kept else [])
+    assert batched.extract_output_with_timestamps() == per_record.extract_output_with_timestamps()
+    values = per_record.extract_output_values()
+    assert [t for _, t in batched.extract_output_with_timestamps()] == [100 + DATA[v] for v in kept] != []
+    assert len(values) == len(kept)
+
+
 def test_watermarks_and_latency_markers_are_forwarded_and_timestamps_untouched():
     op = StreamMap(lambda x: x + 1)
     harness = start(op)

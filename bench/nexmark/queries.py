@@ -348,8 +348,9 @@ def q5(events: DataStream) -> DataStream:
     """Hot items: ``(auction, num)`` of the auctions with the most bids in each 10 s window
     sliding by 2 s."""
     counts = (
-        bids(events)
-        .key_by(lambda b: b[0])
+        events.filter(lambda e: e[0] == BID)
+        .map(lambda e: e[3][0])  # only the auction crosses the shuffle (the time is the record's)
+        .key_by(lambda auction: auction)
         .window(SlidingEventTimeWindows.of(Time.seconds(10), Time.seconds(2)))
         .aggregate(_Count(), _WithWindow())
     )
@@ -357,62 +358,58 @@ def q5(events: DataStream) -> DataStream:
 
 
 # -- q7: highest bid ---------------------------------------------------------------------------
-class _MaxPrice(AggregateFunction):
-    def create_accumulator(self) -> int:
-        return -1
-
-    def add(self, value: Any, accumulator: int) -> int:
-        return value[2] if value[2] > accumulator else accumulator
-
-    def get_result(self, accumulator: int) -> int:
-        return accumulator
-
-    def merge(self, a: int, b: int) -> int:
-        return max(a, b)
-
-
-class _Q7Join(KeyedCoProcessFunction):
-    """Keyed by price: bids and window maxes ``(end, max)``; a bid joins a max of the same price
-    when ``end - 10 s <= bid dateTime <= end``. State is dropped once the watermark is past
-    every window a record can still meet."""
+class _Q7Highest(KeyedProcessFunction):
+    """Keyed by the end of a 10 s tumbling window: the highest price of the window's bids
+    (``[end - 10 s, end)``), the bids at that price, and the bids at exactly ``end`` (``BETWEEN``
+    holds both ends: they meet this window's max too). When the watermark reaches ``end`` (every
+    bid up to it is in), the bids at the max are emitted and the state dropped; a bid for a window
+    already emitted is late and dropped, as a window drops late records."""
 
     def open(self, runtime_context: Any) -> None:
-        self.bids = runtime_context.get_state(_state("bids"))
-        self.ends = runtime_context.get_state(_state("ends"))
+        self.top = runtime_context.get_state(_state("top"))
 
-    def process_element1(self, bid: Any, ctx: Any) -> Iterable[tuple]:
-        when = bid[5]
-        for end in self.ends.value() or ():
-            if end - 10_000 <= when <= end:
-                yield (bid[0], bid[2], bid[1], when, bid[6])
-        self.bids.update((self.bids.value() or []) + [bid])
-        ctx.timer_service().register_event_time_timer(when + 10_000)
+    def process_element(self, value: Any, ctx: Any) -> None:
+        end, bid = value
+        timers = ctx.timer_service()
+        if end <= timers.current_watermark():
+            return
+        top = self.top.value()
+        if top is None:
+            top = [-1, [], []]  # max price, the window's bids at it, the bids at end
+            timers.register_event_time_timer(end)
+        price = bid[2]
+        if bid[5] == end:
+            top[2].append(bid)
+        elif price > top[0]:
+            top[0], top[1] = price, [bid]
+        elif price == top[0]:
+            top[1].append(bid)
+        self.top.update(top)
 
-    def process_element2(self, window_max: Any, ctx: Any) -> Iterable[tuple]:
-        end = window_max[3]
-        for bid in self.bids.value() or ():
-            if end - 10_000 <= bid[5] <= end:
-                yield (bid[0], bid[2], bid[1], bid[5], bid[6])
-        self.ends.update((self.ends.value() or []) + [end])
-        ctx.timer_service().register_event_time_timer(end + 10_000)
+    def on_timer(self, timestamp: int, ctx: Any) -> Iterable[tuple]:
+        top = self.top.value()
+        self.top.clear()
+        if top is not None and top[1]:
+            best = top[0]
+            for b in top[1] + [b for b in top[2] if b[2] == best]:
+                yield (b[0], b[2], b[1], b[5], b[6])
 
-    def on_timer(self, timestamp: int, ctx: Any) -> None:
-        bids = [b for b in self.bids.value() or () if b[5] + 10_000 > timestamp]
-        ends = [e for e in self.ends.value() or () if e + 10_000 > timestamp]
-        self.bids.update(bids) if bids else self.bids.clear()
-        self.ends.update(ends) if ends else self.ends.clear()
+
+def _q7_windows(b: Any) -> Iterable[tuple]:
+    """``(window end, bid)`` for the window holding the bid and, for a bid at a window boundary,
+    the window ending at it."""
+    when = b[5]
+    if when % 10_000 == 0:
+        yield (when, b)
+    yield (when - when % 10_000 + 10_000, b)
 
 
 def q7(events: DataStream) -> DataStream:
     """Highest bid: ``(auction, price, bidder, dateTime, extra)`` of the bids whose price is the
-    highest of a 10 s tumbling window ending within 10 s after them (BETWEEN: both ends in)."""
-    bid_stream = bids(events)
-    maxes = (
-        bid_stream.key_by(lambda b: 0)
-        .window(TumblingEventTimeWindows.of(Time.seconds(10)))
-        .aggregate(_MaxPrice(), _WithWindow())
-    )
-    return bid_stream.connect(maxes).key_by(lambda b: b[2], lambda m: m[1]).process(_Q7Join())
+    highest of a 10 s tumbling window ending within 10 s after them (BETWEEN: both ends in): the
+    SQL's join of the bids with the windows' maxes, computed per window (a bid meets only the
+    maxes of the one or two windows whose ``[end - 10 s, end]`` holds it)."""
+    return bids(events).flat_map(_q7_windows).key_by(lambda w: w[0]).process(_Q7Highest())
 
 
 # -- q8, q11: window joins and sessions ------------------------------------------------------------
@@ -444,8 +441,9 @@ def q8(events: DataStream) -> DataStream:
 def q11(events: DataStream) -> DataStream:
     """User sessions: ``(bidder, bid_count, starttime, endtime)`` per 10 s-gap session."""
     return (
-        bids(events)
-        .key_by(lambda b: b[1])
+        events.filter(lambda e: e[0] == BID)
+        .map(lambda e: e[3][1])  # only the bidder crosses the shuffle
+        .key_by(lambda bidder: bidder)
         .window(EventTimeSessionWindows.with_gap(Time.seconds(10)))
         .aggregate(_Count(), _WithWindow())
     )
