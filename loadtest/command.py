@@ -14,7 +14,7 @@ import time
 from typing import Any, Optional
 
 from raylink.core.options import ExecutionOptions, read_option
-from raylink.loadtest.kafka_driver import DEFAULT_CHECKPOINT_INTERVAL_MS, DEFAULT_PARTITIONS, KafkaLoad
+from raylink.loadtest.kafka_driver import DEFAULT_CHECKPOINT_INTERVAL_MS, DEFAULT_PARTITIONS, KafkaLoad, check_load
 from raylink.loadtest.nexmark import DEFAULT_START_DELAY_S, nexmark_scenario, query_names
 from raylink.loadtest.report import require_plots
 from raylink.loadtest.runner import run_loadtest
@@ -263,6 +263,8 @@ def command(args: argparse.Namespace) -> int:
     scenario = _scenario(args, kafka)  # fail on a bad name before starting Ray
     if not scenario.available:
         raise SystemExit(f"scenario {scenario.name!r} is unavailable: {scenario.unavailable_reason}")
+    if kafka is not None:  # no record count, or no such topic: before starting Ray or a broker
+        check_load(kafka, args.rate, args.soak or duration, args.records)
     if args.soak:
         return _soak(args, output, scenario, kafka)
     plots = not args.no_plots

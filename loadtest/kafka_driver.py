@@ -139,6 +139,25 @@ def planned_count(rate: Optional[float], duration_s: Optional[float], records: O
     return min(counts)
 
 
+def check_load(load: KafkaLoad, rates: list, duration_s: Optional[float], records: Optional[int]) -> None:
+    """Fail (``SystemExit``) before anything starts: a run without a known record count, or a
+    ``--topic`` the cluster does not have."""
+    for rate in rates:
+        planned_count(rate, duration_s, records)
+    if load.topic is None or load.bootstrap_servers is None:
+        return
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": load.bootstrap_servers})
+    try:
+        topic = admin.list_topics(load.topic, timeout=30).topics.get(load.topic)
+    except KafkaException as exc:
+        raise SystemExit(f"Kafka load test: no answer from {load.bootstrap_servers}: {exc.args[0].str()}") from None
+    if topic is None or topic.error is not None or not topic.partitions:
+        raise SystemExit(f"--topic {load.topic!r} does not exist on {load.bootstrap_servers}")
+
+
 class KafkaDriver:
     """One Kafka run's producer, source, lag samples and broker (see the module docstring)."""
 
@@ -430,6 +449,7 @@ __all__ = [
     "KafkaDriver",
     "KafkaLoad",
     "StampedDeserializer",
+    "check_load",
     "payload_kind",
     "planned_count",
 ]

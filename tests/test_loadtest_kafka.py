@@ -129,7 +129,7 @@ def test_kafka_starts_a_local_broker_for_the_run_and_stops_it(tmp_path):
 
 def test_kafka_options_name_what_is_wrong(kafka_broker, tmp_path):
     servers = kafka_broker.bootstrap_servers
-    base = ["loadtest", "chain", "--output", str(tmp_path), "--no-plots"]
+    base = ["loadtest", "chain", "--output", str(tmp_path), "--no-plots"]  # each fails before Ray or a job starts
     with pytest.raises(SystemExit, match="either --kafka"):
         cli.main(base + ["--kafka", "--kafka-bootstrap-servers", servers])
     with pytest.raises(SystemExit, match="--topic needs"):
