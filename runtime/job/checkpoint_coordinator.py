@@ -40,6 +40,12 @@ full state size adds to its handles' bytes the shared files they refer to (sizes
 file from the storage: shared files never change); when one cannot be read the size is
 unknown (None), never guessed.
 
+With high availability (``use_high_availability``) every checkpoint id is written to the job's
+``CheckpointIDCounter`` before the trigger leaves, and a completed checkpoint's pointer to its
+``CompletedCheckpointStore`` before it counts (before any task hears it completed), so a
+recovered JobMaster restores exactly what sinks may have committed
+(:mod:`raylink.runtime.job.high_availability`).
+
 Thread-safety: all methods may be called from any thread; one lock guards the
 pending checkpoints. Callbacks run without the lock held.
 """
