@@ -173,8 +173,9 @@ def q22(events: DataStream) -> DataStream:
 
 # -- q3, q20: regular joins ---------------------------------------------------------------------
 class _Q3Join(KeyedCoProcessFunction):
-    """Keyed by person id / seller: the person if in OR, ID or CA (else False: its auctions are
-    dropped as they come) and the auctions that came before the person."""
+    """Keyed by person id / seller: the person's ``(id, name, city, state)`` if in OR, ID or CA
+    (else False: its auctions are dropped as they come) and the ids of the ``(id, seller)``
+    auctions that came before the person."""
 
     def open(self, runtime_context: Any) -> None:
         self.person = runtime_context.get_state(_state("person"))
@@ -185,13 +186,13 @@ class _Q3Join(KeyedCoProcessFunction):
         if person is None:
             self.waiting.add(auction[0])
         elif person is not False:
-            yield (person[1], person[4], person[5], auction[0])
+            yield (person[1], person[2], person[3], auction[0])
 
     def process_element2(self, person: Any, ctx: Any) -> Iterable[tuple]:
-        if person[5] in ("OR", "ID", "CA"):
+        if person[3] in ("OR", "ID", "CA"):
             self.person.update(person)
             for auction_id in self.waiting.get() or ():
-                yield (person[1], person[4], person[5], auction_id)
+                yield (person[1], person[2], person[3], auction_id)
         else:
             self.person.update(False)
         self.waiting.clear()
@@ -200,8 +201,9 @@ class _Q3Join(KeyedCoProcessFunction):
 def q3(events: DataStream) -> DataStream:
     """Local item suggestion: ``(name, city, state, auction id)`` of category-10 auctions whose
     seller lives in OR, ID or CA."""
-    category10 = auctions(events).filter(lambda a: a[8] == 10)
-    return category10.connect(persons(events)).key_by(lambda a: a[7], lambda p: p[0]).process(_Q3Join())
+    category10 = auctions(events).filter(lambda a: a[8] == 10).map(lambda a: (a[0], a[7]))  # (id, seller)
+    people = persons(events).map(lambda p: (p[0], p[1], p[4], p[5]))  # (id, name, city, state)
+    return category10.connect(people).key_by(lambda a: a[1], lambda p: p[0]).process(_Q3Join())
 
 
 class _Q20Join(KeyedCoProcessFunction):
@@ -240,8 +242,9 @@ def q20(events: DataStream) -> DataStream:
 
 # -- q4: join within the auction's lifetime, max per auction, average per category ---------------
 class _Q4Winning(KeyedCoProcessFunction):
-    """Keyed by auction id: the auction, its highest bid in [dateTime, expires] so far, and the
-    bids that came before it; emits ``(category, auction id, max price)`` when the max grows."""
+    """Keyed by auction id: the auction's ``(id, dateTime, expires, category)``, its highest bid
+    in [dateTime, expires] so far, and the ``(auction, price, dateTime)`` of the bids that came
+    before it; emits ``(category, auction id, max price)`` when the max grows."""
 
     def open(self, runtime_context: Any) -> None:
         self.auction = runtime_context.get_state(_state("auction"))
@@ -249,18 +252,18 @@ class _Q4Winning(KeyedCoProcessFunction):
         self.waiting = runtime_context.get_list_state(_list("bids"))
 
     def _offer(self, auction: Any, price: int, when: int) -> Iterable[tuple]:
-        if auction[5] <= when <= auction[6]:
+        if auction[1] <= when <= auction[2]:
             best = self.best.value()
             if best is None or price > best:
                 self.best.update(price)
-                yield (auction[8], auction[0], price)
+                yield (auction[3], auction[0], price)
 
     def process_element1(self, bid: Any, ctx: Any) -> Iterable[tuple]:
         auction = self.auction.value()
         if auction is None:
-            self.waiting.add((bid[2], bid[5]))
+            self.waiting.add((bid[1], bid[2]))
         else:
-            yield from self._offer(auction, bid[2], bid[5])
+            yield from self._offer(auction, bid[1], bid[2])
 
     def process_element2(self, auction: Any, ctx: Any) -> Iterable[tuple]:
         self.auction.update(auction)
@@ -295,7 +298,10 @@ class _Q4Average(KeyedProcessFunction):
 
 def q4(events: DataStream) -> DataStream:
     """Average closing price per category (updating: the last tuple per category is the result)."""
-    winning = bids(events).connect(auctions(events)).key_by(lambda b: b[0], lambda a: a[0]).process(_Q4Winning())
+    # only the fields the join reads cross the shuffle (as Flink's planner projects them)
+    bid_fields = bids(events).map(lambda b: (b[0], b[2], b[5]))
+    auction_fields = auctions(events).map(lambda a: (a[0], a[5], a[6], a[8]))
+    winning = bid_fields.connect(auction_fields).key_by(lambda b: b[0], lambda a: a[0]).process(_Q4Winning())
     return winning.key_by(lambda w: w[0]).process(_Q4Average())
 
 
