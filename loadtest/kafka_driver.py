@@ -248,7 +248,7 @@ class KafkaDriver:
                     TopicPartition(self.topic, partition), timeout=max(0.1, deadline - time.monotonic()), cached=False
                 )[1]
             except KafkaException as exc:
-                if time.monotonic() >= deadline or not exc.args[0].retriable():
+                if time.monotonic() >= deadline:  # a new topic's leader may be unknown for a while
                     raise SystemExit(
                         f"Kafka load test: no log end offset for {self.topic}-{partition} on {self.servers}: "
                         f"{exc.args[0].str()}"

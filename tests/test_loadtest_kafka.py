@@ -90,7 +90,7 @@ def test_a_chain_through_kafka_reaches_the_sink_once_with_latency_and_lag_from_t
 
 
 @pytest.mark.slow
-def test_a_slow_sink_soak_through_kafka_reports_the_rss_while_the_backlog_waits(ray_session, kafka_broker, tmp_path):
+def test_a_slow_sink_soak_through_kafka_reports_the_rss_while_the_backlog_waits(kafka_broker, tmp_path):
     # a sink taking 1 ms per record behind a producer at 3000 records/s: a backlog builds up in the topic
     scenario = Scenario(
         "slowkafka", "identity to a 1 ms/record sink", lambda env, s: s.map(identity), sink_delay_s=1e-3
@@ -98,7 +98,8 @@ def test_a_slow_sink_soak_through_kafka_reports_the_rss_while_the_backlog_waits(
     from raylink.loadtest.kafka_driver import KafkaLoad
 
     load = KafkaLoad(bootstrap_servers=kafka_broker.bootstrap_servers, partitions=2, checkpoint_interval_ms=500)
-    report = run_soak(scenario, 3000, 3.0, str(tmp_path), sample_interval=0.5, plots=False, kafka=load)
+    local = {"execution.target": "local"}  # the TaskExecutor of this process: its RSS is sampled
+    report = run_soak(scenario, 3000, 3.0, str(tmp_path), sample_interval=0.5, conf=local, plots=False, kafka=load)
     n = 9000
     assert report["run"]["recordsEmitted"] == report["run"]["recordsAtSink"] == n
     backlog = report["kafkaBacklog"]
