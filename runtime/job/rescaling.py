@@ -222,6 +222,9 @@ class Rescaler:
         self._queued: Optional[tuple[dict, Future]] = None
         self.num_rescales = 0
         self.last_duration_ms: Optional[int] = None
+        #: the last rescale's phases in ms: checkpoint, cancel (tasks cancelled, executors
+        #: released), deploy (the new graph deployed and started)
+        self.last_phases: dict[str, int] = {}
 
     def resource_requirements(self) -> dict:
         """FLIP-291's body: ``{vertex id: {"parallelism": {"lowerBound", "upperBound"}}}``."""
@@ -295,6 +298,7 @@ class Rescaler:
                 raise RescaleRefusedError(
                     f"job '{master.job_name}' was not rescaled: its checkpoint failed ({exc})"
                 ) from exc
+            self.last_phases = {"checkpoint": int((time.monotonic() - started) * 1000)}
             with master._lock:
                 if master._done.is_set() or master._restarting or master._cancel_requested:
                     raise RescaleRefusedError(f"job '{master.job_name}' ended or restarted while rescaling")
@@ -332,12 +336,14 @@ class Rescaler:
         """Cancel, rebuild the ExecutionGraph at the new parallelism and deploy it restored from
         ``checkpoint`` (the failover's steps, with a new graph); under RESTARTING."""
         master = self.master
+        teardown = time.monotonic()
         master.coordinator.stop("rescaling")
         try:
             master._cancel_all_tasks()
         except Exception:  # noqa: BLE001 - executors already gone
             pass
         master._release_executors()
+        cancelled_at = time.monotonic()
         with master._lock:
             if master._cancel_requested:  # cancelled meanwhile: the job ends CANCELED
                 master._restarting = False
@@ -379,6 +385,8 @@ class Rescaler:
             return
         master._start_tasks()
         master._start_checkpointing()
+        self.last_phases["cancel"] = int((cancelled_at - teardown) * 1000)
+        self.last_phases["deploy"] = int((time.monotonic() - cancelled_at) * 1000)
 
 
 def rescaler_of(master: Any) -> Rescaler:
