@@ -6,8 +6,9 @@
 (:class:`ParallelismBounds`), as FLIP-291's body ``{"<vertexId>": {"parallelism":
 {"lowerBound": 1, "upperBound": 3}}}`` gives them. Ray places whatever a job asks for (or
 waits for its autoscaler), so a vertex runs at its upper bound; the lower bound is checked
-(1 <= lower <= upper) and kept for ``GET``. A vertex is named by its id, its name, the ``uid(...)`` of one of
-its operators, or the name of one of them when that is unique (:func:`find_job_vertex`). Vertices not named keep their parallelism. Refused before anything
+(1 <= lower <= upper) and kept for ``GET``. A vertex is named by its id, its name, the
+``uid(...)`` of one of its operators, or the name of one of them when that is unique
+(:func:`find_job_vertex`). Vertices not named keep their parallelism. Refused before anything
 happens, the job untouched (:class:`RescaleRequestError`, HTTP 400): an unknown or ambiguous
 vertex, a parallelism below 1 or above the vertex's max parallelism (key groups cannot
 follow), a forward edge whose two ends would differ in parallelism, and a vertex whose state
@@ -34,7 +35,9 @@ and the job is RUNNING again, with the same job id. Records after the checkpoint
 from the sources; two-phase-commit sinks commit each record once (what the old tasks wrote
 after the checkpoint was never committed). A failure while redeploying is a failure of the
 job (its restart strategy decides). The restart strategy is not asked for the rescale itself
-and ``numRestarts`` does not count it; ``num_rescales`` does.
+and ``numRestarts`` does not count it; ``num_rescales`` does. A job without periodic
+checkpoints is rescaled the same way; a later failover restores the rescale's checkpoint.
+:func:`rescale` (``JobMasterBase.rescale``) is the call an autoscaler makes.
 
 Thread-safety: :func:`rescale` may be called from any thread; the rescale itself runs on a
 thread of its own, one at a time per job, under the JobMaster's lock where it changes the
