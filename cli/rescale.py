@@ -60,7 +60,7 @@ def add_parser(sub: Any, fmt: type, handler: Any) -> None:
         action="append",
         required=True,
         metavar="NAME=P",
-        help="a vertex (id, name or the name of one of its operators) and its new parallelism; repeatable",
+        help="a vertex (id, name, or the uid or name of one of its operators) and its new parallelism; repeatable",
     )
     rescale.add_argument("--rest", metavar="URL", help="the job's REST endpoint (default: found in the runtime folder)")
     rescale.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the rescaled job (300)")
