@@ -57,6 +57,8 @@ from raylink.loadtest.functions import BUCKETS_PER_S, SOURCE_NAME
 GROUP_PREFIX = "raylink-loadtest"
 DEFAULT_PARTITIONS = 4
 DEFAULT_CHECKPOINT_INTERVAL_MS = 1000
+#: every record produced, and the group's committed offsets still for this long: the run fails
+STALL_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -197,6 +199,8 @@ class KafkaDriver:
         self._consumer: Any = None
         self._producer: Any = None
         self._started = 0.0
+        self._last_committed: Optional[dict] = None
+        self._moved_at = 0.0
 
     @property
     def failed(self) -> bool:
@@ -359,6 +363,22 @@ class KafkaDriver:
             return False
         committed = self.lag[-1]["committedOffsets"]
         return all(committed.get(p) == stop for p, stop in self.stop_offsets.items())
+
+    def stalled(self, now: float) -> Optional[str]:
+        """Why the run cannot end, when every record is produced but the group's committed offsets
+        have not moved for :data:`STALL_S` s (checkpoints failing, say); else None."""
+        if self._thread is None or self._thread.is_alive() or not self.lag:
+            return None
+        committed = self.lag[-1]["committedOffsets"]
+        if committed != self._last_committed:
+            self._last_committed, self._moved_at = committed, now
+            return None
+        if now - self._moved_at < STALL_S:
+            return None
+        return (
+            f"Kafka load test: the job's consumer group {self.group_id} committed nothing new for {STALL_S:g} s "
+            f"with {self.lag[-1]['committedLag']:,} records of {self.topic} not committed (do its checkpoints complete?)"
+        )
 
     def sample(self, t: float, metrics: Optional[list]) -> Optional[dict]:
         """One lag sample at ``t`` s since the job started (``metrics``: its subtasks' metrics)."""

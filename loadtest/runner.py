@@ -6,7 +6,10 @@ and a :class:`~raylink.loadtest.functions.LatencySink`), submits it with
 ``execute_async`` and, while it runs, samples ``JobClient.get_metrics()`` for back
 pressure, busy time and the resident memory of every TaskExecutor; at the end it
 reads the accumulators (achieved rate, latency reservoir, throughput buckets) and
-returns one run's dict. :func:`run_loadtest` sweeps rates x parallelisms and writes
+returns one run's dict. With ``kafka`` the records go through a Kafka topic instead
+(:mod:`raylink.loadtest.kafka_driver`: a producer outside the job, the job's ``KafkaSource``,
+lag samples; the job is stopped with a drained savepoint once its group has committed every
+record). :func:`run_loadtest` sweeps rates x parallelisms and writes
 ``report.json``, ``report.md`` and the plots (:mod:`raylink.loadtest.report`).
 
 Runs on the driver's thread, one job at a time; :class:`Progress` draws on stderr.
@@ -279,6 +282,11 @@ def _run_one(
             driver.sample(t, metrics)
             if stopping is None and driver.drained():  # every record went through: end the job
                 stopping = client.stop_with_savepoint(True, driver.savepoint_dir)
+            stall = driver.stalled(time.perf_counter()) if stopping is None else None
+            if stall:
+                client.cancel()
+                client.wait(30)
+                raise RuntimeError(stall)
         vertices = _vertex_view(metrics)
         for name, agg in vertices.items():
             status = agg["backPressureStatus"]

@@ -12,6 +12,11 @@ memory slope per executor, the latency drift and a verdict, and writes
 ``report.json``, ``report.md``, ``soak_samples.csv``, ``soak_latency.csv`` and, with
 matplotlib (``raylink[plots]``), ``soak_memory.png`` and ``soak_latency.png``.
 
+With ``--kafka`` / ``--kafka-bootstrap-servers`` the records go through a Kafka topic
+(:mod:`raylink.loadtest.kafka_driver`), produced at the rate for ``DURATION``; the run samples
+on until the job has read them all, and ``kafkaBacklog`` (:func:`backlog_rss`) gives each
+executor's RSS while the backlog a slow sink leaves waits in the topic.
+
 Runs on the driver's thread, one job at a time; the memory reports are calls on the
 executors (Ray actor calls, or the in-process TaskExecutor with ``execution.target:
 local``). No Flink counterpart (Flink's soak tests are external jobs watched through
@@ -281,6 +286,11 @@ def _run_soak(
                         driver.backlog_rss.append((t, report["executor"], report.get("rssBytes"), lag["committedLag"]))
             if stopping is None and driver.drained():
                 stopping = client.stop_with_savepoint(True, driver.savepoint_dir)
+            stall = driver.stalled(time.perf_counter()) if stopping is None else None
+            if stall:
+                client.cancel()
+                client.wait(30)
+                raise RuntimeError(stall)
         for report in reports:
             if "error" in report:
                 continue
@@ -383,4 +393,4 @@ def _run_soak(
     return report
 
 
-__all__ = ["DEFAULT_SAMPLE_INTERVAL_S", "parse_duration", "run_soak"]
+__all__ = ["DEFAULT_SAMPLE_INTERVAL_S", "backlog_line", "backlog_rss", "parse_duration", "run_soak"]
