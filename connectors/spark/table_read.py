@@ -3,8 +3,9 @@
 
 :func:`read_snapshot` runs on the driver: it checks the table exists (and is of the format
 named) and returns Spark's DataFrame of the snapshot asked for, which ``from_spark`` then
-streams (its read position in the checkpoints). Thread-safe (Spark's session is).
-Following a table's new versions (Spark's Delta streaming source) is not part of it.
+streams (its read position in the checkpoints); :func:`resolve_table` is that check, shared
+with the continuous source (:mod:`.table_changes_source`, ``continuous=True``), which follows
+the table's new commits. Thread-safe (Spark's session is).
 """
 
 from __future__ import annotations
@@ -53,6 +54,21 @@ def read_snapshot(
     if name == ICEBERG and version_as_of is not None:
         raise ValueError(f"{what}: version_as_of is for Delta tables; an Iceberg table takes snapshot_id")
     spark = get_spark(configuration=configuration)
+    target, name = resolve_table(spark, path_or_table, name)
+    if name == DELTA:
+        return target.read(spark, version_as_of=version_as_of, timestamp_as_of=timestamp_as_of)
+    return target.read(spark, snapshot_id=snapshot_id, timestamp_as_of=timestamp_as_of)
+
+
+def resolve_table(spark: Any, path_or_table: str, fmt: str) -> "tuple[Any, str]":
+    """``(DeltaTarget or IcebergTarget, format)`` of an existing table; a missing table, a folder
+    that is not a Delta table or a table of another format fails (ValueError) naming it."""
+    what = "from_spark_table"
+    name = str(fmt).lower()
+    if name not in TABLE_FORMATS:
+        raise ValueError(f"{what}: format must be one of {TABLE_FORMATS}, got {fmt!r}")
+    if not isinstance(path_or_table, str) or not path_or_table:
+        raise ValueError(f"{what}: a table name or folder is needed, got {path_or_table!r}")
     require_format(spark, name, what)
     if name == DELTA:
         is_path = "/" in path_or_table or path_or_table.startswith((".", "~"))
@@ -63,11 +79,11 @@ def read_snapshot(
             raise ValueError(f"{what}: {target.describe()} does not exist")
         if not is_path:
             target.check(spark, None, what)
-        return target.read(spark, version_as_of=version_as_of, timestamp_as_of=timestamp_as_of)
+        return target, name
     target = IcebergTarget(path_or_table)
     if not target.exists(spark):
         raise ValueError(f"{what}: {target.describe()} does not exist")
-    return target.read(spark, snapshot_id=snapshot_id, timestamp_as_of=timestamp_as_of)
+    return target, name
 
 
-__all__ = ["read_snapshot"]
+__all__ = ["read_snapshot", "resolve_table"]
