@@ -357,6 +357,8 @@ class StreamExecutionEnvironment:
         version_as_of: Optional[int] = None,
         timestamp_as_of: Any = None,
         snapshot_id: Optional[int] = None,
+        continuous: bool = False,
+        options: Optional[dict] = None,
     ) -> DataStream:
         """An unbounded source that keeps reading the Parquet files of a directory or Spark
         table (a table name resolves to its location through Spark) as they appear,
@@ -365,7 +367,44 @@ class StreamExecutionEnvironment:
         ``format="delta"`` (a Delta folder or table) or ``"iceberg"`` (a table of raylink's
         Iceberg catalog): a bounded read of one snapshot through Spark -- the latest, or
         ``version_as_of`` / ``timestamp_as_of`` (Delta), ``snapshot_id`` / ``timestamp_as_of``
-        (Iceberg); see :func:`raylink.connectors.spark.table_read.read_snapshot`."""
+        (Iceberg); see :func:`raylink.connectors.spark.table_read.read_snapshot`.
+
+        ``continuous=True`` with ``format="delta"`` or ``"iceberg"``: an unbounded source that
+        follows the table, emitting the rows each new commit appends, in commit order, once
+        (checkpointed; compaction skipped, deletes refused unless an option skips them), asking
+        for new commits every ``poll_interval`` seconds. ``options`` take Spark's Delta source
+        names (``startingVersion``, ``startingTimestamp``, ``ignoreDeletes``,
+        ``skipChangeCommits``) or Iceberg's (Flink's ``starting-strategy``,
+        ``start-snapshot-id``, ``start-snapshot-timestamp``; Spark's
+        ``streaming-skip-delete-snapshots``, ``streaming-skip-overwrite-snapshots``); see
+        :mod:`raylink.connectors.spark.table_changes_source`."""
+        if continuous or options:
+            if format is None or str(format).lower() not in ("delta", "iceberg"):
+                raise ValueError(
+                    "from_spark_table: continuous=True and options need format='delta' or 'iceberg' "
+                    f"(got {format!r}); a Parquet folder or table is followed without them"
+                )
+            if not continuous:
+                raise ValueError("from_spark_table: options are for the continuous source; pass continuous=True")
+            if version_as_of is not None or timestamp_as_of is not None or snapshot_id is not None:
+                raise ValueError(
+                    "from_spark_table: version_as_of, timestamp_as_of and snapshot_id read one snapshot; the "
+                    "continuous source starts with options startingVersion / startingTimestamp (Delta) or "
+                    "start-snapshot-id / start-snapshot-timestamp (Iceberg)"
+                )
+            from raylink.connectors.spark.table_changes_source import SOURCE_KIND, prepare_table_changes_source
+
+            function, type_info = prepare_table_changes_source(
+                path_or_table,
+                format,
+                options,
+                poll_interval,
+                record_format,
+                timestamp_column,
+                watermark_delay_ms,
+                self.configuration,
+            )
+            return self._source(SOURCE_KIND, source_name, function, type_info)
         if format is not None and str(format).lower() in ("delta", "iceberg"):
             from raylink.connectors.spark.table_read import read_snapshot
 
