@@ -29,7 +29,9 @@ memory is bounded by librdkafka's pre-fetch queue (``queued.max.messages.kbytes`
 unless set, plus at most one fetch, ``fetch.max.bytes``). A resume fetches from the offset
 after the last record emitted. Metrics (from librdkafka's statistics, every
 ``statistics.interval.ms``): ``pendingRecords`` (the splits' records not read yet: consumer
-lag) and ``KafkaConsumer.fetchQueueBytes``; ``KafkaSourceReader.pauses`` counts the pauses.
+lag) and ``KafkaConsumer.fetchQueueBytes`` (as of the last ``consume``: librdkafka reports
+only while it is polled); ``KafkaSourceReader.paused`` (1 while paused) and ``.pauses`` (how
+often).
 
 **Watermarks.** With a watermark strategy (``env.from_source(source, strategy, name)``) each
 split gets its own generator (so ``with_idleness`` works per partition) and the source's
@@ -266,6 +268,7 @@ class KafkaSourceOperator(SourceOperator):
             group.gauge("pendingRecords", self.pending_records)
             group.gauge("KafkaConsumer.fetchQueueBytes", lambda: self.fetch_queue_bytes)
             group.gauge("KafkaSourceReader.pauses", lambda: self.pauses)
+            group.gauge("KafkaSourceReader.paused", lambda: int(self.paused))
         if self._restored is not None:
             for split in self._restored:
                 self._add_split(split)
