@@ -237,11 +237,23 @@ class JobMasterActor:
             self._conf.set_string(key, value)
         self.incarnation = 1 + int(bool(ray.get_runtime_context().was_current_actor_reconstructed))
         self.started_at = time.time()
+        self._ha: Optional[HighAvailabilityServices] = None
+        self._ha_error: Optional[BaseException] = None
+        try:
+            self._ha = create_ha_services(self._conf)
+            if self._ha is not None:  # how many JobMaster processes this job has had (this one included)
+                record = f"jobmaster-{job_id}"
+                self.incarnation = int((self._ha.get_record(record) or {}).get("incarnation", 0)) + 1
+                self._ha.put_record(record, {"incarnation": self.incarnation})
+        except Exception as exc:  # noqa: BLE001 - reported by ready()
+            self._ha_error = exc
         threading.Thread(target=self._run, name=f"JobMasterActor {job_id[:6]}", daemon=True).start()
 
     def _run(self) -> None:
+        ha = self._ha
         try:
-            ha = create_ha_services(self._conf)
+            if self._ha_error is not None:
+                raise self._ha_error
             self.client = start_job(self._program, self.job_id, ha)
         except BaseException as exc:  # noqa: BLE001 - handed to whoever asks (ready())
             self._error = exc
@@ -253,6 +265,7 @@ class JobMasterActor:
         if ha is not None:  # globally terminal: nothing to recover any more
             try:
                 ha.cleanup_job_data(self.job_id)
+                ha.remove_record(f"jobmaster-{self.job_id}")
             except Exception as exc:  # noqa: BLE001 - the job has ended all the same
                 log.warning("job %s: its high-availability entries were not removed: %s", self.job_id, exc)
         self._retire(expire_s=float(read_option(self._conf, HighAvailabilityOptions.JOB_STORE_EXPIRATION)))
@@ -624,6 +637,7 @@ def submit_job(env: Any, job_name: Optional[str] = None, actor_options: Optional
             pass
         if ha is not None:
             ha.cleanup_job_data(job_id)
+            ha.remove_record(f"jobmaster-{job_id}")
         if isinstance(exc, ray.exceptions.RayTaskError):
             raise exc.cause from None
         raise

@@ -234,7 +234,7 @@ def run_job_master_loss(kills: int, records: int, folder: str) -> dict:
         done += 1
         summary = client.summary()  # answered by the restarted JobMaster (the call waits for it)
         answering.append(time.time() - killed)
-        if summary["jobMasterIncarnation"] <= incarnation:
+        if summary["pid"] == pid or summary["jobMasterIncarnation"] <= incarnation:
             raise RuntimeError(f"the JobMaster was not restarted: {summary}")
         while not client.wait(0.01) and client.get_job_status() != "RUNNING":
             pass
