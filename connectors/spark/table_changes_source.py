@@ -220,11 +220,16 @@ class TableChangesSourceOperator(SourceOperator):
             ids = {j: [c.id for c in commits] for j, commits in listed.items()}
             # the newest position is in the commits after every other one
             newest = next(
-                p
-                for p in positions
-                if not isinstance(p, tuple)
-                and all(p in ids[j] or position_key(states[j]["position"]) == p for j in ids)
+                (
+                    p
+                    for p in positions
+                    if not isinstance(p, tuple)
+                    and all(p in ids[j] or position_key(states[j]["position"]) == p for j in ids)
+                ),
+                None,
             )
+            if newest is None:
+                raise RuntimeError(f"{what}: the restored readers' positions {positions} are not on one history")
         pending: List[list] = []
         for j, state in enumerate(states):
             if state is None:
