@@ -3,8 +3,8 @@
 Each sink subtask buffers its records, converts them every ``batch_rows``
 records into an Arrow record batch of the sink's schema (checked field by
 field by :class:`~raylink.connectors.spark.arrow.RecordConverter`: a record that
-does not fit fails the task naming the operator, the record, the field and the
-value), and seals the batches into blocks of about ``block_bytes`` (Arrow IPC
+does not fit fails the task naming the operator, the record, the field, the value and
+the path or table written to), and seals the batches into blocks of about ``block_bytes`` (Arrow IPC
 streams). Then, by target:
 
 * **no path/table — a result DataFrame.** At end of input the blocks go *by
@@ -56,6 +56,23 @@ present afterwards) and makes them ONE table commit, idempotent in the table its
 ``txnAppId``/``txnVersion`` and Iceberg's ``flink.job-id``/``flink.max-committed-checkpoint-id``
 (the sink's id, the checkpoint id; :mod:`.delta`, :mod:`.iceberg`). The target is checked on
 the driver before the job starts (a folder that is no Delta table, a column of another type).
+Without checkpointing they commit as above: a bounded job once at its end (nothing visible
+before, a failed job leaves nothing: exactly once), ``flush_interval`` one append per
+interval (a failure re-runs the job from the start: rows committed before it come again,
+at-least-once; with ``upsert_keys`` the re-run applies the same changes again, so the table
+passes through older values and ends as the input leaves it).
+
+``upsert_keys=[...]`` (Delta and Iceberg, ``mode="append"``): each commit is ONE Spark SQL
+``MERGE INTO`` on those columns of the commit's changes, the last change per key winning, a
+PyFlink ``Row`` of kind ``DELETE`` deleting its key's row and ``UPDATE_BEFORE`` dropped
+(:mod:`.upsert`; the staged files carry two hidden columns), idempotent as above (Delta's
+idempotent DML confs, Iceberg's commit properties). A key's changes must reach one sink
+subtask (a keyed stream at the sink's parallelism); a null key fails the task naming it.
+``merge_schema=True`` (Delta and Iceberg) adds the stream's nullable columns the table lacks
+(Delta's ``mergeSchema`` write option; ``ALTER TABLE ... ADD COLUMNS`` before a MERGE and for
+Iceberg); without it such a column fails before the job starts, naming it. A write the
+table refuses (a Delta NOT NULL or CHECK constraint) fails the job with the format's whole
+message (the constraint, the column and the value).
 
 Arrow record batches (elements of a chained ``map_batches`` or ``from_spark``) skip the row
 conversion: their columns are taken by name and cast to the sink's schema
@@ -85,7 +102,7 @@ from typing import Any, Dict, List, Optional
 import pyarrow as pa
 import ray
 
-from raylink.connectors.spark.arrow import RecordConverter, conform_batch, ipc_bytes
+from raylink.connectors.spark.arrow import RecordConverter, SparkSchemaError, conform_batch, ipc_bytes
 from raylink.connectors.spark.bridge import CommitError, register_sink_target
 from raylink.connectors.spark.files import (
     STAGING_DIR,
@@ -104,12 +121,20 @@ from raylink.connectors.spark.results import RESULT_PREFIX, get_spark_dataframe
 from raylink.connectors.spark.session import get_spark
 from raylink.connectors.spark.table_formats import DELTA, check_format, require_format
 from raylink.connectors.spark.types import arrow_schema_of, resolve_schema
+from raylink.connectors.spark.upsert import (
+    check_upsert_keys,
+    staged_spark_schema,
+    with_change_columns,
+)
+from raylink.core.row import Row as _Row
+from raylink.core.row import RowKind
 from raylink.operators.base import StreamOperator
 from raylink.operators.connector import CONNECTOR_SINK as SINK_KIND
 
 DEFAULT_BATCH_ROWS = 4096
 DEFAULT_BLOCK_BYTES = 8 * 1024 * 1024
 WRITE_MODES = ("append", "overwrite", "error", "errorifexists", "ignore")
+_INSERT, _UPDATE_BEFORE, _DELETE = RowKind.INSERT, RowKind.UPDATE_BEFORE, RowKind.DELETE
 #: the staging subfolder a Delta/Iceberg sink's driver moves a checkpoint's handed-in files to
 GATHERED_DIR = "gathered"
 
@@ -147,7 +172,7 @@ class SparkSinkOperator(StreamOperator):
         sink = self.sink
         if sink.writes:
             self._converter = RecordConverter(sink.file_schema, sink.spark_types, self.name)
-            self._files = PartFileWriter(sink.staging, sink.file_schema, self.runtime_context.subtask_index)
+            self._files = PartFileWriter(sink.staging, sink.staged_schema, self.runtime_context.subtask_index)
             self._exactly_once = self.runtime_context.checkpointing_enabled
         else:
             self._converter = RecordConverter(sink.arrow_schema, sink.spark_types, self.name)
@@ -177,7 +202,20 @@ class SparkSinkOperator(StreamOperator):
         if not rows:
             return
         self._rows = []
-        batch = self._converter.to_batch(rows, self._records)
+        deletes: List[bool] = []
+        if self.sink.upsert_keys:  # a change per record: -U dropped, -D deletes its key's row
+            kinds = [r._row_kind if type(r) is _Row else _INSERT for r in rows]
+            if _UPDATE_BEFORE in kinds:
+                rows = [r for r, k in zip(rows, kinds) if k is not _UPDATE_BEFORE]
+                kinds = [k for k in kinds if k is not _UPDATE_BEFORE]
+            deletes = [k is _DELETE for k in kinds]
+        try:
+            batch = self._converter.to_batch(rows, self._records)
+        except SparkSchemaError as exc:
+            raise self._naming_target(exc) from None
+        if self.sink.upsert_keys:
+            self._check_keys(batch)
+            batch = with_change_columns(batch, deletes, self._records)
         self._records += len(rows)
         self._batches.append(batch)
         self._batch_bytes += batch.nbytes
@@ -195,11 +233,36 @@ class SparkSinkOperator(StreamOperator):
             self._convert()
             return
         batch = conform_batch(batch, self._converter.schema, self.name)
+        if self.sink.upsert_keys:
+            self._check_keys(batch)
+            batch = with_change_columns(batch, [], self._records)
         self._records += batch.num_rows
         self._batches.append(batch)
         self._batch_bytes += batch.nbytes
         if self._batch_bytes >= self.sink.block_bytes:
             self._seal()
+
+    def _naming_target(self, exc: SparkSchemaError) -> SparkSchemaError:
+        """``exc`` with the sink's target named (a record that does not fit its table)."""
+        if not self.sink.writes:
+            return exc
+        message = f"{exc.args[0]} (writing to {self.sink.describe()})"
+        return SparkSchemaError(message, exc.operator, exc.field, exc.value, exc.record_index)
+
+    def _check_keys(self, batch: pa.RecordBatch) -> None:
+        """An upsert key column must not be null (the error names it and the record)."""
+        for key in self.sink.upsert_keys:
+            column = batch.column(batch.schema.get_field_index(key))
+            if column.null_count:
+                index = self._records + column.is_null().to_pylist().index(True)
+                raise SparkSchemaError(
+                    f"Spark sink '{self.name}': record {index} has a null upsert key column '{key}' "
+                    f"(writing to {self.sink.describe()})",
+                    self.name,
+                    key,
+                    None,
+                    index,
+                )
 
     def _seal(self) -> None:
         if not self._batches:
@@ -368,7 +431,9 @@ class SparkSink:
 
     ``flush_interval`` (seconds) makes it continuous: one Spark append per interval
     (needs ``path`` or ``table``). ``mode`` applies to the whole output of a bounded
-    sink, and to the first write of a continuous one.
+    sink, and to the first write of a continuous one. ``upsert_keys`` (Delta, Iceberg)
+    makes every commit a ``MERGE INTO`` on those columns; ``merge_schema`` adds the
+    stream's nullable columns the table lacks (see the module doc).
     """
 
     def __init__(
@@ -386,6 +451,8 @@ class SparkSink:
         block_bytes: int = DEFAULT_BLOCK_BYTES,
         stream_type: Any = None,
         configuration: Any = None,
+        upsert_keys: Any = None,
+        merge_schema: bool = False,
     ) -> None:
         if path is not None and table is not None:
             raise ValueError("sink_to_spark: give either path= or table=, not both")
@@ -422,6 +489,14 @@ class SparkSink:
                 )
             if partition_by or options:
                 raise ValueError(f"sink_to_spark: format={format!r} takes no partition_by or options yet")
+            if upsert_keys is not None and mode != "append":
+                raise ValueError(
+                    f"sink_to_spark: upsert_keys merges into the table (created when missing): mode must be "
+                    f"'append', got {mode!r}"
+                )
+        elif upsert_keys is not None or merge_schema:
+            option = "upsert_keys" if upsert_keys is not None else "merge_schema"
+            raise ValueError(f"sink_to_spark: {option} needs format='delta' or format='iceberg', got {format!r}")
         if int(batch_rows) < 1 or int(block_bytes) < 1:
             raise ValueError("sink_to_spark: batch_rows and block_bytes must be >= 1")
         self.sink_id = uuid.uuid4().hex
@@ -444,6 +519,11 @@ class SparkSink:
                 raise ValueError(
                     f"sink_to_spark: partition_by column(s) {missing} not in the schema {spark_schema.names}"
                 )
+        #: key columns of an upsert sink (:mod:`.upsert`), None: the sink appends
+        self.upsert_keys: Optional[List[str]] = None
+        if upsert_keys is not None:
+            self.upsert_keys = check_upsert_keys(upsert_keys, spark_schema.names, "sink_to_spark")
+        self.merge_schema = bool(merge_schema)
         self.schema_json = spark_schema.json()
         self.arrow_schema = arrow_schema_of(spark_schema)
         self.spark_types = [f.dataType.simpleString() for f in spark_schema.fields]
@@ -467,6 +547,11 @@ class SparkSink:
                 warehouse = spark.conf.get("spark.sql.warehouse.dir").rstrip("/")
                 self.staging = f"{warehouse}/{STAGING_DIR}/{self.sink_id}"
             self.file_schema = file_schema(self.arrow_schema, self.schema_json, spark.version)
+        #: the staged files' schema: an upsert sink's carry its hidden change columns too
+        self.staged_schema = self.file_schema
+        if self.upsert_keys and self.writes:
+            staged = staged_spark_schema(spark_schema)
+            self.staged_schema = file_schema(arrow_schema_of(staged), staged.json(), spark.version)
         #: a Delta or Iceberg table: one idempotent commit per checkpoint (:mod:`.delta`, :mod:`.iceberg`)
         self.target: Any = None
         self._gathered: Dict[int, Dict[int, dict]] = {}  # driver side: checkpoint -> subtask -> request
@@ -475,11 +560,11 @@ class SparkSink:
             if table_format == DELTA:
                 from raylink.connectors.spark.delta import DeltaTarget
 
-                self.target = DeltaTarget(self.location, table)
+                self.target = DeltaTarget(self.location, table, self.merge_schema)
             else:
                 from raylink.connectors.spark.iceberg import IcebergTarget
 
-                self.target = IcebergTarget(table)
+                self.target = IcebergTarget(table, self.merge_schema)
             self.target.check(spark, spark_schema, f"sink_to_spark '{name}'")  # before any row is written
         if self.writes:
             self.bridge = register_sink_target(self.sink_id, self)
@@ -582,9 +667,31 @@ class SparkSink:
         self, spark: Any, staging: str, names: List[str], mode: str, app_id: Optional[str], version: Optional[int]
     ) -> str:
         """ONE commit of the staged files ``names`` into the Delta/Iceberg target (idempotent
-        for ``app_id``/``version`` when given); the staged files are deleted after it."""
+        for ``app_id``/``version`` when given); the staged files are deleted after it. A
+        refused write raises :class:`CommitError` with the table format's whole message on one
+        line (Delta's constraint errors list the offending values on their next lines)."""
+        try:
+            return self._commit_table_files(spark, staging, names, mode, app_id, version)
+        except Exception as exc:
+            raise CommitError(_one_line(exc)) from None
+
+    def _commit_table_files(
+        self, spark: Any, staging: str, names: List[str], mode: str, app_id: Optional[str], version: Optional[int]
+    ) -> str:
         if not names and version is None and self.target.exists(spark):
             return "empty"  # a bounded job without rows leaves an existing table as it is
+        if self.upsert_keys:
+            paths = [f"{staging}/{n}" for n in names]
+            staged_schema = staged_spark_schema(self.spark_schema())
+
+            def staged(session: Any) -> Any:
+                if paths:
+                    return session.read.schema(staged_schema).parquet(*paths)
+                return session.createDataFrame([], staged_schema)
+
+            how = self.target.merge(spark, staged, self.spark_schema(), self.upsert_keys, app_id, version)
+            delete_files(staging, names)
+            return how
         if names:
             df = spark.read.schema(self.spark_schema()).parquet(*[f"{staging}/{n}" for n in names])
         else:
@@ -718,6 +825,19 @@ def _take_files(staging: str, names: List[str]) -> None:
             fs.move(f"{folder}/{name}", f"{folder}/{GATHERED_DIR}/{name}")
         except (FileNotFoundError, OSError):
             pass
+
+
+def _one_line(exc: BaseException, limit: int = 2000) -> str:
+    """A (py4j-wrapped Java) exception's whole message on one line, at most ``limit`` characters."""
+    text = str(exc)
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        try:
+            text = java.getMessage() or text
+        except Exception:
+            pass
+    text = " ".join(line.strip() for line in text.splitlines() if line.strip()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _activated(spark: Any) -> Any:
