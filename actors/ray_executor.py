@@ -9,7 +9,9 @@ of a slot sharing group with a resource profile gets a TaskExecutor of exactly t
 Ray resources (:mod:`raylink.runtime.job.resource_profile`); a profile no node (nor a
 node type Ray's autoscaler publishes) can hold fails the job before anything is placed. A
 lost actor or node fails the job with the tasks it hosted; every actor and the
-placement group are released when the job ends, fails or is cancelled.
+placement group are released when the job ends, fails or is cancelled. When the Ray head's GCS
+stops answering, the JobMaster says so in one line, with the job's last completed checkpoint
+(the job survives only a head that comes back with GCS fault tolerance), and again once it answers.
 
 When a session cluster runs on the Ray cluster (``raylink cluster start``,
 :mod:`raylink.actors.session_cluster`) and ``raylink.session.enabled`` is true, the
@@ -31,7 +33,7 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from raylink.actors.local_ray import on_loopback, single_node_ray
+from raylink.actors.local_ray import listening, on_loopback, single_node_ray
 from raylink.actors.ray_actors import TASK_EXECUTOR_NAMESPACE, TaskExecutorActor, task_executor_actor_name
 from raylink.actors.ray_transport import RAY_SYSTEM_CONFIG, inline_call_limit
 from raylink.actors.session_cluster import find_session
@@ -53,6 +55,10 @@ from raylink.runtime.job.resource_profile import (
 from raylink.runtime.logging_setup import is_verbose, quiet_third_party_loggers, setup_logging
 
 POLL_TIMEOUT_S = 0.5
+#: how often the JobMaster checks that the Ray head's GCS answers, and after how long without
+#: an answer it says so (one line)
+GCS_CHECK_EVERY_S = 1.0
+GCS_SILENT_S = 3.0
 PLACEMENT_TIMEOUT_S = 60.0
 #: how long a job waits for Ray's autoscaler to add a node a slot sharing group's resources need
 AUTOSCALER_PLACEMENT_TIMEOUT_S = 600.0
@@ -211,6 +217,7 @@ class RayJobClient(JobMasterBase):
             self._session = find_session()
         self._generation = 0  # deployments so far (a restart makes a new one)
         self._monitor: Optional[threading.Thread] = None
+        self._head_watch: Optional[threading.Thread] = None
         self.executor_stats: list[dict] = []
         self.locations: dict[str, dict] = {}
         self.last_heartbeats: dict[str, int] = {}  # executor id -> epoch ms of its last answer
@@ -386,7 +393,47 @@ class RayJobClient(JobMasterBase):
         self._start_checkpointing()
         return self
 
+    def _watch_head(self) -> None:
+        """One line when the Ray head's GCS stops answering for :data:`GCS_SILENT_S` (what
+        happened, and where the job's last completed checkpoint is), one when it answers again:
+        with Ray's GCS fault tolerance a restarted head resumes the cluster and the job goes on;
+        without it Ray ends this process after ``RAY_gcs_rpc_server_reconnect_timeout_s``."""
+        address = ray.get_runtime_context().gcs_address
+        silent_since: Optional[float] = None
+        said = False
+        while not self._done.wait(GCS_CHECK_EVERY_S):
+            if listening(address):
+                if said:
+                    logging.getLogger("raylink").warning(
+                        "raylink: the Ray head's GCS at %s answers again (job '%s' goes on)", address, self.job_name
+                    )
+                silent_since, said = None, False
+                continue
+            now = time.monotonic()
+            silent_since = now if silent_since is None else silent_since
+            if not said and now - silent_since >= GCS_SILENT_S:
+                said = True
+                logging.getLogger("raylink").warning("%s", self._head_lost_line(address, now - silent_since))
+
+    def _head_lost_line(self, address: str, silent_s: float) -> str:
+        stats = self.get_checkpoint_statistics()
+        latest = None if stats is None or stats.latest_completed is None else stats.latest_completed.external_path
+        where = (
+            f"its last completed checkpoint is {latest} (raylink run --from-savepoint {latest} resumes it)"
+            if latest
+            else "it has no completed checkpoint"
+        )
+        return (
+            f"raylink: the Ray head's GCS at {address} has not answered for {silent_s:.0f} s: job '{self.job_name}' "
+            f"({self.job_id}) goes on only if the cluster has GCS fault tolerance and the head comes back; {where}"
+        )
+
     def _start_tasks(self) -> None:
+        if self._head_watch is None:
+            self._head_watch = threading.Thread(
+                target=self._watch_head, name=f"JobMaster {self.job_id[:6]} head watch", daemon=True
+            )
+            self._head_watch.start()
         handles = dict(self.handles)
         ray.get([h.start.remote() for h in handles.values()])
         self._monitor = threading.Thread(
