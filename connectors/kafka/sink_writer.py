@@ -420,6 +420,28 @@ class KafkaWriter(CommittingSinkWriter, StatefulSinkWriter):
         if self._producer is None:
             self._ensure_producer()
         timestamp = None if context is None else context.timestamp
+        plain = self._plain
+        if plain is not None:  # the schemas' bytes straight to the producer
+            try:
+                value = plain[2].serialize(element)
+                key = None if plain[1] is None else plain[1].serialize(element)
+            except Exception:  # the record serializer's path below names the record
+                pass
+            else:
+                stamp = timestamp if timestamp is not None and timestamp > 0 else 0
+                try:
+                    self._producer.produce(plain[0], value, key, -1, None, stamp)
+                except Exception:  # a full queue or a Kafka error: waited for / named there
+                    self._send(plain[0], value, key, None, stamp, None)
+                    return
+                self._records_in_transaction += 1
+                self._unflushed += 1
+                self._unpolled += 1
+                if self._unpolled >= _POLL_EVERY:
+                    self._unpolled = 0
+                    self._producer.poll(0)
+                    self._raise_errors()
+                return
         try:
             record = self._serialize(element, self.sink_context, timestamp)
         except KafkaConnectorError:
@@ -432,19 +454,22 @@ class KafkaWriter(CommittingSinkWriter, StatefulSinkWriter):
         self._produce(record)
 
     def _produce(self, record: Any) -> None:
+        self._send(record.topic, record.value, record.key, record.partition, record.timestamp, record.headers)
+
+    def _send(
+        self, topic: str, value: Any, key: Any, partition: Optional[int], timestamp: Optional[int], headers: Any
+    ) -> None:
         from confluent_kafka import KafkaException
 
         producer = self._producer
-        partition = -1 if record.partition is None else record.partition
-        timestamp = record.timestamp or 0
+        partition = -1 if partition is None else partition
+        timestamp = timestamp or 0
         while True:
             try:
-                if record.headers:
-                    producer.produce(
-                        record.topic, record.value, record.key, partition, timestamp=timestamp, headers=record.headers
-                    )
+                if headers:
+                    producer.produce(topic, value, key, partition, timestamp=timestamp, headers=headers)
                 else:
-                    producer.produce(record.topic, record.value, record.key, partition, timestamp=timestamp)
+                    producer.produce(topic, value, key, partition, timestamp=timestamp)
                 break
             except BufferError:  # the producer's queue is full: let it deliver (back pressure)
                 producer.poll(0.05)
@@ -452,12 +477,12 @@ class KafkaWriter(CommittingSinkWriter, StatefulSinkWriter):
             except KafkaException as exc:
                 raise KafkaConnectorError(
                     f"KafkaSink: Kafka on {self.sink.bootstrap_servers} refused a record for topic "
-                    f"{record.topic!r}: {_error_text(exc)}"
+                    f"{topic!r}: {_error_text(exc)}"
                 ) from None
             except TypeError as exc:
                 raise KafkaConnectorError(
                     f"KafkaSink: the record serializer gave a record Kafka cannot take (key and value must be "
-                    f"bytes or None) for topic {record.topic!r}: {exc}"
+                    f"bytes or None) for topic {topic!r}: {exc}"
                 ) from None
         self._records_in_transaction += 1
         self._unflushed += 1
