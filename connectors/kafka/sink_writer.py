@@ -3,7 +3,10 @@
 
 Records become :class:`~raylink.connectors.kafka.sink_config.ProducerRecord` through the sink's
 ``KafkaRecordSerializationSchema`` (with the record's timestamp) and go to a confluent-kafka
-``Producer``. By delivery guarantee:
+``Producer``; with the builder's schema, a fixed topic and no partitioner the schemas' bytes go
+to ``Producer.produce`` directly, a batch at a time (:meth:`KafkaWriter.write_batch`), and
+delivery reports come for failed records only (``delivery.report.only.error``). By delivery
+guarantee:
 
 * ``NONE``: handed to the producer; flushed only at the end of input.
 * ``AT_LEAST_ONCE``: also flushed at every checkpoint (``flush(False)``, before the snapshot),
