@@ -67,7 +67,7 @@ def test_a_sigkilled_job_master_recovers_and_the_file_sink_output_is_exactly_onc
 
 
 @pytest.mark.spark
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)  # the session's Spark may start here (its setup counts)
 def test_a_sigkilled_job_master_recovers_and_the_spark_sink_output_is_exactly_once(spark, tmp_path):
     env = ha_env(tmp_path)
     target = str(tmp_path / "counts")
