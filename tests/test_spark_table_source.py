@@ -4,7 +4,7 @@ starts (Spark's ``startingVersion`` / ``startingTimestamp``, Flink's ``starting-
 ``start-snapshot-id``), which files each commit added (read back by Spark: the same rows),
 compaction skipped, and commits that remove rows refused naming the table and the version
 unless ``ignoreDeletes`` / ``skipChangeCommits`` (Delta) or
-``streaming-skip-delete-snapshots`` (Iceberg) skip them. One Spark session for the whole test
+``streaming-skip-overwrite-snapshots`` (Iceberg) skip them. One Spark session for the whole test
 session (``spark`` in conftest.py); no job runs here (the end-to-end follow is in
 ``test_spark_table_source_failover.py``)."""
 
@@ -101,7 +101,7 @@ def test_iceberg_appends_are_read_replace_is_skipped_and_a_delete_is_refused(spa
         f"CALL iceberg.system.rewrite_data_files(table => '{name.split('.', 1)[1]}', "
         "options => map('min-input-files', '2'))"
     )
-    spark.sql(f"DELETE FROM {name} WHERE v < 10")  # whole files: a 'delete' snapshot
+    spark.sql(f"DELETE FROM {name} WHERE v < 10")  # rewrites the compacted file: an 'overwrite' snapshot
     batch(spark, 20).writeTo(name).append()
     description = f"Iceberg table {name}"
     log = IcebergTableLog(spark, name, description, {})
@@ -110,13 +110,13 @@ def test_iceberg_appends_are_read_replace_is_skipped_and_a_delete_is_refused(spa
         ("append", APPEND),
         ("append", APPEND),
         ("replace", SKIP),
-        ("delete", REFUSE),
+        ("overwrite", REFUSE),
         ("append", APPEND),
     ]
-    assert f"{description}: snapshot {commits[3].id} is an 'delete' snapshot" in commits[3].reason
-    assert "set option streaming-skip-delete-snapshots" in commits[3].reason
+    assert f"{description}: snapshot {commits[3].id} is an 'overwrite' snapshot" in commits[3].reason
+    assert "set option streaming-skip-overwrite-snapshots" in commits[3].reason
     assert rows_of(commits) == Counter(range(30))
-    skipping = IcebergTableLog(spark, name, description, {"streaming-skip-delete-snapshots": "true"})
+    skipping = IcebergTableLog(spark, name, description, {"streaming-skip-overwrite-snapshots": "true"})
     assert [c.action for c in skipping.commits_after(commits[2].id)] == [SKIP, APPEND]
     # starting positions: the current snapshot whole, then later ones; or from a snapshot on
     assert log.start() == (commits[-1].id, commits[-1].id)
