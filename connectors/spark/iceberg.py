@@ -31,7 +31,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
-from raylink.connectors.spark.delta import add_missing_columns, check_columns, child_session
+from raylink.connectors.spark.delta import add_missing_columns, check_columns
 from raylink.connectors.spark.table_formats import iceberg_table_name
 from raylink.connectors.spark.upsert import merge
 
@@ -126,8 +126,8 @@ class IcebergTarget:
         elif self.merge_schema:
             add_missing_columns(spark, self.name, spark.table(self.name).schema, schema)
         properties = {JOB_ID: app_id, MAX_COMMITTED_CHECKPOINT_ID: str(version)} if app_id is not None else {}
-        with child_session(spark, {}) as session, commit_properties(session, properties):
-            merge(session, self.name, staged(session), schema.names, keys)
+        with commit_properties(spark, properties):  # the sink's session: its catalog caches the table
+            merge(spark, self.name, staged(spark), schema.names, keys)
         return "merge"
 
     def history(self, spark: Any) -> List[Any]:
