@@ -364,11 +364,11 @@ class IcebergTableLog(TableLog):
                         f"from_spark_table: {self.description}: snapshot {snapshot.snapshotId()} has row-level "
                         "delete files, which the continuous source cannot apply; start after it (start-snapshot-id)"
                     )
-                files.append((str(task.file().location()), {}))
+                files.append(str(task.file().location()))
         finally:
             tasks.close()
         sid = int(snapshot.snapshotId())
-        return TableCommit(sid, self._order(snapshot), APPEND, "SCAN", sorted(set(files)))
+        return TableCommit(sid, self._order(snapshot), APPEND, "SCAN", [(path, {}) for path in sorted(set(files))])
 
     def _classify(self, snapshot: Any) -> TableCommit:
         sid, order, operation = int(snapshot.snapshotId()), self._order(snapshot), str(snapshot.operation())
