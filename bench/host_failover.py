@@ -49,9 +49,13 @@ def _wait(predicate, timeout: float, what: str, step: float = 0.01) -> float:
     return time.time()
 
 
-def _root_ip(*args: str) -> None:
-    """``ip ARGS`` in the root network namespace (the driver runs in host 1's)."""
-    subprocess.run(["nsenter", "--net=/proc/1/ns/net", "ip", *args], check=True, capture_output=True, timeout=30)
+def _set_link(netns: str, state: str) -> None:
+    """The host's end of its veth pair (``eth0`` in its namespace) ``up`` or ``down``: its only
+    link to the bridge, so the host keeps running, cut off (the driver runs in host 1's namespace,
+    from where the root namespace's end cannot be reached)."""
+    subprocess.run(
+        ["ip", "netns", "exec", netns, "ip", "link", "set", "eth0", state], check=True, capture_output=True, timeout=30
+    )
 
 
 def driver(fault: str, folder: str, hosts: dict, records: int, cut_s: float) -> dict:
@@ -111,7 +115,7 @@ def driver(fault: str, folder: str, hosts: dict, records: int, cut_s: float) -> 
                     except ProcessLookupError:
                         pass
         else:
-            _root_ip("link", "set", victim["veth"], "down")
+            _set_link(victim["netns"], "down")
         detected = _wait(
             lambda: client.get_job_status() != "RUNNING" or stats()["numRestarts"] > restarts,
             DETECTION_TIMEOUT_S,
@@ -129,7 +133,7 @@ def driver(fault: str, folder: str, hosts: dict, records: int, cut_s: float) -> 
         report["hosts_after"] = sorted({loc["host"] for loc in client.locations.values()})
         if fault == "cut":
             time.sleep(max(0.0, lost_at + cut_s - time.time()))  # the cut lasts cut_s: the scenario itself
-            _root_ip("link", "set", victim["veth"], "up")
+            _set_link(victim["netns"], "up")
             report["restored_link_s"] = time.time() - lost_at
         report["finished"] = client.wait(300)
         report["status"] = client.get_job_status()

@@ -1,0 +1,51 @@
+"""Hosts that really fail: a three-host Ray cluster of Linux network namespaces (head and
+driver on host 1, one TaskExecutor on each of hosts 2 and 3; ``raylink.bench.netns_cluster``),
+a checkpointed keyed count into the exactly-once FileSink on a folder every host sees. A worker
+host is lost after a checkpoint, by SIGKILL of every process of it, or by cutting its link for
+longer than Ray's health checks take to declare it dead and bringing it back while the job runs
+on. Either way the job fails over onto the host left and its committed output equals the
+rolling counts computed here by brute force: the cut host's zombie tasks, once reachable again,
+wrote nothing that was committed. Needs root and iproute2 (as CI has). The cluster is made once
+for the module and removed at its end, also after a failure.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from raylink.bench.host_failover import run_driver
+from raylink.bench.netns_cluster import NetnsCluster, netns_supported
+
+pytestmark = [pytest.mark.multinode, pytest.mark.netns, pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+@pytest.fixture(scope="module")
+def hosts():
+    reason = netns_supported()
+    assert reason is None, f"the network-namespace cluster {reason}"
+    with NetnsCluster() as cluster:
+        yield cluster
+
+
+def _assert_failed_over(cluster, report: dict) -> None:
+    workers = set(cluster.ips[1:])
+    assert set(report["hosts_used"]) == workers, report  # spread over both worker hosts
+    assert report["victim"] in workers, report
+    assert report["hosts_after"] == sorted(workers - {report["victim"]}), report  # onto the host left
+    assert report["finished"] and report["status"] == "FINISHED", report
+    assert report["restarts"] >= 1, report
+    assert report["first_record_s"] is not None, report
+    assert (report["lost"], report["duplicated"]) == (0, 0) and report["exact"], report
+
+
+def test_a_killed_worker_host_fails_over_to_the_host_left_exactly_once(hosts, tmp_path):
+    report = run_driver(hosts, "kill", str(tmp_path))
+    _assert_failed_over(hosts, report)
+    hosts.revive(hosts.ips.index(report["victim"]))
+
+
+def test_a_worker_host_cut_off_and_back_writes_nothing_into_committed_output(hosts, tmp_path):
+    report = run_driver(hosts, "cut", str(tmp_path), cut_s=12.0)
+    _assert_failed_over(hosts, report)
+    assert report["restored_link_s"] > report["detected_s"], report  # back after it was declared dead
+    hosts.revive(hosts.ips.index(report["victim"]))
