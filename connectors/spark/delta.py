@@ -115,8 +115,10 @@ class DeltaTarget:
         elif self.exists(spark):  # into the table's folder: saveAsTable's append checks the catalog's empty schema
             writer.save(self.location(spark))
             spark.catalog.refreshTable(quote_table_name(self.table))
-        else:
-            writer.saveAsTable(quote_table_name(self.table))
+        else:  # a new table: created by the write (an overwrite of no table is its creation; with
+            # Iceberg's session extension beside Delta's, saveAsTable's overwrite of a new Delta table is
+            # planned as a V2 overwrite that Delta refuses: "does not support truncate in batch mode")
+            writer.mode("append" if mode == "overwrite" else mode).saveAsTable(quote_table_name(self.table))
         return "delta"
 
     def merge(
