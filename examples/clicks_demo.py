@@ -1,22 +1,23 @@
-"""The clicks demo: Spark builds a day of click events, raylink aggregates them per page,
-Spark gets the result back as tables.
+"""The clicks demo: Spark builds a day of click events as a Delta table, raylink aggregates
+them per page, Spark gets the result back as Delta tables.
 
 ``python -m raylink demo`` (or ``python examples/clicks_demo.py``) with nothing
 configured:
 
 1. starts a local Ray and Spark on it (RayDP; 1 executor, 1 core) with its
    warehouse in ``./warehouse``;
-2. builds the input table ``clicks_raw`` with Spark: one day of synthetic click
+2. builds the input Delta table ``clicks_raw`` with Spark: one day of synthetic click
    events (``user, page, ts, ms`` as raw strings, as they come from a log), a few
    of them malformed (no user, empty page, unparsable time or duration);
-3. runs a raylink job on Ray: ``from_spark`` (Spark turns the table into Arrow
-   batches while the job deploys; the sources read them from Spark's executors) → parse (malformed rows to a side
+3. runs a raylink job on Ray: ``from_spark_table(..., format="delta")`` (Spark reads the
+   table's latest version and turns it into Arrow batches while the job deploys; the
+   sources read them from Spark's executors) → parse (malformed rows to a side
    output) → ``key_by(page)`` → per-page aggregate (clicks, distinct users,
    average/max duration, first/last click, peak hour) emitted at the end of input;
-4. writes the aggregate to the Spark table ``clicks_per_page`` and the malformed
-   rows to ``clicks_malformed`` (``sink_to_spark(table=..., mode="overwrite")``: Parquet
-   files the sinks write, moved into the tables at the end),
-   reads them back with Spark and prints a short summary;
+4. writes the aggregate to the Delta table ``clicks_per_page`` and the malformed
+   rows to ``clicks_malformed`` (``sink_to_spark(table=..., format="delta",
+   mode="overwrite")``: one Delta commit per table when the input ends),
+   reads them back with Spark, with each table's Delta version, and prints a short summary;
 5. stops Spark and Ray (only what it started).
 
 Needs the ``raylink[spark]`` extra (``pip install 'raylink[spark]'`` and a Java 17
@@ -131,17 +132,23 @@ class PageStats(KeyedProcessFunction):
         yield (ctx.get_current_key(), clicks, len(self.users.value()), total_ms / clicks, max_ms, first, last, peak)
 
 
-def build_job(env: StreamExecutionEnvironment, clicks_df, parallelism: int):
-    """The raylink job over the input DataFrame; returns nothing (sinks are registered)."""
-    parsed = env.from_spark(clicks_df, parallelism=parallelism).process(ParseClick()).name("Parse")
+def build_job(env: StreamExecutionEnvironment, clicks_table: str) -> None:
+    """The raylink job over the input Delta table; returns nothing (sinks are registered)."""
+    parsed = env.from_spark_table(clicks_table, format="delta").process(ParseClick()).name("Parse")
     (
         parsed.key_by(lambda click: click[0])
         .process(PageStats())
-        .sink_to_spark(table="clicks_per_page", schema=PER_PAGE_SCHEMA, mode="overwrite", name="Per-page Table")
+        .sink_to_spark(
+            table="clicks_per_page", schema=PER_PAGE_SCHEMA, format="delta", mode="overwrite", name="Per-page Table"
+        )
     )
     (
         parsed.get_side_output(MALFORMED).sink_to_spark(
-            table="clicks_malformed", schema=MALFORMED_SCHEMA, mode="overwrite", name="Malformed Table"
+            table="clicks_malformed",
+            schema=MALFORMED_SCHEMA,
+            format="delta",
+            mode="overwrite",
+            name="Malformed Table",
         )
     )
 
@@ -153,6 +160,11 @@ def _drop_old_tables(spark, warehouse: str) -> None:
         folder = os.path.join(warehouse, table)
         if os.path.isdir(folder):
             shutil.rmtree(folder)
+
+
+def _delta_version(spark, table: str) -> int:
+    """The table's latest Delta version, as ``DESCRIBE HISTORY`` lists it."""
+    return spark.sql(f"DESCRIBE HISTORY {table} LIMIT 1").collect()[0]["version"]
 
 
 def run(
@@ -169,15 +181,15 @@ def run(
         ready = time.perf_counter()
         warehouse = spark.conf.get("spark.sql.warehouse.dir").replace("file:", "")
         _drop_old_tables(spark, warehouse)
-        spark.sql(INPUT_SQL.format(rows=rows, users=users, partitions=max(2, parallelism))).write.mode(
-            "overwrite"
-        ).saveAsTable("clicks_raw")
-        clicks = spark.table("clicks_raw")
+        spark.sql(
+            "CREATE TABLE clicks_raw USING delta AS "
+            + INPUT_SQL.format(rows=rows, users=users, partitions=max(2, parallelism))
+        )
         built = time.perf_counter()
 
         env = StreamExecutionEnvironment.get_execution_environment(Configuration())
         env.set_parallelism(parallelism)
-        build_job(env, clicks, parallelism)  # from_spark: Spark starts on the table's rows, in the background
+        build_job(env, "clicks_raw")  # Spark starts on the table's rows in the background
         job_start = time.perf_counter()
         result = env.execute("clicks demo")
         job_end = time.perf_counter()
@@ -185,6 +197,7 @@ def run(
         # read back with Spark: two queries (the per-page table is a row per page)
         per_page = spark.table("clicks_per_page").orderBy("clicks", ascending=False).collect()
         reasons = spark.table("clicks_malformed").groupBy("reason").count().orderBy("reason").collect()
+        versions = {t: _delta_version(spark, t) for t in TABLES}
         read_back = time.perf_counter()
         pages, bad = len(per_page), sum(r["count"] for r in reasons)
         counted = sum(row.clicks for row in per_page)
@@ -204,7 +217,7 @@ def run(
         }
         p = lambda *a: print(*a, file=out)  # noqa: E731
         p(
-            f"raylink demo: {rows:,} click events (Spark table clicks_raw) -> {pages} pages in "
+            f"raylink demo: {rows:,} click events (Delta table clicks_raw) -> {pages} pages in "
             f"clicks_per_page ({counted:,} clicks), {bad} malformed rows in clicks_malformed"
         )
         p(
@@ -227,7 +240,10 @@ def run(
                 f"avg {row.avg_ms:6.1f} ms  peak hour {row.peak_hour:02d}:00"
             )
         p("  malformed: " + ", ".join(f"{r['reason']} {r['count']}" for r in reasons))
-        p(f"  tables under {warehouse}")
+        p(
+            f"  Delta tables under {warehouse}: "
+            + ", ".join(f"{table} version {version}" for table, version in versions.items())
+        )
         return summary
     finally:
         stopping = time.perf_counter()

@@ -175,7 +175,28 @@ def test_the_demo_prints_no_line_of_java_spark_or_ray(tmp_path):
         timeout=850,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.startswith("raylink demo: 20,000 click events"), proc.stdout
+    assert proc.stdout.startswith("raylink demo: 20,000 click events (Delta table clicks_raw)"), proc.stdout
+    # the malformed rows, by brute force over the input's ids (the demo's INPUT_SQL marks them by id)
+    expected = {}
+    for i in range(20000):
+        reason = (
+            "missing user"
+            if i % 997 == 0
+            else "missing page"
+            if i % 1499 == 0
+            else "bad timestamp"
+            if i % 1009 == 0
+            else "bad duration"
+            if i % 1201 == 0
+            else None
+        )
+        if reason:
+            expected[reason] = expected.get(reason, 0) + 1
+    malformed = ", ".join(f"{reason} {count}" for reason, count in sorted(expected.items()))
+    assert f"  malformed: {malformed}\n" in proc.stdout, proc.stdout
+    assert f"= aggregated {20000 - sum(expected.values()):,} + malformed {sum(expected.values())}: ok" in proc.stdout
+    # each table is one Delta commit: the input's write and each sink's commit at the end of input
+    assert "clicks_raw version 0, clicks_per_page version 0, clicks_malformed version 0" in proc.stdout, proc.stdout
     foreign = [line for line in (proc.stdout + proc.stderr).splitlines() if FOREIGN_LINE.search(line)]
     assert foreign == [], foreign
     assert all(line.startswith("raylink: ") for line in proc.stderr.splitlines()), proc.stderr
