@@ -224,6 +224,25 @@ def test_a_record_the_deserializer_cannot_read_fails_the_job_naming_topic_partit
     assert any(expected in str(e) for e in cause_chain(info.value)), info.value
 
 
+def test_stopping_offsets_past_the_log_end_wait_for_the_records_up_to_them(kafka_broker):
+    """As Flink's SpecifiedOffsetsInitializer: a given stopping offset is kept even when the
+    partition does not reach it yet; the bounded job reads what is produced until it and ends."""
+    servers = kafka_broker.bootstrap_servers
+    topic = new_topic(servers, 1)
+    produce(servers, topic, [(0, None, b"r0", None), (0, None, b"r1", None)])
+    stop = KafkaOffsetsInitializer.offsets({KafkaTopicPartition(topic, 0): 5})
+    env = make_env("local", 1)
+    source = _source(servers, topic, start=KafkaOffsetsInitializer.earliest(), stop=stop)
+    stream = env.from_source(source, WatermarkStrategy.no_watermarks(), "k").execute_and_collect()
+    try:
+        got = [next(stream), next(stream)]
+        produce(servers, topic, [(0, None, f"r{i}".encode(), None) for i in range(2, 8)])
+        got.extend(stream)  # ends at offset 5: r2..r4 and nothing after
+    finally:
+        stream.close()
+    assert got == ["r0", "r1", "r2", "r3", "r4"]
+
+
 def test_partitions_added_while_the_job_runs_are_discovered_and_read_from_their_start(kafka_broker):
     servers = kafka_broker.bootstrap_servers
     topic = new_topic(servers, 1)

@@ -392,7 +392,9 @@ class KafkaSourceOperator(SourceOperator):
         for tp in tps:
             low, high = marks[tp]
             offset = given.get(tp)
-            if offset is not None and (kind == "committed" or low <= offset <= high):
+            # a given stopping offset counts as given (Flink's SpecifiedOffsetsInitializer), also past
+            # today's log end: the bounded read then waits for the records up to it
+            if offset is not None and (kind == "committed" or low <= offset <= high or what == "stopping"):
                 offsets[tp] = offset
                 continue
             strategy = initializer.reset_strategy
