@@ -37,6 +37,8 @@ import tempfile
 import time
 from typing import Optional
 
+from raylink.errors import RaylinkError
+
 #: Ray's GCS health checks of the raylets, tuned for tests: dead ~3-4 s after the loss
 HEALTH_CHECK_ENV = {
     "RAY_health_check_initial_delay_ms": "1000",
@@ -76,7 +78,7 @@ print(json.dumps([n.node_manager_address for n in nodes.values() if n.state == 0
 """
 
 
-class NetnsClusterError(RuntimeError):
+class NetnsClusterError(RaylinkError, RuntimeError):
     """The cluster could not be set up; the message names the step and its output."""
 
 

@@ -59,6 +59,7 @@ def test_the_keys_that_declare_accepted_values():
         ),
         "raylink.task-placement": ("auto", "task", "slot"),
         "raylink.progress": ("auto", "tty", "log", "off"),
+        "high-availability.type": ("none", "filesystem"),
     }
     assert StateBackendOptions.STATE_BACKEND.unsupported == ("forst",)
     for option in all_options():  # a value is accepted or not supported yet, never both
