@@ -25,7 +25,7 @@ import signal
 import tempfile
 import time
 from collections import Counter
-from typing import Optional
+from typing import Any, Callable, Optional
 
 KEYS = 7
 
@@ -59,23 +59,12 @@ def add(a: tuple, b: tuple) -> tuple:
     return (a[0], a[1] + b[1])
 
 
-def run(kills: int, records: int, folder: str) -> dict:
-    from raylink.actors.cluster import task_executor_pids
-    from raylink.api import (
-        Configuration,
-        Encoder,
-        FileSink,
-        RollingPolicy,
-        StreamExecutionEnvironment,
-    )
-    from raylink.bench.recovery import FirstRecordAfterRestore, wait_first_record
+def start_keyed_count(conf: Any, folder: str, records: int, probe_map: Callable[[str], Any], name: str) -> tuple:
+    """The bench's job, started: ``records`` paced numbers counted per key, checkpointed every
+    300 ms at p=2 into the FileSink under ``<folder>/out``, ``probe_map(<folder>/first-records)``
+    after the count; ``(job client, output folder, probe folder)``."""
+    from raylink.api import Encoder, FileSink, RollingPolicy, StreamExecutionEnvironment
 
-    conf = (
-        Configuration()
-        .set_string("restart-strategy.type", "fixed-delay")
-        .set_integer("restart-strategy.fixed-delay.attempts", kills + 5)
-        .set_string("restart-strategy.fixed-delay.delay", "100 ms")
-    )
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     env.set_parallelism(2)
     env.enable_checkpointing(300)
@@ -94,11 +83,25 @@ def run(kills: int, records: int, folder: str) -> dict:
         .map(lambda v: (v % KEYS, 1))
         .key_by(lambda kv: kv[0])
         .reduce(add)
-        .map(FirstRecordAfterRestore(probe))
+        .map(probe_map(probe))
         .map(lambda kv: f"{kv[0]},{kv[1]}")
         .sink_to(sink)
     )
-    client = env.execute_async("failover bench")
+    return env.execute_async(name), out, probe
+
+
+def run(kills: int, records: int, folder: str) -> dict:
+    from raylink.actors.cluster import task_executor_pids
+    from raylink.api import Configuration
+    from raylink.bench.recovery import FirstRecordAfterRestore, wait_first_record
+
+    conf = (
+        Configuration()
+        .set_string("restart-strategy.type", "fixed-delay")
+        .set_integer("restart-strategy.fixed-delay.attempts", kills + 5)
+        .set_string("restart-strategy.fixed-delay.delay", "100 ms")
+    )
+    client, out, probe = start_keyed_count(conf, folder, records, FirstRecordAfterRestore, "failover bench")
     running, first = [], []
     done = 0
     while done < kills and not client.wait(0):
@@ -178,7 +181,7 @@ def run_job_master_loss(kills: int, records: int, folder: str) -> dict:
     the JobMaster's process is SIGKILLed ``kills`` times, each after a new checkpoint. Per kill:
     until the restarted JobMaster answers (Ray's detection and restart), until the recovered job
     is RUNNING, until the restored tasks emit their first record."""
-    from raylink.api import Configuration, Encoder, FileSink, RollingPolicy, StreamExecutionEnvironment
+    from raylink.api import Configuration
     from raylink.api.functions import MapFunction
 
     class Probe(FirstRecordOfEachDeployment, MapFunction):
@@ -193,29 +196,7 @@ def run_job_master_loss(kills: int, records: int, folder: str) -> dict:
         .set_string("high-availability.type", "filesystem")
         .set_string("high-availability.storageDir", os.path.join(folder, "ha"))
     )
-    env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(2)
-    env.enable_checkpointing(300)
-    env.get_checkpoint_config().set_checkpoint_storage_dir(os.path.join(folder, "checkpoints"))
-    out = os.path.join(folder, "out")
-    probe = os.path.join(folder, "first-records")
-    os.makedirs(probe)
-    sink = (
-        FileSink.for_row_format(out, Encoder.simple_string_encoder())
-        .with_rolling_policy(RollingPolicy.on_checkpoint_rolling_policy())
-        .build()
-    )
-    (
-        env.from_sequence(1, records)
-        .map(paced)
-        .map(lambda v: (v % KEYS, 1))
-        .key_by(lambda kv: kv[0])
-        .reduce(add)
-        .map(Probe(probe))
-        .map(lambda kv: f"{kv[0]},{kv[1]}")
-        .sink_to(sink)
-    )
-    client = env.execute_async("job master failover bench")
+    client, out, probe = start_keyed_count(conf, folder, records, Probe, "job master failover bench")
     answering, running, first = [], [], []
     done = 0
     while done < kills and not client.wait(0):
