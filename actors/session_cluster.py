@@ -67,6 +67,7 @@ class SessionClusterActor:
         self._locations: dict[str, Any] = {}  # actor id -> {node_id, pid} of executors leased
         self.counters = {"created": 0, "reused": 0, "discarded": 0, "lost": 0, "jobs": 0}
         self.last_resets: list[dict] = []
+        self.resets_seen = 0  # numbers the reports: ``reset_reports(since)`` takes the newer ones
 
     def _create(self, runtime_env: Optional[dict]) -> Any:
         self.counters["created"] += 1
@@ -129,7 +130,9 @@ class SessionClusterActor:
         except Exception:  # noqa: BLE001 - the executor is gone (a failover's lost actor)
             self.counters["lost"] += 1
             return
-        self.last_resets = (self.last_resets + [dict(report, actor_id=handle._actor_id.hex())])[-64:]
+        self.resets_seen += 1
+        report = dict(report, actor_id=handle._actor_id.hex(), seq=self.resets_seen)
+        self.last_resets = (self.last_resets + [report])[-64:]
         idle = self._idle.setdefault(key, [])
         if report.get("clean") and sum(len(v) for v in self._idle.values()) < self.pool_size:
             location = {k: report[k] for k in ("node_id", "pid") if k in report}
@@ -162,11 +165,13 @@ class SessionClusterActor:
             "leased": {job: len(v) for job, v in self._leased.items()},
             "resetting": len(self._resetting),
             **self.counters,
+            "resets": self.resets_seen,
             **self.info,
         }
 
-    def reset_reports(self) -> list[dict]:
-        return list(self.last_resets)
+    def reset_reports(self, since: int = 0) -> list[dict]:
+        """The last 64 resets' reports numbered above ``since`` (each has its ``seq``)."""
+        return [r for r in self.last_resets if r["seq"] > since]
 
     async def shutdown(self) -> int:
         """Kill every executor (idle, leased, resetting); returns how many."""

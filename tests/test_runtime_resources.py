@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -307,6 +308,7 @@ def test_a_group_only_the_autoscaler_could_hold_says_so_while_it_waits_then_fail
             lines.append(record.getMessage())
 
     handler = Lines(level=logging.INFO)
+    before = set(ray_session.util.placement_group_table())  # earlier tests' groups are theirs
     logger = logging.getLogger("raylink")
     level = logger.level
     logger.addHandler(handler)
@@ -325,4 +327,11 @@ def test_a_group_only_the_autoscaler_could_hold_says_so_while_it_waits_then_fail
     waiting = [line for line in lines if "waits for Ray's autoscaler" in line]
     assert waiting and "'tpu-group'" in waiting[0] and "tpu=1" in waiting[0], (lines, str(info.value))
     assert "Ray's autoscaler added no node for slot sharing group 'tpu-group'" in str(info.value)
-    assert not any(pg["state"] != "REMOVED" for pg in ray_session.util.placement_group_table().values())
+    # the job's placement groups are released (Ray removes them asynchronously)
+    deadline = time.monotonic() + 30
+    while True:
+        left = {i: pg["state"] for i, pg in ray_session.util.placement_group_table().items() if i not in before}
+        if all(state == "REMOVED" for state in left.values()) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert all(state == "REMOVED" for state in left.values()), left

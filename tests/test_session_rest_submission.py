@@ -139,19 +139,22 @@ def test_a_driver_without_ray_runs_its_job_on_the_warm_executors(session, tmp_pa
     assert after["jobs"] == before["jobs"] + 1
     assert after["created"] == before["created"], "the job started new executors instead of the warm ones"
     assert after["leased"] == {}
-    reports = session_reset_reports(session)
-    assert reports and all(r["clean"] for r in reports)
+    reports = session_reset_reports(session, before["resets"])
+    assert reports and all(r["clean"] for r in reports), reports
 
 
-def session_reset_reports(session) -> list:
+def session_reset_reports(session, since: int) -> list:
+    """The reports of the executors reset after ``since`` (a ``status()["resets"]``): this
+    test's jobs', not an earlier test's (a cancelled job's executor may be discarded)."""
     import ray
 
-    return ray.get(session.reset_reports.remote())
+    return ray.get(session.reset_reports.remote(since))
 
 
 @pytest.mark.timeout(300)
 def test_two_drivers_at_once_then_one_more(session, tmp_path):
     (tmp_path / "words.py").write_text("def split(line):\n    return [(w, 1) for w in line.split()]\n")
+    since = _status(session)["resets"]
     procs = [_start_driver(tmp_path, WORDCOUNT + REPORT, name=f"job{i}.py") for i in range(2)]
     for proc in procs:
         stdout, stderr = proc.communicate(timeout=180)
@@ -163,7 +166,8 @@ def test_two_drivers_at_once_then_one_more(session, tmp_path):
     assert _last_counts(out["counts"]) == _wordcount_reference()
     status = _status(session)
     assert status["leased"] == {}
-    assert all(r["clean"] for r in session_reset_reports(session))
+    reports = session_reset_reports(session, since)
+    assert reports and all(r["clean"] for r in reports), reports
 
 
 @pytest.mark.timeout(300)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 import sys
-import time
+import threading
 import uuid
 from collections import Counter
 
@@ -17,8 +17,9 @@ import cloudpickle
 import pytest
 import ray
 
-from raylink.api.functions import MapFunction
+from raylink.api.functions import SourceFunction
 from raylink.connectors.spark.sink import SparkSink
+from raylink.core.checkpointing import CheckpointedFunction, CheckpointListener
 from raylink.core.row import Row, RowKind
 from raylink.runtime.client.job_result import JobExecutionException
 from raylink.tests.test_runtime_checkpointing import Paced, checkpointing_env
@@ -54,17 +55,40 @@ def changelog(steps: int, seed: int = 45) -> "tuple[list, dict]":
     return out, table
 
 
-class PacedByKey(MapFunction):
-    """The record unchanged, 1 ms every 2 records (the job spans several checkpoints)."""
+class HalvesAcrossACheckpoint(SourceFunction, CheckpointedFunction, CheckpointListener):
+    """The changelog in two halves with a completed checkpoint between them: the first half is
+    emitted, then the source waits (60 s at most) until a checkpoint taken after it completes,
+    then emits the rest. So the sink commits at least twice, whatever the machine's speed."""
 
-    def __init__(self) -> None:
-        self.seen = 0
+    def __init__(self, changes: list) -> None:
+        self.changes = changes
+        self.emitted = 0
+        self.after_first_half = None  # the first checkpoint taken after the first half
+        self.completed = None
 
-    def map(self, value):
-        self.seen += 1
-        if self.seen % 2 == 0:
-            time.sleep(0.001)  # pacing: the workload, not a wait
-        return value
+    def initialize_state(self, context) -> None:
+        self.completed = threading.Event()
+
+    def snapshot_state(self, context) -> None:
+        if self.after_first_half is None and self.emitted == len(self.changes) // 2:
+            self.after_first_half = context.get_checkpoint_id()
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        if self.after_first_half is not None and checkpoint_id >= self.after_first_half:
+            self.completed.set()
+
+    def run(self, ctx) -> None:
+        half = len(self.changes) // 2
+        for bounds in ((0, half), (half, len(self.changes))):
+            with ctx.get_checkpoint_lock():
+                for change in self.changes[bounds[0] : bounds[1]]:
+                    ctx.collect(change)
+                self.emitted = bounds[1]
+            if bounds[0] == 0 and not self.completed.wait(60):
+                raise RuntimeError("no checkpoint completed within 60 s after the first half")
+
+    def cancel(self) -> None:
+        self.completed.set()
 
 
 @pytest.mark.parametrize("kind", ["delta-path", "delta-table", "iceberg"])
@@ -72,7 +96,7 @@ def test_a_changelog_upserted_with_checkpoints_leaves_the_final_table_once_per_c
     changes, final = changelog(5000)
     env = env_with(True, tmp_path)
     sink = SparkSink(schema=SCHEMA, upsert_keys=["k"], **target_args(kind, tmp_path))
-    env.from_collection(changes).key_by(lambda r: r[0]).map(PacedByKey()).sink_to(sink)
+    env.add_source(HalvesAcrossACheckpoint(changes), "changelog").key_by(lambda r: r[0]).sink_to(sink)
     env.execute()
     assert read_back(spark, sink) == Counter(final.items())
     per_checkpoint = commits_per_checkpoint(spark, sink)
