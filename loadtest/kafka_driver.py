@@ -153,7 +153,9 @@ def check_load(load: KafkaLoad, rates: list, duration_s: Optional[float], record
 
     admin = AdminClient({"bootstrap.servers": load.bootstrap_servers})
     try:
-        topic = admin.list_topics(load.topic, timeout=30).topics.get(load.topic)
+        # every topic's metadata: asking for this topic by name would have a broker with
+        # auto.create.topics.enable (Kafka's default) create it
+        topic = admin.list_topics(timeout=30).topics.get(load.topic)
     except KafkaException as exc:
         raise SystemExit(f"Kafka load test: no answer from {load.bootstrap_servers}: {exc.args[0].str()}") from None
     if topic is None or topic.error is not None or not topic.partitions:
@@ -224,7 +226,7 @@ class KafkaDriver:
         if self.topic is None:
             self.topic = new_topic(self.servers, self.partitions, prefix="loadtest")
         else:
-            metadata = self._consumer.list_topics(self.topic, timeout=30)
+            metadata = self._consumer.list_topics(timeout=30)  # not by name: that could create it
             topic = metadata.topics.get(self.topic)
             if topic is None or topic.error is not None or not topic.partitions:
                 raise SystemExit(f"--topic {self.topic!r} does not exist on {self.servers}")
