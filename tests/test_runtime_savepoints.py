@@ -74,13 +74,18 @@ def build(env, out_dir, n: int = N, reduce_uid: str = "rolling-count", max_paral
 
 
 def wait_running_with_a_checkpoint(client, out=None) -> None:
-    """Wait until the job runs with a completed checkpoint (and, given ``out``, has committed
-    output there)."""
+    """Wait until the job runs with a checkpoint of its current deployment completed (after its
+    last restore: a restarted job is RUNNING before its checkpoints are, and like Flink refuses
+    a savepoint until then) and, given ``out``, has committed output there."""
+
+    def checkpointed() -> bool:
+        stats = client.get_checkpoint_stats()
+        last, restored = stats["lastCheckpointId"], stats["lastRestoredCheckpointId"]
+        return last is not None and (restored is None or last > restored)
+
     assert wait_for(
         lambda: (
-            client.get_job_status() == "RUNNING"
-            and client.get_checkpoint_stats()["numberOfCompletedCheckpoints"] > 0
-            and (out is None or bool(committed_lines(out)))
+            client.get_job_status() == "RUNNING" and checkpointed() and (out is None or bool(committed_lines(out)))
         ),
         client,
         timeout=120,
