@@ -84,9 +84,7 @@ def wait_running_with_a_checkpoint(client, out=None) -> None:
         return last is not None and (restored is None or last > restored)
 
     assert wait_for(
-        lambda: (
-            client.get_job_status() == "RUNNING" and checkpointed() and (out is None or bool(committed_lines(out)))
-        ),
+        lambda: client.get_job_status() == "RUNNING" and checkpointed() and (out is None or bool(committed_lines(out))),
         client,
         timeout=120,
     )
