@@ -21,7 +21,9 @@ while sources and sinks run in TaskExecutor actors. The bridge connects them:
   (``flush_interval``) commits every interval, each an append. With checkpointing, each
   subtask commits the files of every completed checkpoint (``checkpoint`` in the request),
   each (checkpoint, subtask) once (``SparkSink.commit_checkpoint``). A commit fails (instead
-  of waiting for ever) when the driver's thread has not polled for ``DRIVER_GONE_S``.
+  of waiting for ever) when the driver's thread has not polled for ``DRIVER_GONE_S``; while
+  it commits (a Spark write may take longer than that on a loaded machine) it says it is
+  alive every ``DRIVER_ALIVE_EVERY_S`` (``driver_alive``).
 
 The actor is created by (and so owned by) the driver; ``shutdown_bridge`` (from
 ``raylink.connectors.spark.stop``) ends the thread and kills the actor. The actor's
@@ -38,7 +40,8 @@ import threading
 import time
 import uuid
 from collections import deque
-from typing import Any, Callable, Dict, List, Optional
+from contextlib import contextmanager
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import ray
 
@@ -50,6 +53,7 @@ log = logging.getLogger(__name__)
 COMMIT_POLL_S = 1.0
 WAIT_SLICE_S = 1.0
 DRIVER_GONE_S = 30.0
+DRIVER_ALIVE_EVERY_S = 5.0
 
 
 class CommitError(RaylinkError, RuntimeError):
@@ -146,6 +150,11 @@ class SparkBridgeActor:
             out = list(self._requests)
             self._requests.clear()
             return out
+
+    def driver_alive(self) -> None:
+        """Called by the driver's thread while it commits: it is busy, not gone."""
+        with self._cond:
+            self._last_take = time.monotonic()
 
     def commit_done(self, request_ids: list, error: Optional[str]) -> None:
         with self._cond:
@@ -322,6 +331,28 @@ def _discard(target: Any, requests: List[dict]) -> None:
         log.warning("raylink Spark bridge: could not delete staged files of %s: %s", target.name, exc)
 
 
+@contextmanager
+def _saying_alive(actor: Any) -> Iterator[None]:
+    """Around a commit on the driver's thread: another thread tells the bridge actor every
+    ``DRIVER_ALIVE_EVERY_S`` that the driver is busy, so waiting subtasks keep waiting."""
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(DRIVER_ALIVE_EVERY_S):
+            try:
+                actor.driver_alive.remote()
+            except Exception:  # the actor is gone: the waiting subtasks learn it themselves
+                return
+
+    thread = threading.Thread(target=beat, name="raylink-spark-bridge-alive", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
 def _commit_and_ack(
     actor: Any,
     target: Any,
@@ -338,7 +369,8 @@ def _commit_and_ack(
     error = None
     start = time.perf_counter()
     try:
-        how = commit(requests[0]) if commit is not None else target.commit(requests, mode)
+        with _saying_alive(actor):
+            how = commit(requests[0]) if commit is not None else target.commit(requests, mode)
     except Exception as exc:  # report to every waiting subtask
         error = (
             f"Spark sink '{target.name}' could not write {rows} row(s) to {target.describe()} "
