@@ -39,7 +39,19 @@ each run through ``/proc/<pid>/clear_refs``) of the driver process, of the TaskE
 processes (largest) and of Spark's JVMs (driver and executor, largest) is the largest over
 the rounds. The first line says how long Ray and Spark took to start, by phase.
 
-    python bench/spark.py [--rows 1000000 5000000] [--rounds 3] [--parallelism 2]
+``--format delta`` or ``--format iceberg`` writes every pipeline's output as that table format
+instead of Parquet: raylink through ``sink_to_spark(..., format="delta")`` (a Delta folder;
+``raylink -> table`` a Delta table) or ``sink_to_spark(table="db.<name>", format="iceberg")``,
+Spark through ``.write.format("delta")`` or ``writeTo(...).using("iceberg").createOrReplace()``
+(read back as that format for the check). Two more rows then show a streaming job's cost of the
+table commit: ``raylink, checkpoints`` (the same job with checkpointing every
+``--checkpoint-interval`` ms: one table commit per completed checkpoint) and ``raylink, upsert``
+(the same with ``upsert_keys=["k"]``: one ``MERGE INTO`` per checkpoint, 1,000 keys; its ratios
+compare a MERGE with plain writes). Under the table, the commits' median seconds next to the
+checkpoints' median duration (trigger to completion, sampled from the job's checkpoint
+statistics) give the commit's share of a checkpoint's cycle (trigger to commit).
+
+    python bench/spark.py [--rows 1000000 5000000] [--rounds 3] [--parallelism 2] [--format delta]
 """
 
 from __future__ import annotations
@@ -148,55 +160,151 @@ class PeakWatcher:
 
 
 # -- the pipelines ------------------------------------------------------------------------------------
-def raylink_pipeline(df, out: str, parallelism: int, table: bool, session: bool = False, batches: bool = False) -> dict:
+class Output:
+    """Where a pipeline writes and how it is read back: a Parquet or Delta folder, or a table."""
+
+    def __init__(self, fmt: str, path: str, table: Optional[str] = None) -> None:
+        self.fmt, self.path, self.table = fmt, path, table
+        if fmt == "iceberg" and table is None:  # an Iceberg table per pipeline, named after its folder
+            self.table = f"db.{os.path.basename(path).replace('-', '_')}"
+
+    def sink_args(self) -> dict:
+        return {"table": self.table} if self.table else {"path": self.path}
+
+    def spark_write(self, frame) -> None:
+        if self.fmt == "iceberg":
+            from raylink.connectors.spark.table_formats import iceberg_table_name
+
+            name = iceberg_table_name(self.table)
+            frame.sparkSession.sql(f"CREATE NAMESPACE IF NOT EXISTS {name.rsplit('.', 1)[0]}")
+            frame.writeTo(name).using("iceberg").createOrReplace()
+        else:
+            frame.write.mode("overwrite").format(self.fmt).save(self.path)
+
+    def read(self, spark):
+        if self.fmt == "iceberg":
+            from raylink.connectors.spark.table_formats import iceberg_table_name
+
+            return spark.table(iceberg_table_name(self.table))
+        if self.table is not None:
+            return spark.table(self.table)
+        return spark.read.format(self.fmt).load(self.path)
+
+    def drop(self, spark) -> None:
+        if self.table is not None:
+            from raylink.connectors.spark.table_formats import iceberg_table_name
+
+            spark.sql(f"DROP TABLE IF EXISTS {iceberg_table_name(self.table) if self.fmt == 'iceberg' else self.table}")
+
+
+def raylink_pipeline(
+    df,
+    out: Output,
+    parallelism: int,
+    session: bool = False,
+    batches: bool = False,
+    checkpoint_ms: int = 0,
+    upsert: bool = False,
+) -> dict:
     from raylink.api import Configuration, StreamExecutionEnvironment
+    from raylink.connectors.spark.sink import SparkSink
 
     watcher = PeakWatcher()
     conf = Configuration()
     if not session:
         conf.set_string("raylink.session.enabled", "false")  # per-job TaskExecutors, as by default
+    if checkpoint_ms:
+        conf.set_string("execution.checkpointing.interval", f"{checkpoint_ms} ms")
+        conf.set_string("execution.checkpointing.dir", os.path.join(os.path.dirname(out.path), "checkpoints"))
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     env.set_parallelism(parallelism)
     source = env.from_spark(df)
     stream = source.map_batches(double_v_batch) if batches else source.map(double_v)
-    if table:
-        stream.sink_to_spark(table=TABLE, schema=SCHEMA, mode="overwrite", format="parquet")
+    if checkpoint_ms:  # the sink's own object: its driver side lists the commits it made
+        if upsert:
+            out.drop(df.sparkSession)
+            stream = stream.key_by(lambda r: r[0])
+        extra = {"upsert_keys": ["k"]} if upsert else {"mode": "overwrite"}
+        sink = SparkSink(schema=SCHEMA, format=out.fmt, **out.sink_args(), **extra)
+        stream.sink_to(sink)
     else:
-        stream.sink_to_spark(out, schema=SCHEMA, mode="overwrite", format="parquet")
+        stream.sink_to_spark(schema=SCHEMA, mode="overwrite", format=out.fmt, **out.sink_args())
     client = env.execute_async("bench spark")
     watcher.watch(client)
+    durations = _CheckpointDurations(client) if checkpoint_ms else None
     result = client.get_job_execution_result(3600)
-    return {**watcher.done(), "tasks_s": result.net_runtime_ms / 1000}
+    measured = {**watcher.done(), "tasks_s": result.net_runtime_ms / 1000}
+    if durations is not None:
+        measured["checkpoint_s"] = durations.done()
+        measured["commit_s"] = [c["seconds"] for c in sink.commits if c["how"] in ("delta", "iceberg", "merge")]
+    return measured
 
 
-def spark_udf_pipeline(df, out: str) -> dict:
+class _CheckpointDurations:
+    """The durations (trigger to completion) of a running job's completed checkpoints, sampled
+    from its checkpoint statistics every 50 ms."""
+
+    def __init__(self, client) -> None:
+        self._seen: Dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, args=(client,), daemon=True)
+        self._thread.start()
+
+    def _loop(self, client) -> None:
+        while not self._stop.is_set():
+            try:
+                stats = client.get_checkpoint_stats()
+            except Exception:
+                return
+            if stats.get("lastCheckpointId") is not None and stats.get("lastCheckpointDuration") is not None:
+                self._seen[stats["lastCheckpointId"]] = stats["lastCheckpointDuration"] / 1000
+            self._stop.wait(0.05)
+
+    def done(self) -> List[float]:
+        self._stop.set()
+        self._thread.join(5)
+        return list(self._seen.values())
+
+
+def spark_udf_pipeline(df, out: Output) -> dict:
     from pyspark.sql.functions import udf
 
     watcher = PeakWatcher()
     twice = udf(lambda v: v * 2.0, "double")
-    df.select("k", twice("v").alias("v")).write.mode("overwrite").format("parquet").save(out)
+    out.spark_write(df.select("k", twice("v").alias("v")))
     return watcher.done()
 
 
-def spark_pandas_udf_pipeline(df, out: str) -> dict:
+def spark_pandas_udf_pipeline(df, out: Output) -> dict:
     from pyspark.sql.functions import pandas_udf
 
     watcher = PeakWatcher()
     twice = pandas_udf(lambda v: v * 2.0, "double")  # pd.Series -> pd.Series, Arrow batches
-    df.select("k", twice("v").alias("v")).write.mode("overwrite").format("parquet").save(out)
+    out.spark_write(df.select("k", twice("v").alias("v")))
     return watcher.done()
 
 
-def spark_native_pipeline(df, out: str) -> dict:
+def spark_native_pipeline(df, out: Output) -> dict:
     from pyspark.sql import functions as F
 
     watcher = PeakWatcher()
-    df.select("k", (F.col("v") * 2.0).alias("v")).write.mode("overwrite").format("parquet").save(out)
+    out.spark_write(df.select("k", (F.col("v") * 2.0).alias("v")))
     return watcher.done()
 
 
-def check(spark, rows: int, out: Optional[str], expected_sum: float, what: str) -> None:
-    frame = spark.table(TABLE) if out is None else spark.read.parquet(out)
+def check(spark, rows: int, out: Output, expected_sum: float, what: str, upsert: bool = False) -> None:
+    frame = out.read(spark)
+    if upsert:  # one row per key k = i % 1000, holding one of its rows (v = i): which one, the
+        # order the parallel source read them in decides
+        got = frame.selectExpr(
+            "count(*) AS n", "count(DISTINCT k) AS keys", "sum(int(CAST(v AS BIGINT) % 1000 != k)) AS bad"
+        )
+        got = got.collect()[0]
+        if got["n"] != min(rows, 1000) or got["keys"] != got["n"] or got["bad"]:
+            raise AssertionError(
+                f"{what}: upserted {got['n']} rows over {got['keys']} keys, {got['bad']} of another key"
+            )
+        return
     got = frame.selectExpr("count(*) AS n", "sum(v) AS s").collect()[0]
     if got["n"] != rows or abs(got["s"] - expected_sum) > 1e-6 * abs(expected_sum):
         raise AssertionError(f"{what}: wrote {got['n']} rows (sum {got['s']}), expected {rows} (sum {expected_sum})")
@@ -254,7 +362,17 @@ def main(argv: Optional[List[str]] = None) -> None:
         "spark-native)",
     )
     parser.add_argument("--no-warmup", action="store_true", help="time the first run of each pipeline too")
+    parser.add_argument(
+        "--format",
+        choices=("parquet", "delta", "iceberg"),
+        default="parquet",
+        help="the table format every pipeline writes",
+    )
+    parser.add_argument(
+        "--checkpoint-interval", type=int, default=1000, help="ms, of the checkpointed rows (--format delta|iceberg)"
+    )
     args = parser.parse_args(argv)
+    fmt = args.format
     cores = args.executor_cores or args.parallelism
 
     from pyspark.sql import functions as F
@@ -283,11 +401,16 @@ def main(argv: Optional[List[str]] = None) -> None:
     phases = ", ".join(f"{k} {v:.1f} s" for k, v in getattr(session, "start_phases", dict)().items())
     print(f"Ray {ray_s:.1f} s; Spark on Ray {spark_s:.1f} s ({phases})", flush=True)
     work = tempfile.mkdtemp(prefix="raylink-bench-spark-")
+    every_ms = args.checkpoint_interval
     pipelines: Dict[str, Callable] = {
-        "raylink -> path": lambda df, out: raylink_pipeline(df, out, args.parallelism, table=False),
-        "raylink map_batches": lambda df, out: raylink_pipeline(df, out, args.parallelism, table=False, batches=True),
-        "raylink -> table": lambda df, out: raylink_pipeline(df, out, args.parallelism, table=True),
-        "  same, session": lambda df, out: raylink_pipeline(df, out, args.parallelism, table=False, session=True),
+        "raylink -> path": lambda df, out: raylink_pipeline(df, out, args.parallelism),
+        "raylink map_batches": lambda df, out: raylink_pipeline(df, out, args.parallelism, batches=True),
+        "raylink -> table": lambda df, out: raylink_pipeline(df, out, args.parallelism),
+        "  same, session": lambda df, out: raylink_pipeline(df, out, args.parallelism, session=True),
+        "raylink, checkpoints": lambda df, out: raylink_pipeline(df, out, args.parallelism, checkpoint_ms=every_ms),
+        "raylink, upsert": lambda df, out: raylink_pipeline(
+            df, out, args.parallelism, checkpoint_ms=every_ms, upsert=True
+        ),
         "Spark Python UDF": spark_udf_pipeline,
         "Spark pandas_udf": spark_pandas_udf_pipeline,
         "Spark native": spark_native_pipeline,
@@ -297,12 +420,23 @@ def main(argv: Optional[List[str]] = None) -> None:
         "raylink-batches": "raylink map_batches",
         "raylink-table": "raylink -> table",
         "raylink-session": "  same, session",
+        "raylink-checkpoints": "raylink, checkpoints",
+        "raylink-upsert": "raylink, upsert",
         "spark-udf": "Spark Python UDF",
         "spark-pandas": "Spark pandas_udf",
         "spark-native": "Spark native",
     }
+    if fmt == "parquet":  # a Parquet sink commits nothing per checkpoint worth a row; it upserts nothing
+        del pipelines["raylink, checkpoints"], pipelines["raylink, upsert"]
+    elif fmt == "iceberg":  # every Iceberg output is a table already
+        del pipelines["raylink -> table"]
+        pipelines["raylink -> iceberg"] = pipelines.pop("raylink -> path")
+        keys["raylink-path"] = "raylink -> iceberg"
+    else:
+        pipelines["raylink -> delta"] = pipelines.pop("raylink -> path")
+        keys["raylink-path"] = "raylink -> delta"
     if args.only:
-        pipelines = {keys[o]: pipelines[keys[o]] for o in args.only}
+        pipelines = {keys[o]: pipelines[keys[o]] for o in args.only if keys[o] in pipelines}
     session_cluster = None
     if "  same, session" in pipelines:
         try:
@@ -316,6 +450,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     times: Dict[tuple, List[float]] = {}
     tasks: Dict[tuple, List[float]] = {}
     peaks: Dict[tuple, dict] = {}
+    commits: Dict[str, Dict[str, List[float]]] = {}  # checkpointed rows: commit and checkpoint seconds
 
     def frame(rows: int):
         partitions = args.partitions or max(4, 4 * rows // 1_000_000)
@@ -327,26 +462,29 @@ def main(argv: Optional[List[str]] = None) -> None:
         df.count()
         return df, float(sum(range(rows))) * 0.5 * 2.0
 
-    def out_path(name: str, rows: int) -> str:
-        return os.path.join(work, f"{name.strip().replace(' ', '_').replace(',', '')}-{rows}")
+    def output(name: str, rows: int) -> Output:
+        path = os.path.join(work, f"{name.strip().replace(' ', '_').replace(',', '').replace('>', '')}-{rows}")
+        return Output(fmt, path, TABLE if name.endswith("table") else None)
 
     try:
         if not args.no_warmup:
             small, _ = frame(10_000)
             for name, run in pipelines.items():
-                run(small, out_path(name, 10_000))
+                run(small, output(name, 10_000))
             small.unpersist()
         frames = {rows: frame(rows) for rows in args.rows}
         for round_no in range(args.rounds):
             order = names[round_no % len(names) :] + names[: round_no % len(names)]  # rotated each round
             for rows, (df, expected_sum) in frames.items():
                 for name in order:
-                    out = out_path(name, rows)
+                    out = output(name, rows)
                     start = time.perf_counter()
                     peak = pipelines[name](df, out)
                     elapsed = time.perf_counter() - start
                     if round_no == 0:
-                        check(spark, rows, None if name.endswith("table") else out, expected_sum, name.strip())
+                        check(spark, rows, out, expected_sum, name.strip(), upsert=name.endswith("upsert"))
+                    for key in ("commit_s", "checkpoint_s"):
+                        commits.setdefault(name, {}).setdefault(key, []).extend(peak.pop(key, []))
                     times.setdefault((rows, name), []).append(elapsed)
                     if "tasks_s" in peak:
                         tasks.setdefault((rows, name), []).append(peak.pop("tasks_s"))
@@ -359,18 +497,31 @@ def main(argv: Optional[List[str]] = None) -> None:
         print(
             f"\n(medians of {args.rounds} interleaved rounds; wall s: submission to result, tasks s: the job's tasks "
             f"running; vs X: X's wall s / this wall s; raylink at parallelism {args.parallelism}, "
-            f"Spark: 1 executor x {spark.sparkContext.getConf().get('spark.executor.cores', '?')} core(s))"
+            f"Spark: 1 executor x {spark.sparkContext.getConf().get('spark.executor.cores', '?')} core(s); "
+            f"writing {fmt})"
         )
+        for name, seconds in commits.items():
+            if not seconds.get("commit_s"):
+                continue
+            commit = statistics.median(seconds["commit_s"])
+            checkpoint = statistics.median(seconds["checkpoint_s"]) if seconds.get("checkpoint_s") else 0.0
+            print(
+                f"{name.strip()}: {len(seconds['commit_s'])} {fmt} commits, median {commit:.2f} s; checkpoints' median "
+                f"duration {checkpoint:.2f} s: the commit is {commit / (commit + checkpoint):.0%} of a checkpoint's "
+                "cycle (trigger to commit)"
+            )
     finally:
         if session_cluster is not None:
             from raylink.actors.session_entrypoint import stop_session
 
             stop_session(session_cluster)
         shutil.rmtree(work, ignore_errors=True)
-        try:
-            spark.sql(f"DROP TABLE IF EXISTS {TABLE}")
-        except Exception:
-            pass
+        for name in names:
+            for rows in [10_000, *args.rows]:
+                try:
+                    output(name, rows).drop(spark)
+                except Exception:
+                    pass
         stop()
 
 
