@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 # Set up (if needed) and run the whole test suite.
 #
-# Without arguments the suite runs in two pytest processes side by side: one runs the
-# in-process tests, then the tests on Ray with Kafka or with Spark through RayDP (on a Ray of
-# its own), then the hot-path tests once more on the pure-Python twins; the other the remaining
-# tests on a local Ray (multi-node clusters last). The Ray tests mostly wait on the processes they
-# started, so on CI's two cores each half fits beside the other. With arguments (e.g.
+# Without arguments the two tiers run side by side: the in-process tests (then the hot-path
+# tests once more on the pure-Python twins) in one pytest, the tests on a local Ray (Spark,
+# Kafka, multi-node clusters) in another. The Ray tier mostly waits on the processes it
+# started, so on CI's two cores the in-process tier fits beside it. With arguments (e.g.
 # `-m "not slow"`) one pytest runs them over the whole suite, as before.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,16 +26,15 @@ work=$(mktemp -d /tmp/raylink-tests.XXXXXX)
 (
     status=0
     .venv/bin/python -m pytest tests -q -m "not ray" --basetemp "$work/in-process" || status=$?
-    .venv/bin/python -m pytest tests -q -m "ray and (spark or kafka)" --basetemp "$work/spark-kafka" || status=$?
     RAYLINK_PURE_PYTHON=1 .venv/bin/python -m pytest -q --basetemp "$work/pure" "${PURE_TWIN_TESTS[@]}" || status=$?
     exit $status
-) >"$work/first-half.log" 2>&1 &
-first_half=$!
+) >"$work/in-process.log" 2>&1 &
+in_process=$!
 status=0
-echo "== the tests on a local Ray without Spark or Kafka (the others run beside them; their output follows) =="
-.venv/bin/python -m pytest tests -q -m "ray and not spark and not kafka" --basetemp "$work/ray" || status=$?
-wait "$first_half" || status=$?
-echo "== the in-process tests, the tests on Ray with Kafka or Spark, then the hot-path tests on the pure-Python twins =="
-cat "$work/first-half.log"
+echo "== the tests on a local Ray (the in-process tests run beside them; their output follows) =="
+.venv/bin/python -m pytest tests -q -m ray --basetemp "$work/ray" || status=$?
+wait "$in_process" || status=$?
+echo "== the in-process tests, then the hot-path tests on the pure-Python twins =="
+cat "$work/in-process.log"
 rm -rf "$work"
 exit $status
