@@ -161,40 +161,33 @@ class PeakWatcher:
 
 # -- the pipelines ------------------------------------------------------------------------------------
 class Output:
-    """Where a pipeline writes and how it is read back: a Parquet or Delta folder, or a table."""
+    """Where a pipeline writes and how it is read back: a Parquet or Delta folder, or a table
+    (``name``: the table's name for Spark, Iceberg's in raylink's Iceberg catalog)."""
 
     def __init__(self, fmt: str, path: str, table: Optional[str] = None) -> None:
+        from raylink.connectors.spark.table_formats import iceberg_table_name
+
         self.fmt, self.path, self.table = fmt, path, table
         if fmt == "iceberg" and table is None:  # an Iceberg table per pipeline, named after its folder
             self.table = f"db.{os.path.basename(path).replace('-', '_')}"
+        self.name = iceberg_table_name(self.table) if fmt == "iceberg" else self.table
 
     def sink_args(self) -> dict:
         return {"table": self.table} if self.table else {"path": self.path}
 
     def spark_write(self, frame) -> None:
         if self.fmt == "iceberg":
-            from raylink.connectors.spark.table_formats import iceberg_table_name
-
-            name = iceberg_table_name(self.table)
-            frame.sparkSession.sql(f"CREATE NAMESPACE IF NOT EXISTS {name.rsplit('.', 1)[0]}")
-            frame.writeTo(name).using("iceberg").createOrReplace()
+            frame.sparkSession.sql(f"CREATE NAMESPACE IF NOT EXISTS {self.name.rsplit('.', 1)[0]}")
+            frame.writeTo(self.name).using("iceberg").createOrReplace()
         else:
             frame.write.mode("overwrite").format(self.fmt).save(self.path)
 
     def read(self, spark):
-        if self.fmt == "iceberg":
-            from raylink.connectors.spark.table_formats import iceberg_table_name
-
-            return spark.table(iceberg_table_name(self.table))
-        if self.table is not None:
-            return spark.table(self.table)
-        return spark.read.format(self.fmt).load(self.path)
+        return spark.table(self.name) if self.name else spark.read.format(self.fmt).load(self.path)
 
     def drop(self, spark) -> None:
-        if self.table is not None:
-            from raylink.connectors.spark.table_formats import iceberg_table_name
-
-            spark.sql(f"DROP TABLE IF EXISTS {iceberg_table_name(self.table) if self.fmt == 'iceberg' else self.table}")
+        if self.name:
+            spark.sql(f"DROP TABLE IF EXISTS {self.name}")
 
 
 def raylink_pipeline(
