@@ -69,12 +69,12 @@ START_TIMEOUT_S = 180.0
 NODE_NICENESS = -5
 
 
-#: prints the addresses of the alive nodes, asked from the GCS at RAY_ADDRESS (Ray's GcsClient)
+#: prints {node id: address} of the alive nodes, asked from the GCS at RAY_ADDRESS (Ray's GcsClient)
 _ALIVE_NODES = """
 import json, os
 from ray._raylet import GcsClient
 nodes = GcsClient(address=os.environ["RAY_ADDRESS"]).get_all_node_info(timeout=20)
-print(json.dumps([n.node_manager_address for n in nodes.values() if n.state == 0]))
+print(json.dumps({i.hex(): n.node_manager_address for i, n in nodes.items() if n.state == 0}))
 """
 
 
@@ -146,16 +146,27 @@ class NetnsCluster:
 
     def revive(self, host: int, attempts: int = 3) -> None:
         """(Re)start host ``host``'s Ray node, after what is left of it is killed, and wait until
-        Ray counts it alive. ``ray start`` gives a raylet 30 s to register, which a loaded machine
-        can miss: it is tried again ``attempts`` times."""
+        Ray counts a new node of it alive. The GCS counts a killed node alive until its health
+        checks miss (:data:`HEALTH_CHECK_ENV`): the old node must be dead first, else the new
+        raylet's registration races it and the old entry would pass for the new node. ``ray start``
+        gives a raylet 30 s to register, which a loaded machine can miss: it is tried again
+        ``attempts`` times."""
+        ip = self.ips[host]
+        restarted = host != 0 and host in self.nodes  # a head's restart takes the node table with it
+        old = {node for node, address in self.alive_node_ids().items() if address == ip} if restarted else set()
         for attempt in range(attempts):
             self.kill_host(host)
-            proc = self.start_node(host)
             deadline = time.monotonic() + START_TIMEOUT_S
+            while old and old & set(self.alive_node_ids()):
+                if time.monotonic() > deadline:
+                    raise NetnsClusterError(f"Ray did not declare host {host + 1}'s killed node dead")
+                time.sleep(0.5)  # polling Ray's node table with a deadline
+            proc = self.start_node(host)
             while proc.poll() is None and time.monotonic() < deadline:
-                if self.ips[host] in self.alive_nodes():
+                if any(a == ip and n not in old for n, a in self.alive_node_ids().items()):
                     return
                 time.sleep(0.5)  # polling Ray's node table with a deadline
+            old |= {node for node, address in self.alive_node_ids().items() if address == ip}
         raise NetnsClusterError(f"the Ray node of host {host + 1} did not start:\n{self.log_text()}")
 
     def _network(self) -> None:
@@ -254,16 +265,20 @@ class NetnsCluster:
         self.nodes[host] = proc
         return proc
 
-    def alive_nodes(self) -> list[str]:
-        """The addresses of the nodes Ray's GCS counts alive (asked from the head's host; the
-        cluster has no dashboard, so no ``ray list nodes``)."""
+    def alive_node_ids(self) -> dict[str, str]:
+        """{node id: address} of the nodes Ray's GCS counts alive (asked from the head's host;
+        the cluster has no dashboard, so no ``ray list nodes``); empty while the GCS is down."""
         out = self.run_on(0, [sys.executable, "-c", _ALIVE_NODES], timeout=60)
         if out.returncode != 0:
-            return []
+            return {}
         try:
-            return list(json.loads(out.stdout.strip().splitlines()[-1]))
+            return dict(json.loads(out.stdout.strip().splitlines()[-1]))
         except (ValueError, IndexError):
-            return []
+            return {}
+
+    def alive_nodes(self) -> list[str]:
+        """The addresses of the nodes Ray's GCS counts alive."""
+        return list(self.alive_node_ids().values())
 
     def wait_nodes(self, count: int, timeout_s: float = START_TIMEOUT_S) -> list[str]:
         deadline = time.monotonic() + timeout_s
@@ -355,9 +370,10 @@ class NetnsCluster:
                     os.killpg(proc.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
+        deadline = time.monotonic() + 10  # `ray start --block` stops its node's processes on SIGTERM
         for proc in self.nodes.values():
             try:
-                proc.wait(30)
+                proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 try:
                     os.killpg(proc.pid, signal.SIGKILL)

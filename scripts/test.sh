@@ -32,7 +32,7 @@ work=$(mktemp -d /tmp/raylink-tests.XXXXXX)
 in_process=$!
 status=0
 echo "== the tests on a local Ray (the in-process tests run beside them; their output follows) =="
-.venv/bin/python -m pytest tests -q -m ray --basetemp "$work/ray" || status=$?
+.venv/bin/python -m pytest tests -q -m ray --durations=30 --basetemp "$work/ray" || status=$?
 wait "$in_process" || status=$?
 echo "== the in-process tests, then the hot-path tests on the pure-Python twins =="
 cat "$work/in-process.log"
