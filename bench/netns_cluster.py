@@ -66,6 +66,8 @@ NODE_PORTS = (
 )
 OBJECT_STORE_BYTES = 150 * 1024 * 1024
 START_TIMEOUT_S = 180.0
+#: how long a restarted node must stay up after it registered before revive() counts it started
+REVIVE_SETTLE_S = 10.0
 NODE_NICENESS = -5
 
 
@@ -163,11 +165,22 @@ class NetnsCluster:
                 time.sleep(0.5)  # polling Ray's node table with a deadline
             proc = self.start_node(host)
             while proc.poll() is None and time.monotonic() < deadline:
-                if any(a == ip and n not in old for n, a in self.alive_node_ids().items()):
+                new = {n for n, a in self.alive_node_ids().items() if a == ip and n not in old}
+                if new and (not restarted or self._stays_alive(proc, new)):
                     return
                 time.sleep(0.5)  # polling Ray's node table with a deadline
             old |= {node for node, address in self.alive_node_ids().items() if address == ip}
         raise NetnsClusterError(f"the Ray node of host {host + 1} did not start:\n{self.log_text()}")
+
+    def _stays_alive(self, proc: subprocess.Popen, nodes: set, settle_s: float = REVIVE_SETTLE_S) -> bool:
+        """Whether a restarted node is still up ``settle_s`` after Ray first counted it alive: a
+        raylet restarted at its predecessor's address has been seen to register and then exit."""
+        deadline = time.monotonic() + settle_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                return False
+            time.sleep(0.5)  # watching the node's `ray start` for a settle period
+        return proc.poll() is None and nodes <= set(self.alive_node_ids())
 
     def _network(self) -> None:
         _ip("link", "add", self.bridge, "type", "bridge")
