@@ -150,7 +150,8 @@ class NetnsCluster:
         """(Re)start host ``host``'s Ray node, after what is left of it is killed, and wait until
         Ray counts a new node of it alive. The GCS counts a killed node alive until its health
         checks miss (:data:`HEALTH_CHECK_ENV`): the old node must be dead first, else the new
-        raylet's registration races it and the old entry would pass for the new node. ``ray start``
+        raylet's registration races it and the old entry would pass for the new node; a restarted
+        node counts once it stayed up :data:`REVIVE_SETTLE_S` after registering. ``ray start``
         gives a raylet 30 s to register, which a loaded machine can miss: it is tried again
         ``attempts`` times."""
         ip = self.ips[host]
