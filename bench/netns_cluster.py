@@ -154,9 +154,8 @@ class NetnsCluster:
         node counts once it stayed up :data:`REVIVE_SETTLE_S` after registering. ``ray start``
         gives a raylet 30 s to register, which a loaded machine can miss: it is tried again
         ``attempts`` times."""
-        ip = self.ips[host]
         restarted = host != 0 and host in self.nodes  # a head's restart takes the node table with it
-        old = {node for node, address in self.alive_node_ids().items() if address == ip} if restarted else set()
+        old = self.node_ids_of(host) if restarted else set()
         for attempt in range(attempts):
             self.kill_host(host)
             deadline = time.monotonic() + START_TIMEOUT_S
@@ -166,22 +165,21 @@ class NetnsCluster:
                 time.sleep(0.5)  # polling Ray's node table with a deadline
             proc = self.start_node(host)
             while proc.poll() is None and time.monotonic() < deadline:
-                new = {n for n, a in self.alive_node_ids().items() if a == ip and n not in old}
+                new = self.node_ids_of(host) - old
                 if new and (not restarted or self._stays_alive(proc, new)):
                     return
                 time.sleep(0.5)  # polling Ray's node table with a deadline
-            old |= {node for node, address in self.alive_node_ids().items() if address == ip}
+            old |= self.node_ids_of(host)
         raise NetnsClusterError(f"the Ray node of host {host + 1} did not start:\n{self.log_text()}")
 
     def _stays_alive(self, proc: subprocess.Popen, nodes: set, settle_s: float = REVIVE_SETTLE_S) -> bool:
         """Whether a restarted node is still up ``settle_s`` after Ray first counted it alive: a
         raylet restarted at its predecessor's address has been seen to register and then exit."""
-        deadline = time.monotonic() + settle_s
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                return False
-            time.sleep(0.5)  # watching the node's `ray start` for a settle period
-        return proc.poll() is None and nodes <= set(self.alive_node_ids())
+        try:
+            proc.wait(settle_s)  # its `ray start --block` ends with the node
+            return False
+        except subprocess.TimeoutExpired:
+            return nodes <= set(self.alive_node_ids())
 
     def _network(self) -> None:
         _ip("link", "add", self.bridge, "type", "bridge")
@@ -289,6 +287,10 @@ class NetnsCluster:
             return dict(json.loads(out.stdout.strip().splitlines()[-1]))
         except (ValueError, IndexError):
             return {}
+
+    def node_ids_of(self, host: int) -> set[str]:
+        """The ids of host ``host``'s nodes Ray's GCS counts alive."""
+        return {node for node, address in self.alive_node_ids().items() if address == self.ips[host]}
 
     def alive_nodes(self) -> list[str]:
         """The addresses of the nodes Ray's GCS counts alive."""
