@@ -19,7 +19,7 @@ No Flink counterpart (Flink's ``MiniClusterResource`` plays this part in its tes
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any
+from typing import Any, Optional
 
 import ray
 
@@ -32,11 +32,13 @@ def ray_connected() -> bool:
     return ray.is_initialized()
 
 
-def connect_to(address: str) -> None:
+def connect_to(address: str, node_ip_address: Optional[str] = None) -> None:
     """Connect this process to the Ray cluster at ``address`` (``auto``: the one on this machine),
-    without Ray's log lines; the exception ``ray.init`` raises when it cannot."""
+    without Ray's log lines; the exception ``ray.init`` raises when it cannot. ``node_ip_address``
+    names this host's Ray node when several nodes share the machine's process table (Ray would
+    otherwise attach a driver to the head's raylet if it runs here, whatever its network)."""
     with single_node_ray(on_loopback(address)):  # a Ray at 127.0.0.1 is reached there (Ray would use the node's IP)
-        ray.init(address=address, log_to_driver=False, configure_logging=False)
+        ray.init(address=address, log_to_driver=False, configure_logging=False, _node_ip_address=node_ip_address)
 
 
 def gcs_address() -> str:

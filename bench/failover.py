@@ -14,7 +14,12 @@ time until the restarted JobMaster answers (Ray's detection of the dead process 
 until the recovered job is RUNNING, and until the restored tasks emit their first record, with
 the records lost / duplicated in the committed output (0 / 0: the FileSink is exactly-once).
 
+Hosts, with ``--host-rounds N`` (root): a host killed, a host's link cut and the head restarted
+with Ray's GCS fault tolerance, ``N`` rounds each on three hosts of network namespaces
+(``bench/host_failover.py``, whose table this prints).
+
     python bench/failover.py [--kills 20] [--records 24000] [--job-master-kills 3] [--skip-task-executors]
+                             [--host-rounds 0]
 """
 
 from __future__ import annotations
@@ -271,7 +276,17 @@ def main(argv: Optional[list] = None) -> None:
         "--job-master-kills", type=int, default=3, help="SIGKILLs of the JobMaster actor (0: no JobMaster row)"
     )
     parser.add_argument("--skip-task-executors", action="store_true", help="only the JobMaster loss table")
+    parser.add_argument(
+        "--host-rounds", type=int, default=0, help="rounds of host, link and head loss on network namespaces (root)"
+    )
     args = parser.parse_args(argv)
+    if args.host_rounds > 0:  # a cluster of its own, before this process connects to a Ray
+        from raylink.bench.host_failover import main as host_failover
+
+        host_failover(["--rounds", str(args.host_rounds), "--gcs-ft"])
+        print()
+        if args.job_master_kills <= 0 and args.skip_task_executors:
+            return
 
     from raylink.actors.cluster import ensure_ray, shutdown_ray
     from raylink.bench.recovery import recovery_table

@@ -8,6 +8,10 @@ TaskExecutor is lost, one of two ways:
 * ``cut``: its link goes down for ``--cut-s`` seconds (longer than Ray's health checks take to
   declare it dead), then up again: the host ran on unreachable meanwhile, its tasks zombies.
 
+* ``head`` (on a cluster with Ray's GCS fault tolerance, ``--gcs-ft``): every process of the
+  head's host is SIGKILLed once the JobMaster said the head is lost, the head is started again
+  on its Redis (as KubeRay restarts a head pod); the driver runs on a worker host here.
+
 The job fails over onto the host left. Figures per loss, from the moment of the loss:
 *detected* (the JobMaster has seen the TaskExecutor lost: the job left RUNNING), *running*
 (RUNNING again on the host left) and *first record* (the restored keyed task emitted its first
@@ -16,7 +20,11 @@ against the rolling counts computed here without raylink: records lost and dupli
 After a cut, the link comes back while the job runs on; the zombie tasks must write nothing
 that is committed (the exact output says so).
 
-    python bench/host_failover.py [--rounds 3] [--records 40000]   # as root
+After a head restart the job is not failed over at all: its TaskExecutors never stop, the
+JobMaster says in one line that the head's GCS does not answer (naming the last completed
+checkpoint) and in another that it answers again; *running* is then the time the GCS answered.
+
+    python bench/host_failover.py [--rounds 3] [--records 40000] [--gcs-ft]   # as root
 
 The driver part (``--driver``) runs on host 1 (in its namespace) and prints one JSON report.
 """
@@ -25,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import statistics
@@ -37,6 +46,25 @@ from typing import Optional
 from raylink.bench.failover import KEYS, add, committed_lines, paced, reference
 
 DETECTION_TIMEOUT_S = 120.0
+#: the file the head-loss driver writes once the JobMaster said the head is lost: the head may restart
+HEAD_LOST_MARKER = "head-lost"
+#: how many records the head-restart run counts: its job must outlast the head's restart
+HEAD_RECORDS = 200_000
+
+
+class _LogLines(logging.Handler):
+    """The raylink logger's lines with the wall time each was logged (the JobMaster's word on
+    the head)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append((time.time(), record.getMessage()))
+
+    def first(self, fragment: str) -> Optional[float]:
+        return next((t for t, line in list(self.lines) if fragment in line), None)
 
 
 def _wait(predicate, timeout: float, what: str, step: float = 0.01) -> float:
@@ -58,11 +86,82 @@ def _set_link(netns: str, state: str) -> None:
     )
 
 
+def _kill_host(netns: str) -> None:
+    """SIGKILL every process of the namespace (again: a process may fork while the first die)."""
+    for _ in range(3):
+        pids = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True).stdout
+        for pid in map(int, pids.split()):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _lose_head(client, hosts: dict, folder: str, lines: _LogLines, lost_at: float) -> dict:
+    """Kills the head's host, lets it restart (:data:`HEAD_LOST_MARKER`) once the JobMaster said
+    it is lost, and waits until the JobMaster says the head answers again."""
+    head = next(h for h in hosts.values() if h.get("head"))
+    _kill_host(head["netns"])
+    detected = _wait(
+        lambda: lines.first("has not answered") is not None or client.wait(0),
+        DETECTION_TIMEOUT_S,
+        "the JobMaster to say the head is lost",
+    )
+    with open(os.path.join(folder, HEAD_LOST_MARKER), "w") as fh:
+        fh.write(str(detected))
+    back = _wait(
+        lambda: lines.first("answers again") is not None or client.wait(0),
+        DETECTION_TIMEOUT_S * 2,
+        "the head's GCS to answer again",
+    )
+    return {
+        "detected_s": detected - lost_at,
+        "running_s": back - lost_at,  # the job never stopped: the time the head answered again
+        "running_when_back": not client.wait(0) and client.get_job_status() == "RUNNING",
+        "head_lines": [line for _, line in lines.lines if "Ray head's GCS" in line],
+    }
+
+
+def _lose_worker(
+    client, stats, netns: str, fault: str, restarts: int, lost_at: float, probe: str, cut_s: float
+) -> dict:
+    """Kills or cuts off the worker host in ``netns``; its figures once the job runs again (after a
+    cut, once the link is back)."""
+    from raylink.bench.recovery import wait_first_record
+
+    if fault == "kill":
+        _kill_host(netns)
+    else:
+        _set_link(netns, "down")
+    detected = _wait(
+        lambda: client.get_job_status() != "RUNNING" or stats()["numRestarts"] > restarts,
+        DETECTION_TIMEOUT_S,
+        "the JobMaster to see the host lost",
+    )
+    running = _wait(
+        lambda: (stats()["numRestarts"] > restarts and client.get_job_status() == "RUNNING") or client.wait(0),
+        DETECTION_TIMEOUT_S,
+        "the job to run again",
+    )
+    first = wait_first_record(probe, restarts, lambda: client.wait(0))
+    report = {
+        "detected_s": detected - lost_at,
+        "running_s": running - lost_at,
+        "first_record_s": None if first is None else first - lost_at,
+        "hosts_after": sorted({loc["host"] for loc in client.locations.values()}),
+    }
+    if fault == "cut":
+        time.sleep(max(0.0, lost_at + cut_s - time.time()))  # the cut lasts cut_s: the scenario itself
+        _set_link(netns, "up")
+        report["restored_link_s"] = time.time() - lost_at
+    return report
+
+
 def driver(fault: str, folder: str, hosts: dict, records: int, cut_s: float) -> dict:
-    """Runs the job on the cluster at RAY_ADDRESS, loses the host of the first TaskExecutor as
-    ``fault`` says once a checkpoint completed, waits for the job's end; the report."""
+    """Runs the job on the cluster at RAY_ADDRESS, loses the host of the first TaskExecutor (or
+    the head) as ``fault`` says once a checkpoint completed, waits for the job's end; the report."""
     from raylink.api import Configuration, Encoder, FileSink, RollingPolicy, StreamExecutionEnvironment
-    from raylink.bench.recovery import FirstRecordAfterRestore, wait_first_record
+    from raylink.bench.recovery import FirstRecordAfterRestore
 
     conf = (
         Configuration()
@@ -92,11 +191,16 @@ def driver(fault: str, folder: str, hosts: dict, records: int, cut_s: float) -> 
         .map(lambda kv: f"{kv[0]},{kv[1]}")
         .sink_to(sink)
     )
+    lines = _LogLines()
+    logging.getLogger("raylink").addHandler(lines)
     client = env.execute_async(f"host loss ({fault})")
     report: dict = {"fault": fault}
     try:
         report["hosts_used"] = sorted({loc["host"] for loc in client.locations.values()})
-        victim_ip = next(iter(client.locations.values()))["host"]
+        if fault == "head":
+            victim_ip = next(ip for ip, h in hosts.items() if h.get("head"))
+        else:
+            victim_ip = next(iter(client.locations.values()))["host"]
         victim = hosts[victim_ip]
         report["victim"] = victim_ip
 
@@ -106,39 +210,17 @@ def driver(fault: str, folder: str, hosts: dict, records: int, cut_s: float) -> 
         _wait(lambda: stats()["numberOfCompletedCheckpoints"] >= 1 or client.wait(0), 120, "a checkpoint")
         restarts = stats()["numRestarts"]
         lost_at = time.time()
-        if fault == "kill":
-            for _ in range(3):
-                pids = subprocess.run(["ip", "netns", "pids", victim["netns"]], capture_output=True, text=True).stdout
-                for pid in map(int, pids.split()):
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+        if fault == "head":
+            report.update(_lose_head(client, hosts, folder, lines, lost_at))
+            report["first_record_s"] = None  # nothing was restored
+            report["hosts_after"] = sorted({loc["host"] for loc in client.locations.values()})
         else:
-            _set_link(victim["netns"], "down")
-        detected = _wait(
-            lambda: client.get_job_status() != "RUNNING" or stats()["numRestarts"] > restarts,
-            DETECTION_TIMEOUT_S,
-            "the JobMaster to see the host lost",
-        )
-        running = _wait(
-            lambda: (stats()["numRestarts"] > restarts and client.get_job_status() == "RUNNING") or client.wait(0),
-            DETECTION_TIMEOUT_S,
-            "the job to run again",
-        )
-        first = wait_first_record(probe, restarts, lambda: client.wait(0))
-        report["detected_s"] = detected - lost_at
-        report["running_s"] = running - lost_at
-        report["first_record_s"] = None if first is None else first - lost_at
-        report["hosts_after"] = sorted({loc["host"] for loc in client.locations.values()})
-        if fault == "cut":
-            time.sleep(max(0.0, lost_at + cut_s - time.time()))  # the cut lasts cut_s: the scenario itself
-            _set_link(victim["netns"], "up")
-            report["restored_link_s"] = time.time() - lost_at
+            report.update(_lose_worker(client, stats, victim["netns"], fault, restarts, lost_at, probe, cut_s))
         report["finished"] = client.wait(300)
         report["status"] = client.get_job_status()
         report["restarts"] = stats()["numRestarts"]
     finally:
+        logging.getLogger("raylink").removeHandler(lines)
         if not client.wait(0):
             client.cancel()
             client.wait(60)
@@ -150,9 +232,12 @@ def driver(fault: str, folder: str, hosts: dict, records: int, cut_s: float) -> 
 
 
 def run_driver(cluster, fault: str, folder: str, records: int = 40_000, cut_s: float = 12.0, timeout: float = 600):
-    """:func:`driver` as a program on the cluster's head host; its report (``RuntimeError`` with
-    its output and the nodes' logs when it fails)."""
+    """:func:`driver` as a program on the cluster's head host (on a worker host for ``head``,
+    whose host is restarted here once the driver asks); its report (``RuntimeError`` with its
+    output and the nodes' logs when it fails)."""
     hosts = {ip: {"netns": ns, "veth": veth} for ip, ns, veth in zip(cluster.ips, cluster.names, cluster.veths)}
+    hosts[cluster.ips[0]]["head"] = True
+    on = 1 if fault == "head" else 0
     argv = [
         sys.executable,
         "-m",
@@ -167,14 +252,33 @@ def run_driver(cluster, fault: str, folder: str, records: int = 40_000, cut_s: f
         str(records),
         "--cut-s",
         str(cut_s),
+        "--node-ip",
+        cluster.ips[on],
     ]
-    proc = subprocess.run(
-        cluster.driver_argv(argv), env=cluster.driver_env(), capture_output=True, text=True, timeout=timeout
+    proc = subprocess.Popen(
+        cluster.driver_argv(argv, host=on),
+        env=cluster.driver_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
-    lines = proc.stdout.strip().splitlines()
+    try:
+        if fault == "head":
+            marker = os.path.join(folder, HEAD_LOST_MARKER)
+            _wait(
+                lambda: os.path.exists(marker) or proc.poll() is not None, timeout, "the driver to lose the head", 0.1
+            )
+            if proc.poll() is None:
+                cluster.revive(0)  # the head restarts on its Redis, as KubeRay restarts a head pod
+        stdout, stderr = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=30)
+    lines = stdout.strip().splitlines()
     if proc.returncode != 0 or not lines or not lines[-1].startswith("{"):
         raise RuntimeError(
-            f"the {fault} driver exited with {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}\n"
+            f"the {fault} driver exited with {proc.returncode}:\n{stdout[-2000:]}\n{stderr[-4000:]}\n"
             f"{cluster.log_text()}"
         )
     return json.loads(lines[-1])
@@ -187,7 +291,11 @@ def _median(values: list) -> str:
 
 def main(argv: Optional[list] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--driver", choices=["kill", "cut"])
+    parser.add_argument("--driver", choices=["kill", "cut", "head"])
+    parser.add_argument("--node-ip", help="the driver's host address (its Ray node)")
+    parser.add_argument(
+        "--gcs-ft", action="store_true", help="the head on a redis-server (Ray's GCS fault tolerance), and a head row"
+    )
     parser.add_argument("--folder")
     parser.add_argument("--hosts")
     parser.add_argument("--rounds", type=int, default=3)
@@ -197,7 +305,7 @@ def main(argv: Optional[list] = None) -> None:
     if args.driver:
         from raylink.actors.cluster import connect_to, shutdown_ray
 
-        connect_to(os.environ["RAY_ADDRESS"])
+        connect_to(os.environ["RAY_ADDRESS"], node_ip_address=args.node_ip)
         try:
             report = driver(args.driver, args.folder, json.loads(args.hosts), args.records, args.cut_s)
         finally:
@@ -207,23 +315,32 @@ def main(argv: Optional[list] = None) -> None:
 
     from raylink.bench.netns_cluster import HEALTH_CHECK_ENV, NetnsCluster
 
-    reports: dict = {"kill": [], "cut": []}
-    with NetnsCluster() as cluster:
+    faults = ("kill", "cut", "head") if args.gcs_ft else ("kill", "cut")
+    reports: dict = {fault: [] for fault in faults}
+    with NetnsCluster(gcs_redis=args.gcs_ft) as cluster:
         for round_ in range(args.rounds):
-            for fault in ("kill", "cut"):  # interleaved
+            for fault in faults:  # interleaved
                 with tempfile.TemporaryDirectory(prefix="rlhf") as folder:
-                    reports[fault].append(run_driver(cluster, fault, folder, args.records, args.cut_s))
-                cluster.revive(cluster.ips.index(reports[fault][-1]["victim"]))
+                    records = max(args.records, HEAD_RECORDS) if fault == "head" else args.records
+                    reports[fault].append(run_driver(cluster, fault, folder, records, args.cut_s))
+                if fault != "head":  # the head was restarted by run_driver
+                    cluster.revive(cluster.ips.index(reports[fault][-1]["victim"]))
     checks = ", ".join(f"{k.removeprefix('RAY_')}={v}" for k, v in HEALTH_CHECK_ENV.items())
     print(f"host failover: {args.records:,} records, parallelism 2 over 2 worker hosts, Ray health checks {checks}")
-    print(f"medians over {args.rounds} rounds, seconds from the loss")
-    print(f"{'loss':<28}{'detected':>9}{'RUNNING':>9}{'1st rec':>9}{'lost':>6}{'dup':>6}{'exact':>7}")
-    for fault, label in (("kill", "host killed (all processes)"), ("cut", f"link cut for {args.cut_s:.0f} s")):
-        rows = reports[fault]
+    print(f"medians over {args.rounds} rounds, seconds from the loss (head: RUNNING = its GCS answers again)")
+    print(f"{'loss':<28}{'detected':>9}{'RUNNING':>9}{'1st rec':>9}{'lost':>6}{'dup':>6}{'exact':>7}{'restarts':>9}")
+    labels = {
+        "kill": "host killed (all processes)",
+        "cut": f"link cut for {args.cut_s:.0f} s",
+        "head": "head restarted (GCS FT)",
+    }
+    for fault in faults:
+        rows, label = reports[fault], labels[fault]
         print(
             f"{label:<28}{_median([r['detected_s'] for r in rows]):>9}{_median([r['running_s'] for r in rows]):>9}"
             f"{_median([r['first_record_s'] for r in rows]):>9}{sum(r['lost'] for r in rows):>6}"
             f"{sum(r['duplicated'] for r in rows):>6}{str(all(r['exact'] for r in rows)):>7}"
+            f"{sum(r['restarts'] for r in rows):>9}"
         )
 
 

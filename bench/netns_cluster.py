@@ -26,6 +26,7 @@ start; it is idempotent.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -52,6 +53,8 @@ HEALTH_CHECK_ENV = {
     "RAY_raylet_start_wait_time_s": "300",
 }
 GCS_PORT = 6379
+#: with GCS fault tolerance, how long Ray's workers and drivers wait for a restarted head (Ray: 60 s)
+GCS_RECONNECT_TIMEOUT_S = 120
 REDIS_PORT = 6390  # each namespace has a network stack of its own: Ray's default ports are free there
 #: every port of a node fixed: each namespace's ports are its own, so Ray's defaults are free there
 NODE_PORTS = (
@@ -229,6 +232,8 @@ class NetnsCluster:
             RAY_AUTH_TOKEN_PATH=self.token_file,
             RAY_USAGE_STATS_ENABLED="0",
         )
+        if self.gcs_redis:  # as deploy/kuberay/raycluster-ha.yaml: workers wait longer for a restarted head
+            env["RAY_gcs_rpc_server_reconnect_timeout_s"] = str(GCS_RECONNECT_TIMEOUT_S)
         env.update(self.extra_env)
         return env
 
@@ -237,6 +242,13 @@ class NetnsCluster:
         from raylink.actors.ray_transport import RAY_SYSTEM_CONFIG
 
         ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
+        temp_dir = os.path.join(self.temp_dir, f"n{host + 1}")
+        if host == 0:
+            # a head restarts as a new head pod would, without its last address: `ray start --head`
+            # refuses an address that it last started at and that a raylet of this machine names
+            # (the workers', all in one process table)
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(os.path.join(temp_dir, "ray_current_cluster"))
         argv = [
             "ip",
             "netns",
@@ -250,7 +262,7 @@ class NetnsCluster:
             "--block",
             "--disable-usage-stats",
             f"--node-ip-address={self.ips[host]}",
-            f"--temp-dir={os.path.join(self.temp_dir, f'n{host + 1}')}",
+            f"--temp-dir={temp_dir}",
             f"--object-store-memory={OBJECT_STORE_BYTES}",
             *NODE_PORTS,
         ]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Redis for the tests of Ray's GCS fault tolerance (tests/test_gcs_ft.py): Debian's redis-server,
+# Redis for the tests of Ray's GCS fault tolerance (tests/test_netns_host_failover.py): Debian's redis-server,
 # installed when missing; idempotent (nothing happens when redis-server is on PATH). The package's
 # own service is not used: the tests start redis-server on a free port in a folder of their own.
 set -euo pipefail
