@@ -7,6 +7,7 @@ themselves (Ray lives in ``actors/``); they use these few helpers instead:
   or reuse a local Ray, with raylink's system config), and disconnect; :func:`connect_to`
   an existing cluster, :func:`ray_connected`, :func:`gcs_address` (the CLI's admin commands);
 * :func:`available_cpus`: the cluster's CPUs (0 when not connected);
+* :func:`release_warm_executors`: end the TaskExecutors finished jobs left warm for the next;
 * :func:`ship_by_value`: pickle a module's functions by value (both ``cloudpickle``
   and Ray's vendored copy), for a script whose module Ray workers cannot import;
 * :func:`task_executor_pids`: the process ids of a running job's TaskExecutor actors
@@ -39,6 +40,15 @@ def connect_to(address: str, node_ip_address: Optional[str] = None) -> None:
     otherwise attach a driver to the head's raylet if it runs here, whatever its network)."""
     with single_node_ray(on_loopback(address)):  # a Ray at 127.0.0.1 is reached there (Ray would use the node's IP)
         ray.init(address=address, log_to_driver=False, configure_logging=False, _node_ip_address=node_ip_address)
+
+
+def release_warm_executors() -> None:
+    """End this program's warm TaskExecutors now (those its finished jobs left for its next
+    job, ``resourcemanager.taskmanager-timeout``): the next job starts its own processes."""
+    from raylink.actors.warm_executors import WARM_EXECUTORS
+
+    if ray.is_initialized():
+        WARM_EXECUTORS.release()
 
 
 def gcs_address() -> str:
@@ -85,6 +95,7 @@ __all__ = [
     "gcs_address",
     "init_ray",
     "ray_connected",
+    "release_warm_executors",
     "ship_by_value",
     "shutdown_ray",
     "task_executor_pids",

@@ -41,27 +41,35 @@ def task_executor_actor_name(job_id: str, executor_id: str) -> str:
     return f"{job_id}/{executor_id}"
 
 
-def find_task_executors(job_id: str) -> dict[str, Any]:
+def find_task_executors(job_id: str, timeout: float = 10.0) -> dict[str, Any]:
     """``{executor id: actor handle}`` of the running job whose id is (or starts with) ``job_id``.
 
-    Raises ``LookupError`` naming the running jobs when none, or several, match."""
-    names = [
-        a["name"]
+    Every named TaskExecutor is asked whom it serves: an actor is named after the job that
+    started it, and a program's warm executors serve its later jobs too
+    (:mod:`raylink.actors.warm_executors`). Raises ``LookupError`` naming the running jobs
+    when none, or several, match."""
+    handles = [
+        ray.get_actor(a["name"], namespace=TASK_EXECUTOR_NAMESPACE)
         for a in ray.util.list_named_actors(all_namespaces=True)
         if a.get("namespace") == TASK_EXECUTOR_NAMESPACE and "/" in a.get("name", "")
     ]
-    jobs = sorted({n.split("/", 1)[0] for n in names})
+    refs = {h.serves.remote(): h for h in handles}
+    ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout) if refs else ([], [])
+    served: dict[str, dict] = {}
+    for ref in ready:
+        try:
+            job, executor = ray.get(ref)
+        except Exception:  # noqa: BLE001 - an executor that ended meanwhile
+            continue
+        if job:  # an idle warm executor serves none
+            served.setdefault(job, {})[executor] = refs[ref]
+    jobs = sorted(served)
     matching = [j for j in jobs if j.startswith(job_id)] if job_id else []
     if len(matching) != 1:
         known = ", ".join(jobs) or "none"
         why = "no running job" if not matching else f"{len(matching)} running jobs"
         raise LookupError(f"{why} with id {job_id!r} on this Ray cluster (running jobs: {known})")
-    prefix = matching[0] + "/"
-    return {
-        n[len(prefix) :]: ray.get_actor(n, namespace=TASK_EXECUTOR_NAMESPACE)
-        for n in sorted(names)
-        if n.startswith(prefix)
-    }
+    return dict(sorted(served[matching[0]].items()))
 
 
 def memory_reports(
@@ -104,8 +112,10 @@ class TaskExecutorActor:
         executor_id: str = "pooled",
         settings: Optional[dict] = None,
         max_batch_bytes: int = RaylinkOptions.MAX_BATCH_BYTES.default,
+        job_id: str = "",
     ) -> None:
         self._printed = print_channel.install()  # print() sinks' lines go to the driver (next_events)
+        self.job_id = job_id  # the job served ("": none, pooled)
         self._bind(executor_id, settings or {}, max_batch_bytes, freeze=True)
 
     def _bind(self, executor_id: str, settings: dict, max_batch_bytes: int, freeze: bool = False) -> None:
@@ -128,14 +138,15 @@ class TaskExecutorActor:
         return self.te.partitions[partition_id]
 
     # -- session cluster pool ---------------------------------------------------------------
-    def bind(self, executor_id: str, settings: dict, max_batch_bytes: int, peers: dict) -> dict:
-        """Serve a job as ``executor_id`` (a pooled executor, reset): a new TaskExecutor and
-        transport with the job's settings and peers; returns :meth:`location`."""
+    def bind(self, executor_id: str, settings: dict, max_batch_bytes: int, peers: dict, job_id: str = "") -> dict:
+        """Serve job ``job_id`` as ``executor_id`` (a pooled executor, reset): a new TaskExecutor
+        and transport with the job's settings and peers; returns :meth:`location`."""
         if self.te.tasks:
             raise RuntimeError(
                 f"TaskExecutor {self.te.executor_id} still hosts tasks "
                 f"({len(self.te.tasks)}): reset it before binding it to another job"
             )
+        self.job_id = job_id
         self._bind(executor_id, settings, max_batch_bytes)
         self.transport.register_peers(peers)
         self._printed.take()  # print() lines a previous job left (it was cancelled) are not this job's
@@ -146,6 +157,7 @@ class TaskExecutorActor:
         connections dropped; the report (``TaskExecutor.reset``'s, plus ``connections``) says
         whether anything is left (``clean``)."""
         report = self.te.reset(timeout)
+        self.job_id = ""
         if self.te.task_cpus is not None:
             NodeCpuRegistry().release()  # the next job decides again (a new TaskExecutor)
         report["previous"]["connections"] = len(self.transport.peers)
@@ -159,6 +171,10 @@ class TaskExecutorActor:
         report["clean"] = report["clean"] and not alive
         report.update(self.location())
         return report
+
+    def serves(self) -> tuple[str, str]:
+        """``(job id, executor id)`` of the job this executor serves (``""`` for none)."""
+        return self.job_id, self.te.executor_id
 
     # -- control (JobMaster) ------------------------------------------------------------------
     def location(self) -> dict:

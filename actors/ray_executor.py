@@ -16,7 +16,9 @@ stops answering, the JobMaster says so in one line, with the job's last complete
 When a session cluster runs on the Ray cluster (``raylink cluster start``,
 :mod:`raylink.actors.session_cluster`) and ``raylink.session.enabled`` is true, the
 JobMaster leases warm TaskExecutors from it instead (no placement group, no
-process start) and gives them back to its pool when the job ends or restarts.
+process start) and gives them back to its pool when the job ends or restarts. Without one, a
+finished job's TaskExecutors and placement group are kept for the program's next job for
+``resourcemanager.taskmanager-timeout`` (:mod:`raylink.actors.warm_executors`).
 """
 
 from __future__ import annotations
@@ -37,13 +39,16 @@ from raylink.actors.local_ray import listening, on_loopback, single_node_ray
 from raylink.actors.ray_actors import TASK_EXECUTOR_NAMESPACE, TaskExecutorActor, task_executor_actor_name
 from raylink.actors.ray_transport import RAY_SYSTEM_CONFIG, inline_call_limit
 from raylink.actors.session_cluster import find_session
-from raylink.core.options import RaylinkOptions, TaskManagerOptions
+from raylink.actors.warm_executors import WARM_EXECUTORS, warm_key
+from raylink.core.job_status import JobStatus
+from raylink.core.options import ExecutionOptions, RaylinkOptions, ResourceManagerOptions, TaskManagerOptions
 from raylink.errors import RaylinkError
 from raylink.operators.print_channel import write_chunks
 from raylink.runtime.client.job_result import JobExecutionResult
 from raylink.runtime.client.python_dependencies import ray_runtime_env
 from raylink.runtime.execution_state import ExecutionState
 from raylink.runtime.job.deployment import TaskDeploymentDescriptorFactory, assign_slots, assign_task_executors
+from raylink.runtime.job.high_availability import ha_enabled
 from raylink.runtime.job.job_master import JobExecutor, JobMasterBase
 from raylink.runtime.job.resource_profile import (
     UnsatisfiableResourcesError,
@@ -216,6 +221,13 @@ class RayJobClient(JobMasterBase):
         if conf.get(RaylinkOptions.SESSION_ENABLED) and not self.group_resources:
             self._session = find_session()
         self._generation = 0  # deployments so far (a restart makes a new one)
+        # a finished job's executors wait for the program's next job (not a JobMaster actor's:
+        # a detached or highly available job's JobMaster ends with its job)
+        self._keep_warm_s = conf.get(ResourceManagerOptions.TASK_MANAGER_TIMEOUT) / 1000.0
+        if self._session is not None or not conf.get(ExecutionOptions.ATTACHED) or ha_enabled(conf):
+            self._keep_warm_s = 0.0
+        self._warm_key = ""
+        self.reused_executors = False  # whether the latest deployment runs on a previous job's executors
         self._monitor: Optional[threading.Thread] = None
         self._head_watch: Optional[threading.Thread] = None
         self.executor_stats: list[dict] = []
@@ -266,17 +278,32 @@ class RayJobClient(JobMasterBase):
             self.locations = dict(
                 zip(
                     self.executor_ids,
-                    ray.get([h.bind.remote(e, settings, batch, peers) for e, h in self.handles.items()]),
+                    ray.get([h.bind.remote(e, settings, batch, peers, self.job_id) for e, h in self.handles.items()]),
                 )
             )
             self._deploy_tasks(placement, settings, restore, registered=True)
             return
         bundles = self._bundles(mode, default_of, defaults, graph) if defaults else []
         bundles += [dict(self.group_resources[g]) for g in self.executor_groups[defaults:]]
+        runtime_env = _executor_runtime_env(batch, conf)
+        self._warm_key = warm_key(bundles, runtime_env)
+        warm = WARM_EXECUTORS.take(self._warm_key)  # a set that does not fit is released here
+        self.reused_executors = warm is not None
+        if warm is not None:  # the program's previous job's executors: no process starts
+            self._pg = warm.placement_group
+            self.handles = dict(zip(self.executor_ids, warm.handles))
+            peers = ray.put(self.handles)  # the handles once on the wire, not once per executor
+            self.locations = dict(
+                zip(
+                    self.executor_ids,
+                    ray.get([h.bind.remote(e, settings, batch, peers, self.job_id) for e, h in self.handles.items()]),
+                )
+            )
+            self._deploy_tasks(placement, settings, restore, registered=True)
+            return
         waits_for_autoscaler = self._check_group_resources()
         self._pg = placement_group(bundles, strategy="SPREAD")
         self._wait_placed(count, bundles[0], waits_for_autoscaler)
-        runtime_env = _executor_runtime_env(batch, conf)
         for index, executor_id in enumerate(self.executor_ids):
             custom = {k: v for k, v in bundles[index].items() if k not in ("CPU", "GPU", "memory")}
             self.handles[executor_id] = TaskExecutorActor.options(
@@ -290,7 +317,7 @@ class RayJobClient(JobMasterBase):
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     placement_group=self._pg, placement_group_bundle_index=index
                 ),
-            ).remote(executor_id, settings, batch)
+            ).remote(executor_id, settings, batch, self.job_id)
         self.locations = dict(zip(self.executor_ids, ray.get([h.location.remote() for h in self.handles.values()])))
         self._deploy_tasks(placement, settings, restore, registered=False)
 
@@ -573,6 +600,11 @@ class RayJobClient(JobMasterBase):
                 except Exception:  # the session is gone (stopped): its executors died with it
                     pass
             return
+        if self._released and self._keep_warm_s > 0 and self._status is JobStatus.FINISHED and self.handles:
+            # the job ended: its executors wait for the program's next job (reset first)
+            handles = [self.handles[e] for e in self.executor_ids]
+            WARM_EXECUTORS.offer(self._warm_key, self._pg, handles, self._keep_warm_s, self._quiesced)
+            return
         for handle in self.handles.values():
             try:
                 ray.kill(handle, no_restart=True)
@@ -583,6 +615,12 @@ class RayJobClient(JobMasterBase):
                 remove_placement_group(self._pg)
             except Exception:
                 pass
+
+    def _quiesced(self, timeout_s: float = 10.0) -> None:
+        """Returns once the job has ended and its monitor polls its executors no more."""
+        self._done.wait(timeout_s)
+        if self._monitor is not None and self._monitor is not threading.current_thread():
+            self._monitor.join(timeout_s)
 
     def _live_metrics(self) -> list[dict]:
         refs = [h.metrics.remote() for h in self.handles.values()]

@@ -27,6 +27,8 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -280,11 +282,10 @@ def main(argv: Optional[list] = None) -> None:
         "--host-rounds", type=int, default=0, help="rounds of host, link and head loss on network namespaces (root)"
     )
     args = parser.parse_args(argv)
-    if args.host_rounds > 0:  # a cluster of its own, before this process connects to a Ray
-        from raylink.bench.host_failover import main as host_failover
-
-        host_failover(["--rounds", str(args.host_rounds), "--gcs-ft"])
-        print()
+    if args.host_rounds > 0:  # a cluster of its own (bench/host_failover.py prints its table)
+        host_failover = [sys.executable, "-m", "raylink.bench.host_failover", "--rounds", str(args.host_rounds)]
+        subprocess.run(host_failover + ["--gcs-ft"], check=True)
+        print(flush=True)
         if args.job_master_kills <= 0 and args.skip_task_executors:
             return
 

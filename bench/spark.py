@@ -17,6 +17,9 @@ The pipelines, each writing ``(k, v * 2.0)`` as Parquet (``mode="overwrite"``):
 
   (``double_v_batch``: ``pc.multiply`` of column ``v`` by 2.0, a new ``RecordBatch``);
 * **raylink → table**: the same as the first into a managed table (``table=``);
+* **same, cold start**: raylink → path starting TaskExecutor processes of its own (the first
+  job of a program; the other raylink rows, after the warm-up, run on the executors the
+  program's previous job left warm: ``resourcemanager.taskmanager-timeout``);
 * **same, session**: raylink → path on a session cluster (``raylink cluster start``: warm
   TaskExecutors, no per-job process start), when one can be started;
 * **Spark Python UDF**: ``df.select("k", udf(lambda v: v * 2.0)("v"))`` (row by row);
@@ -198,7 +201,9 @@ def raylink_pipeline(
     batches: bool = False,
     checkpoint_ms: int = 0,
     upsert: bool = False,
+    cold: bool = False,
 ) -> dict:
+    from raylink.actors.cluster import release_warm_executors
     from raylink.api import Configuration, StreamExecutionEnvironment
     from raylink.connectors.spark.sink import SparkSink
 
@@ -206,6 +211,9 @@ def raylink_pipeline(
     conf = Configuration()
     if not session:
         conf.set_string("raylink.session.enabled", "false")  # per-job TaskExecutors, as by default
+    if cold:  # processes of its own, as a program's first job
+        release_warm_executors()
+        conf.set_string("resourcemanager.taskmanager-timeout", "0")
     if checkpoint_ms:
         conf.set_string("execution.checkpointing.interval", f"{checkpoint_ms} ms")
         conf.set_string("execution.checkpointing.dir", os.path.join(os.path.dirname(out.path), "checkpoints"))
@@ -351,8 +359,8 @@ def main(argv: Optional[List[str]] = None) -> None:
         "--only",
         nargs="*",
         default=None,
-        help="run only these pipelines (raylink-path raylink-batches raylink-table raylink-session spark-udf spark-pandas "
-        "spark-native)",
+        help="run only these pipelines (raylink-path raylink-batches raylink-table raylink-cold raylink-session "
+        "spark-udf spark-pandas spark-native)",
     )
     parser.add_argument("--no-warmup", action="store_true", help="time the first run of each pipeline too")
     parser.add_argument(
@@ -399,6 +407,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         "raylink -> path": lambda df, out: raylink_pipeline(df, out, args.parallelism),
         "raylink map_batches": lambda df, out: raylink_pipeline(df, out, args.parallelism, batches=True),
         "raylink -> table": lambda df, out: raylink_pipeline(df, out, args.parallelism),
+        "  same, cold start": lambda df, out: raylink_pipeline(df, out, args.parallelism, cold=True),
         "  same, session": lambda df, out: raylink_pipeline(df, out, args.parallelism, session=True),
         "raylink, checkpoints": lambda df, out: raylink_pipeline(df, out, args.parallelism, checkpoint_ms=every_ms),
         "raylink, upsert": lambda df, out: raylink_pipeline(
@@ -412,6 +421,7 @@ def main(argv: Optional[List[str]] = None) -> None:
         "raylink-path": "raylink -> path",
         "raylink-batches": "raylink map_batches",
         "raylink-table": "raylink -> table",
+        "raylink-cold": "  same, cold start",
         "raylink-session": "  same, session",
         "raylink-checkpoints": "raylink, checkpoints",
         "raylink-upsert": "raylink, upsert",

@@ -18,6 +18,12 @@ drifts between minutes):
   twice in a row: raylink runs such a job in the script's process (see ``actors/session_executor``);
 * ``python -c pass``: the interpreter's own start, for scale.
 
+A second table is for a program that runs several jobs (``JOBS``: the same job three times in one
+script, per-job TaskExecutors on the running Ray): the time from ``execute`` to the result of its
+first job and of its later ones, with the finished jobs' executors kept warm for the next
+(``resourcemanager.taskmanager-timeout``, 30 s by default) and without (``0``: each job starts
+its own processes), the two interleaved run by run.
+
 The modes that start no Ray run first, before the bench starts its private Ray head
 (``ray start --head --block`` in its own temp dir, so no other driver on the machine finds
 it), which it stops, with the session, at the end.
@@ -28,6 +34,7 @@ it), which it stops, with the session, at the end.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import signal
@@ -53,6 +60,27 @@ with env.from_collection([1, 2, 3]).map(lambda x: x * 2).execute_and_collect() a
     out = sorted(results)
 assert out == [2, 4, 6], out
 print(out)
+"""
+#: the trivial job three times in one program: each job's seconds from execute to its result (JSON)
+JOBS = """
+import json
+import sys
+import time
+from raylink.api import Configuration, StreamExecutionEnvironment
+
+seconds = []
+for _ in range(3):
+    conf = Configuration()
+    for item in sys.argv[1:]:
+        key, value = item.split("=", 1)
+        conf.set_string(key, value)
+    env = StreamExecutionEnvironment.get_execution_environment(conf)
+    started = time.perf_counter()
+    with env.from_collection([1, 2, 3]).map(lambda x: x * 2).execute_and_collect() as results:
+        out = sorted(results)
+    seconds.append(time.perf_counter() - started)
+    assert out == [2, 4, 6], out
+print(json.dumps(seconds))
 """
 PYTHON = sys.executable
 PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent.parent)
@@ -112,8 +140,12 @@ def main() -> None:
         args.runs,
         times,
     )
+    jobs: dict[str, list] = {}
     if not args.skip_ray:
-        _ray_modes(job, base, args.runs, times)
+        jobs_script = os.path.join(work, "jobs.py")
+        with open(jobs_script, "w") as f:
+            f.write(JOBS)
+        _ray_modes(job, jobs_script, base, args.runs, times, jobs)
     print(
         f"\nTrivial job (3 elements, 1 map, collected): wall clock of `python job.py`, "
         f"median of {args.runs} (min-max)\n"
@@ -123,10 +155,30 @@ def main() -> None:
         wall = [w for w, _ in values]
         cpu = statistics.median(c for _, c in values)
         print(f"| {mode} | {statistics.median(wall):.2f} | {min(wall):.2f} | {max(wall):.2f} | {cpu:.2f} |")
+    if jobs:
+        print(
+            f"\nA program's three jobs on the running Ray (per-job TaskExecutors): seconds from execute to the "
+            f"result, median of {args.runs} programs\n"
+        )
+        print("| executors | 1st job s | 2nd and 3rd job s | later jobs vs cold |\n|---|---|---|---|")
+        cold = statistics.median(t for run in jobs["cold"] for t in run[1:])
+        for mode, label in (("warm", "kept warm (default, 30 s)"), ("cold", "released (timeout 0)")):
+            later = statistics.median(t for run in jobs[mode] for t in run[1:])
+            first = statistics.median(run[0] for run in jobs[mode])
+            print(f"| {label} | {first:.2f} | {later:.2f} | {cold / later:.1f}x |")
 
 
-def _ray_modes(job: str, base: dict, runs: int, times: dict) -> None:
-    """The modes on Ray: a private Ray head (its own temp folder) and a session cluster on it."""
+def _program_jobs(argv: list, env: dict) -> list:
+    """Each job's seconds of one run of :data:`JOBS`."""
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _ray_modes(job: str, jobs_script: str, base: dict, runs: int, times: dict, jobs: dict) -> None:
+    """The modes on Ray: a private Ray head (its own temp folder) and a session cluster on it;
+    then a program's several jobs with and without warm executors."""
     ray_proc, address = _start_ray(os.path.join("/tmp", f"rlb{os.getpid()}"))
     on_ray = dict(
         base, RAY_ADDRESS=address, RAY_AUTH_MODE="token"
@@ -153,6 +205,13 @@ def _ray_modes(job: str, base: dict, runs: int, times: dict) -> None:
             raise RuntimeError(f"raylink cluster start failed: {started.stderr}")
         _timed(*modes["session cluster (RAY_ADDRESS)"])  # warm-up: the pool's first lease
         _rounds(modes, runs, times)
+        per_job = [PYTHON, jobs_script, "raylink.session.enabled=false"]
+        for _ in range(runs):  # interleaved
+            jobs.setdefault("warm", []).append(_program_jobs(per_job, on_ray))
+            jobs.setdefault("cold", []).append(
+                _program_jobs(per_job + ["resourcemanager.taskmanager-timeout=0"], on_ray)
+            )
+            print(f"  program's jobs: warm {jobs['warm'][-1]}, cold {jobs['cold'][-1]}", file=sys.stderr, flush=True)
     finally:
         subprocess.run(cli + ["stop", "--address", address], env=on_ray, capture_output=True, timeout=120)
         os.killpg(ray_proc.pid, signal.SIGTERM)

@@ -517,6 +517,18 @@ class TaskManagerOptions:
     )
 
 
+class ResourceManagerOptions:
+    TASK_MANAGER_TIMEOUT = option(
+        "resourcemanager.taskmanager-timeout",
+        "duration",
+        30_000,
+        "How long a finished job's idle TaskExecutors are kept for the program's next job on Ray "
+        "(reused when it asks for the same resources; released at once when it asks for others, "
+        "and always when the program exits); 0 releases them when their job ends.",
+        check=_at_least(0),
+    )
+
+
 class NettyShuffleEnvironmentOptions:
     NETWORK_NUM_BUFFERS = option(
         "taskmanager.network.numberOfBuffers", "int", 2048, "Network buffers per TaskExecutor.", check=_at_least(1)
@@ -1189,6 +1201,7 @@ OPTION_GROUPS = (
     HighAvailabilityOptions,
     ClientOptions,
     TaskManagerOptions,
+    ResourceManagerOptions,
     NettyShuffleEnvironmentOptions,
     MetricOptions,
     RestOptions,
@@ -1325,6 +1338,7 @@ __all__ = [
     "PipelineOptions",
     "PythonOptions",
     "RaylinkOptions",
+    "ResourceManagerOptions",
     "RestartStrategyOptions",
     "SparkConnectorOptions",
     "StateBackendOptions",
