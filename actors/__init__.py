@@ -4,7 +4,8 @@ or talks to Ray.
 Holds: the TaskExecutor actor (``ray_actors``: a thin Ray wrapper of
 :class:`raylink.runtime.task.task_executor.TaskExecutor`), the network between TaskExecutors
 over Ray actor calls (``ray_transport``), the JobMaster on Ray and its job client
-(``ray_executor``: ``execution.target = ray``, ``init_ray``), the session cluster's pool of warm
+(``ray_executor``: ``execution.target = ray``, ``init_ray``), a program's finished jobs'
+TaskExecutors kept for its next job (``warm_executors``), the session cluster's pool of warm
 TaskExecutors (``session_cluster``) and its Dispatcher's REST server (``dispatcher``; the client
 is :mod:`raylink.runtime.client.rest_cluster_client`), starting and stopping a session
 (``session_entrypoint``) and the ``ray`` executor's choice between the two

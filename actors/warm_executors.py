@@ -87,7 +87,7 @@ class WarmExecutors:
                 self._set = None
             else:
                 warm.timer = threading.Timer(timeout_s, self._expire, args=(warm,))
-                warm.timer.daemon = True
+                warm.timer.name, warm.timer.daemon = "warm executors timeout", True
                 warm.timer.start()
                 return
         logging.getLogger("raylink").debug("the finished job's TaskExecutors did not reset cleanly: released")

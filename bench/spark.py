@@ -211,9 +211,8 @@ def raylink_pipeline(
     conf = Configuration()
     if not session:
         conf.set_string("raylink.session.enabled", "false")  # per-job TaskExecutors, as by default
-    if cold:  # processes of its own, as a program's first job
+    if cold:  # processes of its own, as a program's first job (left warm for the next row)
         release_warm_executors()
-        conf.set_string("resourcemanager.taskmanager-timeout", "0")
     if checkpoint_ms:
         conf.set_string("execution.checkpointing.interval", f"{checkpoint_ms} ms")
         conf.set_string("execution.checkpointing.dir", os.path.join(os.path.dirname(out.path), "checkpoints"))
