@@ -86,6 +86,8 @@ def test_word_count_over_several_task_executors(parallelism, placement):
     env = ray_env(parallelism)
     if placement != "auto":  # auto is the default
         env.configuration.set_string("raylink.task-placement", placement)
+    # released as the job ends, not kept for a next job (that: tests/test_runtime_warm_executors.py)
+    env.configuration.set_string("resourcemanager.taskmanager-timeout", "0")
     counts = env.from_collection(LINES).flat_map(split).key_by(lambda kv: kv[0]).sum(1)
     it = counts.execute_and_collect()
     assert sorted(it) == expected_rolling_counts()

@@ -41,8 +41,11 @@ def alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    with open(f"/proc/{pid}/stat") as fh:  # a zombie waiting for its parent counts as gone
-        return fh.read().split(")")[-1].split()[0] != "Z"
+    try:
+        with open(f"/proc/{pid}/stat") as fh:  # a zombie waiting for its parent counts as gone
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:  # it exited meanwhile
+        return False
 
 
 def wait_gone(pids: set, timeout: float = 30.0) -> set:
