@@ -27,20 +27,36 @@ def expected_counts(n: int = N) -> Counter:
 
 class Paced(MapFunction):
     """1 ms every 2 records (the job runs for a few seconds); on its first attempt it fails
-    once at ``fail_at`` (0: never)."""
+    once at ``fail_at`` (0: never). With ``after_checkpoint``, subtask 0 fails instead at its
+    first record after both its ``fail_at // 2``-th record and a completed checkpoint: a job that
+    must restore from a checkpoint does not depend on the machine's speed for having one."""
 
-    def __init__(self, fail_at: int = 0) -> None:
+    def __init__(self, fail_at: int = 0, after_checkpoint: bool = False) -> None:
         self.fail_at = fail_at
+        self.after_checkpoint = after_checkpoint
         self.attempt = 0
+        self.subtask = 0
+        self.seen = 0
+        self.checkpointed = False
 
     def open(self, runtime_context) -> None:
         self.attempt = runtime_context.get_attempt_number()
+        self.subtask = runtime_context.get_index_of_this_subtask()
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        self.checkpointed = True
 
     def map(self, value):
         if value % 2 == 0:
             time.sleep(0.001)  # pacing: the workload, not a wait
-        if value == self.fail_at and self.attempt == 0:
-            raise RuntimeError(f"injected failure at record {value}")
+        self.seen += 1
+        if self.attempt == 0 and self.fail_at:
+            if self.after_checkpoint:
+                fail = self.subtask == 0 and self.checkpointed and self.seen >= self.fail_at // 2
+            else:
+                fail = value == self.fail_at
+            if fail:
+                raise RuntimeError(f"injected failure at record {value}")
         return value
 
 
@@ -48,7 +64,7 @@ def add_counts(a, b):
     return (a[0], a[1] + b[1])
 
 
-def build(env, out_dir, fail_at: int = 0, n: int = N):
+def build(env, out_dir, fail_at: int = 0, n: int = N, after_checkpoint: bool = False):
     sink = (
         FileSink.for_row_format(str(out_dir), Encoder.simple_string_encoder())
         .with_output_file_config(OutputFileConfig.builder().with_part_prefix("part").build())
@@ -57,7 +73,7 @@ def build(env, out_dir, fail_at: int = 0, n: int = N):
     )
     (
         env.from_sequence(1, n)
-        .map(Paced(fail_at))
+        .map(Paced(fail_at, after_checkpoint))
         .map(lambda v: (v % KEYS, 1))
         .key_by(lambda kv: kv[0])
         .reduce(add_counts)
@@ -86,7 +102,7 @@ def test_a_failing_function_restarts_from_the_checkpoint_and_the_output_is_exact
     env.enable_checkpointing(300, CheckpointingMode.EXACTLY_ONCE)  # PyFlink's API for the same keys
     env.get_checkpoint_config().set_checkpoint_storage_dir(str(tmp_path / "checkpoints"))
     out = tmp_path / "out"
-    build(env, out, fail_at=N // 3)
+    build(env, out, fail_at=N // 3, after_checkpoint=True)
     client = env.execute_async()
     assert client.wait(150), "the job did not finish"
     result = client.get_job_execution_result(1)
