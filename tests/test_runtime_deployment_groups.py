@@ -82,7 +82,7 @@ def test_a_job_with_offloaded_descriptors_restores_from_its_checkpoint_exactly_o
         },
     )
     out = tmp_path / "out"
-    build(env, out, fail_at=N // 3)
+    build(env, out, fail_at=N // 3, after_checkpoint=True)
     client = env.execute_async()
     assert client.wait(200), "the job did not finish"
     client.get_job_execution_result(1)
