@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import uuid
 from collections import Counter
 
@@ -16,7 +17,9 @@ import pytest
 import ray
 
 from raylink.api import StreamExecutionEnvironment
+from raylink.api.functions import SourceFunction
 from raylink.connectors.spark.sink import SparkSink
+from raylink.core.checkpointing import CheckpointedFunction, CheckpointListener
 from raylink.tests.runtime_jobs import make_env
 from raylink.tests.test_runtime_checkpointing import Paced, checkpointing_env
 from raylink.tests.test_runtime_exactly_once_sinks import kill_task_executors_while_running
@@ -70,11 +73,47 @@ def commits_per_checkpoint(spark, sink: SparkSink) -> Counter:
     return Counter(r["version"] for r in log.where(f"txn.appId = '{sink.sink_id}'").select("txn.version").collect())
 
 
+class HalvesAcrossACheckpoint(SourceFunction, CheckpointedFunction, CheckpointListener):
+    """``changes`` in two halves with a completed checkpoint between them: the first half is
+    emitted, then the source waits (60 s at most) until a checkpoint taken after it completes,
+    then emits the rest. So the sink commits at least twice, whatever the machine's speed."""
+
+    def __init__(self, changes: list) -> None:
+        self.changes = changes
+        self.emitted = 0
+        self.after_first_half = None  # the first checkpoint taken after the first half
+        self.completed = None
+
+    def initialize_state(self, context) -> None:
+        self.completed = threading.Event()
+
+    def snapshot_state(self, context) -> None:
+        if self.after_first_half is None and self.emitted == len(self.changes) // 2:
+            self.after_first_half = context.get_checkpoint_id()
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        if self.after_first_half is not None and checkpoint_id >= self.after_first_half:
+            self.completed.set()
+
+    def run(self, ctx) -> None:
+        half = len(self.changes) // 2
+        for bounds in ((0, half), (half, len(self.changes))):
+            with ctx.get_checkpoint_lock():
+                for change in self.changes[bounds[0] : bounds[1]]:
+                    ctx.collect(change)
+                self.emitted = bounds[1]
+            if bounds[0] == 0 and not self.completed.wait(60):
+                raise RuntimeError("no checkpoint completed within 60 s after the first half")
+
+    def cancel(self) -> None:
+        self.completed.set()
+
+
 @pytest.mark.parametrize("kind", ["delta-path", "delta-table", "iceberg"])
 def test_bounded_job_with_checkpoints_commits_each_checkpoint_once(spark, tmp_path, kind):
     env = env_with(True, tmp_path)
     sink = SparkSink(schema="v bigint", **target_args(kind, tmp_path))
-    env.from_sequence(0, N - 1).map(Paced(-1)).sink_to(sink)  # paced: several checkpoints commit
+    env.add_source(HalvesAcrossACheckpoint(list(range(N))), "halves").sink_to(sink)  # >= 2 checkpoints commit
     env.execute()
     expected = Counter((v,) for v in range(N))
     assert read_back(spark, sink) == expected

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import random
 import sys
-import threading
 import uuid
 from collections import Counter
 
@@ -17,14 +16,18 @@ import cloudpickle
 import pytest
 import ray
 
-from raylink.api.functions import SourceFunction
 from raylink.connectors.spark.sink import SparkSink
-from raylink.core.checkpointing import CheckpointedFunction, CheckpointListener
 from raylink.core.row import Row, RowKind
 from raylink.runtime.client.job_result import JobExecutionException
 from raylink.tests.test_runtime_checkpointing import Paced, checkpointing_env
 from raylink.tests.test_runtime_exactly_once_sinks import kill_task_executors_while_running
-from raylink.tests.test_spark_delta_iceberg import commits_per_checkpoint, env_with, read_back, target_args
+from raylink.tests.test_spark_delta_iceberg import (
+    HalvesAcrossACheckpoint,
+    commits_per_checkpoint,
+    env_with,
+    read_back,
+    target_args,
+)
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -53,42 +56,6 @@ def changelog(steps: int, seed: int = 45) -> "tuple[list, dict]":
             table[k] = rnd.randrange(1000)
             out.append(Row.of_kind(RowKind.UPDATE_AFTER, k=k, c=table[k]))
     return out, table
-
-
-class HalvesAcrossACheckpoint(SourceFunction, CheckpointedFunction, CheckpointListener):
-    """The changelog in two halves with a completed checkpoint between them: the first half is
-    emitted, then the source waits (60 s at most) until a checkpoint taken after it completes,
-    then emits the rest. So the sink commits at least twice, whatever the machine's speed."""
-
-    def __init__(self, changes: list) -> None:
-        self.changes = changes
-        self.emitted = 0
-        self.after_first_half = None  # the first checkpoint taken after the first half
-        self.completed = None
-
-    def initialize_state(self, context) -> None:
-        self.completed = threading.Event()
-
-    def snapshot_state(self, context) -> None:
-        if self.after_first_half is None and self.emitted == len(self.changes) // 2:
-            self.after_first_half = context.get_checkpoint_id()
-
-    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
-        if self.after_first_half is not None and checkpoint_id >= self.after_first_half:
-            self.completed.set()
-
-    def run(self, ctx) -> None:
-        half = len(self.changes) // 2
-        for bounds in ((0, half), (half, len(self.changes))):
-            with ctx.get_checkpoint_lock():
-                for change in self.changes[bounds[0] : bounds[1]]:
-                    ctx.collect(change)
-                self.emitted = bounds[1]
-            if bounds[0] == 0 and not self.completed.wait(60):
-                raise RuntimeError("no checkpoint completed within 60 s after the first half")
-
-    def cancel(self) -> None:
-        self.completed.set()
 
 
 @pytest.mark.parametrize("kind", ["delta-path", "delta-table", "iceberg"])
