@@ -113,7 +113,8 @@ class HalvesAcrossACheckpoint(SourceFunction, CheckpointedFunction, CheckpointLi
 def test_bounded_job_with_checkpoints_commits_each_checkpoint_once(spark, tmp_path, kind):
     env = env_with(True, tmp_path)
     sink = SparkSink(schema="v bigint", **target_args(kind, tmp_path))
-    env.add_source(HalvesAcrossACheckpoint(list(range(N))), "halves").sink_to(sink)  # >= 2 checkpoints commit
+    halves = env.add_source(HalvesAcrossACheckpoint(list(range(N))), "halves").set_parallelism(1)
+    halves.rebalance().sink_to(sink)  # at least two checkpoints commit
     env.execute()
     expected = Counter((v,) for v in range(N))
     assert read_back(spark, sink) == expected
