@@ -9,7 +9,8 @@ of a slot sharing group with a resource profile gets a TaskExecutor of exactly t
 Ray resources (:mod:`raylink.runtime.job.resource_profile`); a profile no node (nor a
 node type Ray's autoscaler publishes) can hold fails the job before anything is placed. A
 lost actor or node fails the job with the tasks it hosted; every actor and the
-placement group are released when the job ends, fails or is cancelled. When the Ray head's GCS
+placement group are released when the job fails or is cancelled, and when it finishes unless
+the program keeps them for its next job (below). When the Ray head's GCS
 stops answering, the JobMaster says so in one line, with the job's last completed checkpoint
 (the job survives only a head that comes back with GCS fault tolerance), and again once it answers.
 
