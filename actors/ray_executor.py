@@ -274,14 +274,7 @@ class RayJobClient(JobMasterBase):
         batch = conf.get(RaylinkOptions.MAX_BATCH_BYTES)
         if self._session is not None:
             leased = ray.get(self._session.lease.remote(self.job_id, count, _executor_runtime_env(batch, conf)))
-            self.handles = {e: h for e, (h, _) in zip(self.executor_ids, leased)}
-            peers = ray.put(self.handles)  # the handles once on the wire, not once per executor
-            self.locations = dict(
-                zip(
-                    self.executor_ids,
-                    ray.get([h.bind.remote(e, settings, batch, peers, self.job_id) for e, h in self.handles.items()]),
-                )
-            )
+            self._bind_executors([h for h, _ in leased], settings, batch)
             self._deploy_tasks(placement, settings, restore, registered=True)
             return
         bundles = self._bundles(mode, default_of, defaults, graph) if defaults else []
@@ -292,14 +285,7 @@ class RayJobClient(JobMasterBase):
         self.reused_executors = warm is not None
         if warm is not None:  # the program's previous job's executors: no process starts
             self._pg = warm.placement_group
-            self.handles = dict(zip(self.executor_ids, warm.handles))
-            peers = ray.put(self.handles)  # the handles once on the wire, not once per executor
-            self.locations = dict(
-                zip(
-                    self.executor_ids,
-                    ray.get([h.bind.remote(e, settings, batch, peers, self.job_id) for e, h in self.handles.items()]),
-                )
-            )
+            self._bind_executors(warm.handles, settings, batch)
             self._deploy_tasks(placement, settings, restore, registered=True)
             return
         waits_for_autoscaler = self._check_group_resources()
@@ -321,6 +307,14 @@ class RayJobClient(JobMasterBase):
             ).remote(executor_id, settings, batch, self.job_id)
         self.locations = dict(zip(self.executor_ids, ray.get([h.location.remote() for h in self.handles.values()])))
         self._deploy_tasks(placement, settings, restore, registered=False)
+
+    def _bind_executors(self, handles: list, settings: dict, batch: int) -> None:
+        """Bind running executors (a session's leased ones, the program's warm ones) to this
+        deployment's executor ids, in order, with the job's settings and their peers."""
+        self.handles = dict(zip(self.executor_ids, handles))
+        peers = ray.put(self.handles)  # the handles once on the wire, not once per executor
+        binds = [h.bind.remote(e, settings, batch, peers, self.job_id) for e, h in self.handles.items()]
+        self.locations = dict(zip(self.executor_ids, ray.get(binds)))
 
     def _deploy_tasks(self, placement: dict, settings: dict, restore: Any, registered: bool) -> None:
         """Deploy every current attempt on the executors in ``self.handles``."""
