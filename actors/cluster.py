@@ -69,6 +69,13 @@ def available_cpus() -> float:
     return float(ray.cluster_resources().get("CPU", 0.0))
 
 
+def alive_nodes() -> int:
+    """How many nodes the connected Ray cluster counts alive (0 when not connected)."""
+    if not ray.is_initialized():
+        return 0
+    return sum(1 for node in ray.nodes() if node.get("Alive"))
+
+
 def ship_by_value(module: ModuleType) -> None:
     """Pickle ``module``'s functions and classes by value (Ray workers need not import it)."""
     import cloudpickle
@@ -89,6 +96,7 @@ def task_executor_pids(client: Any) -> list[int]:
 
 
 __all__ = [
+    "alive_nodes",
     "available_cpus",
     "connect_to",
     "ensure_ray",

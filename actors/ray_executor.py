@@ -3,7 +3,9 @@
 The JobMaster (this driver-side object) connects to Ray (``RAY_ADDRESS`` /
 ``ray.init()`` conventions, else starts a local Ray), assigns slots (slot sharing
 groups respected), places one TaskExecutor actor per ``taskmanager.numberOfTaskSlots``
-slots in a SPREAD placement group so a job covers every node, deploys every
+slots in a SPREAD placement group so a job covers every node (PACK with
+``raylink.placement-strategy: pack``, so a scale-in leaves nodes Ray's autoscaler can
+remove), deploys every
 subtask, starts them, and long-polls the executors for task state changes. A slot
 of a slot sharing group with a resource profile gets a TaskExecutor of exactly those
 Ray resources (:mod:`raylink.runtime.job.resource_profile`); a profile no node (nor a
@@ -289,7 +291,7 @@ class RayJobClient(JobMasterBase):
             self._deploy_tasks(placement, settings, restore, registered=True)
             return
         waits_for_autoscaler = self._check_group_resources()
-        self._pg = placement_group(bundles, strategy="SPREAD")
+        self._pg = placement_group(bundles, strategy=conf.get(RaylinkOptions.PLACEMENT_STRATEGY).upper())
         self._wait_placed(count, bundles[0], waits_for_autoscaler)
         for index, executor_id in enumerate(self.executor_ids):
             custom = {k: v for k, v in bundles[index].items() if k not in ("CPU", "GPU", "memory")}

@@ -8,6 +8,7 @@ from raylink.core.options import (
     MIN_BUFFER_SIZE,
     MIN_SEGMENT_SIZE,
     OPTION_GROUPS,
+    AutoScalerOptions,
     CheckpointingOptions,
     ClientOptions,
     ConfigOption,
@@ -43,6 +44,7 @@ from raylink.core.options import (
 )
 
 __all__ = [
+    "AutoScalerOptions",
     "CheckpointingOptions",
     "ConfigOption",
     "CoreOptions",

@@ -37,11 +37,12 @@ from typing import Any, Callable, Optional
 KEYS = 7
 
 
-def reference(n: int) -> Counter:
+def reference(n: int, keys: int = KEYS) -> Counter:
+    """The rolling counts of ``1..n`` per key ``v % keys``, as committed lines ``key,count``."""
     out, totals = Counter(), Counter()
     for v in range(1, n + 1):
-        totals[v % KEYS] += 1
-        out[f"{v % KEYS},{totals[v % KEYS]}"] += 1
+        totals[v % keys] += 1
+        out[f"{v % keys},{totals[v % keys]}"] += 1
     return out
 
 

@@ -11,6 +11,11 @@ and the driver, never a TaskExecutor), the others Ray workers with ``worker_cpus
 namespaces split the network only: every host sees the same files and process ids, so a
 sink on a local folder is a folder all hosts share, and a host's processes are killed by pid.
 
+With ``autoscaler_node_types`` the head (``head_cpus`` CPUs) also runs Ray's autoscaler with its
+fake multi-node provider (``RAY_FAKE_CLUSTER=1``, what ``ray.cluster_utils.AutoscalingCluster``
+starts; the config is written here, Ray's wheel lacks the example it reads): the nodes it adds
+and removes are processes in the head's namespace, ended with it (``bench/autoscale.py``).
+
 Losing a host, both ways: :meth:`NetnsCluster.kill_host` SIGKILLs every process of its
 namespace (``ip netns pids``); :meth:`NetnsCluster.cut_link` sets its bridge port down (the
 host runs on unreachable) and :meth:`NetnsCluster.restore_link` up again.
@@ -107,7 +112,14 @@ class NetnsCluster:
     """``hosts`` network namespaces on one bridge with a Ray node in each; see the module docstring."""
 
     def __init__(
-        self, hosts: int = 3, worker_cpus: int = 2, extra_env: Optional[dict] = None, gcs_redis: bool = False
+        self,
+        hosts: int = 3,
+        worker_cpus: int = 2,
+        extra_env: Optional[dict] = None,
+        gcs_redis: bool = False,
+        head_cpus: int = 0,
+        autoscaler_node_types: Optional[dict] = None,
+        idle_timeout_minutes: float = 0.1,
     ) -> None:
         tag = os.getpid() % 10000
         self.subnet = f"10.77.{tag % 250}"
@@ -130,6 +142,12 @@ class NetnsCluster:
         self.redis: Optional[subprocess.Popen] = None
         self.redis_address = f"{self.subnet}.1:{REDIS_PORT}"
         self.redis_password = secrets.token_hex(16)
+        self.head_cpus = head_cpus
+        #: Ray's autoscaler on the head with its fake multi-node provider (what
+        #: ``ray.cluster_utils.AutoscalingCluster`` starts): ``{node type: {"resources": {...},
+        #: "min_workers", "max_workers"}}``; the nodes it adds run in the head's namespace
+        self.autoscaler_node_types = autoscaler_node_types
+        self.idle_timeout_minutes = idle_timeout_minutes
 
     # -- set up ---------------------------------------------------------------------------------------
     def start(self) -> "NetnsCluster":
@@ -270,11 +288,14 @@ class NetnsCluster:
         if host == 0 and self.gcs_redis:
             env["RAY_REDIS_ADDRESS"] = self.redis_address
             argv += ["--redis-username=default", f"--redis-password={self.redis_password}"]
+        if host == 0 and self.autoscaler_node_types is not None:
+            argv.append(f"--autoscaling-config={self._autoscaling_config()}")
+            env.update(RAY_FAKE_CLUSTER="1", AUTOSCALER_UPDATE_INTERVAL_S="1")
         if host == 0:
             argv += [
                 "--head",
                 f"--port={GCS_PORT}",
-                "--num-cpus=0",
+                f"--num-cpus={self.head_cpus}",
                 "--include-dashboard=false",
                 f"--system-config={json.dumps(RAY_SYSTEM_CONFIG)}",
             ]
@@ -288,6 +309,44 @@ class NetnsCluster:
         )
         self.nodes[host] = proc
         return proc
+
+    def _autoscaling_config(self) -> str:
+        """The cluster config of Ray's fake multi-node provider (the fields of Ray's
+        ``fake_multi_node/example.yaml``, which Ray 2.60's wheel does not ship) as a file."""
+        types = {name: {"node_config": {}, **spec} for name, spec in self.autoscaler_node_types.items()}
+        types["ray.head.default"] = {"resources": {"CPU": self.head_cpus}, "node_config": {}, "max_workers": 0}
+        config = {
+            "cluster_name": f"raylink-{os.path.basename(self.temp_dir)}",
+            "max_workers": sum(int(t.get("max_workers", 0)) for t in types.values()),
+            "provider": {
+                "type": "fake_multinode",
+                "use_node_id_as_ip": True,
+                "disable_node_updaters": True,
+                "disable_launch_config_check": True,
+                "gcs_address": self.gcs_address,
+            },
+            "available_node_types": types,
+            "head_node_type": "ray.head.default",
+            "auth": {},
+            "upscaling_speed": 1.0,
+            "idle_timeout_minutes": self.idle_timeout_minutes,
+            "docker": {},
+            "initialization_commands": [],
+            "setup_commands": [],
+            "head_setup_commands": [],
+            "worker_setup_commands": [],
+            "head_start_ray_commands": [],
+            "worker_start_ray_commands": [],
+            "file_mounts": {},
+            "cluster_synced_files": [],
+            "file_mounts_sync_continuously": False,
+            "rsync_exclude": [],
+            "rsync_filter": [],
+        }
+        path = os.path.join(self.temp_dir, "autoscaling.json")
+        with open(path, "w") as fh:
+            json.dump(config, fh)
+        return path
 
     def alive_node_ids(self) -> dict[str, str]:
         """{node id: address} of the nodes Ray's GCS counts alive (asked from the head's host;

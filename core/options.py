@@ -529,6 +529,162 @@ class ResourceManagerOptions:
     )
 
 
+def _utilization(value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{value:g} must be a utilization between 0 and 1")
+
+
+class AutoScalerOptions:
+    """The Flink autoscaler's keys (``org.apache.flink.autoscaler.config.AutoScalerOptions``),
+    read by :mod:`raylink.runtime.job.autoscaler`; Flink's defaults."""
+
+    ENABLED = option(
+        "job.autoscaler.enabled",
+        "bool",
+        False,
+        "Run the autoscaler: it measures every vertex's true processing rate and the rate its input "
+        "needs, and rescales the running job (same job id) when a vertex is outside its utilization band.",
+    )
+    SCALING_ENABLED = option(
+        "job.autoscaler.scaling.enabled",
+        "bool",
+        True,
+        "false: the autoscaler evaluates and reports the parallelism it recommends but changes nothing.",
+    )
+    CONTROL_LOOP_INTERVAL = option(
+        "autoscaler.standalone.control-loop.interval",
+        "duration",
+        10_000,
+        "How often the autoscaler takes a metric sample and decides (Flink's standalone autoscaler).",
+        check=_at_least(1),
+    )
+    METRICS_WINDOW = option(
+        "job.autoscaler.metrics.window",
+        "duration",
+        900_000,
+        "The window the autoscaler averages its metric samples over before it decides.",
+        check=_at_least(1),
+    )
+    STABILIZATION_INTERVAL = option(
+        "job.autoscaler.stabilization.interval",
+        "duration",
+        300_000,
+        "After the job (re)starts RUNNING, how long its samples do not count and nothing is scaled.",
+        check=_at_least(0),
+    )
+    TARGET_UTILIZATION = option(
+        "job.autoscaler.utilization.target",
+        "float",
+        0.7,
+        "The busy fraction the autoscaler sizes every vertex for.",
+        fallback_keys=("job.autoscaler.target.utilization",),
+        check=_utilization,
+    )
+    TARGET_UTILIZATION_BOUNDARY = option(
+        "job.autoscaler.target.utilization.boundary",
+        "float",
+        0.3,
+        "A vertex is left alone while its utilization is within target +- boundary "
+        "(unless utilization.max / utilization.min say otherwise).",
+        check=_utilization,
+    )
+    UTILIZATION_MAX = option(
+        "job.autoscaler.utilization.max",
+        "float",
+        None,
+        "Scale a vertex up above this utilization (default: target + boundary).",
+        check=_utilization,
+    )
+    UTILIZATION_MIN = option(
+        "job.autoscaler.utilization.min",
+        "float",
+        None,
+        "Scale a vertex down below this utilization (default: target - boundary).",
+        check=_utilization,
+    )
+    SCALE_DOWN_INTERVAL = option(
+        "job.autoscaler.scale-down.interval",
+        "duration",
+        3_600_000,
+        "A scale-down waits this long after it was first recommended and then takes the highest "
+        "parallelism recommended meanwhile; 0 scales down at once.",
+        fallback_keys=("job.autoscaler.scale-up.grace-period",),
+        check=_at_least(0),
+    )
+    VERTEX_MIN_PARALLELISM = option(
+        "job.autoscaler.vertex.min-parallelism",
+        "int",
+        1,
+        "The autoscaler scales no vertex below this (or below its current parallelism, if lower).",
+        check=_at_least(1),
+    )
+    VERTEX_MAX_PARALLELISM = option(
+        "job.autoscaler.vertex.max-parallelism",
+        "int",
+        200,
+        "The autoscaler scales no vertex above this (or its current parallelism, if higher), nor "
+        "above the vertex's max parallelism.",
+        check=_at_least(1),
+    )
+    MAX_SCALE_DOWN_FACTOR = option(
+        "job.autoscaler.scale-down.max-factor",
+        "float",
+        0.6,
+        "At most this fraction of a vertex's parallelism goes in one scale-down (1: no limit).",
+        check=_utilization,
+    )
+    MAX_SCALE_UP_FACTOR = option(
+        "job.autoscaler.scale-up.max-factor",
+        "float",
+        100000.0,
+        "A scale-up multiplies a vertex's parallelism by at most 1 + this.",
+        check=_at_least(0),
+    )
+    CATCH_UP_DURATION = option(
+        "job.autoscaler.catch-up.duration",
+        "duration",
+        1_800_000,
+        "The time the job should take to work off its sources' backlog (pendingRecords) after a "
+        "scaling; 0 sizes for the input rate only.",
+        check=_at_least(0),
+    )
+    RESTART_TIME = option(
+        "job.autoscaler.restart.time",
+        "duration",
+        300_000,
+        "The time a rescale is expected to take (its backlog is caught up within catch-up.duration too).",
+        check=_at_least(0),
+    )
+    BACKLOG_PROCESSING_LAG_THRESHOLD = option(
+        "job.autoscaler.backlog-processing.lag-threshold",
+        "duration",
+        300_000,
+        "A source whose backlog takes longer than this at its input rate means the job is catching "
+        "up: no scale-down, and a scale-up only at full utilization.",
+        check=_at_least(0),
+    )
+    BUSY_TIME_AGGREGATOR = option(
+        "job.autoscaler.metrics.busy-time.aggregator",
+        "enum",
+        "max",
+        "How a vertex's busy time is aggregated over its subtasks: max, avg or min.",
+        choices=("max", "avg", "min"),
+    )
+    VERTEX_EXCLUDE_IDS = option(
+        "job.autoscaler.vertex.exclude.ids",
+        "str",
+        "",
+        "Comma-separated JobVertex ids the autoscaler never rescales.",
+    )
+    HISTORY_MAX_COUNT = option(
+        "job.autoscaler.history.max.count",
+        "int",
+        3,
+        "Past scaling decisions kept per vertex (shown over REST).",
+        check=_at_least(0),
+    )
+
+
 class NettyShuffleEnvironmentOptions:
     NETWORK_NUM_BUFFERS = option(
         "taskmanager.network.numberOfBuffers", "int", 2048, "Network buffers per TaskExecutor.", check=_at_least(1)
@@ -806,6 +962,15 @@ class RaylinkOptions:
         "or slot (Flink's: a slot's subtasks share one process, taskmanager.numberOfTaskSlots "
         "slots per process). Slot sharing groups stay in the JobGraph either way.",
         choices=("auto", "task", "slot"),
+    )
+    PLACEMENT_STRATEGY = option(
+        "raylink.placement-strategy",
+        "enum",
+        "spread",
+        "How a job's TaskExecutors are placed over Ray's nodes (its placement group's strategy): "
+        "spread (over every node, so a job uses every host) or pack (on as few nodes as fit, so "
+        "nodes a scale-in empties are idle and Ray's autoscaler can remove them).",
+        choices=("spread", "pack"),
     )
     SESSION_ENABLED = option(
         "raylink.session.enabled",
@@ -1202,6 +1367,7 @@ OPTION_GROUPS = (
     ClientOptions,
     TaskManagerOptions,
     ResourceManagerOptions,
+    AutoScalerOptions,
     NettyShuffleEnvironmentOptions,
     MetricOptions,
     RestOptions,

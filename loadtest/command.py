@@ -39,6 +39,17 @@ def _parse_rates(text: str) -> list:
     return rates
 
 
+def _parse_rate_steps(text: str) -> list:
+    """``0:200,10:1000,50:200`` -> ``[(0.0, 200.0), (10.0, 1000.0), (50.0, 200.0)]``."""
+    from raylink.api.connectors import RateLimiterStrategy
+
+    try:
+        steps = [tuple(float(x.replace("_", "")) for x in part.split(":")) for part in text.split(",") if part.strip()]
+        return list(RateLimiterStrategy.steps_of(steps).steps)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--rate-steps expects SECONDS:RATE,... starting at 0: {exc}") from None
+
+
 def _parse_parallelisms(text: str) -> list:
     values = [int(p) for p in text.split(",") if p.strip()]
     if not values or min(values) < 1:
@@ -56,6 +67,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[None],
         help="target records/s in total at the source, or 'max' (flat out); comma-separated "
         "for a sweep, e.g. 50000,100000,max (default max)",
+    )
+    parser.add_argument(
+        "--rate-steps",
+        type=_parse_rate_steps,
+        default=None,
+        metavar="S:RATE,...",
+        help="a rate that changes while the job runs, e.g. 0:200,20:1000,60:200 (records/s from each second "
+        "on; Flink's DataGeneratorSource, checkpointed and rescalable): with --conf job.autoscaler.enabled=true "
+        "the report plots parallelism, pendingRecords and p99 latency over time",
     )
     parser.add_argument("--duration", type=float, default=None, help="seconds per run (default 10 unless --records)")
     parser.add_argument("--records", type=int, default=None, help="records per run (stop at whichever comes first)")
@@ -265,6 +285,14 @@ def command(args: argparse.Namespace) -> int:
         raise SystemExit(f"scenario {scenario.name!r} is unavailable: {scenario.unavailable_reason}")
     if kafka is not None:  # no record count, or no such topic: before starting Ray or a broker
         check_load(kafka, args.rate, args.soak or duration, args.records)
+    if args.rate_steps is not None:
+        if kafka is not None or args.soak or scenario.make_source is not None or scenario.make_paced_source:
+            raise SystemExit(f"--rate-steps needs a scenario fed by the load test's own source, not {scenario.name!r}"
+                             " (nor --kafka or --soak)")  # fmt: skip
+        if len(args.rate) > 1 or args.rate[0] is not None:
+            raise SystemExit("--rate-steps replaces --rate: give one or the other")
+        if args.duration is None:
+            duration = max(t for t, _ in args.rate_steps) + 10.0
     if args.soak:
         return _soak(args, output, scenario, kafka)
     plots = not args.no_plots
@@ -288,6 +316,7 @@ def command(args: argparse.Namespace) -> int:
         plots=plots,
         conf=conf,
         kafka=kafka,
+        rate_steps=args.rate_steps,
     )
     return 0
 

@@ -176,6 +176,17 @@ class RateLimitedSource(SourceFunction):
             self._stop.set()
 
 
+class StampedPayload:
+    """The load test's records from a ``DataGeneratorSource`` (``--rate-steps``): index ``i`` ->
+    ``(emit time ns, payload(i))``, Flink's ``GeneratorFunction``."""
+
+    def __init__(self, payload: Optional[Callable[[int], Any]] = None) -> None:
+        self.payload = payload or default_payload
+
+    def map(self, index: int) -> tuple:
+        return (time.time_ns(), self.payload(index))
+
+
 BATCH_SAMPLES = 16  # latency samples taken from each batch that reaches the sink
 
 
@@ -211,6 +222,14 @@ class LatencySink(SinkFunction):
         self._window_ns = int(self.window_s * 1e9)
         self._windows: Counter = Counter()  # (window, latency bucket) -> samples
         self._rng = random.Random(runtime_context.get_index_of_this_subtask())
+        # the p99 of the last whole second, live (a gauge: a rescale ends this instance, its
+        # accumulators with it, while the samples of the gauge are the runner's)
+        self._second = 0
+        self._second_histogram: Counter = Counter()
+        self._last_p99: Optional[float] = None
+        group = getattr(runtime_context, "get_metrics_group", None)
+        if callable(group):
+            group().gauge("latencyP99Ms", lambda: self._last_p99)
 
     def invoke_batch(self, values: list, context: Any = None) -> None:
         """A batch arrives at one instant: count it once, sample ~``BATCH_SAMPLES`` stamps."""
@@ -231,7 +250,14 @@ class LatencySink(SinkFunction):
                 self._owed = 0.0
 
     def _sample(self, latency: float, window: int) -> None:
-        self._windows[(window, latency_bucket(latency))] += 1
+        bucket = latency_bucket(latency)
+        self._windows[(window, bucket)] += 1
+        second = time.time_ns() // 1_000_000_000
+        if second != self._second:
+            if self._second_histogram:
+                self._last_p99 = histogram_percentiles(self._second_histogram, (99,))["p99"]
+            self._second, self._second_histogram = second, Counter()
+        self._second_histogram[bucket] += 1
         self._seen += 1
         samples = self.samples
         if len(samples) < self.max_samples:

@@ -85,6 +85,17 @@ def write_markdown(report: dict, path: str) -> None:
             "offsets (committed on each completed checkpoint), summed over the partitions, read from the broker "
             "every sample interval; pendingRecords: the source's own gauge (log end minus next offset to read).",
         ]
+    scaled = [r for r in report["runs"] if r.get("autoscaler")]
+    if scaled:
+        lines += ["", "## Autoscaler", ""]
+        for r in scaled:
+            steps = ", ".join(f"{t:g} s: {rate:,.0f}/s" for t, rate in r.get("rateSteps") or [])
+            lines.append(f"P={r['parallelism']}, rate steps {steps or '-'}; its events:")
+            lines.append("")
+            start = r["autoscaler"]["parallelism"][0]["timestamp"] if r["autoscaler"]["parallelism"] else 0
+            for event in r["autoscaler"]["events"]:
+                lines.append(f"- +{(event['timestamp'] - start) / 1000:.1f} s {event['reason']}: {event['message']}")
+            lines.append("")
     lines += ["", "## Summary", ""] + [f"- {s}" for s in report["summary"]]
     lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in report["plots"]]
     lines += [
@@ -188,6 +199,9 @@ def write_plots(report: dict, out_dir: str) -> list[str]:
         ax.legend(fontsize=6)
     save(fig, "memory.png")
 
+    for i, r in enumerate(r for r in runs if r.get("rateSteps")):
+        save(_autoscaling_figure(plt, report["scenario"], r), "autoscaling.png" if i == 0 else f"autoscaling-{i}.png")
+
     kafka_runs = [r for r in runs if r.get("kafka")]
     if kafka_runs:
         fig, ax = plt.subplots(figsize=(8, 4.5))
@@ -209,6 +223,58 @@ def write_plots(report: dict, out_dir: str) -> list[str]:
     return written
 
 
+def _rates(samples: list, which: int, key: str) -> list:
+    """Records/s of the first (0) or last (-1) vertex between consecutive samples (a rescale
+    restarts the counts: that interval is left out)."""
+    out = []
+    for before, after in zip(samples, samples[1:]):
+        names = list(after.get("vertices", {}))
+        if not names or names[which] not in before.get("vertices", {}):
+            continue
+        a, b = before["vertices"][names[which]].get(key), after["vertices"][names[which]].get(key)
+        if a is not None and b is not None and b >= a and after["t"] > before["t"]:
+            out.append((after["t"], (b - a) / (after["t"] - before["t"])))
+    return out
+
+
+def _autoscaling_figure(plt: Any, scenario: str, run: dict) -> Any:
+    """A run with ``--rate-steps``: the target rate and the sink's throughput, every vertex's
+    parallelism, and the source's pendingRecords with the sink's p99 latency, over time."""
+    samples = run["metricSamples"]
+    ts = [s["t"] for s in samples]
+    fig, (rate_ax, par_ax, lag_ax) = plt.subplots(3, 1, figsize=(8, 8), sharex=True)
+    steps = run["rateSteps"]
+    end = max(ts[-1] if ts else 0.0, steps[-1][0])
+    xs = [t for t, _ in steps] + [end]
+    rate_ax.step(xs, [r for _, r in steps] + [steps[-1][1]], where="post", color="grey", ls=":", label="target rate")
+    for end, key, label in ((0, "numRecordsOut", "from the source"), (-1, "numRecordsIn", "into the last vertex")):
+        series = _rates(samples, end, key)
+        if series:
+            rate_ax.plot([t for t, _ in series], [v for _, v in series], label=label)
+    rate_ax.set_ylabel("records/s")
+    rate_ax.set_title(f"{scenario}: a rate that steps (autoscaler {'on' if run.get('autoscaler') else 'off'})")
+    rate_ax.legend(fontsize=7)
+    names = sorted({n for s in samples for n in s.get("parallelism", {})})
+    for name in names:
+        par_ax.step(ts, [s.get("parallelism", {}).get(name, 0) for s in samples], where="post", label=name[:40])
+    par_ax.set_ylabel("parallelism")
+    par_ax.set_ylim(bottom=0)
+    par_ax.legend(fontsize=6)
+    lag_ax.plot(ts, [s.get("pendingRecords", 0) for s in samples], color="tab:red", label="source pendingRecords")
+    lag_ax.set_ylabel("pendingRecords", color="tab:red")
+    lag_ax.set_ylim(bottom=0)
+    p99 = [(s["t"], s["latencyP99Ms"]) for s in samples if s.get("latencyP99Ms") is not None]
+    if p99:
+        lat_ax = lag_ax.twinx()
+        lat_ax.plot([t for t, _ in p99], [v for _, v in p99], color="tab:blue", label="p99 latency")
+        lat_ax.set_ylabel("p99 latency (ms, last second)", color="tab:blue")
+        lat_ax.set_yscale("log")
+    lag_ax.set_xlabel("time since the job started (s)")
+    for ax in (rate_ax, par_ax, lag_ax):
+        ax.grid(alpha=0.3)
+    return fig
+
+
 def summarize(runs: list[dict]) -> list[str]:
     out = []
     for r in runs:
@@ -219,7 +285,16 @@ def summarize(runs: list[dict]) -> list[str]:
             if lat
             else "no latency measured"
         )
-        if r["targetRate"] is None:
+        if r.get("rateSteps"):
+            head = (
+                f"P={r['parallelism']}, rate steps "
+                + ", ".join(f"{t:g} s: {v:,.0f}/s" for t, v in r["rateSteps"])
+                + ":"
+            )
+            scalings = (r.get("autoscaler") or {}).get("scalings", 0)
+            # a rescale ends the sink's subtasks with their counts: only the last deployment's are in
+            held = f"{scalings} autoscaler rescales (parallelism over time: autoscaling.png)"
+        elif r["targetRate"] is None:
             held = f"saturated at {r['achievedRate']:,.0f} records/s"
         elif r["rateHeld"]:
             held = f"rate held ({r['achievedRate']:,.0f} records/s)"

@@ -38,6 +38,7 @@ from raylink.loadtest.functions import (
     SOURCE_NAME,
     LatencySink,
     RateLimitedSource,
+    StampedPayload,
 )
 from raylink.loadtest.report import require_plots, summarize, write_markdown, write_plots
 from raylink.loadtest.scenarios import Scenario, resolve_scenario
@@ -124,6 +125,7 @@ def build_job(
     buckets_per_s: float = BUCKETS_PER_S,
     latency_window_s: int = 60,
     kafka: Any = None,
+    rate_steps: Optional[list] = None,
 ) -> Any:
     """The scenario's job (load source, its operators, latency sink) in a new environment
     (``conf``: configuration keys over ``RAYLINK_CONF``); ``kafka``: a
@@ -139,6 +141,19 @@ def build_job(
         env.set_buffer_timeout(buffer_timeout)
     if kafka is not None:
         source = kafka.source(env)
+    elif rate_steps is not None:  # a rate that changes while the job runs: Flink's DataGeneratorSource
+        from raylink.api import WatermarkStrategy
+        from raylink.api.connectors import DataGeneratorSource, RateLimiterStrategy
+
+        strategy = RateLimiterStrategy.steps_of(rate_steps)
+        count = int(strategy.due(duration_s)) if duration_s is not None else records
+        if records is not None:
+            count = min(count, records)
+        source = env.from_source(
+            DataGeneratorSource(StampedPayload(scenario.payload), count, strategy),
+            WatermarkStrategy.no_watermarks(),
+            SOURCE_NAME,
+        )
     elif scenario.make_paced_source is not None:
         source = scenario.make_paced_source(env, rate, duration_s, records, buckets_per_s)
     elif scenario.make_source is not None:
@@ -198,10 +213,13 @@ def run_one(
     job_timeout: Optional[float] = None,
     conf: Optional[dict] = None,
     kafka: Any = None,
+    rate_steps: Optional[list] = None,
 ) -> dict:
     """Run ``scenario`` once; a dict with the achieved rate, latency, back pressure and memory
     (``kafka``: a :class:`~raylink.loadtest.kafka_driver.KafkaLoad`, the records go through a
-    topic; the dict gains a ``kafka`` section with the lag over time)."""
+    topic; the dict gains a ``kafka`` section with the lag over time; ``rate_steps``: ``[(s,
+    records/s)]``, the source's rate changes at those times, the dict gains the parallelism, the
+    source's ``pendingRecords`` and the sink's p99 latency per sample and the autoscaler's decisions)."""
     driver = None
     if kafka is not None:
         from raylink.loadtest.kafka_driver import KafkaDriver
@@ -223,6 +241,7 @@ def run_one(
             job_timeout,
             conf,
             driver,
+            rate_steps,
         )
     finally:
         if driver is not None:
@@ -242,13 +261,26 @@ def _run_one(
     job_timeout: Optional[float],
     conf: Optional[dict],
     driver: Any,
+    rate_steps: Optional[list] = None,
 ) -> dict:
     from raylink.runtime.metrics import bottleneck
 
     env = build_job(
-        scenario, rate, parallelism, duration_s, records, buffer_timeout, latency_samples, conf, kafka=driver
+        scenario,
+        rate,
+        parallelism,
+        duration_s,
+        records,
+        buffer_timeout,
+        latency_samples,
+        conf,
+        kafka=driver,
+        rate_steps=rate_steps,
     )
-    label = f"{scenario.name} P={parallelism} rate={'max' if rate is None else f'{rate:,.0f}'}"
+    if rate_steps is not None:
+        label = f"{scenario.name} P={parallelism} rate steps " + ", ".join(f"{t:g}s:{r:,.0f}" for t, r in rate_steps)
+    else:
+        label = f"{scenario.name} P={parallelism} rate={'max' if rate is None else f'{rate:,.0f}'}"
     if driver is not None:
         label += f" via Kafka {driver.topic}"
     bar = Progress(progress, label, duration_s, records)
@@ -306,9 +338,14 @@ def _run_one(
                     series.append((round(t, 3), m["rssBytes"]))
                 peak[ex] = max(peak.get(ex, 0), m.get("peakRssBytes", 0))
         src_out = sum(a["numRecordsOut"] for n, a in vertices.items() if SOURCE_NAME in n)
+        operators = [op for m in metrics for op in (m.get("operators") or {}).values()]
+        p99s = [op["latencyP99Ms"] for op in operators if op.get("latencyP99Ms") is not None]
         samples.append(
             {
                 "t": round(t, 3),
+                "parallelism": {n: a["subtasks"] for n, a in vertices.items()},
+                "pendingRecords": sum(op.get("pendingRecords", 0) or 0 for op in operators),
+                "latencyP99Ms": max(p99s) if p99s else None,
                 "vertices": {
                     n: {
                         k: a.get(k)
@@ -328,6 +365,7 @@ def _run_one(
         )
         bar.update(t, src_out, " ".join(f"{n.split(' -> ')[0]}={a['backPressureStatus']}" for n, a in vertices.items()))
     bar.done()
+    autoscaler = client.get_autoscaler_status() if callable(getattr(client, "get_autoscaler_status", None)) else {}
     if stopping is not None:
         stopping.result(timeout=120)  # the savepoint's folder, or the failure that ended the job
     kafka_report = driver.finish(time.perf_counter() - started) if driver is not None else None
@@ -374,6 +412,10 @@ def _run_one(
         extra["kafka"] = kafka_report
     if scenario.run_info:
         extra["scenarioSettings"] = dict(scenario.run_info)
+    if rate_steps is not None:
+        extra["rateSteps"] = [list(step) for step in rate_steps]
+    if autoscaler.get("enabled"):
+        extra["autoscaler"] = {k: autoscaler[k] for k in ("events", "parallelism", "scalings", "errors")}
     return {
         "scenario": scenario.name,
         "parallelism": parallelism,
@@ -422,6 +464,7 @@ def run_loadtest(
     out: Any = None,
     conf: Optional[dict] = None,
     kafka: Any = None,
+    rate_steps: Optional[list] = None,
 ) -> dict:
     """Run ``scenario_name`` (a name, job file or :class:`Scenario`) at every rate x parallelism
     (``kafka``: a :class:`~raylink.loadtest.kafka_driver.KafkaLoad`, through a topic) and write
@@ -447,6 +490,7 @@ def run_loadtest(
                 buffer_timeout,
                 conf=conf,
                 kafka=kafka,
+                rate_steps=rate_steps,
             )
             runs.append(r)
             print(summarize([r])[0], file=out, flush=True)
@@ -462,6 +506,7 @@ def run_loadtest(
             "records": records,
             "bufferTimeoutMs": buffer_timeout,
             "kafka": None if kafka is None else dict(vars(kafka)),
+            "rateSteps": rate_steps,
         },
         "runs": runs,
         "summary": summarize(runs),

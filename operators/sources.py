@@ -152,21 +152,27 @@ class SequenceSourceOperator(SourceOperator):
         split = sequence_split(self.start, self.end, rc.subtask_index, rc.parallelism)
         self._ranges = [[split.start, split.stop]] if split else []
 
+    def _take(self, max_records: int) -> range:
+        """The next at most ``max_records`` numbers, taken off the ranges left."""
+        ranges = self._ranges
+        if not ranges:
+            return range(0)
+        current = ranges[0]
+        lo = current[0]
+        hi = min(lo + max_records, current[1])
+        current[0] = hi
+        if hi >= current[1]:
+            del ranges[0]
+        return range(lo, hi)
+
     def emit_next(self, max_records: int = DEFAULT_BATCH_SIZE) -> bool:
         if self.finished or self.cancelled:
             return False
-        ranges = self._ranges
-        if ranges:
-            current = ranges[0]
-            lo = current[0]
-            hi = min(lo + max_records, current[1])
-            current[0] = hi
-            if hi >= current[1]:
-                del ranges[0]
-            if hi > lo:
-                self.record_context.timestamp = None
-                self._collect_batch(list(range(lo, hi)))
-        if not ranges:
+        numbers = self._take(max_records)
+        if numbers:
+            self.record_context.timestamp = None
+            self._collect_batch(list(numbers))
+        if not self._ranges:
             self._finish()
             return False
         return True

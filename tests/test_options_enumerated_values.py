@@ -58,6 +58,8 @@ def test_the_keys_that_declare_accepted_values():
             "failurerate",
         ),
         "raylink.task-placement": ("auto", "task", "slot"),
+        "raylink.placement-strategy": ("spread", "pack"),
+        "job.autoscaler.metrics.busy-time.aggregator": ("max", "avg", "min"),
         "raylink.progress": ("auto", "tty", "log", "off"),
         "high-availability.type": ("none", "filesystem"),
     }

@@ -4,11 +4,13 @@
 ``Committer``, ...: :mod:`raylink.core.sink`); ``raylink.api.connectors.file_system`` the
 exactly-once ``FileSink``, the ``FileSource`` and what configures them (the file connector,
 :mod:`raylink.connectors.file`); ``raylink.api.connectors.kafka`` the ``KafkaSource`` and
-``KafkaSink`` (:mod:`raylink.connectors.kafka`). Each connector lives whole in
+``KafkaSink`` (:mod:`raylink.connectors.kafka`); ``raylink.api.connectors.datagen`` Flink's
+``DataGeneratorSource`` with its ``RateLimiterStrategy`` (:mod:`raylink.connectors.datagen`). Each connector lives whole in
 ``raylink.connectors``; Flink's other Java connectors (``jdbc``, ``pulsar``, ...) are stand-ins
 (:mod:`raylink.api.pyflink_compat`).
 """
 
+from raylink.api.connectors.datagen import DataGeneratorSource, RateLimiterStrategy
 from raylink.api.connectors.file_system import (
     BucketAssigner,
     DefaultRollingPolicy,
@@ -38,7 +40,9 @@ from raylink.core.sink import (
 )
 
 __all__ = [
+    "DataGeneratorSource",
     "NumberSequenceSource",
+    "RateLimiterStrategy",
     "BucketAssigner",
     "Committer",
     "CommittingSinkWriter",

@@ -64,6 +64,7 @@ from raylink.runtime.client.job_result import (
     collected_records,
 )
 from raylink.runtime.execution_state import ExecutionState
+from raylink.runtime.job.autoscaler import JobAutoScaler, create_autoscaler
 from raylink.runtime.job.checkpoint_coordinator import CheckpointCoordinator, CheckpointException
 from raylink.runtime.job.checkpoint_stats import CheckpointStatsSnapshot
 from raylink.runtime.job.restart_strategy import create_restart_strategy
@@ -192,6 +193,8 @@ class JobMasterBase:
             )
             if self.restored_from is not None:
                 self._report_restored(self.restored_from)
+        #: job.autoscaler.enabled: the autoscaler (its options checked now, started once RUNNING)
+        self.autoscaler: Optional[JobAutoScaler] = create_autoscaler(self)
 
     # -- to be provided by an executor ---------------------------------------------------------------
     def _cancel_all_tasks(self) -> None:
@@ -266,6 +269,8 @@ class JobMasterBase:
             self._transition(JobStatus.RUNNING)
             self._started = time.perf_counter()
             self._mark_running()
+        if self.autoscaler is not None:
+            self.autoscaler.start()
 
     def _start_checkpointing(self) -> None:
         if self.coordinator is not None:
@@ -616,6 +621,11 @@ class JobMasterBase:
         from raylink.runtime.job.rescaling import rescaler_of
 
         return rescaler_of(self).resource_requirements()
+
+    def get_autoscaler_status(self) -> dict:
+        """The autoscaler's state, evaluated metrics per vertex, events and parallelism over time
+        (``{"enabled": False}`` without ``job.autoscaler.enabled``; :mod:`raylink.runtime.job.autoscaler`)."""
+        return {"enabled": False} if self.autoscaler is None else self.autoscaler.status()
 
     def get_checkpoint_stats(self) -> dict:
         """Flink's checkpoint statistics plus ``numRestarts`` (Flink's job metric); the last

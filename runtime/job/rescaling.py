@@ -33,8 +33,10 @@ group, operator list state split or union, sources' splits and sinks' committabl
 their ``restore_rescaled_operator_state`` as a savepoint restored at another parallelism --
 and the job is RUNNING again, with the same job id. Records after the checkpoint are replayed
 from the sources; two-phase-commit sinks commit each record once (what the old tasks wrote
-after the checkpoint was never committed). A failure while redeploying is a failure of the
-job (its restart strategy decides). The restart strategy is not asked for the rescale itself
+after the checkpoint was never committed). A redeploy that fails at the new parallelism (the
+cluster cannot place its TaskExecutors) is tried once more at the old one, from the same
+checkpoint: the job runs on as it was and the rescale fails naming the cause; when that fails
+too, it is a failure of the job (its restart strategy decides). The restart strategy is not asked for the rescale itself
 and ``numRestarts`` does not count it; ``num_rescales`` does. A job without periodic
 checkpoints is rescaled the same way; a later failover restores the rescale's checkpoint.
 :func:`rescale` (``JobMasterBase.rescale``) is the call an autoscaler makes.
@@ -73,6 +75,10 @@ class RescaleRequestError(RaylinkError, ValueError):
 
 class RescaleRefusedError(RaylinkError, RuntimeError):
     """The job cannot be rescaled now (not RUNNING, rescaling already, a BATCH job)."""
+
+
+class RescaleNotPlacedError(RescaleRefusedError):
+    """The job could not be deployed at the new parallelism and runs on at its previous one."""
 
 
 @dataclass(frozen=True)
@@ -316,11 +322,19 @@ class Rescaler:
             return
         try:
             self._redeploy(resolved, checkpoint)
-        except BaseException as exc:  # noqa: BLE001 - a failed redeploy is a failure of the job
-            with master._lock:
-                master._restarting = False
-            result.set_exception(exc)
-            master._on_failure(exc)
+        except BaseException as exc:  # noqa: BLE001 - back to the old parallelism, else a failure of the job
+            if self._revert(resolved, previous, checkpoint, exc):
+                result.set_exception(
+                    RescaleNotPlacedError(
+                        f"job '{master.job_name}' could not be deployed at the new parallelism ({exc}); "
+                        "it runs on at its previous parallelism"
+                    )
+                )
+            else:
+                with master._lock:
+                    master._restarting = False
+                result.set_exception(exc)
+                master._on_failure(exc)
             self._next()
             return
         self.num_rescales += 1
@@ -334,6 +348,30 @@ class Rescaler:
         )
         result.set_result(self.resource_requirements())
         self._next()
+
+    def _revert(self, resolved: dict, previous: dict, checkpoint: Any, cause: BaseException) -> bool:
+        """The redeploy at the new parallelism failed (e.g. the cluster could not place its
+        TaskExecutors): deploy the job again at the parallelism it ran at, from the same
+        checkpoint. True when it runs again."""
+        master = self.master
+        with master._lock:
+            if master._cancel_requested or master._done.is_set():
+                return False
+        log.warning(
+            "job '%s' could not be deployed at the new parallelism (%s); deploying it at its previous one",
+            master.job_name,
+            cause,
+        )
+        try:
+            master._release_executors()
+            back = {vertex: previous[vertex] for vertex in resolved if vertex in previous}
+            self._redeploy(back, checkpoint)
+        except BaseException:  # noqa: BLE001 - the caller fails the job with the first cause
+            log.warning("job '%s' could not be deployed at its previous parallelism either", master.job_name)
+            return False
+        with master._lock:
+            self.requirements.update(back)
+        return True
 
     def _redeploy(self, resolved: dict[str, ParallelismBounds], checkpoint: Any) -> None:
         """Cancel, rebuild the ExecutionGraph at the new parallelism and deploy it restored from
@@ -412,6 +450,7 @@ def rescale(master: Any, requirements: Mapping[str, Requirement]) -> Future:
 
 __all__ = [
     "ParallelismBounds",
+    "RescaleNotPlacedError",
     "RescaleRefusedError",
     "RescaleRequestError",
     "Rescaler",

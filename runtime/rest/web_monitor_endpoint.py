@@ -159,6 +159,7 @@ class WebMonitorEndpoint:
             web.get(j + "/exceptions", self.exceptions),
             web.get(j + "/resource-requirements", self.resource_requirements),
             web.put(j + "/resource-requirements", self.update_resource_requirements),
+            web.get(j + "/autoscaler", self.autoscaler),
             web.post(j + "/savepoints", self.trigger_savepoint),
             web.get(j + "/savepoints/{trigger_id}", self.savepoint_status),
             web.get(v, self.vertex_details),
@@ -433,6 +434,17 @@ class WebMonitorEndpoint:
         if error is not None:
             raise _bad_request(f"{route}: {error}")
         return web.json_response({})
+
+    async def autoscaler(self, request: web.Request) -> web.Response:
+        """The job's autoscaler (``job.autoscaler.enabled``; :mod:`raylink.runtime.job.autoscaler`):
+        its state line, every vertex's evaluated metrics (true processing rate, target data rate,
+        lag, load, thresholds, recommended parallelism), its events (Flink's ``ScalingReport``
+        messages, errors) and the parallelism over time; ``{"enabled": false}`` without it."""
+        client = self._job(request)
+        status = getattr(client, "get_autoscaler_status", None)
+        if status is None:
+            return web.json_response({"enabled": False})
+        return web.json_response(await self.run_blocking(status))
 
     # -- one vertex ---------------------------------------------------------------------------------------
     async def vertex_details(self, request: web.Request) -> web.Response:

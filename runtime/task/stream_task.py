@@ -540,7 +540,10 @@ class StreamTask:
         for operator in self._gated_operators:
             waiting = operator.get_available_future()
             if waiting is not None:
-                waiting.add_done_callback(mp.suspend_default_action(OPERATOR).resume)
+                # busy (an async wait operator's own work) unless the operator says it waits idle
+                # (a rate-limited source ahead of its schedule)
+                kind = getattr(operator, "availability_kind", OPERATOR)
+                waiting.add_done_callback(mp.suspend_default_action(kind).resume)
                 return
         if self.job_vertex.invokable == "SourceStreamTask":
             bound = self._step_bound_ns

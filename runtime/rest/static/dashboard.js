@@ -1,5 +1,5 @@
 // raylink dashboard: reads Flink's REST API of this endpoint once a second and draws the job
-// list and a job's page (JobGraph as a layered DAG, subtasks, watermarks, checkpoints,
+// list and a job's page (JobGraph as a layered DAG, subtasks, watermarks, the autoscaler, checkpoints,
 // exceptions, cancel). Plain JavaScript, no build step, no network beyond this endpoint.
 "use strict";
 
@@ -189,6 +189,21 @@ function checkpointSection(cp) {
     '<tr><td colspan="6" class="muted">No completed checkpoint yet.</td></tr>'}</tbody></table>`;
 }
 
+function autoscalerSection(a) {
+  const names = Object.fromEntries(Object.entries(a.vertices).map(([id, v]) => [id, v.name]));
+  const fmt = v => v === null || v === undefined ? "-" : fmtCount(Math.round(v));
+  const rows = Object.entries(a.vertices).map(([id, v]) => `<tr><td>${esc(v.name)}</td><td>${v.PARALLELISM ?? "-"}</td>
+    <td>${v.RECOMMENDED_PARALLELISM ?? "-"}</td><td>${fmt(v.TRUE_PROCESSING_RATE)}</td><td>${fmt(v.TARGET_DATA_RATE)}</td>
+    <td>${fmt(v.LAG)}</td><td>${v.LOAD === null || v.LOAD === undefined ? "-" : Math.round(100 * v.LOAD) + " %"}</td></tr>`).join("");
+  const events = a.events.slice(-8).reverse().map(e => `<li><span class="muted">${esc(fmtTime(e.timestamp))}</span>
+    <b>${esc(e.reason)}</b>: ${esc(e.message.replace(/Vertex ID ([0-9a-f]+)/g, (m, id) => names[id] || m))}</li>`).join("");
+  return `<p id="autoscaler-state">${esc(a.state)} · scalings ${a.scalings} · errors ${a.errors}</p>
+    <table id="autoscaler"><thead><tr><th>Vertex</th><th>Parallelism</th><th>Recommended</th>
+    <th>True processing rate</th><th>Target data rate</th><th>Lag</th><th>Load</th></tr></thead>
+    <tbody>${rows || '<tr><td colspan="7" class="muted">No evaluation yet.</td></tr>'}</tbody></table>
+    <ul class="events">${events}</ul>`;
+}
+
 function exceptionSection(ex) {
   const entries = ex.exceptionHistory.entries;
   if (!entries.length) return '<p class="muted">No exceptions.</p>';
@@ -215,12 +230,13 @@ async function renderJob(app, jid) {
   const ids = job.vertices.map(v => v.id);
   if (!ids.includes(selectedVertex)) selectedVertex = ids[ids.length - 1];
   const base = `/jobs/${encodeURIComponent(jid)}/vertices/`;
-  const [pressures, details, marks, checkpoints, exceptions] = await Promise.all([
+  const [pressures, details, marks, checkpoints, exceptions, autoscaler] = await Promise.all([
     Promise.all(ids.map(id => api(base + id + "/backpressure").catch(() => null))),
     api(base + selectedVertex).catch(() => null),
     api(base + selectedVertex + "/watermarks").catch(() => []),
     api(`/jobs/${encodeURIComponent(jid)}/checkpoints`).catch(() => null),
     api(`/jobs/${encodeURIComponent(jid)}/exceptions`).catch(() => null),
+    api(`/jobs/${encodeURIComponent(jid)}/autoscaler`).catch(() => null),
   ]);
   const pressure = new Map(ids.map((id, i) => [id, pressures[i]]).filter(e => e[1]));
   const ended = ["FINISHED", "CANCELED", "FAILED"].includes(job.state);
@@ -235,6 +251,7 @@ async function renderJob(app, jid) {
     </section>
     <section><h2>JobGraph</h2><div class="dag-wrap">${drawDag(job, pressure)}</div></section>
     <section><h2>Subtasks</h2>${details ? subtaskTable(details, pressure.get(selectedVertex), marks) : ""}</section>
+    ${autoscaler && autoscaler.enabled ? `<section><h2>Autoscaler</h2>${autoscalerSection(autoscaler)}</section>` : ""}
     <div class="grid">
       <section><h2>Checkpoints</h2>${checkpoints ? checkpointSection(checkpoints) : ""}</section>
       <section><h2>Exceptions</h2>${exceptions ? exceptionSection(exceptions) : ""}</section>
