@@ -169,9 +169,9 @@ class JobAutoScaler:
                 self._state = f"Stabilizing until {_iso(stable_at)}"
                 return
             full_at = counted[0][0] + settings.window_s
-            if len(counted) >= 2:
-                self._evaluated = evaluate(counted, topology, settings)
             if now < full_at or len(counted) < 2:
+                if len(counted) >= 2:  # shown while the window fills (Flink's upfront evaluation)
+                    self._evaluated = evaluate(counted, topology, settings)
                 self._state = f"Metric window is not full until {_iso(full_at)}"
                 return
             window = [(t, s) for t, s in counted if t >= now - settings.window_s]
