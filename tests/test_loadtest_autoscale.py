@@ -30,7 +30,6 @@ def build(env, source):
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_stepped_rate_with_the_autoscaler_on_is_reported_and_plotted(tmp_path, capsys):
-    pytest.importorskip("matplotlib")
     job = tmp_path / "slow_job.py"
     job.write_text(JOB)
     out = tmp_path / "report"
