@@ -6,7 +6,9 @@ groups respected), places one TaskExecutor actor per ``taskmanager.numberOfTaskS
 slots in a SPREAD placement group so a job covers every node (PACK with
 ``raylink.placement-strategy: pack``, so a scale-in leaves nodes Ray's autoscaler can
 remove), deploys every
-subtask, starts them, and long-polls the executors for task state changes. A slot
+subtask, starts them, and long-polls the executors for task state changes. A rescale to more
+TaskExecutors first reserves the extra ones' resources in a placement group of their own and
+waits for it while the job runs on (``reserve_resources``). A slot
 of a slot sharing group with a resource profile gets a TaskExecutor of exactly those
 Ray resources (:mod:`raylink.runtime.job.resource_profile`); a profile no node (nor a
 node type Ray's autoscaler publishes) can hold fails the job before anything is placed. A
@@ -26,6 +28,8 @@ finished job's TaskExecutors and placement group are kept for the program's next
 
 from __future__ import annotations
 
+import copy
+import json
 import logging
 import os
 import queue
@@ -46,6 +50,7 @@ from raylink.actors.warm_executors import WARM_EXECUTORS, warm_key
 from raylink.core.job_status import JobStatus
 from raylink.core.options import ExecutionOptions, RaylinkOptions, ResourceManagerOptions, TaskManagerOptions
 from raylink.errors import RaylinkError
+from raylink.graph.execution_graph import build_execution_graph
 from raylink.operators.print_channel import write_chunks
 from raylink.runtime.client.job_result import JobExecutionResult
 from raylink.runtime.client.python_dependencies import ray_runtime_env
@@ -163,17 +168,45 @@ def _upload_local_packages(env: dict) -> dict:
     return upload_working_dir_if_needed(env, include_gitignore=False, scratch_dir=scratch_dir)
 
 
+#: the system config of each Ray cluster this process connected to, by GCS address and cluster id
+_CLUSTER_CONFIGS: dict[tuple, dict] = {}
+
+
+def cluster_system_config() -> dict:
+    """The system config the connected Ray cluster's head was started with (``ray start
+    --system-config``, ``ray.init(_system_config=...)``), as its GCS serves it to every raylet
+    (``GetInternalConfig``); ``{}`` when it cannot be read (Ray client). Read once per cluster."""
+    try:
+        worker = ray._private.worker.global_worker
+        key = (worker.gcs_client.address, worker.gcs_client.cluster_id.hex())
+    except Exception:  # noqa: BLE001 - not connected, or a Ray client
+        return {}
+    if key not in _CLUSTER_CONFIGS:
+        from ray._private.grpc_utils import init_grpc_channel
+        from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+
+        try:
+            channel = init_grpc_channel(key[0])  # Ray's token authentication, TLS as Ray's own
+            try:
+                reply = gcs_service_pb2_grpc.InternalKVGcsServiceStub(channel).GetInternalConfig(
+                    gcs_service_pb2.GetInternalConfigRequest(), timeout=10
+                )
+            finally:
+                channel.close()
+            _CLUSTER_CONFIGS[key] = json.loads(reply.config or "{}")
+        except Exception:  # noqa: BLE001 - an unreadable config: the TaskExecutors set their own
+            return {}
+    return _CLUSTER_CONFIGS[key]
+
+
 def _executor_runtime_env(max_batch_bytes: int, conf: Any = None) -> Optional[dict]:
     """The TaskExecutor actors' runtime environment: the job's Python dependencies
     (``add_python_file`` & co., :mod:`raylink.runtime.client.python_dependencies`) and, unless the
-    cluster already inlines call arguments of a batch's size (a Ray raylink started), the
-    per-actor inline limit. None when neither is needed (a runtime env costs a fresh worker
-    process)."""
+    cluster already inlines call arguments of a batch's size (a Ray raylink started, or any
+    started with its system config), the per-actor inline limit. None when neither is needed (a
+    runtime env costs a fresh worker process: seconds per TaskExecutor on a busy node)."""
     env = _upload_local_packages(ray_runtime_env(conf)) if conf is not None else {}
-    try:
-        limit = ray._private.worker._global_node._config.get("max_direct_call_object_size", 0)
-    except AttributeError:  # not a local node (Ray client): use the runtime env
-        limit = 0
+    limit = int(cluster_system_config().get("max_direct_call_object_size", 0) or 0)
     needed = inline_call_limit(max_batch_bytes)
     if limit < needed:
         env["env_vars"] = {"RAY_max_direct_call_object_size": str(needed)}
@@ -234,6 +267,7 @@ class RayJobClient(JobMasterBase):
         self._monitor: Optional[threading.Thread] = None
         self._head_watch: Optional[threading.Thread] = None
         self.executor_stats: list[dict] = []
+        self._held_bundles: list[dict] = []  # the Ray resources of the deployment's TaskExecutors
         self.locations: dict[str, dict] = {}
         self.last_heartbeats: dict[str, int] = {}  # executor id -> epoch ms of its last answer
         self.executor_slot_capacity: dict[str, int] = {}  # executor id -> the slots it offers
@@ -243,22 +277,89 @@ class RayJobClient(JobMasterBase):
             self._release_resources()
             raise
 
+    def _plan(self, graph: Any) -> tuple[dict, int, list, dict, Any]:
+        """Where ``graph``'s subtasks go: ``(executor_of, count, executor_groups, default_of,
+        default_view)`` -- every subtask's TaskExecutor index, how many TaskExecutors, the slot
+        sharing group of each (None: the default bundle; those come first), the default-bundle
+        ones' subtasks, and the graph those run."""
+        mode = self.configuration.get(RaylinkOptions.TASK_PLACEMENT)
+        cores = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        if self.group_resources:  # a profiled group's slot: one TaskExecutor of its profile
+            profiled = assign_with_profiles(graph, mode, self._slots, cores, set(self.group_resources))
+            executor_of, count, graph = profiled.executor_of, profiled.count, profiled.default_view
+            groups = list(profiled.group_of_executor)
+        else:
+            executor_of, count = assign_task_executors(graph, mode, self._slots, cores)
+            groups = [None] * count
+        defaults = groups.count(None)
+        default_of = {key: i for key, i in executor_of.items() if i < defaults}
+        return executor_of, count, groups, default_of, graph
+
+    def _bundles_of(self, default_of: dict, groups: list, graph: Any) -> list[dict]:
+        """The Ray resources of each TaskExecutor of a plan (:meth:`_plan`), in order."""
+        defaults = groups.count(None)
+        mode = self.configuration.get(RaylinkOptions.TASK_PLACEMENT)
+        bundles = self._bundles(mode, default_of, defaults, graph) if defaults else []
+        return bundles + [dict(self.group_resources[g]) for g in groups[defaults:]]
+
+    def reserve_resources(self, parallelism: dict[str, int]) -> Any:
+        """Before a rescale stops the job: the Ray resources its TaskExecutors at ``parallelism``
+        ({job vertex id: parallelism}) need beyond those it holds, reserved in a placement group
+        of their own and waited for while the job runs on -- Ray's autoscaler adds a node for
+        them meanwhile (Flink's ``AdaptiveScheduler`` waits for the slots while Executing).
+        None when the job needs no more (or leases a session's executors); ``RuntimeError`` when
+        they cannot be placed within the placement timeout (nothing held then)."""
+        if self._session is not None or not self._held_bundles:
+            return None
+        # the running JobGraph stays as it is: a copy whose vertices (copies too) take the new
+        # parallelism; their edges name the running vertices, which the build reads by id only
+        job_graph = copy.copy(self.execution_graph.job_graph)
+        job_graph.vertices = {vid: copy.copy(v) for vid, v in job_graph.vertices.items()}
+        for vid, p in parallelism.items():
+            job_graph.get_vertex(vid).parallelism = p
+        _executor_of, _count, groups, default_of, graph = self._plan(build_execution_graph(job_graph))
+        extra = self._bundles_of(default_of, groups, graph)
+        for bundle in self._held_bundles:  # what the running deployment holds comes back to it
+            if bundle in extra:
+                extra.remove(bundle)
+        if not extra:
+            return None
+        pg = placement_group(extra, strategy=self.configuration.get(RaylinkOptions.PLACEMENT_STRATEGY).upper())
+        timeout = AUTOSCALER_PLACEMENT_TIMEOUT_S if _autoscaler_node_types() else PLACEMENT_TIMEOUT_S
+        deadline = said = time.monotonic()
+        deadline += timeout
+        while time.monotonic() < deadline and not (self._cancel_requested or self._done.is_set()):
+            ready, _ = ray.wait([pg.ready()], timeout=1.0)
+            if ready:
+                return pg
+            if time.monotonic() - said >= AUTOSCALER_LINE_EVERY_S:
+                said = time.monotonic()
+                logging.getLogger("raylink").info(
+                    "job '%s' waits for Ray to place %d more TaskExecutors (%s) before it rescales",
+                    self.job_name,
+                    len(extra),
+                    describe_request(extra[0]),
+                )
+        remove_placement_group(pg)
+        raise RuntimeError(
+            f"Ray placed no {len(extra)} more TaskExecutors ({describe_request(extra[0])} each) within {timeout:.0f} s"
+            if not (self._cancel_requested or self._done.is_set())
+            else "the job ended while its TaskExecutors were placed"
+        )
+
+    def release_reservation(self, reservation: Any) -> None:
+        """Give back what :meth:`reserve_resources` reserved (the new deployment places there)."""
+        if reservation is not None:
+            try:
+                remove_placement_group(reservation)
+            except Exception:  # noqa: BLE001 - Ray already gone
+                pass
+
     def _deploy(self, restore: Any) -> None:
         """New TaskExecutor actors (one SPREAD placement group) for every current attempt."""
         conf = self.configuration
         self._generation += 1
-        mode = conf.get(RaylinkOptions.TASK_PLACEMENT)
-        cores = max(1, int(ray.cluster_resources().get("CPU", 1)))
-        graph: Any = self.execution_graph
-        if self.group_resources:  # a profiled group's slot: one TaskExecutor of its profile
-            profiled = assign_with_profiles(graph, mode, self._slots, cores, set(self.group_resources))
-            executor_of, count, graph = profiled.executor_of, profiled.count, profiled.default_view
-            self.executor_groups = profiled.group_of_executor
-        else:
-            executor_of, count = assign_task_executors(graph, mode, self._slots, cores)
-            self.executor_groups = [None] * count
-        defaults = self.executor_groups.count(None)  # the default-bundle executors come first
-        default_of = {key: i for key, i in executor_of.items() if i < defaults}
+        executor_of, count, self.executor_groups, default_of, graph = self._plan(self.execution_graph)
         self.executor_ids = [f"te-{self.job_id[:6]}-{self._generation}-{i}" for i in range(count)]
         placement = {key: self.executor_ids[i] for key, i in executor_of.items()}
         whole_slots = default_of == assign_slots(graph, self._slots)[0]
@@ -279,8 +380,7 @@ class RayJobClient(JobMasterBase):
             self._bind_executors([h for h, _ in leased], settings, batch)
             self._deploy_tasks(placement, settings, restore, registered=True)
             return
-        bundles = self._bundles(mode, default_of, defaults, graph) if defaults else []
-        bundles += [dict(self.group_resources[g]) for g in self.executor_groups[defaults:]]
+        bundles = self._held_bundles = self._bundles_of(default_of, self.executor_groups, graph)
         runtime_env = _executor_runtime_env(batch, conf)
         self._warm_key = warm_key(bundles, runtime_env)
         warm = WARM_EXECUTORS.take(self._warm_key)  # a set that does not fit is released here

@@ -120,8 +120,8 @@ class JobGraph:
             for data_set in vertex.produced_data_sets:
                 for edge in data_set.consumers:
                     pending[edge.target.id] -= 1
-                    if pending[edge.target.id] == 0:
-                        ready.append(edge.target)
+                    if pending[edge.target.id] == 0:  # this graph's vertex of that id (a copy's own)
+                        ready.append(self.vertices[edge.target.id])
         if len(ordered) != len(self.vertices):  # pragma: no cover - cycles cannot be built
             raise ValueError("The job graph is cyclic.")
         return ordered

@@ -105,6 +105,22 @@ def test_word_count_over_several_task_executors(parallelism, placement):
     assert task_executors_gone(it.job_client)
 
 
+def test_task_executors_take_the_clusters_inline_limit_and_set_their_own_only_above_it():
+    """The session's Ray was started with raylink's system config: its GCS says so, and a
+    TaskExecutor needs no runtime env (which would cost a fresh worker process) unless its
+    batches exceed what the cluster inlines."""
+    from raylink.actors.ray_executor import _executor_runtime_env, cluster_system_config
+    from raylink.actors.ray_transport import RAY_SYSTEM_CONFIG, inline_call_limit
+
+    limit = RAY_SYSTEM_CONFIG["max_direct_call_object_size"]
+    assert cluster_system_config()["max_direct_call_object_size"] == limit
+    assert _executor_runtime_env(1 << 20) is None
+    bigger = 2 * limit
+    assert _executor_runtime_env(bigger) == {
+        "env_vars": {"RAY_max_direct_call_object_size": str(inline_call_limit(bigger))}
+    }
+
+
 def test_chain_union_side_output_and_rebalance_on_ray():
     from raylink.api import OutputTag
     from raylink.api.functions import ProcessFunction

@@ -15,7 +15,7 @@ import pytest
 from raylink.actors.cluster import available_cpus
 from raylink.bench.autoscale import AUTOSCALER_CONF, MAX_PARALLELISM, build, reference, schedule
 from raylink.bench.failover import committed_lines
-from raylink.runtime.job.rescaling import RescaleNotPlacedError
+from raylink.runtime.job.rescaling import RescaleNotPlacedError, rescaler_of
 from raylink.tests.runtime_jobs import make_env, wait_for
 from raylink.tests.test_runtime_rest_api import get
 
@@ -115,6 +115,8 @@ def test_a_rescale_the_cluster_cannot_place_goes_back_to_the_old_parallelism(ray
     with pytest.raises(RescaleNotPlacedError, match="runs on at its previous parallelism"):
         client.rescale({"count": min(cpus + 2, MAX_PARALLELISM)}).result(120)
     assert client.get_job_status() == "RUNNING"
+    # the extra TaskExecutors were waited for while the job ran on: it was never stopped
+    assert "RESTARTING" not in client.status_timestamps and rescaler_of(client).num_rescales == 0
     assert [v.parallelism for v in client.execution_graph.job_vertices] == [1, 1]
     client.cancel()
     assert client.wait(60)

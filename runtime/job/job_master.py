@@ -210,6 +210,16 @@ class JobMasterBase:
         """Place and deploy every subtask's current attempt (restored from ``restore``)."""
         raise NotImplementedError
 
+    def reserve_resources(self, parallelism: dict) -> Any:
+        """Before a rescale stops the job: reserve what its executors at ``parallelism`` ({job
+        vertex id: parallelism}) need beyond what it holds, and wait for it (an exception when it
+        cannot be had); a reservation for :meth:`release_reservation`, or None. In-process
+        executors need nothing."""
+        return None
+
+    def release_reservation(self, reservation: Any) -> None:
+        """Give back what :meth:`reserve_resources` reserved."""
+
     def _start_tasks(self) -> None:
         raise NotImplementedError
 

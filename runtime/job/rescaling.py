@@ -21,7 +21,12 @@ superseded).
 
 **The rescale** (:func:`rescale`; Flink's ``AdaptiveScheduler`` goes Executing -> Restarting
 -> WaitingForResources -> CreatingExecutionGraph -> Executing, restoring the latest
-checkpoint). Here the JobMaster first takes a fresh checkpoint with aligned barriers
+checkpoint, and rescales up once the new slots are there). Here the JobMaster first reserves
+the resources the new parallelism needs beyond what the job holds and waits for them while the
+job runs on (``reserve_resources``: on Ray a placement group of the extra TaskExecutors'
+bundles, for which Ray's autoscaler adds a node; given back just before the new deployment
+places); when they cannot be had, the rescale fails as not placed and the job was never
+stopped. Then it takes a fresh checkpoint with aligned barriers
 (``CheckpointCoordinator.trigger_checkpoint_now``; no periodic checkpoint is triggered after
 it, so it is the latest) -- Flink would restore the latest completed checkpoint and replay
 what came after it; a fresh one shortens that replay to the records in flight while the old
@@ -231,9 +236,12 @@ class Rescaler:
         self._queued: Optional[tuple[dict, Future]] = None
         self.num_rescales = 0
         self.last_duration_ms: Optional[int] = None
-        #: the last rescale's phases in ms: checkpoint, cancel (tasks cancelled, executors
-        #: released), deploy (the new graph deployed and started)
+        #: the last rescale's phases in ms: resources (the extra ones reserved while the job ran),
+        #: checkpoint, cancel (tasks cancelled, executors released), deploy (the new graph
+        #: deployed and started)
         self.last_phases: dict[str, int] = {}
+        #: what ``master.reserve_resources`` reserved for the rescale under way, until it deploys
+        self._reservation: Any = None
 
     def resource_requirements(self) -> dict:
         """FLIP-291's body: ``{vertex id: {"parallelism": {"lowerBound", "upperBound"}}}``."""
@@ -299,6 +307,14 @@ class Rescaler:
         master = self.master
         started = time.monotonic()
         try:
+            try:  # the resources first, while the job runs on (Flink's WaitingForResources)
+                self._reservation = master.reserve_resources({v: b.upper_bound for v, b in resolved.items()})
+            except BaseException as exc:  # noqa: BLE001 - the job runs on as it was
+                raise RescaleNotPlacedError(
+                    f"job '{master.job_name}' could not be deployed at the new parallelism ({exc}); "
+                    "it runs on at its previous parallelism"
+                ) from exc
+            self.last_phases = {"resources": int((time.monotonic() - started) * 1000)}
             try:  # Flink restores the latest checkpoint; a fresh one shortens the replay
                 checkpoint = master.coordinator.trigger_checkpoint_now(suspend_periodic=True).result(
                     CHECKPOINT_TIMEOUT_S
@@ -307,13 +323,14 @@ class Rescaler:
                 raise RescaleRefusedError(
                     f"job '{master.job_name}' was not rescaled: its checkpoint failed ({exc})"
                 ) from exc
-            self.last_phases = {"checkpoint": int((time.monotonic() - started) * 1000)}
+            self.last_phases["checkpoint"] = int((time.monotonic() - started) * 1000) - self.last_phases["resources"]
             with master._lock:
                 if master._done.is_set() or master._restarting or master._cancel_requested:
                     raise RescaleRefusedError(f"job '{master.job_name}' ended or restarted while rescaling")
                 master._restarting = True
                 master._transition(JobStatus.RESTARTING)
         except BaseException as exc:  # noqa: BLE001
+            self._release_reservation()
             with master._lock:
                 if self._queued is None:
                     self.requirements = previous  # not rescaled: the job runs at what it ran at
@@ -323,6 +340,7 @@ class Rescaler:
         try:
             self._redeploy(resolved, checkpoint)
         except BaseException as exc:  # noqa: BLE001 - back to the old parallelism, else a failure of the job
+            self._release_reservation()
             if self._revert(resolved, previous, checkpoint, exc):
                 result.set_exception(
                     RescaleNotPlacedError(
@@ -340,11 +358,12 @@ class Rescaler:
         self.num_rescales += 1
         self.last_duration_ms = int((time.monotonic() - started) * 1000)
         log.info(
-            "job '%s' rescaled to %s in %d ms from checkpoint %d",
+            "job '%s' rescaled to %s in %d ms from checkpoint %d (ms: %s)",
             master.job_name,
             {master.execution_graph.get_job_vertex(v).name: b.upper_bound for v, b in resolved.items()},
             self.last_duration_ms,
             checkpoint.checkpoint_id,
+            ", ".join(f"{phase} {ms}" for phase, ms in self.last_phases.items()),
         )
         result.set_result(self.resource_requirements())
         self._next()
@@ -373,6 +392,10 @@ class Rescaler:
             self.requirements.update(back)
         return True
 
+    def _release_reservation(self) -> None:
+        reservation, self._reservation = self._reservation, None
+        self.master.release_reservation(reservation)
+
     def _redeploy(self, resolved: dict[str, ParallelismBounds], checkpoint: Any) -> None:
         """Cancel, rebuild the ExecutionGraph at the new parallelism and deploy it restored from
         ``checkpoint`` (the failover's steps, with a new graph); under RESTARTING."""
@@ -384,6 +407,7 @@ class Rescaler:
         except Exception:  # noqa: BLE001 - executors already gone
             pass
         master._release_executors()
+        self._release_reservation()  # the new deployment places where it was reserved
         cancelled_at = time.monotonic()
         with master._lock:
             if master._cancel_requested:  # cancelled meanwhile: the job ends CANCELED
