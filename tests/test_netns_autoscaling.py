@@ -38,7 +38,7 @@ def test_the_job_and_the_cluster_scale_out_with_the_rate_and_back_in_exactly_onc
     assert report["final_parallelism"] < report["peak_parallelism"], timeline
     assert report["scaled_in_s"] is not None and report["node_removed_s"] is not None, timeline
     # the backlog drained once the peak parallelism ran (how fast, against the catch-up duration, is
-    # bench/autoscale.py's figure: the rescales' downtime moves it past 20 s, and CI's load more)
+    # bench/autoscale.py's figure: a wall-clock time, which CI's load moves)
     assert report["drained_s"] is not None, timeline
     scalings = [e for e in report["events"] if e["reason"] == "ScalingReport"]
     assert all(

@@ -156,6 +156,23 @@ def _cli(*args, address):
     )
 
 
+def _eventually(predicate, timeout: float) -> bool:
+    """``predicate()`` became true within ``timeout`` s (polls the session: a lease has no event to wait on)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def _settled(status: dict) -> bool:
+    """No executor is leased or being reset: every one the session holds is idle."""
+    return status["idle"] >= 2 and status["resetting"] == 0 and not status["leased"]
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_cli_start_status_stop(ray_session):
@@ -183,6 +200,8 @@ def test_cli_start_status_stop(ray_session):
         assert again.returncode == 1 and "already running" in again.stderr
         assert _run([4, 5], 2) == [8, 10]  # a job of this driver uses the session the CLI started
         session = find_session()
+        # the job ran on the pool's executors: they are idle again once reset
+        assert _eventually(lambda: _settled(ray.get(session.status.remote())), 30)
         dispatcher = ray.get_actor(DISPATCHER_NAME, namespace=SESSION_NAMESPACE)
         actor_ids = set(ray.get(session.idle_actor_ids.remote())) | {
             session._actor_id.hex(),

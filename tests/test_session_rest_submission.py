@@ -22,12 +22,15 @@ from urllib.parse import urlsplit
 import pytest
 
 from raylink.tests.runtime_jobs import running_session
-from raylink.tests.test_runtime_session_cluster import _cli
+from raylink.tests.test_runtime_session_cluster import _cli, _eventually
 
 ROOT = Path(__file__).resolve().parent.parent
 
 PRELUDE = """
-import json, sys
+import json, signal, sys
+# Ctrl-C raises KeyboardInterrupt, as in a terminal (a shell starting pytest in the background
+# leaves SIGINT ignored, and a Python started with it ignored keeps it so)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from raylink.api import Configuration, StreamExecutionEnvironment
 conf = Configuration()
 for item in sys.argv[1:]:
@@ -282,18 +285,6 @@ def test_requests_without_the_token_or_for_unknown_jobs_are_refused(session):
         client.request("GET", "/v1/no-such-route")
     with pytest.raises(RestClusterError, match="HTTP 404.*not known"):
         client.request("GET", "/v1/jobs/0123/execution-result")
-
-
-def _eventually(predicate, timeout: float) -> bool:
-    """``predicate()`` became true within ``timeout`` s (polls the session: a lease has no event to wait on)."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
-    return True
 
 
 def _leased(session) -> dict:
