@@ -35,7 +35,7 @@ import os
 import queue
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import cloudpickle
 import ray
@@ -213,6 +213,31 @@ def _executor_runtime_env(max_batch_bytes: int, conf: Any = None) -> Optional[di
     return env or None
 
 
+def _placement_ready(
+    pg: Any,
+    timeout: float,
+    poll_s: float,
+    say: Optional[Callable[[], None]] = None,
+    say_every: int = 1,
+    gone: Callable[[], bool] = lambda: False,
+) -> bool:
+    """Whether placement group ``pg`` was placed within ``timeout`` s: waited for ``poll_s`` at a
+    time, ``say()`` after every ``say_every`` waits that did not place it (a progress line), given
+    up early once ``gone()``."""
+    deadline = time.monotonic() + timeout
+    polls = 0
+    while not gone():
+        ready, _ = ray.wait([pg.ready()], timeout=max(0.0, min(poll_s, deadline - time.monotonic())))
+        if ready:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        polls += 1
+        if say is not None and polls % say_every == 0:
+            say()
+    return False
+
+
 def _autoscaler_node_types() -> Optional[list[dict]]:
     """The resources of each node type Ray's autoscaler may still start, from the cluster config
     it publishes in the GCS (max_count 0 left out); None when none is published. Ray's v1
@@ -326,20 +351,21 @@ class RayJobClient(JobMasterBase):
             return None
         pg = placement_group(extra, strategy=self.configuration.get(RaylinkOptions.PLACEMENT_STRATEGY).upper())
         timeout = AUTOSCALER_PLACEMENT_TIMEOUT_S if _autoscaler_node_types() else PLACEMENT_TIMEOUT_S
-        deadline = said = time.monotonic()
-        deadline += timeout
-        while time.monotonic() < deadline and not (self._cancel_requested or self._done.is_set()):
-            ready, _ = ray.wait([pg.ready()], timeout=1.0)
-            if ready:
-                return pg
-            if time.monotonic() - said >= AUTOSCALER_LINE_EVERY_S:
-                said = time.monotonic()
-                logging.getLogger("raylink").info(
-                    "job '%s' waits for Ray to place %d more TaskExecutors (%s) before it rescales",
-                    self.job_name,
-                    len(extra),
-                    describe_request(extra[0]),
-                )
+        placed = _placement_ready(
+            pg,
+            timeout,
+            poll_s=1.0,  # a cancel of the job ends the wait
+            say=lambda: logging.getLogger("raylink").info(
+                "job '%s' waits for Ray to place %d more TaskExecutors (%s) before it rescales",
+                self.job_name,
+                len(extra),
+                describe_request(extra[0]),
+            ),
+            say_every=int(AUTOSCALER_LINE_EVERY_S),
+            gone=lambda: self._cancel_requested or self._done.is_set(),
+        )
+        if placed:
+            return pg
         remove_placement_group(pg)
         raise RuntimeError(
             f"Ray placed no {len(extra)} more TaskExecutors ({describe_request(extra[0])} each) within {timeout:.0f} s"
@@ -464,19 +490,20 @@ class RayJobClient(JobMasterBase):
         """Wait for the placement group; while it waits for Ray's autoscaler, a line every
         :data:`AUTOSCALER_LINE_EVERY_S` says so (the job's progress line before it runs)."""
         timeout = AUTOSCALER_PLACEMENT_TIMEOUT_S if waits_for_autoscaler else PLACEMENT_TIMEOUT_S
-        deadline = time.monotonic() + timeout
-        while True:
-            step = min(AUTOSCALER_LINE_EVERY_S, deadline - time.monotonic()) if waits_for_autoscaler else timeout
-            ready, _ = ray.wait([self._pg.ready()], timeout=max(0.0, step))
-            if ready:
-                return
-            if time.monotonic() >= deadline:
-                break
+
+        def say() -> None:
             logging.getLogger("raylink").info(
                 "job '%s' waits for Ray's autoscaler to add a node for slot sharing group %s",
                 self.job_name,
                 ", ".join(f"{g!r} ({describe_request(self.group_resources[g])})" for g in waits_for_autoscaler),
             )
+
+        if waits_for_autoscaler:
+            placed = _placement_ready(self._pg, timeout, poll_s=AUTOSCALER_LINE_EVERY_S, say=say)
+        else:
+            placed = _placement_ready(self._pg, timeout, poll_s=timeout)
+        if placed:
+            return
         groups = ", ".join(repr(g) for g in waits_for_autoscaler)
         raise RuntimeError(
             f"could not place {count} TaskExecutors ({bundle} each) on the Ray cluster within {timeout:.0f} s"

@@ -13,11 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raylink.api import Encoder, FileSink, MapFunction, OutputFileConfig, RollingPolicy, WatermarkStrategy
+from raylink.api import MapFunction, WatermarkStrategy
 from raylink.api.connectors import DataGeneratorSource, RateLimiterStrategy
-from raylink.bench.failover import KEYS, committed_lines, reference
+from raylink.bench.failover import committed_lines, reference
 from raylink.tests.runtime_jobs import make_env, wait_for
-from raylink.tests.test_runtime_checkpointing import add_counts
+from raylink.tests.test_runtime_datagen_failover import generated_counts
 
 
 class Squares:
@@ -141,23 +141,7 @@ def test_a_rescaled_rate_limited_source_emits_each_record_once(tmp_path):
         "execution.checkpointing.dir": str(tmp_path / "checkpoints"),
     }
     env = make_env("local", 2, conf)
-    sink = (
-        FileSink.for_row_format(str(tmp_path / "out"), Encoder.simple_string_encoder())
-        .with_output_file_config(OutputFileConfig.builder().with_part_prefix("part").build())
-        .with_rolling_policy(RollingPolicy.on_checkpoint_rolling_policy())
-        .build()
-    )
-    source = DataGeneratorSource(lambda i: i + 1, n, RateLimiterStrategy.per_second(2_000))
-    (
-        env.from_source(source, WatermarkStrategy.no_watermarks(), "numbers")
-        .uid("numbers")
-        .map(lambda v: (v % KEYS, 1))
-        .key_by(lambda kv: kv[0])
-        .reduce(add_counts)
-        .uid("count")
-        .map(lambda kv: f"{kv[0]},{kv[1]}")
-        .sink_to(sink)
-    )
+    generated_counts(env, n, 2_000, str(tmp_path / "out"))
     client = env.execute_async()
     assert wait_for(lambda: client.get_checkpoint_stats()["numberOfCompletedCheckpoints"] > 0, client, timeout=60)
     for parallelism in (3, 1):

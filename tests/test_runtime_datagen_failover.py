@@ -15,18 +15,18 @@ from raylink.tests.test_runtime_checkpointing import add_counts, checkpointing_e
 from raylink.tests.test_runtime_exactly_once_sinks import kill_task_executors_while_running
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_a_rate_limited_generator_survives_sigkilled_task_executors_exactly_once(ray_session, tmp_path):
-    n = 12_000
-    env = checkpointing_env("ray", 2, tmp_path)
+def generated_counts(env, n: int, per_second: float, out: str) -> None:
+    """``DataGeneratorSource`` of ``1..n`` at ``per_second`` (uid ``numbers``) -> ``(v % KEYS, 1)``
+    -> per-key rolling count (uid ``count``) -> the exactly-once FileSink at ``out`` (rolling on
+    checkpoints), whose committed lines :func:`~raylink.bench.failover.reference` computes. Its
+    functions ship by value to Ray (a ``test_runtime_*`` module)."""
     sink = (
-        FileSink.for_row_format(str(tmp_path / "out"), Encoder.simple_string_encoder())
+        FileSink.for_row_format(out, Encoder.simple_string_encoder())
         .with_output_file_config(OutputFileConfig.builder().with_part_prefix("part").build())
         .with_rolling_policy(RollingPolicy.on_checkpoint_rolling_policy())
         .build()
     )
-    source = DataGeneratorSource(lambda i: i + 1, n, RateLimiterStrategy.per_second(1_000))
+    source = DataGeneratorSource(lambda i: i + 1, n, RateLimiterStrategy.per_second(per_second))
     (
         env.from_source(source, WatermarkStrategy.no_watermarks(), "numbers")
         .uid("numbers")
@@ -37,6 +37,14 @@ def test_a_rate_limited_generator_survives_sigkilled_task_executors_exactly_once
         .map(lambda kv: f"{kv[0]},{kv[1]}")
         .sink_to(sink)
     )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_rate_limited_generator_survives_sigkilled_task_executors_exactly_once(ray_session, tmp_path):
+    n = 12_000
+    env = checkpointing_env("ray", 2, tmp_path)
+    generated_counts(env, n, 1_000, str(tmp_path / "out"))
     client = env.execute_async()
     assert wait_for(lambda: client.get_checkpoint_stats()["numberOfCompletedCheckpoints"] > 0, client, timeout=60)
     kills = kill_task_executors_while_running(client, kills=2)
