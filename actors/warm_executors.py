@@ -7,9 +7,12 @@ and their placement group are not killed at once: every actor is reset in the ba
 as the session cluster's pool does) and, when each came back clean, the set waits here. The
 program's next job whose TaskExecutors ask for the same resources (the same bundles, in
 order) in the same runtime environment takes the set whole, binds each actor to itself and
-deploys on it: no process starts. A job that asks for something else releases the set first
-(it must not wait for resources its own program holds idle); the timeout releases it
-otherwise. The actors are the driver's, so they end with the program, as before.
+deploys on it: no process starts. A job that needs no more TaskExecutors, none larger
+than the set's (:func:`fits`: a program's next job at a lower parallelism) takes the
+set too, runs on its first executors and holds the others idle until it gives the whole set
+back (Flink's ResourceManager, too, offers any job the slots of its idle TaskManagers). A job
+that asks for something else releases the set first (it must not wait for resources its own
+program holds idle); the timeout releases it otherwise. The actors are the driver's, so they end with the program, as before.
 
 One set at most (the last finished job's). Thread-safe: a lock guards the set; the reset
 runs on a daemon thread and the timeout on a daemon timer.
@@ -30,16 +33,28 @@ from ray.util.placement_group import remove_placement_group
 RESET_TIMEOUT_S = 10.0
 
 
-def warm_key(bundles: list, runtime_env: Optional[dict]) -> str:
-    """What a job's TaskExecutors ask for: equal keys may share a warm set."""
-    return json.dumps([bundles, runtime_env], sort_keys=True, default=str)
+def warm_key(runtime_env: Optional[dict]) -> str:
+    """The runtime environment a job's TaskExecutors run in: a warm set serves equal keys only."""
+    return json.dumps(runtime_env, sort_keys=True, default=str)
+
+
+def fits(held: list, asked: list) -> bool:
+    """Whether a set of TaskExecutors with the Ray resources ``held`` (one bundle each, in order)
+    serves a job asking ``asked``: no more executors, and the job's i-th asks for the same kinds
+    of resources as the set's i-th, none more of any (Flink's ResourceManager, too, fulfils a
+    slot request with a slot of its profile or a larger one)."""
+    return len(asked) <= len(held) and all(
+        want.keys() == have.keys() and all(want[k] <= have[k] for k in want) for want, have in zip(asked, held)
+    )
 
 
 @dataclass
 class WarmSet:
-    """A finished job's TaskExecutor actors (in bundle order) and their placement group."""
+    """A finished job's TaskExecutor actors (in bundle order), their placement group's bundles
+    and the placement group."""
 
     key: str
+    bundles: list
     placement_group: Any
     handles: list
     ray_job: str  # the driver's Ray job: handles of an earlier connection are void
@@ -57,12 +72,18 @@ class WarmExecutors:
         self.reused = 0  # sets taken by a later job (what the tests and bench/startup.py read)
 
     def offer(
-        self, key: str, placement_group: Any, handles: list, timeout_s: float, quiesce: Callable[[], None]
+        self,
+        key: str,
+        bundles: list,
+        placement_group: Any,
+        handles: list,
+        timeout_s: float,
+        quiesce: Callable[[], None],
     ) -> None:
         """Keep a finished job's executors for ``timeout_s``; in the background, once
         ``quiesce()`` returned (the job's JobMaster polls them no more), resets them (any not
         clean: the whole set is released)."""
-        warm = WarmSet(key, placement_group, list(handles), ray.get_runtime_context().get_job_id())
+        warm = WarmSet(key, list(bundles), placement_group, list(handles), ray.get_runtime_context().get_job_id())
         with self._lock:
             previous, self._set = self._set, warm
         if previous is not None:
@@ -100,16 +121,22 @@ class WarmExecutors:
             self._set = None
         _release(warm)
 
-    def take(self, key: str) -> Optional[WarmSet]:
-        """The warm set for a job asking ``key`` (waiting for its reset), or None; a set that
-        does not fit is released, so the job's own placement never waits for it."""
+    def take(self, key: str, bundles: list) -> Optional[WarmSet]:
+        """The warm set for a job whose TaskExecutors ask ``bundles`` in runtime environment
+        ``key`` (waiting for its reset), or None; a set that does not fit (:func:`fits`) is
+        released, so the job's own placement never waits for it."""
         with self._lock:
             warm, self._set = self._set, None
         if warm is None:
             return None
         if warm.ray_job != ray.get_runtime_context().get_job_id():
             return None  # of an earlier Ray connection: gone with it
-        if warm.key != key or not warm.ready.wait(RESET_TIMEOUT_S * 2) or not warm.clean:
+        if (
+            warm.key != key
+            or not fits(warm.bundles, bundles)
+            or not warm.ready.wait(RESET_TIMEOUT_S * 2)
+            or not warm.clean
+        ):
             _release(warm)
             return None
         if warm.timer is not None:
@@ -152,4 +179,4 @@ def _release(warm: WarmSet) -> None:
 #: the program's warm TaskExecutors
 WARM_EXECUTORS = WarmExecutors()
 
-__all__ = ["RESET_TIMEOUT_S", "WARM_EXECUTORS", "WarmExecutors", "WarmSet", "warm_key"]
+__all__ = ["RESET_TIMEOUT_S", "WARM_EXECUTORS", "WarmExecutors", "WarmSet", "fits", "warm_key"]

@@ -153,6 +153,8 @@ class Row:
         return item in (fields if fields is not None else self._values)
 
     def __getitem__(self, item: Any) -> Any:
+        if type(item) is int:  # the common case first: one type check, no tuple of types
+            return self._values[item]
         if isinstance(item, (int, slice)):
             return self._values[item]
         try:

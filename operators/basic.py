@@ -117,6 +117,20 @@ class StreamFlatMap(AbstractUdfStreamOperator):
         if out:
             self._collect_batch(out)
 
+    def process_timestamped_batch(self, values: List[Any], timestamps: List[Any]) -> None:
+        """Records with a timestamp each: every result keeps its record's timestamp, all of
+        them one batch (no per-record frames)."""
+        out: List[Any] = []
+        stamps: List[Any] = []
+        extend, flat_map = out.extend, self._flat_map
+        for value, timestamp in zip(values, timestamps):
+            before = len(out)
+            extend(flat_map(value))
+            if len(out) > before:
+                stamps.extend([timestamp] * (len(out) - before))
+        if out:
+            self._collect_timestamped(out, stamps)
+
 
 class StreamFilter(AbstractUdfStreamOperator):
     """``FilterFunction.filter`` or ``callable(value) -> bool``: keeps truthy results."""
@@ -189,6 +203,8 @@ class KeyedStreamMap(_KeyedContext, StreamMap):
 
 class KeyedStreamFlatMap(_KeyedContext, StreamFlatMap):
     """``flat_map`` of a ``KeyedStream`` whose function may use keyed state."""
+
+    process_timestamped_batch = None  # type: ignore[assignment]  # each record sets its key first
 
     def process_element(self, value: Any) -> None:
         if self._sets_key:

@@ -136,6 +136,18 @@ def test_a_run_of_records_with_their_own_timestamps_keeps_each_records_timestamp
     assert len(values) == len(kept)
 
 
+def test_a_flat_map_over_a_timestamped_run_gives_every_result_its_records_timestamp():
+    """None, one or two results per record: each result carries its own input's timestamp, as
+    record by record."""
+    make = lambda: StreamFlatMap(lambda x: [(x, i) for i in range(x % 3)])  # noqa: E731
+    per_record, batched = start(make()), start(make())
+    for v in DATA:
+        per_record.process_element(v, timestamp=100 + v)
+    batched.process_timestamped([(v, 100 + v) for v in DATA])
+    expected = [((x, i), 100 + x) for x in DATA for i in range(x % 3)]
+    assert batched.extract_output_with_timestamps() == per_record.extract_output_with_timestamps() == expected
+
+
 def test_watermarks_and_latency_markers_are_forwarded_and_timestamps_untouched():
     op = StreamMap(lambda x: x + 1)
     harness = start(op)

@@ -1,6 +1,7 @@
 """A program's next job runs on its previous job's TaskExecutors (Flink's
 ``resourcemanager.taskmanager-timeout``, :mod:`raylink.actors.warm_executors`): the same
-processes, nothing of the previous job left in them, results exact; a job asking for other
+processes, nothing of the previous job left in them, results exact; a job needing fewer
+executors runs on part of the set and gives it back whole; a job asking for other
 resources, the timeout, a failed job and a timeout of 0 each release them; ``raylink debug
 memory`` finds a job on reused executors by its own id."""
 
@@ -87,6 +88,22 @@ def test_the_next_job_of_the_same_shape_runs_on_the_same_processes_with_nothing_
     assert second_pids == first_pids  # the same TaskExecutor processes
     # keyed state starts empty on the reused executors: the counts start from 1 again
     assert second == expected_rolling_counts(5_000)
+
+
+def test_a_job_needing_fewer_executors_runs_on_part_of_the_set_and_gives_it_back_whole(ray_session, tmp_path):
+    _, first_pids, _ = run_job(1_000, parallelism=2)  # a source and a keyed subtask in each of two
+    env = make_env("ray", 1)  # one chain, one TaskExecutor
+    env.from_sequence(1, 2_000).map(lambda v: v * 3).sink_to(
+        FileSink.for_row_format(str(tmp_path / "lower"), Encoder.simple_string_encoder()).build()
+    )
+    client = env.execute_async("fewer executors")
+    lower_pids = {loc["pid"] for loc in client.locations.values()}
+    assert client.reused_executors and lower_pids < first_pids, (lower_pids, first_pids)
+    client.get_job_execution_result(120)
+    assert committed_lines(str(tmp_path / "lower")) == Counter(str(v * 3) for v in range(1, 2_001))
+    again, again_pids, again_reused = run_job(3_000, tmp_path / "again", parallelism=2)
+    assert again_reused and again_pids == first_pids, "the idle executor was not kept for the next job"
+    assert again == expected_rolling_counts(3_000)
 
 
 def test_debug_memory_finds_a_job_on_reused_executors_by_its_own_id(ray_session):

@@ -237,7 +237,9 @@ def _q20_row(b: Any, a: Any) -> tuple:
 
 def q20(events: DataStream) -> DataStream:
     """Expand bids with their category-10 auction (bid fields then auction fields)."""
-    return bids(events).connect(auctions(events)).key_by(lambda b: b[0], lambda a: a[0]).process(_Q20Join())
+    # rows cross the shuffle as tuples of their values (Flink's planner ships its own binary rows)
+    joined = bids(events).map(tuple).connect(auctions(events).map(tuple))
+    return joined.key_by(lambda b: b[0], lambda a: a[0]).process(_Q20Join())
 
 
 # -- q4: join within the auction's lifetime, max per auction, average per category ---------------
@@ -369,13 +371,14 @@ class _Q7Highest(KeyedProcessFunction):
     (``[end - 10 s, end)``), the bids at that price, and the bids at exactly ``end`` (``BETWEEN``
     holds both ends: they meet this window's max too). When the watermark reaches ``end`` (every
     bid up to it is in), the bids at the max are emitted and the state dropped; a bid for a window
-    already emitted is late and dropped, as a window drops late records."""
+    already emitted is late and dropped, as a window drops late records. A record is ``(end,
+    auction, price, bidder, dateTime, extra)``."""
 
     def open(self, runtime_context: Any) -> None:
         self.top = runtime_context.get_state(_state("top"))
 
     def process_element(self, value: Any, ctx: Any) -> None:
-        end, bid = value
+        end = value[0]
         timers = ctx.timer_service()
         if end <= timers.current_watermark():
             return
@@ -383,13 +386,13 @@ class _Q7Highest(KeyedProcessFunction):
         if top is None:
             top = [-1, [], []]  # max price, the window's bids at it, the bids at end
             timers.register_event_time_timer(end)
-        price = bid[2]
-        if bid[5] == end:
-            top[2].append(bid)
+        price = value[2]
+        if value[4] == end:
+            top[2].append(value)
         elif price > top[0]:
-            top[0], top[1] = price, [bid]
+            top[0], top[1] = price, [value]
         elif price == top[0]:
-            top[1].append(bid)
+            top[1].append(value)
         self.top.update(top)
 
     def on_timer(self, timestamp: int, ctx: Any) -> Iterable[tuple]:
@@ -398,24 +401,26 @@ class _Q7Highest(KeyedProcessFunction):
         if top is not None and top[1]:
             best = top[0]
             for b in top[1] + [b for b in top[2] if b[2] == best]:
-                yield (b[0], b[2], b[1], b[5], b[6])
+                yield b[1:]
 
 
-def _q7_windows(b: Any) -> Iterable[tuple]:
-    """``(window end, bid)`` for the window holding the bid and, for a bid at a window boundary,
-    the window ending at it."""
-    when = b[5]
+def _q7_windows(b: tuple) -> tuple:
+    """``(window end, *bid)`` for the window holding the bid ``(auction, price, bidder, dateTime,
+    extra)`` and, for a bid at a window boundary, for the window ending at it."""
+    when = b[3]
     if when % 10_000 == 0:
-        yield (when, b)
-    yield (when - when % 10_000 + 10_000, b)
+        return ((when, *b), (when + 10_000, *b))
+    return ((when - when % 10_000 + 10_000, *b),)
 
 
 def q7(events: DataStream) -> DataStream:
     """Highest bid: ``(auction, price, bidder, dateTime, extra)`` of the bids whose price is the
     highest of a 10 s tumbling window ending within 10 s after them (BETWEEN: both ends in): the
     SQL's join of the bids with the windows' maxes, computed per window (a bid meets only the
-    maxes of the one or two windows whose ``[end - 10 s, end]`` holds it)."""
-    return bids(events).flat_map(_q7_windows).key_by(lambda w: w[0]).process(_Q7Highest())
+    maxes of the one or two windows whose ``[end - 10 s, end]`` holds it). Only the selected
+    columns cross the shuffle (as Flink's planner projects them)."""
+    selected = bids(events).map(lambda b: (b[0], b[2], b[1], b[5], b[6]))
+    return selected.flat_map(_q7_windows).key_by(lambda w: w[0]).process(_Q7Highest())
 
 
 # -- q8, q11: window joins and sessions ------------------------------------------------------------
@@ -634,7 +639,8 @@ class _Q9Winning(KeyedCoProcessFunction):
 def q9(events: DataStream) -> DataStream:
     """Winning bids: every auction's fields then its winning bid's ``auction, bidder, price,
     dateTime, extra`` (highest price within the auction's lifetime, the earliest of equal ones)."""
-    return bids(events).connect(auctions(events)).key_by(lambda b: b[0], lambda a: a[0]).process(_Q9Winning())
+    joined = bids(events).map(tuple).connect(auctions(events).map(tuple))  # tuples cross the shuffle
+    return joined.key_by(lambda b: b[0], lambda a: a[0]).process(_Q9Winning())
 
 
 class _Q18Latest(KeyedProcessFunction):
@@ -648,12 +654,12 @@ class _Q18Latest(KeyedProcessFunction):
         latest = self.latest.value()
         if latest is None or bid[5] >= latest:
             self.latest.update(bid[5])
-            yield tuple(bid)
+            yield bid
 
 
 def q18(events: DataStream) -> DataStream:
     """Each bidder's last bid on each auction (all bid columns), updated as later ones come."""
-    return bids(events).key_by(lambda b: (b[1], b[0])).process(_Q18Latest())
+    return bids(events).map(tuple).key_by(lambda b: (b[1], b[0])).process(_Q18Latest())  # tuples cross the shuffle
 
 
 def top_n_order(bid: Any) -> tuple:
@@ -670,7 +676,7 @@ class _Q19TopN(KeyedProcessFunction):
 
     def process_element(self, bid: Any, ctx: Any) -> Iterable[tuple]:
         top = self.top.value() or []
-        row = tuple(bid)
+        row = bid
         if len(top) == 10 and top_n_order(row) >= top_n_order(top[-1]):
             return
         ranked = sorted(top + [row], key=top_n_order)[:10]
@@ -683,7 +689,7 @@ class _Q19TopN(KeyedProcessFunction):
 def q19(events: DataStream) -> DataStream:
     """The 10 highest bids of every auction: all bid columns and ``rank_number`` (updating: the last
     row per (auction, rank_number) is the result)."""
-    return bids(events).key_by(lambda b: b[0]).process(_Q19TopN())
+    return bids(events).map(tuple).key_by(lambda b: b[0]).process(_Q19TopN())  # tuples cross the shuffle
 
 
 QUERIES = {
