@@ -523,7 +523,7 @@ class ResourceManagerOptions:
         "duration",
         30_000,
         "How long a finished job's idle TaskExecutors are kept for the program's next job on Ray "
-        "(reused when it asks for the same resources; released at once when it asks for others, "
+        "(reused when it asks for no more and no larger TaskExecutors; released at once when it asks for others, "
         "and always when the program exits); 0 releases them when their job ends.",
         check=_at_least(0),
     )
