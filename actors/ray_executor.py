@@ -288,13 +288,13 @@ class RayJobClient(JobMasterBase):
         if self._session is not None or not conf.get(ExecutionOptions.ATTACHED) or ha_enabled(conf):
             self._keep_warm_s = 0.0
         self._warm_key = ""
-        self._warm_bundles: list[dict] = []  # the bundles of the placement group the executors are in
         self._spare_handles: list = []  # a warm set's executors this deployment does not run on
         self.reused_executors = False  # whether the latest deployment runs on a previous job's executors
         self._monitor: Optional[threading.Thread] = None
         self._head_watch: Optional[threading.Thread] = None
         self.executor_stats: list[dict] = []
-        self._held_bundles: list[dict] = []  # the Ray resources of the deployment's TaskExecutors
+        # the Ray resources the deployment's placement group holds (a warm set's: more than it runs on)
+        self._pg_bundles: list[dict] = []
         self.locations: dict[str, dict] = {}
         self.last_heartbeats: dict[str, int] = {}  # executor id -> epoch ms of its last answer
         self.executor_slot_capacity: dict[str, int] = {}  # executor id -> the slots it offers
@@ -336,7 +336,7 @@ class RayJobClient(JobMasterBase):
         them meanwhile (Flink's ``AdaptiveScheduler`` waits for the slots while Executing).
         None when the job needs no more (or leases a session's executors); ``RuntimeError`` when
         they cannot be placed within the placement timeout (nothing held then)."""
-        if self._session is not None or not self._held_bundles:
+        if self._session is not None or not self._pg_bundles:
             return None
         # the running JobGraph stays as it is: a copy whose vertices (copies too) take the new
         # parallelism; their edges name the running vertices, which the build reads by id only
@@ -346,7 +346,7 @@ class RayJobClient(JobMasterBase):
             job_graph.get_vertex(vid).parallelism = p
         _executor_of, _count, groups, default_of, graph = self._plan(build_execution_graph(job_graph))
         extra = self._bundles_of(default_of, groups, graph)
-        for bundle in self._warm_bundles:  # what the running deployment's placement group holds comes back
+        for bundle in self._pg_bundles:  # what the running deployment's placement group holds comes back
             if bundle in extra:
                 extra.remove(bundle)
         if not extra:
@@ -408,19 +408,19 @@ class RayJobClient(JobMasterBase):
             self._bind_executors([h for h, _ in leased], settings, batch)
             self._deploy_tasks(placement, settings, restore, registered=True)
             return
-        bundles = self._held_bundles = self._bundles_of(default_of, self.executor_groups, graph)
+        bundles = self._bundles_of(default_of, self.executor_groups, graph)
         runtime_env = _executor_runtime_env(batch, conf)
         self._warm_key = warm_key(runtime_env)
         warm = WARM_EXECUTORS.take(self._warm_key, bundles)  # a set that does not fit is released here
         self.reused_executors = warm is not None
         if warm is not None:  # the program's previous job's executors: no process starts
-            self._pg, self._warm_bundles = warm.placement_group, warm.bundles
+            self._pg, self._pg_bundles = warm.placement_group, warm.bundles
             self._spare_handles = warm.handles[count:]  # held idle, given back with the set
             self._bind_executors(warm.handles[:count], settings, batch)
             self._deploy_tasks(placement, settings, restore, registered=True)
             return
         waits_for_autoscaler = self._check_group_resources()
-        self._warm_bundles, self._spare_handles = bundles, []
+        self._pg_bundles, self._spare_handles = bundles, []
         self._pg = placement_group(bundles, strategy=conf.get(RaylinkOptions.PLACEMENT_STRATEGY).upper())
         self._wait_placed(count, bundles[0], waits_for_autoscaler)
         for index, executor_id in enumerate(self.executor_ids):
@@ -731,9 +731,7 @@ class RayJobClient(JobMasterBase):
         if self._released and self._keep_warm_s > 0 and self._status is JobStatus.FINISHED and self.handles:
             # the job ended: its executors wait for the program's next job (reset first)
             handles = [self.handles[e] for e in self.executor_ids] + self._spare_handles
-            WARM_EXECUTORS.offer(
-                self._warm_key, self._warm_bundles, self._pg, handles, self._keep_warm_s, self._quiesced
-            )
+            WARM_EXECUTORS.offer(self._warm_key, self._pg_bundles, self._pg, handles, self._keep_warm_s, self._quiesced)
             return
         for handle in [*self.handles.values(), *self._spare_handles]:
             try:

@@ -5,14 +5,13 @@ When an attached job whose JobMaster runs in this driver finishes, its TaskExecu
 and their placement group are not killed at once: every actor is reset in the background
 (the job's tasks, state, threads, buffers and connections dropped: ``TaskExecutorActor.reset``,
 as the session cluster's pool does) and, when each came back clean, the set waits here. The
-program's next job whose TaskExecutors ask for the same resources (the same bundles, in
-order) in the same runtime environment takes the set whole, binds each actor to itself and
-deploys on it: no process starts. A job that needs no more TaskExecutors, none larger
-than the set's (:func:`fits`: a program's next job at a lower parallelism) takes the
-set too, runs on its first executors and holds the others idle until it gives the whole set
-back (Flink's ResourceManager, too, offers any job the slots of its idle TaskManagers). A job
-that asks for something else releases the set first (it must not wait for resources its own
-program holds idle); the timeout releases it otherwise. The actors are the driver's, so they end with the program, as before.
+program's next job in the same runtime environment whose TaskExecutors ask for no more and
+none larger than the set's (:func:`fits`: the same bundles, or a job at a lower parallelism)
+takes the set whole, binds its first actors to itself and deploys on them: no process starts.
+The others wait idle until the job gives the whole set back (Flink's ResourceManager, too,
+offers any job the slots of its idle TaskManagers). A job that asks for something else
+releases the set first (it must not wait for resources its own program holds idle); the
+timeout releases it otherwise. The actors are the driver's, so they end with the program.
 
 One set at most (the last finished job's). Thread-safe: a lock guards the set; the reset
 runs on a daemon thread and the timeout on a daemon timer.

@@ -153,9 +153,7 @@ class Row:
         return item in (fields if fields is not None else self._values)
 
     def __getitem__(self, item: Any) -> Any:
-        if type(item) is int:  # the common case first: one type check, no tuple of types
-            return self._values[item]
-        if isinstance(item, (int, slice)):
+        if type(item) is int or isinstance(item, (int, slice)):  # a plain int: one type check
             return self._values[item]
         try:
             return self._values[self._fields.index(item)]
