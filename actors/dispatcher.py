@@ -61,6 +61,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -143,6 +144,9 @@ def _pickled(value: Any, status: int = 200) -> web.Response:
     return web.Response(body=cloudpickle.dumps(value), status=status, content_type=PICKLE_CONTENT_TYPE)
 
 
+_JOB_ID = re.compile("[0-9a-f]{32}")
+
+
 def _error(exc: BaseException, status: int = 500) -> web.Response:
     """The exception itself (pickled) for the client to raise, its text when it does not pickle."""
     try:
@@ -175,6 +179,9 @@ class DispatcherActor:
         self._token = token
         self._replays = ReplayGuard(signature_validity_s)
         self._jobs: dict[str, _Job] = {}
+        # job id -> whether a cancel came while its JobMaster starts (the submitter was interrupted
+        # before it learned that the job runs: it cancels by the id it chose)
+        self._starting: dict[str, bool] = {}
         self._pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="dispatcher")
         self._runner: Optional[web.AppRunner] = None
         self._reaper: Optional[asyncio.Task] = None
@@ -325,6 +332,9 @@ class DispatcherActor:
         """Cancel a job submitted here (``raylink cluster cancel``); its status, None if unknown."""
         job = self._jobs.get(job_id)
         if job is None:
+            if job_id in self._starting:  # cancelled once started, before its submitter is answered
+                self._starting[job_id] = True
+                return str(JobStatus.CANCELLING)
             return None
         await self._blocking(job.client.cancel)
         return str(job.client.get_job_status())
@@ -334,21 +344,31 @@ class DispatcherActor:
 
     async def _submit(self, request: web.Request) -> web.Response:
         body = await request.read()
+        # the client chooses the job's id (Flink's JobGraph carries its JobID): a submitter
+        # interrupted before the answer cancels the job by it
+        job_id = request.query.get("jobId") or uuid.uuid4().hex
+        if not _JOB_ID.fullmatch(job_id) or job_id in self._jobs or job_id in self._starting:
+            return _error(ValueError(f"jobId {job_id!r}: not 32 hex digits, or a job here has it"), 400)
+        self._starting[job_id] = False
         try:
-            client = await self._blocking(self._start_job, body, self._ha)
+            client = await self._blocking(self._start_job, body, job_id, self._ha)
         except Exception as exc:  # noqa: BLE001 - the client raises it as a direct submission would
             return _error(exc)
+        finally:
+            cancelled = self._starting.pop(job_id)
         timeout_s = client.configuration.get(ClientOptions.HEARTBEAT_TIMEOUT) / 1000.0
         self._jobs[client.job_id] = _Job(client, timeout_s)
+        if cancelled:
+            await self._blocking(client.cancel)
         return web.json_response({"jobId": client.job_id, "jobName": client.job_name}, status=201)
 
     @staticmethod
-    def _start_job(body: bytes, ha: Optional[HighAvailabilityServices] = None) -> Any:
+    def _start_job(body: bytes, job_id: str, ha: Optional[HighAvailabilityServices] = None) -> Any:
         if ha is not None:  # the program goes to the JobGraphStore before the job is deployed
-            return start_job(body, uuid.uuid4().hex, ha, recovered=False)
+            return start_job(body, job_id, ha, recovered=False)
         payload = cloudpickle.loads(body)
         validate_enumerated_values(payload["configuration"])  # as the driver did: no unknown value runs
-        program = SubmittedProgram(payload["job_graph"], payload["configuration"])
+        program = SubmittedProgram(payload["job_graph"], payload["configuration"], job_id)
         return RayJobClient(program, None).start()
 
     async def _status(self, request: web.Request) -> web.Response:
@@ -358,11 +378,11 @@ class DispatcherActor:
         return web.json_response(_summary(job.client))
 
     async def _cancel(self, request: web.Request) -> web.Response:
-        job = self._job(request)
-        if job is None:
-            return _not_found(request.match_info["job_id"])
+        job_id = request.match_info["job_id"]
+        if self._job(request) is None and job_id not in self._starting:
+            return _not_found(job_id)
         try:
-            await self._blocking(job.client.cancel)
+            await self.cancel_job(job_id)
         except Exception as exc:  # noqa: BLE001 - the client raises it as a direct call would
             return _error(exc)
         return web.json_response({}, status=202)

@@ -254,7 +254,7 @@ def test_a_captured_job_submission_replayed_is_refused_and_starts_no_second_job(
         client.get_job_execution_result(120)
     finally:
         relay.close()
-    (captured,) = [bytes(r) for r in relay.sent if r.startswith(b"POST /v1/jobs ")]
+    (captured,) = [bytes(r) for r in relay.sent if r.startswith(b"POST /v1/jobs?jobId=")]
     assert TIMESTAMP_HEADER.encode() in captured and len(captured) > 1000  # the signed JobGraph
 
     def jobs() -> list[dict]:

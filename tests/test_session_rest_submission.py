@@ -344,6 +344,52 @@ def test_a_killed_collecting_driver_or_ctrl_c_ends_its_job_and_frees_the_executo
         _cancel_left("until ctrl-c")  # after a failure here: not a job the next tests find running
 
 
+@pytest.mark.timeout(300)
+def test_ctrl_c_while_the_dispatcher_starts_the_job_cancels_it_once_started(session, tmp_path):
+    """The driver is interrupted before the Dispatcher answered its submission (the job being
+    built from its JobGraph): the job it never learned the id of is cancelled once started."""
+    assert _eventually(lambda: _leased(session) == {}, 60)
+    started, go = tmp_path / "deploying", tmp_path / "go"
+    driver = _start_driver(
+        tmp_path,
+        f"""
+        import os, time
+
+        def _held(marker, gate):  # unpickled where the job starts: holds it until ``gate``
+            open(marker, "w").close()
+            deadline = time.monotonic() + 120
+            while not os.path.exists(gate) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            return lambda x: x
+
+        class Held:
+            def __reduce__(self):
+                return _held, ({str(started)!r}, {str(go)!r})
+
+        held = Held()
+        env.from_sequence(1, 10**12).map(lambda x: held(x)).add_sink(lambda x: None)
+        env.execute("interrupted while starting")
+        """,
+    )
+    try:
+        assert _eventually(started.exists, 120), driver.stderr.read()[-3000:] if driver.poll() is not None else ""
+        driver.send_signal(signal.SIGINT)
+        _, stderr = driver.communicate(timeout=60)
+        assert driver.returncode != 0 and "KeyboardInterrupt" in stderr
+        go.touch()
+
+        def statuses() -> list:
+            status = json.loads(_cli("status", "--json", address=_address()).stdout)
+            return [job["status"] for job in status["submittedJobs"] if job["jobName"] == "interrupted while starting"]
+
+        assert _eventually(lambda: statuses() == ["CANCELED"], 60), statuses()
+        assert _eventually(lambda: _leased(session) == {}, 60), "the cancelled job kept its executors"
+    finally:
+        go.touch()
+        driver.kill()
+        _cancel_left("interrupted while starting")
+
+
 @pytest.mark.timeout(400)
 def test_a_job_submitted_over_http_survives_a_killed_executor_exactly_once(session, tmp_path):
     import ray

@@ -31,6 +31,7 @@ import ssl
 import sys
 import threading
 import time
+import uuid
 from concurrent.futures import Future
 from types import ModuleType
 from typing import Any, Iterator, Optional
@@ -262,7 +263,13 @@ class RestJobClient:
             body = cloudpickle.dumps({"job_graph": job_graph, "configuration": _absolute_paths(env.configuration)})
         cluster = RestClusterClient(endpoint)
         cluster.request("GET", "/v1/overview")  # the server proves it holds the token before it gets the job
-        _, answer = cluster.request("POST", "/v1/jobs", body, wait_s=SUBMIT_TIMEOUT_S)
+        job_id = uuid.uuid4().hex  # chosen here, as Flink's client sets the JobGraph's JobID
+        try:
+            _, answer = cluster.request("POST", f"/v1/jobs?jobId={job_id}", body, wait_s=SUBMIT_TIMEOUT_S)
+        except KeyboardInterrupt:  # Ctrl-C while the job starts: it must not run on without a driver
+            with contextlib.suppress(Exception):
+                cluster.request("POST", f"/v1/jobs/{job_id}/cancel")
+            raise
         return cls(cluster, answer["jobId"], answer["jobName"])
 
     def get_job_id(self) -> str:
