@@ -65,6 +65,9 @@ class InternalTimerService:
         self._triggerable = triggerable
         self._event_queue: List[_Entry] = []
         self._event_set = StateTable("event-time timers", "value")
+        # heap entry's timer -> the later timer it stands in for (queued when it surfaces), and back
+        self._moved: Dict[Any, _Entry] = {}
+        self._stand_in_of: Dict[Any, Any] = {}
         self._proc_queue: List[_Entry] = []
         self._proc_set = StateTable("processing-time timers", "value")
         self._snapshots = SnapshotRegistry()
@@ -89,6 +92,43 @@ class InternalTimerService:
 
     def delete_event_time_timer(self, key: Any, timestamp: int, namespace: Any = None) -> None:
         _discard(self._event_set, (timestamp, key, namespace))  # the heap entry is skipped lazily
+
+    def move_event_time_timer(
+        self, key: Any, timestamp: int, namespace: Any, new_timestamp: int, new_namespace: Any
+    ) -> None:
+        """``delete_event_time_timer(key, timestamp, namespace)``, then
+        ``register_event_time_timer(key, new_timestamp, new_namespace)``: a session that grew.
+
+        A timer moved later is not pushed: the heap entry of the timer it replaced (or that one's
+        own stand-in) stands in for it and puts it on the heap when it surfaces -- a session
+        growing with every element would otherwise leave a dead heap entry per element."""
+        old, entry = (timestamp, key, namespace), (new_timestamp, key, new_namespace)
+        timers = self._event_set
+        live = timers.live
+        if timers.lower or type(live) is not dict:
+            had = _discard(timers, old)
+            if _holds(timers, entry):
+                return
+            live[entry] = True
+        else:
+            had = live.pop(old, None) is True
+            if entry in live:
+                return
+            live[entry] = True
+        self._seq += 1
+        queued = (new_timestamp, self._seq, key, new_namespace)
+        origin = self._stand_in_of.pop(old, old) if had else None
+        standing = self._moved.get(origin) if origin is not None else None
+        # (a heap entry stands in for one timer: the one moved now, or none yet)
+        if (
+            origin is not None
+            and origin[0] <= new_timestamp
+            and (standing is None or (standing[0], standing[2], standing[3]) == old)
+        ):
+            self._moved[origin] = queued
+            self._stand_in_of[entry] = origin
+        else:
+            heapq.heappush(self._event_queue, queued)
 
     def register_processing_time_timer(self, key: Any, timestamp: int, namespace: Any = None) -> None:
         entry = (timestamp, key, namespace)
@@ -133,9 +173,15 @@ class InternalTimerService:
         heappop = heapq.heappop
         # one layer (none appears while timers fire): a timer is removed from it directly
         only = live.live if not live.lower and type(live.live) is dict else None
+        moved = self._moved
         while queue and queue[0][0] <= timestamp:
             ts, _, key, namespace = heappop(queue)
             entry = (ts, key, namespace)
+            if moved:
+                target = moved.pop(entry, None)
+                if target is not None:  # the timer this entry stands in for goes on the heap
+                    self._stand_in_of.pop((target[0], target[2], target[3]), None)
+                    heapq.heappush(queue, target)
             if (only.pop(entry, None) is True) if only is not None else _discard(live, entry):
                 set_key(key)
                 fire(ts, key, namespace)

@@ -35,13 +35,19 @@ from typing import Any, Callable, List, Optional
 from raylink.core.evictors import TimestampedValue
 from raylink.core.output_tag import OutputTag
 from raylink.core.triggers import EventTimeTrigger
-from raylink.core.window_assigners import MergingWindowAssigner, SlidingEventTimeWindows, TumblingEventTimeWindows
+from raylink.core.window_assigners import (
+    EventTimeSessionWindows,
+    MergingWindowAssigner,
+    SlidingEventTimeWindows,
+    TumblingEventTimeWindows,
+)
 from raylink.core.window_types import MAX_LONG_VALUE, MIN_LONG_VALUE, TimeWindow
 from raylink.operators.base import AbstractUdfStreamOperator, EmittingMixin, resolve_key_selector
 from raylink.operators.batch import internal_timer_service
 from raylink.operators.merging_window_set import MergingWindowSet
 from raylink.operators.reduce import reduce_batch
 from raylink.operators.window_contexts import AssignerContext, EvictorContext, ProcessWindowContext, TriggerContext
+from raylink.operators.window_sessions import process_sessions
 from raylink.shuffle.hotpath import NATIVE
 from raylink.state.state_backend import keyed_backend_for
 from raylink.state.state_table import REMOVED
@@ -142,7 +148,8 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
         self.timer_service = internal_timer_service(backend, runtime_context.processing_time_service, self)
         kind = "list" if (self.evictor is not None or self.contents_kind == LIST) else self.contents_kind
         self._table = backend.get_namespaced_table(CONTENTS_STATE, kind)
-        self._merging_sets = backend.get_table(MERGING_SET_STATE, "map").values if self.merging else None
+        self._merging_table = backend.get_table(MERGING_SET_STATE, "map") if self.merging else None
+        self._merging_sets = self._merging_table.values if self.merging else None
         self._set_key = backend.set_current_key
         self._trigger_ctx = TriggerContext(self)
         self._window_ctx = ProcessWindowContext(self)
@@ -176,6 +183,13 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
             and type(self.assigner) in (TumblingEventTimeWindows, SlidingEventTimeWindows)
         )
         self._sliding = type(self.assigner) is SlidingEventTimeWindows
+        # event-time sessions of a fixed gap that fire once (window_sessions' loop)
+        self._sessions = (
+            self.evictor is None
+            and type(self.trigger) is EventTimeTrigger
+            and type(self.assigner) is EventTimeSessionWindows
+            and not self.allowed_lateness
+        )
         # a firing that only hands the pane's reduced value on (no lateness, no window function):
         # the window's one timer emits its contents and drops the pane (_on_event_time_fast)
         self._fire_plain = (
@@ -379,7 +393,7 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
     # -- elements ----------------------------------------------------------------------------------
     def process_element(self, value: Any) -> None:
         ts = self.record_context.timestamp
-        if self._fast:
+        if self._fast or self._sessions:
             self._process_fast([value], (ts,))
         else:
             self._process_one(value, ts, self._key_of(value))
@@ -387,7 +401,7 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
 
     def process_batch(self, values: List[Any]) -> None:
         ts = self.record_context.timestamp
-        if self._fast:
+        if self._fast or self._sessions:
             self._process_fast(values, [ts] * len(values))
         else:
             key_of = self._key_of
@@ -398,7 +412,7 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
 
     def process_timestamped_batch(self, values: List[Any], timestamps: List[int]) -> None:
         """Records that each carry their own timestamp (a run read from the network)."""
-        if self._fast:
+        if self._fast or self._sessions:
             self._process_fast(values, timestamps)
         else:
             rc = self.record_context
@@ -514,9 +528,12 @@ class WindowOperator(EmittingMixin, AbstractUdfStreamOperator):
 
     # -- the fast path -----------------------------------------------------------------------------
     def _process_fast(self, values: List[Any], timestamps: Any) -> None:
-        """Tumbling / sliding event-time windows, ``EventTimeTrigger``, no evictor."""
+        """Tumbling / sliding event-time windows, ``EventTimeTrigger``, no evictor; event-time
+        sessions (:mod:`raylink.operators.window_sessions`)."""
         try:
-            if self._sliding:
+            if self._sessions:
+                process_sessions(self, values, timestamps)
+            elif self._sliding:
                 self._process_sliding(values, timestamps)
             else:
                 self._process_tumbling(values, timestamps)

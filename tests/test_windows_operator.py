@@ -280,6 +280,75 @@ def test_session_windows_merge_when_a_bridging_element_arrives_out_of_order():
     assert rows(out) == [(("a", 7), 27), (("b", 5), 109)]
 
 
+def _session_state(op):
+    """The operator's keyed state and timers by key group, as a checkpoint holds them."""
+    backend = dict(op.keyed_state_backend.snapshot())
+    timers = {kg: sorted(t["event"], key=repr) for kg, t in op.timer_service.snapshot().items() if t["event"]}
+    return backend, timers
+
+
+@pytest.mark.parametrize("contents", ["reducing", "aggregating", "list"])
+@pytest.mark.parametrize("seed", range(4))
+def test_session_fast_path_leaves_the_general_paths_state_and_output(contents, seed):
+    """Sessions through window_sessions' loop and through MergingWindowSet element by element:
+    the same sets, contents and timers after every run and watermark (each read as a checkpoint
+    does, which leaves copy-on-write layers under the next run), the same firings and late
+    elements; a checkpoint of the fast path restored into the general one goes on the same."""
+    rnd = random.Random(seed)
+    events, ts = [], 0
+    for _ in range(400):
+        ts += rnd.randint(0, 4)
+        # mostly in order; some arrive up to 30 ms late (bridging sessions, late elements)
+        events.append(((rnd.choice("abcd"), rnd.randint(1, 9)), ts - (rnd.randint(0, 30) if rnd.random() < 0.2 else 0)))
+    chunks = [events[i : i + rnd.randint(1, 40)] for i in range(0, len(events), 20)]
+    watermarks = [max(t for _, t in chunk) - 12 for chunk in chunks]
+    kind = "window" if contents == "list" else "pass"
+    fn = (lambda k, w, xs: [(k, w.start, w.end, sorted(x[1] for x in xs))]) if contents == "list" else None
+    assigner = EventTimeSessionWindows.with_gap(Time.milliseconds(10))
+
+    def started(trigger, backend_snapshot=None):
+        tag = OutputTag("late")
+        op, out = start(
+            assigner,
+            contents,
+            trigger=trigger,
+            tag=tag,
+            kind=kind,
+            fn=fn,
+            agg=SumAgg(),
+            backend_snapshot=backend_snapshot,
+        )
+        assert op._sessions == (type(trigger) is EventTimeTrigger)
+        return op, out
+
+    fast, fast_out = started(EventTimeTrigger())
+    general, general_out = started(_SlowEventTimeTrigger())
+    halfway = len(chunks) // 2
+    for i, (chunk, wm) in enumerate(zip(chunks, watermarks)):
+        for op in (fast, general):
+            feed(op, chunk)
+        assert _session_state(fast) == _session_state(general)
+        for op in (fast, general):
+            op.process_watermark(wm)
+        assert _session_state(fast) == _session_state(general)
+        if i == halfway:  # the fast path's checkpoint goes on in the general path
+            backend, timers = fast.keyed_state_backend.snapshot(), fast.timer_service.snapshot()
+            restored, restored_out = started(_SlowEventTimeTrigger(), backend)
+            restored.timer_service.restore(timers)
+            restored.process_watermark(wm)  # (a restored task's watermark starts over: as before here)
+            restored_out.records.extend(fast_out.records)
+            restored_out.timestamps.extend(fast_out.timestamps)
+        elif i > halfway:
+            feed(restored, chunk)
+            restored.process_watermark(wm)
+    for op in (fast, general, restored):
+        op.process_watermark(MAX_WATERMARK)
+    late = sorted(fast_out.side_outputs.get("late", []))
+    assert rows(fast_out) == rows(general_out) == rows(restored_out)
+    assert late == sorted(general_out.side_outputs.get("late", [])) and late  # some were late
+    assert len(rows(fast_out)) > 4
+
+
 def test_touching_sessions_merge_and_count_trigger_state_merges():
     op, out = start(EventTimeSessionWindows.with_gap(Time.milliseconds(10)), trigger=CountTrigger.of(3))
     feed(op, [(("a", 1), 0), (("a", 1), 20)])  # [0, 10) and [20, 30): one count each
