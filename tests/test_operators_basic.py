@@ -148,6 +148,29 @@ def test_a_flat_map_over_a_timestamped_run_gives_every_result_its_records_timest
     assert batched.extract_output_with_timestamps() == per_record.extract_output_with_timestamps() == expected
 
 
+class _WithTimestamp(ProcessFunction):
+    def process_element(self, value, ctx):
+        yield value, ctx.timestamp()
+
+
+def test_a_timestamped_stream_read_by_two_chained_operators_reaches_each_whole():
+    """The timestamp assigner's runs go to a chained filter and a chained map, each as a batch of
+    its own: every record reaches both with its timestamp (a filter dropping records from its
+    batch takes nothing from the map's)."""
+    from raylink.api import WatermarkStrategy
+    from raylink.tests.runtime_jobs import make_env
+
+    env = make_env("local", 1)
+    data = list(range(1, 2001))
+    stream = env.from_collection(data).assign_timestamps_and_watermarks(
+        WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda v, _: 1000 + v)
+    )
+    odd, negated = stream.filter(lambda v: v % 2 == 1), stream.map(lambda v: -v)
+    got = sorted(odd.union(negated).process(_WithTimestamp()).execute_and_collect())
+    expected = sorted([(v, 1000 + v) for v in data if v % 2 == 1] + [(-v, 1000 + v) for v in data])
+    assert got == expected
+
+
 def test_watermarks_and_latency_markers_are_forwarded_and_timestamps_untouched():
     op = StreamMap(lambda x: x + 1)
     harness = start(op)

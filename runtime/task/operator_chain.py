@@ -122,6 +122,9 @@ class OutputCollector:
         else:
             self.collect = self._broadcast
             self.collect_batch = self._broadcast_batch
+            # a stream several chained operators read: a timestamped run goes to each as one batch
+            if all(getattr(o, "collect_timestamped_batch", None) is not None for o in main):
+                self.collect_timestamped_batch = self._broadcast_timestamped_batch
 
     def _broadcast(self, value: Any) -> None:
         for output in self._main:
@@ -130,6 +133,14 @@ class OutputCollector:
     def _broadcast_batch(self, values: list) -> None:
         for output in self._main:
             output.collect_batch(values if output is self._main[-1] else list(values))
+
+    def _broadcast_timestamped_batch(self, values: list, timestamps: list) -> None:
+        last = self._main[-1]
+        for output in self._main:  # each its own lists: an operator may keep or change them
+            if output is last:
+                output.collect_timestamped_batch(values, timestamps)
+            else:
+                output.collect_timestamped_batch(list(values), list(timestamps))
 
     def collect_side(self, output_tag: Any, value: Any) -> None:
         outputs = self._side.get(output_tag.tag_id)
