@@ -341,6 +341,22 @@ class SortingTwoInputOperator(_SortingInputBase):
         for value in values:
             self._add(index, value, timestamp)
 
+    def _timestamped_of(self, index: int, values: List[Any], timestamps: List[int]) -> None:
+        """A run with a timestamp each (the wrapped operator's own run methods are not reached
+        through ``__getattr__``: keyed records are sorted first)."""
+        if self._key_of[index] is None:
+            rc = self.record_context
+            previous = rc.timestamp
+            element = self._element[index]
+            for value, timestamp in zip(values, timestamps):
+                rc.timestamp = timestamp
+                element(value)
+            rc.timestamp = previous
+            return
+        add = self._add
+        for value, timestamp in zip(values, timestamps):
+            add(index, value, timestamp)
+
     def _watermark_of(self, index: int, timestamp: int) -> None:
         if self._key_of[index] is None:
             self._watermark_to[index](timestamp)
@@ -358,6 +374,12 @@ class SortingTwoInputOperator(_SortingInputBase):
 
     def process_batch2(self, values: List[Any]) -> None:
         self._batch_of(1, values)
+
+    def process_timestamped_batch1(self, values: List[Any], timestamps: List[int]) -> None:
+        self._timestamped_of(0, values, timestamps)
+
+    def process_timestamped_batch2(self, values: List[Any], timestamps: List[int]) -> None:
+        self._timestamped_of(1, values, timestamps)
 
     def process_watermark1(self, timestamp: int) -> None:
         self._watermark_of(0, timestamp)

@@ -20,7 +20,7 @@ from itertools import chain
 from typing import Any, List
 
 from raylink.operators.base import EmittingMixin, TwoInputUdfStreamOperator, resolve_key_selector
-from raylink.operators.process import KeyedTimersMixin, ProcessContextImpl
+from raylink.operators.process import KeyedTimersMixin, ProcessContextImpl, process_timestamped_run
 from raylink.operators.runtime_context import holds_keyed_state
 from raylink.operators.timer_service import NonKeyedTimerService
 from raylink.state.state_backend import keyed_backend_for
@@ -122,6 +122,12 @@ class KeyedCoProcessOperator(KeyedTimersMixin, CoProcessOperator):
         result = self._process1(value, self._ctx)
         if result is not None:
             self._emit(result)
+
+    def process_timestamped_batch1(self, values: List[Any], timestamps: List[Any]) -> None:
+        process_timestamped_run(self, values, timestamps, self._process1, self._key_of1)
+
+    def process_timestamped_batch2(self, values: List[Any], timestamps: List[Any]) -> None:
+        process_timestamped_run(self, values, timestamps, self._process2, self._key_of2)
 
     def process_element2(self, value: Any) -> None:
         self.keyed_state_backend.set_current_key(self._key_of2(value))

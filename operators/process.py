@@ -144,6 +144,38 @@ class KeyedTimersMixin:
         super().close()  # type: ignore[misc]
 
 
+def process_timestamped_run(
+    operator: Any, values: List[Any], timestamps: List[Any], process: Callable[..., Any], key_of: Any
+) -> None:
+    """``process(value, ctx)`` for each record of a run that carries a timestamp each, with the
+    record context's timestamp (and, ``key_of`` given, the current key) the record's own; the
+    main results leave as one batch, each with its record's timestamp (Flink's
+    ``TimestampedCollector``), side outputs at once. The per-record path's results, in fewer calls."""
+    out: List[Any] = []
+    stamps: List[Any] = []
+    append = out.append
+    ctx = operator._ctx
+    emit_into = operator._emit_into
+    set_key = operator.keyed_state_backend.set_current_key if key_of is not None else None
+    rc = operator.record_context
+    previous = rc.timestamp
+    try:
+        for value, timestamp in zip(values, timestamps):
+            rc.timestamp = timestamp
+            if set_key is not None:
+                set_key(key_of(value))
+            result = process(value, ctx)
+            if result is not None:
+                before = len(out)
+                emit_into(result, append)
+                if len(out) > before:
+                    stamps.extend([timestamp] * (len(out) - before))
+    finally:
+        rc.timestamp = previous
+    if out:
+        operator._collect_timestamped(out, stamps)
+
+
 class KeyedProcessOperator(KeyedTimersMixin, ProcessOperator):
     """Runs a ``KeyedProcessFunction`` with keyed state, ``ctx.get_current_key()`` and timers."""
 
@@ -169,6 +201,9 @@ class KeyedProcessOperator(KeyedTimersMixin, ProcessOperator):
         if result is not None:
             self._emit(result)
 
+    def process_timestamped_batch(self, values: List[Any], timestamps: List[Any]) -> None:
+        process_timestamped_run(self, values, timestamps, self._process, self._key_of)
+
     def process_batch(self, values: List[Any]) -> None:
         out: List[Any] = []
         append = out.append
@@ -193,4 +228,5 @@ __all__ = [
     "ProcessOperator",
     "KeyedProcessOperator",
     "KeyedTimersMixin",
+    "process_timestamped_run",
 ]

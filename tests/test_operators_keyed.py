@@ -4,7 +4,8 @@ from collections import namedtuple
 
 import pytest
 
-from raylink.api.functions import KeyedProcessFunction, ReduceFunction, TimeDomain
+from raylink.api import OutputTag, Types
+from raylink.api.functions import KeyedCoProcessFunction, KeyedProcessFunction, ReduceFunction, TimeDomain
 from raylink.api.state import (
     ListStateDescriptor,
     MapStateDescriptor,
@@ -12,10 +13,11 @@ from raylink.api.state import (
     ValueStateDescriptor,
 )
 from raylink.core.key_groups import assign_to_key_group
+from raylink.operators.co import KeyedCoProcessOperator
 from raylink.operators.process import KeyedProcessOperator
 from raylink.operators.reduce import StreamGroupedAggregateOperator, StreamGroupedReduceOperator
 from raylink.state.state_backend import HeapKeyedStateBackend, key_group_range_for_subtask
-from raylink.tests.harness import KeyedOneInputStreamOperatorTestHarness
+from raylink.tests.harness import KeyedOneInputStreamOperatorTestHarness, KeyedTwoInputStreamOperatorTestHarness
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -457,3 +459,77 @@ def test_deleted_processing_timer_does_not_fire_and_close_cancels():
     harness.close()
     harness.set_processing_time(100)
     assert out.records == ["y"]
+
+
+class _RunningCount(KeyedProcessFunction):
+    """Per key: none, one or two results per record, each naming the record's timestamp and key;
+    odd values also go to a side output."""
+
+    def open(self, runtime_context):
+        self.count = runtime_context.get_state(ValueStateDescriptor("count", Types.PICKLED_BYTE_ARRAY()))
+
+    def process_element(self, value, ctx):
+        count = (self.count.value() or 0) + 1
+        self.count.update(count)
+        if value[1] % 2:
+            ctx.output(ODD, value)
+        for i in range(value[1] % 3):
+            yield (ctx.get_current_key(), value[1], count, ctx.timestamp(), i)
+
+
+ODD = OutputTag("odd")
+
+
+def test_a_timestamped_run_through_a_keyed_process_function_gives_what_record_by_record_gives():
+    """Every result with its record's timestamp, in order; side outputs, state and the current
+    key as record by record."""
+    data = [(k, v) for v, k in enumerate("abcabbacbbcaaa" * 3)]
+    stamps = [1000 + 7 * i for i in range(len(data))]
+    per_record = KeyedOneInputStreamOperatorTestHarness(KeyedProcessOperator(_RunningCount(), first)).open()
+    for value, ts in zip(data, stamps):
+        per_record.process_element(value, timestamp=ts)
+    batched = KeyedOneInputStreamOperatorTestHarness(KeyedProcessOperator(_RunningCount(), first)).open()
+    batched.process_timestamped(list(zip(data[:9], stamps[:9])))
+    batched.process_timestamped(list(zip(data[9:], stamps[9:])))
+    expected = []
+    counts = {}
+    for (key, v), ts in zip(data, stamps):
+        counts[key] = counts.get(key, 0) + 1
+        expected += [((key, v, counts[key], ts, i), ts) for i in range(v % 3)]
+    assert batched.extract_output_with_timestamps() == per_record.extract_output_with_timestamps() == expected
+    assert batched.side_output(ODD.tag_id) == per_record.side_output(ODD.tag_id) == [d for d in data if d[1] % 2]
+    assert batched.record_context.timestamp is None  # restored after the run
+
+
+class _Join(KeyedCoProcessFunction):
+    def open(self, runtime_context):
+        self.left = runtime_context.get_list_state(ListStateDescriptor("left", Types.PICKLED_BYTE_ARRAY()))
+
+    def process_element1(self, value, ctx):
+        self.left.add(value[1])
+
+    def process_element2(self, value, ctx):
+        for left in self.left.get() or ():
+            yield (ctx.get_current_key(), left, value[1], ctx.timestamp())
+
+
+def test_timestamped_runs_on_both_inputs_of_a_keyed_co_process_function_give_what_record_by_record_gives():
+    lefts = [(k, v) for v, k in enumerate("abcab")]
+    rights = [(k, 100 + v) for v, k in enumerate("bacca")]
+    outs = []
+    for batched in (False, True):
+        op = KeyedCoProcessOperator(_Join(), first, first)
+        harness = KeyedTwoInputStreamOperatorTestHarness(op).open()
+        if batched:
+            op.process_timestamped_batch1(lefts, [10 + i for i in range(5)])
+            op.process_timestamped_batch2(rights, [50 + i for i in range(5)])
+        else:
+            for i, value in enumerate(lefts):
+                harness.process_element1(value, timestamp=10 + i)
+            for i, value in enumerate(rights):
+                harness.process_element2(value, timestamp=50 + i)
+        outs.append(harness.extract_output_with_timestamps())
+    expected = [
+        ((key, left, right, 50 + i), 50 + i) for i, (key, right) in enumerate(rights) for k, left in lefts if k == key
+    ]
+    assert outs[0] == outs[1] == expected

@@ -369,11 +369,17 @@ class StreamTask:
         elif invokable == "TwoInputStreamTask":
             self._batch = (head.process_batch1, head.process_batch2)
             self._element = (head.process_element1, head.process_element2)
+            # runs of records with a timestamp each, for heads that take them whole (else None)
+            self._timestamped = (
+                getattr(head, "process_timestamped_batch1", None),
+                getattr(head, "process_timestamped_batch2", None),
+            )
             self._watermark = (head.process_watermark1, head.process_watermark2)
             self._latency = (head.process_latency_marker1, head.process_latency_marker2)
         else:
             self._batch = (head.process_batch,)
             self._element = (head.process_element,)
+            self._timestamped = (getattr(head, "process_timestamped_batch", None),)
             self._watermark = (head.process_watermark,)
             self._latency = (self.chain.latency_handler(head),)
 
@@ -601,8 +607,8 @@ class StreamTask:
                 process_batch(item)
             elif kind is TimestampedRecords:
                 self.num_records_in += len(item)
-                timestamped = getattr(self._batch[index].__self__, "process_timestamped_batch", None)
-                if timestamped is not None and len(self._batch) == 1:  # the head takes the whole run
+                timestamped = self._timestamped[index]
+                if timestamped is not None:  # the head takes the whole run
                     timestamped(item.values, item.timestamps)
                     continue
                 rc = self.record_context
