@@ -2,18 +2,19 @@
 with a fixed gap, the default ``EventTimeTrigger``, no evictor, no allowed lateness, on the
 heap state backend.
 
-Most elements of a session stream either open a session for a key with none in flight or
-land in (or extend) the key's one session in flight. For those the work of
+Most elements of a session stream open a session of their key or land in (and perhaps extend)
+the one session of their key that they touch. For those the work of
 ``MergingWindowSet.addWindow`` and the merge function is done inline: the key's in-flight
-mapping (window -> state window, the ``"merging-window-set"`` entry) gets the grown window
-under the same state window, the contents under that state window take the element (reduce,
-aggregate or append), and the trigger's timer moves from the old window's max timestamp to the
-new one's (``EventTimeTrigger.onMerge`` registering, ``clear`` deleting). Every other element --
-a key with two sessions in flight, one it does not touch, a window the current watermark has
-reached, contents or sets not in plain dicts -- goes through the operator's general path, and
-the state either leaves (sets, contents, timers) is the same, so the two paths mix freely and a
-checkpoint taken by one restores into the other. :func:`process_sessions_pure` is the general
-path applied element by element: the reference the tests compare this loop with.
+mapping (window -> state window, the ``"merging-window-set"`` entry) gets the new or grown
+window (a grown one under its old state window), the contents under the state window take the
+element (reduce, aggregate or append), and the trigger's timer is registered or moves from the
+old window's max timestamp to the new one's (``EventTimeTrigger.onMerge`` registering,
+``clear`` deleting). Every other element -- one that touches two sessions (they merge), one
+whose window the current watermark has reached, contents or sets not in plain dicts -- goes
+through the operator's general path. Either path leaves the same sets, contents and timers, so
+the two mix freely and a checkpoint taken by one restores into the other.
+:func:`process_sessions_pure` is the general path applied element by element (the RocksDB
+backend's tables take it); the tests compare the loop with it, state and output, after every run.
 
 Not thread-safe: the window operator's task thread only.
 """

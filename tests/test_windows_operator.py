@@ -44,6 +44,7 @@ from raylink.operators.window import (
     WindowOperatorDescriptor,
     create_window_operator,
 )
+from raylink.operators.window_sessions import process_sessions_pure
 from raylink.tests.harness import KeyedOneInputStreamOperatorTestHarness
 
 pytestmark = pytest.mark.timeout(60)
@@ -290,17 +291,19 @@ def _session_state(op):
 @pytest.mark.parametrize("contents", ["reducing", "aggregating", "list"])
 @pytest.mark.parametrize("seed", range(4))
 def test_session_fast_path_leaves_the_general_paths_state_and_output(contents, seed):
-    """Sessions through window_sessions' loop and through MergingWindowSet element by element:
-    the same sets, contents and timers after every run and watermark (each read as a checkpoint
-    does, which leaves copy-on-write layers under the next run), the same firings and late
-    elements; a checkpoint of the fast path restored into the general one goes on the same."""
+    """Sessions through window_sessions' loop and through its pure twin (MergingWindowSet element
+    by element): the same sets, contents and timers after every run and watermark (each read as a
+    checkpoint does, which leaves copy-on-write layers under the next run), the same firings and
+    late elements; a checkpoint of the loop restored into an operator whose trigger keeps it on
+    the general path goes on the same."""
     rnd = random.Random(seed)
     events, ts = [], 0
     for _ in range(400):
         ts += rnd.randint(0, 4)
-        # mostly in order; some arrive up to 30 ms late (bridging sessions, late elements)
-        events.append(((rnd.choice("abcd"), rnd.randint(1, 9)), ts - (rnd.randint(0, 30) if rnd.random() < 0.2 else 0)))
-    chunks = [events[i : i + rnd.randint(1, 40)] for i in range(0, len(events), 20)]
+        # mostly in order; some arrive up to 60 ms late (bridging sessions, late elements)
+        events.append(((rnd.choice("abcd"), rnd.randint(1, 9)), ts - (rnd.randint(0, 60) if rnd.random() < 0.2 else 0)))
+    cuts = [0, *sorted(rnd.sample(range(1, len(events)), 40)), len(events)]  # runs of 1 to ~60
+    chunks = [events[a:b] for a, b in zip(cuts, cuts[1:])]
     watermarks = [max(t for _, t in chunk) - 12 for chunk in chunks]
     kind = "window" if contents == "list" else "pass"
     fn = (lambda k, w, xs: [(k, w.start, w.end, sorted(x[1] for x in xs))]) if contents == "list" else None
@@ -322,7 +325,8 @@ def test_session_fast_path_leaves_the_general_paths_state_and_output(contents, s
         return op, out
 
     fast, fast_out = started(EventTimeTrigger())
-    general, general_out = started(_SlowEventTimeTrigger())
+    general, general_out = started(EventTimeTrigger())
+    general._process_fast = lambda values, timestamps: process_sessions_pure(general, values, timestamps)
     halfway = len(chunks) // 2
     for i, (chunk, wm) in enumerate(zip(chunks, watermarks)):
         for op in (fast, general):
