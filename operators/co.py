@@ -93,6 +93,12 @@ class CoProcessOperator(EmittingMixin, TwoInputUdfStreamOperator):
         if result is not None:
             self._emit(result)
 
+    def process_timestamped_batch1(self, values: List[Any], timestamps: List[Any]) -> None:
+        process_timestamped_run(self, values, timestamps, self._process1, None)
+
+    def process_timestamped_batch2(self, values: List[Any], timestamps: List[Any]) -> None:
+        process_timestamped_run(self, values, timestamps, self._process2, None)
+
 
 class KeyedCoProcessOperator(KeyedTimersMixin, CoProcessOperator):
     """``KeyedCoProcessFunction``: keyed state, ``ctx.get_current_key()``, timers."""

@@ -89,6 +89,9 @@ class ProcessOperator(EmittingMixin, AbstractUdfStreamOperator):
         if out:
             self._collect_batch(out)
 
+    def process_timestamped_batch(self, values: List[Any], timestamps: List[Any]) -> None:
+        process_timestamped_run(self, values, timestamps, self._process, None)
+
 
 class KeyedTimersMixin:
     """Keyed state backend + timers for keyed process operators (one- and two-input)."""

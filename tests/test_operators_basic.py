@@ -212,6 +212,11 @@ def test_process_function_side_outputs_and_timestamps():
     assert out.records == [(2, 200), (3, 200), (0, 200), (4, None)]
     assert out.side_outputs == {"late": [1, "zero"], "errors": [(-1, 200)]}
     assert out.timestamps == [200, 200, 200, None]
+    # the same records as one run with a timestamp each: the same outputs
+    run = start(ProcessOperator(Router()))
+    run.process_timestamped([(1, 50), (2, 200), (3, 200), (-1, 200), (0, 200)])
+    assert run.extract_output_with_timestamps() == [((2, 200), 200), ((3, 200), 200), ((0, 200), 200)]
+    assert run.output.side_outputs == {"late": [1, "zero"], "errors": [(-1, 200)]}
 
 
 def test_process_plain_callable_returning_list_or_none():
