@@ -129,17 +129,17 @@ class KeyedCoProcessOperator(KeyedTimersMixin, CoProcessOperator):
         if result is not None:
             self._emit(result)
 
-    def process_timestamped_batch1(self, values: List[Any], timestamps: List[Any]) -> None:
-        process_timestamped_run(self, values, timestamps, self._process1, self._key_of1)
-
-    def process_timestamped_batch2(self, values: List[Any], timestamps: List[Any]) -> None:
-        process_timestamped_run(self, values, timestamps, self._process2, self._key_of2)
-
     def process_element2(self, value: Any) -> None:
         self.keyed_state_backend.set_current_key(self._key_of2(value))
         result = self._process2(value, self._ctx)
         if result is not None:
             self._emit(result)
+
+    def process_timestamped_batch1(self, values: List[Any], timestamps: List[Any]) -> None:
+        process_timestamped_run(self, values, timestamps, self._process1, self._key_of1)
+
+    def process_timestamped_batch2(self, values: List[Any], timestamps: List[Any]) -> None:
+        process_timestamped_run(self, values, timestamps, self._process2, self._key_of2)
 
 
 class _KeyedTwoInput:

@@ -20,7 +20,9 @@ Fast path: tumbling / sliding event-time windows with the default
 ``EventTimeTrigger`` and no evictor compute window starts inline and touch the
 state table directly — per record only the user's key selector and reduce /
 aggregate function run; timers are registered when a pane is created. Elements
-whose window already fired (allowed lateness) take the general path.
+whose window already fired (allowed lateness) take the general path. Event-time
+sessions of a fixed gap (``EventTimeTrigger``, no evictor, no allowed lateness) take
+:mod:`raylink.operators.window_sessions`' loop.
 
 Not thread-safe: one instance per subtask, driven by its task thread (timers come
 through the task's mailbox).
