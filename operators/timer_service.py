@@ -105,7 +105,7 @@ class InternalTimerService:
         old, entry = (timestamp, key, namespace), (new_timestamp, key, new_namespace)
         timers = self._event_set
         live = timers.live
-        if timers.lower or type(live) is not dict:
+        if timers.lower:  # a checkpoint's layers below the live one
             had = _discard(timers, old)
             if _holds(timers, entry):
                 return
