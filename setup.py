@@ -1,14 +1,18 @@
-"""Build of the compiled per-record path (``raylink.shuffle._hotpath``, Cython).
+"""Build of the compiled per-record path (``raylink.shuffle._hotpath`` and ``raylink.core._row``, Cython).
 
 Everything else about the package is declared in pyproject.toml. The extension is optional:
 without Cython or a C compiler the build warns and raylink runs on its pure-Python twins
-(``raylink.shuffle.hotpath`` picks whichever is there). For an editable install the module is
-built in place, next to its .pyx; ``scripts/setup.sh`` rebuilds it when the .pyx changes.
+(``raylink.shuffle.hotpath`` and ``raylink.core.row`` pick whichever is there). For an editable
+install the modules are built in place, next to their .pyx; ``scripts/setup.sh`` rebuilds them
+when a .pyx changes.
 """
 
 import warnings
 
 from setuptools import Extension, setup
+
+#: the compiled modules' sources (each has a pure-Python twin; scripts/setup.sh lists them too)
+COMPILED = ("shuffle/_hotpath.pyx", "core/_row.pyx")
 
 
 def _ext_modules() -> list:
@@ -19,7 +23,7 @@ def _ext_modules() -> list:
         return []
     try:
         modules = cythonize(
-            [Extension("raylink.shuffle._hotpath", ["shuffle/_hotpath.pyx"])],
+            [Extension(f"raylink.{path[:-4].replace('/', '.')}", [path]) for path in COMPILED],
             build_dir="build/cython",  # the generated C stays out of the source tree
             language_level=3,
             quiet=True,

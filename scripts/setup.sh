@@ -61,25 +61,33 @@ fi
 if [[ ",$EXTRAS," == *,spark,* ]]; then
     bash scripts/spark_jars.sh
 fi
-# The compiled per-record path (shuffle/_hotpath.pyx, Cython; setup.py): built in place, again
-# whenever the .pyx is newer than the module. Without a C compiler it is left out and raylink
-# runs on its pure-Python twins (as with RAYLINK_PURE_PYTHON=1) -- unless
+# The compiled per-record path (shuffle/_hotpath.pyx and core/_row.pyx, Cython; setup.py): built
+# in place, again whenever a .pyx is newer than its module. Without a C compiler it is left out and
+# raylink runs on its pure-Python twins (as with RAYLINK_PURE_PYTHON=1) -- unless
 # RAYLINK_REQUIRE_COMPILED=1 (scripts/test.sh, CI): then setup fails, showing the build's output.
 require_compiled="${RAYLINK_REQUIRE_COMPILED:-}"
-hotpath_so=$(ls shuffle/_hotpath.*.so 2>/dev/null | head -n 1 || true)
-if [ -z "$hotpath_so" ] || [ shuffle/_hotpath.pyx -nt "$hotpath_so" ]; then
+compiled_sources=(shuffle/_hotpath.pyx core/_row.pyx)
+compiled_built() {  # every module built from its current .pyx, and importable
+    local source so
+    for source in "${compiled_sources[@]}"; do
+        so=$(ls "${source%.pyx}".*.so 2>/dev/null | head -n 1 || true)
+        if [ -z "$so" ] || [ "$source" -nt "$so" ]; then
+            return 1
+        fi
+    done
+    RAYLINK_PURE_PYTHON= .venv/bin/python -c "import raylink.shuffle._hotpath, raylink.core._row"
+}
+if ! compiled_built 2>/dev/null; then
     py_include=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
     if ! command -v cc >/dev/null 2>&1 || [ ! -f "$py_include/Python.h" ]; then
         echo "raylink setup: installing a C compiler and Python headers (gcc, python3-dev) for the compiled path" >&2
         SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
         { quietly $SUDO apt-get update -qq && quietly $SUDO apt-get install -y -qq gcc python3-dev; } || true
     fi
-    step "building the compiled per-record path (shuffle/_hotpath.pyx)"
+    step "building the compiled per-record path (${compiled_sources[*]})"
     quietly .venv/bin/python -m pip install -q --disable-pip-version-check "setuptools>=68" "Cython>=3" || true
     build_log=$(mktemp)
-    if ! .venv/bin/python setup.py -q build_ext --inplace >"$build_log" 2>&1 \
-        || ! ls shuffle/_hotpath.*.so >/dev/null 2>&1 \
-        || ! RAYLINK_PURE_PYTHON= .venv/bin/python -c "import raylink.shuffle._hotpath" 2>>"$build_log"; then
+    if ! .venv/bin/python setup.py -q build_ext --inplace >"$build_log" 2>&1 || ! compiled_built 2>>"$build_log"; then
         if [ -n "$require_compiled" ]; then
             cat "$build_log" >&2
             rm -f "$build_log"
@@ -89,12 +97,4 @@ if [ -z "$hotpath_so" ] || [ shuffle/_hotpath.pyx -nt "$hotpath_so" ]; then
         echo "raylink setup: the compiled per-record path did not build; raylink runs on its pure-Python path" >&2
     fi
     rm -f "$build_log"
-fi
-if [ -n "$require_compiled" ]; then  # built from this .pyx, and importable
-    hotpath_so=$(ls shuffle/_hotpath.*.so 2>/dev/null | head -n 1 || true)
-    if [ -z "$hotpath_so" ] || [ shuffle/_hotpath.pyx -nt "$hotpath_so" ] \
-        || ! RAYLINK_PURE_PYTHON= .venv/bin/python -c "import raylink.shuffle._hotpath"; then
-        echo "raylink setup: the compiled per-record path is not built (RAYLINK_REQUIRE_COMPILED is set)" >&2
-        exit 1
-    fi
 fi

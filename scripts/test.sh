@@ -16,7 +16,7 @@ bash scripts/setup.sh
 PURE_TWIN_TESTS=(tests/test_shuffle_hotpath.py tests/test_shuffle_partitioners.py
     tests/test_shuffle_serializer.py tests/test_operators_basic.py tests/test_operators_keyed.py
     tests/test_shuffle_codec_collect.py tests/test_collect_buffer.py tests/test_state_rocksdb_batches.py
-    tests/test_bad_input_keys.py tests/test_shuffle_codec_any_str.py)
+    tests/test_bad_input_keys.py tests/test_shuffle_codec_any_str.py tests/test_core_row_twins.py)
 if [ $# -gt 0 ]; then
     .venv/bin/python -m pytest tests -q "$@"
     # the hot-path tests once more on the pure-Python twins (the run above takes the compiled path when it is built)

@@ -25,16 +25,15 @@ import os
 from types import ModuleType
 from typing import Optional
 
-__all__ = ["NATIVE", "PURE_PYTHON_ENV", "ACTIVE", "log_active"]
+from raylink.core.compiled import PURE_PYTHON_ENV, pure_python_forced
 
-#: set to 1 to force the pure-Python twins
-PURE_PYTHON_ENV = "RAYLINK_PURE_PYTHON"
+__all__ = ["NATIVE", "PURE_PYTHON_ENV", "ACTIVE", "log_active"]
 
 _log = logging.getLogger(__name__)
 
 
 def _load() -> "tuple[Optional[ModuleType], str]":
-    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
+    if pure_python_forced():
         return None, f"pure Python ({PURE_PYTHON_ENV}={os.environ[PURE_PYTHON_ENV]})"
     try:
         from raylink.shuffle import _hotpath

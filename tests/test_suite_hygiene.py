@@ -51,6 +51,7 @@ DECLARED_SKIPS = {
     "tests/test_savepoint_targets.py": ["skipif"],  # another user's savepoint: root
     "tests/test_state_rocksdb.py": ["skipif"],  # another user's working folder: root
     "tests/test_shuffle_hotpath.py": ["skipif"],  # no compiled module, outside CI only
+    "tests/test_core_row_twins.py": ["skipif"],  # no compiled Row, outside CI only (required in CI)
     "tests/test_shuffle_codec_collect.py": ["skipif"],  # no compiled module, outside CI only
     "tests/test_runtime_dashboard_browser.py": ["importorskip", "skipif"],  # no chromium/playwright, outside CI
     "tests/test_spark_extras.py": ["importorskip"],  # the spark extra
