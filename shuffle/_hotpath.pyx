@@ -18,7 +18,8 @@ and state. What it holds, and the twin of each:
   twins: ``shuffle.partitioners``);
 * ``min_max``: the least and the greatest of a list in one pass (a window operator's run of
   timestamps; twin: ``operators.window``);
-* ``is_flat_batch``: scalars, or tuples of scalars, by exact type (``codec.is_flat_batch``);
+* ``is_flat_batch``: scalars, or tuples of scalars and of such tuples nested up to
+  ``codec.FLAT_NESTING`` deep, by exact type (``codec.is_flat_batch``);
 * ``conforms_flat``: whether a batch is exactly of a flat declared type, widths included, so it
   travels as it is (``codec.DeclaredFlatType.conform_batch``; twin ``codec.conforms_flat_pure``);
 * ``reduce_batch`` / ``sum_pairs_batch``: the rolling reduce's loop (``operators.reduce``), over
@@ -338,25 +339,39 @@ cdef inline bint _is_scalar_type(type t) noexcept:
     return t is str or t is int or t is float or t is bool or t is bytes or t is type(None)
 
 
+#: ``codec.FLAT_NESTING``: how deep tuples may nest in a flat value (the twin tests check both agree)
+cdef int _FLAT_NESTING = 4
+FLAT_NESTING = _FLAT_NESTING
+
+
+cdef bint _is_flat_tuple(object v, int depth) noexcept:
+    """Every field of the tuple ``v`` a scalar or a flat tuple ``depth - 1`` deep at most."""
+    cdef Py_ssize_t j, m = PyTuple_GET_SIZE(v)
+    cdef object x
+    cdef type t
+    for j in range(m):
+        x = <object>PyTuple_GET_ITEM(v, j)
+        t = type(x)
+        if not _is_scalar_type(t) and (t is not tuple or depth <= 1 or not _is_flat_tuple(x, depth - 1)):
+            return False
+    return True
+
+
 def is_flat_batch(values) -> bool:
-    """True if every value is a scalar, or every value a tuple of scalars (exact types)."""
+    """True if every value is a scalar, or every value a flat tuple (exact types; see the
+    module doc)."""
     if type(values) is not list:
         values = list(values)
-    cdef Py_ssize_t i, j, m, n = PyList_GET_SIZE(values)
+    cdef Py_ssize_t i, n = PyList_GET_SIZE(values)
     cdef object v
-    cdef type t
     if n == 0:
         return True
     v = <object>PyList_GET_ITEM(values, 0)
     if type(v) is tuple:
         for i in range(n):
             v = <object>PyList_GET_ITEM(values, i)
-            if type(v) is not tuple:
+            if type(v) is not tuple or not _is_flat_tuple(v, _FLAT_NESTING):
                 return False
-            m = PyTuple_GET_SIZE(v)
-            for j in range(m):
-                if not _is_scalar_type(type(<object>PyTuple_GET_ITEM(v, j))):
-                    return False
         return True
     for i in range(n):
         if not _is_scalar_type(type(<object>PyList_GET_ITEM(values, i))):

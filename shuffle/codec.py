@@ -39,7 +39,8 @@ Wire format (one msgpack object per element, concatenated):
 Fast path: msgpack's packer treats tuple and list alike, so a value may be
 handed to the C packer as is only if it contains no list and no type msgpack
 would silently change. ``is_flat_batch``/``is_flat_value`` decide that with a
-few C-level passes (scalars, or tuples of scalars); everything else goes
+few C-level passes (scalars, or tuples of scalars and of such tuples, nested up to
+``FLAT_NESTING`` deep: the decoder reads every array back as a tuple); everything else goes
 through ``prepare`` (a Python walk that turns lists into EXT_LIST and
 non-native types into EXT_PICKLE). A value that cannot be pickled raises
 ``SerializationError`` (a ``TypeError``) naming its type and why (the pickler's
@@ -138,6 +139,8 @@ __all__ = [
     "is_flat_value",
     "is_flat_batch",
     "fields_are_scalars",
+    "fields_are_flat",
+    "FLAT_NESTING",
     "ext_hook",
     "make_packer",
     "make_unpacker",
@@ -690,27 +693,38 @@ def prepare(obj: Any) -> Any:
     return _pickle_ext(obj)
 
 
+#: how deep tuples may nest in a flat value: ``((day,), price)`` is flat, as tuples of scalars
+FLAT_NESTING = 4
+
+
 def is_flat_value(value: Any) -> bool:
-    """True if ``value`` is a scalar or a tuple of scalars (packable as is)."""
+    """True if ``value`` is a scalar or a flat tuple: of scalars and of flat tuples, nested at
+    most ``FLAT_NESTING`` deep (packable as is)."""
     t = type(value)
     if t in SCALAR_TYPES:
         return True
     if t is tuple:
-        for x in value:
-            if type(x) not in SCALAR_TYPES:
-                return False
-        return True
+        return _is_flat_tuple(value, FLAT_NESTING)
     return False
 
 
+def _is_flat_tuple(value: tuple, depth: int) -> bool:
+    for x in value:
+        t = type(x)
+        if t not in SCALAR_TYPES and (t is not tuple or depth <= 1 or not _is_flat_tuple(x, depth - 1)):
+            return False
+    return True
+
+
 def is_flat_batch_pure(values: List[Any]) -> bool:
-    """True if every value is a scalar, or every value a tuple of scalars (the pure-Python twin
-    of the compiled check ``is_flat_batch`` runs when it is built: ``shuffle.hotpath``)."""
+    """True if every value is a scalar, or every value a flat tuple (``is_flat_value``; the
+    pure-Python twin of the compiled check ``is_flat_batch`` runs when it is built:
+    ``shuffle.hotpath``)."""
     types = set(map(type, values))
     if types <= SCALAR_TYPES:
         return True
     if len(types) == 1 and tuple in types:
-        return fields_are_scalars(values)
+        return fields_are_flat(values)
     return False
 
 
@@ -749,6 +763,12 @@ conforms_flat = None if NATIVE is None else NATIVE.conforms_flat
 def fields_are_scalars(tuples: List[tuple]) -> bool:
     """True if every field of every tuple is a scalar (one C-level pass over the fields)."""
     return _scalars_issuperset(map(type, _chain_from_iterable(tuples)))
+
+
+def fields_are_flat(tuples: List[tuple]) -> bool:
+    """True if every tuple is flat (``is_flat_value``): one C-level pass when every field is a
+    scalar, a walk of each tuple otherwise."""
+    return fields_are_scalars(tuples) or all(map(is_flat_value, tuples))
 
 
 def prepare_batch(values: List[Any], flat: Optional[bool] = None) -> List[Any]:

@@ -3,7 +3,7 @@
 A channel whose reader is a task thread of the writer's process skips encoding: the writer
 hands its batch over (``ObjectBuffer``) and the reader gets the very objects. That must
 read exactly as encoding and decoding the batch would, so only values that cannot change
-afterwards are shared: scalars, and tuples of scalars (``codec.is_flat_batch``). Anything
+afterwards are shared: scalars, and tuples of scalars and of such tuples (``codec.is_flat_batch``). Anything
 else (a list, a dict, a user's object) is encoded, i.e. copied, as between processes --
 Flink's rule without object reuse.
 
@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, List
 
 import msgspec
 
-from raylink.shuffle.codec import SCALAR_TYPES, fields_are_scalars
+from raylink.shuffle.codec import SCALAR_TYPES, fields_are_flat
 from raylink.shuffle.hotpath import NATIVE
 
 _NoneType = type(None)
@@ -58,8 +58,8 @@ def _batch_type(shape: tuple) -> Any:
 
 
 def is_shareable_batch_pure(values: List[Any]) -> bool:
-    """True if every value is a scalar, or every value a tuple of scalars (as
-    ``is_flat_batch``; see the module doc for the immutable values it also accepts).
+    """True if every value is a scalar, or every value a flat tuple (as ``is_flat_batch``;
+    see the module doc for the immutable values it also accepts).
     The pure-Python twin of ``is_shareable_batch``."""
     types = {*map(type, values)}
     if types <= SCALAR_TYPES:
@@ -73,7 +73,7 @@ def is_shareable_batch_pure(values: List[Any]) -> bool:
             return True
         except _ValidationError:
             pass
-    return fields_are_scalars(values)
+    return fields_are_flat(values)
 
 
 def compiled_is_shareable_batch(is_flat_batch: Callable[[List[Any]], bool]) -> Callable[[List[Any]], bool]:

@@ -46,6 +46,7 @@ from raylink.shuffle.partitioners import (
 )
 from raylink.shuffle.record_writer import RecordWriter
 from raylink.shuffle.result_partition import ResultPartition
+from raylink.shuffle.serializer import RecordDeserializer, RecordSerializer
 from raylink.state import rocksdb_state
 from raylink.state.state_table import REMOVED
 
@@ -541,8 +542,23 @@ class _Int(int):
     pass
 
 
+#: tuples of scalars and of such tuples, nested up to 6 deep (flat up to ``codec.FLAT_NESTING``)
+nested_tuples = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.tuples(inner), st.tuples(inner, inner), st.tuples(inner, inner, inner)),
+    max_leaves=8,
+).filter(lambda v: type(v) is tuple)
+#: the same with what is not flat somewhere inside (a list, a subclass of str, a bytearray)
+nested_with_others = st.recursive(
+    st.one_of(scalars, st.sampled_from([[1], _Str("s"), bytearray(b"x")])),
+    lambda inner: st.one_of(st.tuples(inner), st.tuples(inner, inner)),
+    max_leaves=6,
+).filter(lambda v: type(v) is tuple)
+
 batches = st.one_of(
     st.lists(scalars, max_size=20),
+    st.lists(nested_tuples, max_size=10),
+    st.lists(st.one_of(nested_tuples, nested_with_others), max_size=8),
     st.lists(st.tuples(scalars, scalars), max_size=20),
     st.lists(st.one_of(st.tuples(scalars), st.tuples(scalars, scalars, scalars)), max_size=20),
     st.lists(
@@ -564,6 +580,47 @@ def test_compiled_flatness_and_shareability_equal_the_pure_twins(values):
     assert native.is_flat_batch(tuple(values)) == codec.is_flat_batch_pure(values)
     compiled = shareable.compiled_is_shareable_batch(native.is_flat_batch)
     assert compiled(values) == shareable.is_shareable_batch_pure(values)
+
+
+def _shape(value):
+    """``value`` with the type of every part: what a round trip must keep."""
+    if type(value) in (tuple, list):
+        return type(value), [_shape(v) for v in value]
+    return type(value), value
+
+
+@needs_native
+def test_flat_nesting_is_the_same_on_both_and_ends_where_it_says():
+    assert native.FLAT_NESTING == codec.FLAT_NESTING == 4
+    deepest, too_deep = ((((1,),),),), (((((1,),),),),)
+    for batch, flat in (
+        ([deepest, (1, "a")], True),
+        ([too_deep], False),
+        ([(1, ([2],))], False),
+        ([((1,), None)], True),
+    ):
+        assert native.is_flat_batch(batch) is codec.is_flat_batch_pure(batch) is flat
+        assert all(map(codec.is_flat_value, batch)) is flat
+
+
+@SETTINGS
+@given(st.lists(st.one_of(nested_tuples, nested_with_others), max_size=12), st.booleans())
+def test_nested_tuples_cross_the_wire_with_every_part_of_its_type(values, timestamped):
+    # brute force: the very values, tuples as tuples and lists as lists at every depth
+    out: list = []
+    s = RecordSerializer(256, lambda b, e: out.append(b))
+    if timestamped:
+        s.add_timestamped_records(values, list(range(len(values))))
+    else:
+        s.add_records(values)
+    for v in values:
+        s.add_record(v)
+    s.flush()
+    d, got = RecordDeserializer(), []
+    for b in out:
+        for group in d.feed(b):
+            got.extend(getattr(group, "values", group))
+    assert [_shape(v) for v in got] == [_shape(v) for v in values * 2]
 
 
 # -- operator loops ------------------------------------------------------------------------
@@ -761,6 +818,7 @@ import hashlib, json, random, sys
 from raylink.shuffle import hotpath
 from raylink.shuffle.partitioners import create_partitioner
 from raylink.shuffle.record_writer import RecordWriter
+from raylink.shuffle.serializer import RecordDeserializer, RecordSerializer
 from raylink.shuffle.result_partition import ResultPartition
 
 def emitted(seed):

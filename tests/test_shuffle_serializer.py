@@ -546,7 +546,14 @@ field_kinds = [
     st.lists(st.integers(), max_size=2),
     st.builds(Box, st.integers()),
     st.tuples(st.integers()),
+    st.tuples(st.tuples(st.text(max_size=2)), st.integers()),  # nested: flat, shared
+    st.tuples(st.tuples(st.lists(st.integers(), max_size=1))),  # a list inside: copied
 ]
+
+
+def _immutable(value):
+    """A value nothing can change: an immutable scalar, or a tuple of such values."""
+    return type(value) in IMMUTABLE or type(value) is tuple and all(map(_immutable, value))
 
 
 @st.composite
@@ -566,7 +573,7 @@ def batches(draw):
 def test_a_batch_is_shared_only_if_no_field_of_it_can_change(values):
     shared = is_shareable_batch(values)
     if shared:
-        assert all(type(f) in IMMUTABLE for row in values for f in row)
+        assert all(_immutable(f) for row in values for f in row)
     if codec.is_flat_batch(values):  # every batch the exact check accepts is shared
         assert shared
 
