@@ -9,6 +9,7 @@ set to the timer's timestamp (event time) or ``None`` (processing time) while
 
 from __future__ import annotations
 
+from types import GeneratorType
 from typing import Any, Callable, List, Optional
 
 from raylink.core.functions import KeyedProcessContext, OnTimerContext, ProcessContext, TimeDomain
@@ -147,6 +148,9 @@ class KeyedTimersMixin:
         super().close()  # type: ignore[misc]
 
 
+_GENERATOR = GeneratorType
+
+
 def process_timestamped_run(
     operator: Any, values: List[Any], timestamps: List[Any], process: Callable[..., Any], key_of: Any
 ) -> None:
@@ -159,6 +163,7 @@ def process_timestamped_run(
     append = out.append
     ctx = operator._ctx
     emit_into = operator._emit_into
+    emit_side = operator._emit_side
     set_key = operator.keyed_state_backend.set_current_key if key_of is not None else None
     rc = operator.record_context
     previous = rc.timestamp
@@ -170,7 +175,14 @@ def process_timestamped_run(
             result = process(value, ctx)
             if result is not None:
                 before = len(out)
-                emit_into(result, append)
+                if type(result) is _GENERATOR:  # a function that yields: ``_emit_into`` inline
+                    for item in result:
+                        if type(item) is tuple and len(item) == 2 and getattr(item[0], "_is_output_tag", False):
+                            emit_side(item[0], item[1])
+                        else:
+                            append(item)
+                else:
+                    emit_into(result, append)
                 if len(out) > before:
                     stamps.extend([timestamp] * (len(out) - before))
     finally:

@@ -152,13 +152,17 @@ class HeapValueState(_HeapState, ValueState):
     __slots__ = ()
 
     def value(self) -> Any:
-        return self._map().get(self._backend.current_key)
+        key = self._backend.current_key
+        if key is None:
+            self._map()  # raises, naming the state
+        return self._values.get(key)
 
     def update(self, value: Any) -> None:
-        if value is None:  # Flink: update(null) clears
+        key = self._backend.current_key
+        if value is None or key is None:  # Flink: update(null) clears (no key: _map raises)
             self.clear()
         else:
-            self._map()[self._backend.current_key] = value
+            self._values[key] = value
 
 
 class HeapListState(_HeapState, ListState):
@@ -809,13 +813,17 @@ class HeapKeyedStateBackend:
         self.current_key = None
 
 
-def _deep_size(value: Any) -> int:
-    """``sys.getsizeof`` of ``value`` and, one level down, of a container's elements."""
+def _deep_size(value: Any, sample: int = 64) -> int:
+    """``sys.getsizeof`` of ``value`` and, one level down, of a container's elements (of a
+    ``sample`` of them, scaled to all: a list state of a million entries is not walked)."""
     size = sys.getsizeof(value)
-    if isinstance(value, (list, tuple, set)):
-        size += sum(sys.getsizeof(e) for e in value)
-    elif isinstance(value, dict):
-        size += sum(sys.getsizeof(k) + sys.getsizeof(v) for k, v in value.items())
+    if isinstance(value, (list, tuple, set, dict)):
+        n = len(value)
+        if isinstance(value, dict):
+            measured = sum(sys.getsizeof(k) + sys.getsizeof(v) for k, v in itertools.islice(value.items(), sample))
+        else:
+            measured = sum(map(sys.getsizeof, itertools.islice(value, sample)))
+        size += measured if n <= sample else measured * n // sample
     return size
 
 

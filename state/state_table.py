@@ -339,7 +339,15 @@ class FlatView(MutableMapping):
         self._table = table
 
     def get(self, key: Any, default: Any = None) -> Any:
-        return self._table.lookup(key, default, True)
+        table = self._table
+        live = table._live
+        if live is not None:  # the common case inline: a heap table's live layer holds the key, or no layer does
+            value = live.get(key, _MISSING)
+            if value is not _MISSING:
+                return default if value is REMOVED else value
+            if not table.lower:
+                return default
+        return table.lookup(key, default, True)
 
     def __getitem__(self, key: Any) -> Any:
         value = self._table.lookup(key, _MISSING, True)
@@ -351,7 +359,9 @@ class FlatView(MutableMapping):
         return self._table.lookup(key, _MISSING) is not _MISSING
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        self._table.live[key] = value
+        table = self._table
+        live = table._live
+        (table.live if live is None else live)[key] = value
 
     def __delitem__(self, key: Any) -> None:
         if self._table.remove(key, _MISSING) is _MISSING:
