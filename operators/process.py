@@ -148,9 +148,6 @@ class KeyedTimersMixin:
         super().close()  # type: ignore[misc]
 
 
-_GENERATOR = GeneratorType
-
-
 def process_timestamped_run(
     operator: Any, values: List[Any], timestamps: List[Any], process: Callable[..., Any], key_of: Any
 ) -> None:
@@ -175,7 +172,7 @@ def process_timestamped_run(
             result = process(value, ctx)
             if result is not None:
                 before = len(out)
-                if type(result) is _GENERATOR:  # a function that yields: ``_emit_into`` inline
+                if type(result) is GeneratorType:  # a function that yields: ``_emit_into`` inline
                     for item in result:
                         if type(item) is tuple and len(item) == 2 and getattr(item[0], "_is_output_tag", False):
                             emit_side(item[0], item[1])

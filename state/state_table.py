@@ -163,7 +163,9 @@ class StateTable:
     def lookup(self, key: Any, default: Any = None, promote: bool = False) -> Any:
         """The value of ``key``; with ``promote`` a value found in a lower layer is copied into
         ``live`` first (it is about to be changed in place)."""
-        live = self.live
+        live = self._live  # (the ``live`` property, inline: every state read comes here)
+        if live is None:
+            live = self.values
         value = live.get(key, _MISSING)
         if value is _MISSING:
             for layer in self.lower:
@@ -339,15 +341,7 @@ class FlatView(MutableMapping):
         self._table = table
 
     def get(self, key: Any, default: Any = None) -> Any:
-        table = self._table
-        live = table._live
-        if live is not None:  # the common case inline: a heap table's live layer holds the key, or no layer does
-            value = live.get(key, _MISSING)
-            if value is not _MISSING:
-                return default if value is REMOVED else value
-            if not table.lower:
-                return default
-        return table.lookup(key, default, True)
+        return self._table.lookup(key, default, True)
 
     def __getitem__(self, key: Any) -> Any:
         value = self._table.lookup(key, _MISSING, True)
@@ -359,9 +353,7 @@ class FlatView(MutableMapping):
         return self._table.lookup(key, _MISSING) is not _MISSING
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        table = self._table
-        live = table._live
-        (table.live if live is None else live)[key] = value
+        self._table.live[key] = value
 
     def __delitem__(self, key: Any) -> None:
         if self._table.remove(key, _MISSING) is _MISSING:
