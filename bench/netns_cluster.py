@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -86,6 +87,10 @@ from ray._raylet import GcsClient
 nodes = GcsClient(address=os.environ["RAY_ADDRESS"]).get_all_node_info(timeout=20)
 print(json.dumps({i.hex(): n.node_manager_address for i, n in nodes.items() if n.state == 0}))
 """
+
+
+#: a line of Ray's C++ logs at level error or fatal: ``[2026-01-01 10:00:00,000 E 123 456] ...``
+_LOG_LEVEL = re.compile(r"^\[\S+ \S+ [EF] ")
 
 
 class NetnsClusterError(RaylinkError, RuntimeError):
@@ -177,21 +182,62 @@ class NetnsCluster:
         ``attempts`` times."""
         restarted = host != 0 and host in self.nodes  # a head's restart takes the node table with it
         old = self.node_ids_of(host) if restarted else set()
+        tries = []  # what became of each attempt, for the error
         for attempt in range(attempts):
             self.kill_host(host)
-            deadline = time.monotonic() + START_TIMEOUT_S
+            started = time.monotonic()
+            deadline = started + START_TIMEOUT_S
             while old and old & set(self.alive_node_ids()):
                 if time.monotonic() > deadline:
                     raise NetnsClusterError(f"Ray did not declare host {host + 1}'s killed node dead")
                 time.sleep(0.5)  # polling Ray's node table with a deadline
             proc = self.start_node(host)
+            registered = False
             while proc.poll() is None and time.monotonic() < deadline:
                 new = self.node_ids_of(host) - old
+                registered = registered or bool(new)
                 if new and (not restarted or self._stays_alive(proc, new)):
                     return
                 time.sleep(0.5)  # polling Ray's node table with a deadline
             old |= self.node_ids_of(host)
-        raise NetnsClusterError(f"the Ray node of host {host + 1} did not start:\n{self.log_text()}")
+            tries.append(
+                f"attempt {attempt + 1}: `ray start` exit code {proc.poll()} after "
+                f"{time.monotonic() - started:.0f} s, {'registered' if registered else 'never registered'}; "
+                f"raylet: {'; '.join(self._raylet_errors(host)) or 'no error logged'}"
+            )
+        raise NetnsClusterError(
+            f"the Ray node of host {host + 1} did not start:\n" + "\n".join(tries) + f"\n{self.log_text()}"
+        )
+
+    def restore(self) -> None:
+        """Every host with a node Ray counts alive again, as :meth:`start` left the cluster: the
+        hosts without one are revived; when a revive fails (its error says why), the cluster is
+        made anew, so a host that would not come back cannot fail the tests after it."""
+        missing = [host for host in range(len(self.names)) if not self.node_ids_of(host)]
+        try:
+            for host in missing:
+                self.revive(host)
+        except NetnsClusterError as error:
+            print(f"NetnsCluster: making the cluster anew: {error}", file=sys.stderr)
+            self.close()
+            self.start()
+
+    def _raylet_errors(self, host: int, limit: int = 5) -> list[str]:
+        """The last error and fatal lines of host ``host``'s newest raylet log (Ray's glog format:
+        ``[time E pid tid] (raylet) ...``), and its stderr."""
+        logs = os.path.join(self.temp_dir, f"n{host + 1}", "session_latest", "logs")
+        found = []
+        for name in ("raylet.out", "raylet.err"):
+            try:
+                with open(os.path.join(logs, name), errors="replace") as fh:
+                    lines = fh.read().splitlines()
+            except OSError:
+                continue
+            if name == "raylet.err":
+                found += [line for line in lines if line.strip()]
+            else:
+                found += [line for line in lines if _LOG_LEVEL.match(line)]
+        return [line[:400] for line in found[-limit:]]
 
     def _stays_alive(self, proc: subprocess.Popen, nodes: set, settle_s: float = REVIVE_SETTLE_S) -> bool:
         """Whether a restarted node is still up ``settle_s`` after Ray first counted it alive: a
@@ -285,6 +331,7 @@ class NetnsCluster:
             *NODE_PORTS,
         ]
         env = self.env()
+        env["PYTHONUNBUFFERED"] = "1"  # `ray start`'s own lines reach the log before a kill
         if host == 0 and self.gcs_redis:
             env["RAY_REDIS_ADDRESS"] = self.redis_address
             argv += ["--redis-username=default", f"--redis-password={self.redis_password}"]
