@@ -17,10 +17,11 @@ their pure-Python twins. Single-threaded (the task thread), like every operator.
 
 from __future__ import annotations
 
+from functools import partial
 from itertools import chain, compress
 from typing import Any, List
 
-from raylink.core.field_selectors import field_getter
+from raylink.core.field_selectors import field_comparison, field_getter
 from raylink.operators.base import AbstractUdfStreamOperator, resolve_key_selector
 from raylink.operators.runtime_context import holds_keyed_state
 from raylink.shuffle.hotpath import NATIVE
@@ -133,10 +134,14 @@ class StreamFlatMap(AbstractUdfStreamOperator):
 
 
 class StreamFilter(AbstractUdfStreamOperator):
-    """``FilterFunction.filter`` or ``callable(value) -> bool``: keeps truthy results."""
+    """``FilterFunction.filter`` or ``callable(value) -> bool``: keeps truthy results; one that
+    compares a field with a constant runs as C over each batch (:func:`field_comparison`)."""
 
     def open(self) -> None:
         self._filter = self._resolve(self.function, "filter")
+        # a comparison of one field (``lambda e: e[0] == BID``) runs in C over a batch
+        self._compared = field_comparison(self._filter)
+        self._results = self._compared or partial(map, self._filter)
         self._open_functions()
 
     def process_element(self, value: Any) -> None:
@@ -144,13 +149,14 @@ class StreamFilter(AbstractUdfStreamOperator):
             self._collect(value)
 
     def process_batch(self, values: List[Any]) -> None:
-        out = list(filter(self._filter, values))
+        compared = self._compared
+        out = list(filter(self._filter, values) if compared is None else compress(values, compared(values)))
         if out:
             self._collect_batch(out)
 
     def process_timestamped_batch(self, values: List[Any], timestamps: List[Any]) -> None:
         """Records with a timestamp each: the kept ones as one batch, with their timestamps."""
-        keep = list(map(self._filter, values))
+        keep = list(self._results(values))
         out = list(compress(values, keep))
         if out:
             self._collect_timestamped(out, list(compress(timestamps, keep)))

@@ -87,6 +87,22 @@ class StreamSink(_SinkBase):
             for value in values:
                 invoke(value, context)
 
+    def process_timestamped_batch(self, values: List[Any], timestamps: List[Any]) -> None:
+        """Records with a timestamp each: a plain callable never sees a timestamp, so the batch
+        goes through it as in :meth:`process_batch`; a ``SinkFunction``'s context reads each
+        record's own (``context.timestamp()``)."""
+        invoke = self._invoke
+        context = self._context
+        if context is None:
+            deque(map(invoke, values), 0)
+            return
+        rc = self.record_context
+        previous = rc.timestamp
+        for value, timestamp in zip(values, timestamps):
+            rc.timestamp = timestamp
+            invoke(value, context)
+        rc.timestamp = previous
+
 
 def print_prefix(identifier: Optional[str], subtask_index: int, parallelism: int) -> str:
     """Flink's ``PrintSinkOutputWriter`` prefix: ``"id:3> "``, ``"3> "``, ``"id> "`` or ``""``."""

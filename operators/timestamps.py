@@ -11,7 +11,8 @@ except the end-of-input ``Long.MAX_VALUE`` one. Idleness marked by the generator
 is emitted as a ``WatermarkStatus`` where the output supports it.
 
 Batch paths: ``process_batch`` / ``process_timestamped_batch`` call the user's
-assigner once per record, check the batch's timestamps are ints in one C pass
+assigner once per record (an assigner whose body only reads a field, ``return value[4]``,
+runs as the ``operator.itemgetter`` doing that: ``core.field_selectors``), check the batch's timestamps are ints in one C pass
 (``sum``; a record whose timestamp is not is named in the error) and hand the
 generator the whole batch (``on_timestamps``: one call; the built-in generators
 take the maximum in C).
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional
 
+from raylink.core.field_selectors import field_getter
 from raylink.core.options import PipelineOptions, read_option
 from raylink.core.reprs import record_repr
 from raylink.core.watermark_strategy import (
@@ -112,6 +114,9 @@ class TimestampsAndWatermarksOperator(StreamOperator):
         assigner = self.strategy.create_timestamp_assigner()
         self._keeps_timestamps = type(assigner) is RecordTimestampAssigner
         self._extract = assigner.extract_timestamp
+        # an assigner that only reads a field (``return value[4]``) runs as its itemgetter
+        getter = field_getter(self._extract, unused_args=1)
+        self._field = None if getter is self._extract else getter
         open_hook = getattr(assigner, "open", None)
         if callable(open_hook):
             open_hook(rc)
@@ -149,6 +154,8 @@ class TimestampsAndWatermarksOperator(StreamOperator):
                 self._collect_batch(values)
                 self._on_timestamps(values, [previous] * len(values), self.wm_output)
                 return
+        elif self._field is not None:
+            timestamps = list(map(self._field, values))
         else:
             record_ts = MIN_WATERMARK if previous is None else previous
             extract = self._extract
@@ -160,7 +167,9 @@ class TimestampsAndWatermarksOperator(StreamOperator):
 
     def process_timestamped_batch(self, values: List[Any], timestamps: List[int]) -> None:
         """Records that each carry their own timestamp (a run read from the network)."""
-        if not self._keeps_timestamps:
+        if self._field is not None:
+            timestamps = list(map(self._field, values))
+        elif not self._keeps_timestamps:
             timestamps = list(map(self._extract, values, timestamps))
         self._emit_batch(values, timestamps)
 

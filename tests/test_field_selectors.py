@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from raylink.api import StreamExecutionEnvironment
-from raylink.core.field_selectors import field_getter
+from raylink.core.field_selectors import field_comparison, field_getter
 from raylink.core.functions import KeySelector, MapFunction
 from raylink.operators.base import resolve_key_selector
 from raylink.operators.basic import StreamMap
@@ -176,3 +176,114 @@ def test_a_job_with_projecting_maps_gives_the_projected_records():
     with projected.execute_and_collect() as results:
         got = sorted(results)
     assert got == [(r["id"], r["name"]) for r in rows]
+
+
+# -- filters that compare one field -------------------------------------------------------------------
+KIND = 2
+
+
+def compares(fn):
+    return field_comparison(fn) is not None
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda e: e[0] == KIND,
+        lambda e: e[0] == 2,
+        lambda e: e[1] != "x",
+        lambda e: e["name"] < "m",
+        lambda e: e[-1] <= 1.5,
+        lambda e: e[0] > KIND,
+        lambda e: e[0] >= None,
+    ],
+    ids=["== global", "== const", "!= str", "< by name", "<= negative", "> global", ">= None"],
+)
+def test_field_comparisons_run_as_operator_functions(fn):
+    assert compares(fn)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda e: KIND == e[0],  # the operand first
+        lambda e: e[0] % 3 == 0,
+        lambda e: e[0][1] == 1,
+        lambda e: e[0] is None,
+        lambda e: e[0] in (1, 2),
+        lambda e: e[0] == e[1],
+        lambda e, k=2: e[0] == k,
+        lambda e: e[0],
+        lambda e: e[1.5] == 1,
+        len,
+    ],
+)
+def test_other_predicates_are_left_alone(fn):
+    assert not compares(fn)
+
+
+def test_a_closure_operand_is_left_alone():
+    kind = 2
+    assert not compares(lambda e: e[0] == kind)
+
+
+predicates = [
+    lambda e: e[0] == KIND,
+    lambda e: e[0] != 2,
+    lambda e: e[0] < KIND,
+    lambda e: e[1] >= "b",
+    lambda e: e["name"] == 1,
+    lambda e: e[-1] > 0.5,
+]
+
+
+@given(st.lists(records, max_size=5))
+def test_the_comparison_gives_and_raises_what_the_predicate_does(values):
+    for fn in predicates:
+        want = [outcome(fn, value) for value in values]
+        compared = field_comparison(fn)
+        got = []
+        for value in values:  # one record per batch: an error does not hide the others' results
+            try:
+                got.append(("ok", next(iter(compared([value])))))
+            except Exception as e:  # noqa: BLE001 - the same exception is the point
+                got.append(("raised", type(e), str(e)))
+        assert got == want
+
+
+def test_a_global_is_read_at_each_batch_and_an_unbound_one_raises_name_error():
+    global KIND
+    compared = field_comparison(lambda e: e[0] == KIND)
+    rows = [(1,), (2,), (3,)]
+    assert list(compared(rows)) == [False, True, False]
+    try:
+        KIND = 3
+        assert list(compared(rows)) == [False, False, True]
+        del KIND
+        with pytest.raises(NameError, match="KIND"):
+            list(compared(rows))
+    finally:
+        KIND = 2
+
+
+def test_a_filter_job_that_compares_a_field_keeps_what_python_keeps():
+    env = StreamExecutionEnvironment.get_execution_environment()
+    env.set_parallelism(2)
+    rows = [(i % 4, f"n{i}") for i in range(200)]
+    kept = env.from_collection(rows).filter(lambda r: r[0] == KIND).filter(lambda r: r[1] != "n6")
+    with kept.execute_and_collect() as results:
+        got = sorted(results)
+    assert got == sorted(r for r in rows if r[0] == KIND and r[1] != "n6")
+
+
+def test_a_filter_operator_runs_the_comparison_on_both_batch_paths():
+    from raylink.operators.basic import StreamFilter
+    from raylink.tests.test_operators_basic import start
+
+    op = StreamFilter(lambda e: e[0] == KIND)
+    harness = start(op)
+    assert op._compared is not None
+    op.process_batch([(1, "a"), (2, "b")])
+    harness.process_timestamped([((2, "c"), 5), ((3, "d"), 6), ((2, "e"), 7)])
+    assert harness.output.records == [(2, "b"), (2, "c"), (2, "e")]
+    assert harness.output.timestamps[1:] == [5, 7]

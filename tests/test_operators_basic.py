@@ -289,6 +289,14 @@ def test_sink_callable_and_sink_function_with_context():
     harness.process_watermark(8)
     harness.process_elements(["b", "c"], timestamp=9)
     assert calls == [("a", 9, MIN_WATERMARK, 1000), ("b", 9, 8, 1000), ("c", 9, 8, 1000)]
+    harness.process_timestamped([("d", 4), ("e", 5)])  # each record's own timestamp ...
+    assert harness.record_context.timestamp == 9  # ... and the context's back after the run
+    harness.process_element("f", timestamp=6)
+    assert calls[3:] == [("d", 4, 8, 1000), ("e", 5, 8, 1000), ("f", 6, 8, 1000)]
+
+    got.clear()
+    start(op).process_timestamped([(4, 10), (5, 11)])  # a plain callable gets the values
+    assert got == [4, 5]
 
 
 @pytest.mark.parametrize(

@@ -161,6 +161,46 @@ def test_operator_assigns_timestamps_and_emits_periodically_on_the_clock():
     assert harness.processing_time_service.num_pending() == 0
 
 
+class ByFieldInTwoSteps(TimestampAssigner):
+    """ByField's result, in a body that is not only a field read (so not rewritten)."""
+
+    def extract_timestamp(self, value, record_timestamp):
+        ts = value[1]
+        return ts
+
+
+def _assigned(assigner, batches):
+    """What the operator emits for ``batches`` (plain, then carrying timestamps), or the error."""
+    harness = start_operator(WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(assigner))
+    try:
+        for batch in batches:
+            harness.process_elements(batch)
+            harness.process_timestamped([(value, 1) for value in batch])
+    except Exception as e:  # noqa: BLE001 - the same error is the point
+        return ("raised", type(e), str(e))
+    return ("ok", harness.output.records, harness.output.timestamps)
+
+
+@pytest.mark.parametrize(
+    "batches",
+    [
+        [[("a", 100), ("b", 90)], [("c", 120)]],
+        [[("a", 100), ("b", 1.5)]],  # not an int: the record is named
+        [[("a", 100), ("b",)]],  # no such field
+        [[{"x": 1}]],  # not indexable by 1
+    ],
+    ids=["ints", "float", "short", "dict"],
+)
+def test_an_assigner_that_reads_a_field_runs_as_its_itemgetter_with_the_same_outcome(batches):
+    import operator
+
+    harness = start_operator(WatermarkStrategy.no_watermarks().with_timestamp_assigner(ByField()))
+    assert isinstance(harness.operator._field, operator.itemgetter)
+    slow = start_operator(WatermarkStrategy.no_watermarks().with_timestamp_assigner(ByFieldInTwoSteps()))
+    assert slow.operator._field is None
+    assert _assigned(ByField(), batches) == _assigned(ByFieldInTwoSteps(), batches)
+
+
 def test_operator_keeps_record_timestamps_without_an_assigner_and_final_emit_at_end_of_input():
     harness = start_operator(WatermarkStrategy.for_monotonous_timestamps(), interval="0 ms")
     assert harness.processing_time_service.num_pending() == 0  # interval 0: no periodic emission
