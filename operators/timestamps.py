@@ -12,10 +12,10 @@ is emitted as a ``WatermarkStatus`` where the output supports it.
 
 Batch paths: ``process_batch`` / ``process_timestamped_batch`` call the user's
 assigner once per record (an assigner whose body only reads a field, ``return value[4]``,
-runs as the ``operator.itemgetter`` doing that: ``core.field_selectors``), check the batch's timestamps are ints in one C pass
-(``sum``; a record whose timestamp is not is named in the error) and hand the
-generator the whole batch (``on_timestamps``: one call; the built-in generators
-take the maximum in C).
+runs as the ``operator.itemgetter`` doing that: ``core.field_selectors``), check the
+batch's timestamps are ints in one C pass (``sum``; a record whose timestamp is not is
+named in the error) and hand the generator the whole batch (``on_timestamps``: one call;
+the built-in generators take the maximum in C).
 Not thread-safe: one instance per subtask, driven by its task thread.
 """
 
