@@ -324,7 +324,7 @@ def test_query_equals_brute_force(name, parallelism):
     check(name, parallelism)
 
 
-@pytest.mark.parametrize("name", ["q3", "q4", "q5", "q7", "q9", "q11", "q19"])
+@pytest.mark.parametrize("name", sorted(REFERENCES, key=lambda q: int(q[1:])))
 def test_query_at_parallelism_3(name):
     check(name, 3)
 
@@ -344,7 +344,7 @@ def test_stateful_query_on_each_state_backend(name, state_backend):
     check(name, 2)
 
 
-@pytest.mark.parametrize("name", ["q5", "q9", "q20"])
+@pytest.mark.parametrize("name", sorted(REFERENCES, key=lambda q: int(q[1:])))
 def test_query_on_ray(name, ray_session):
     check(name, 2, "ray")
 
