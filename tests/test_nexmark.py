@@ -287,6 +287,8 @@ def ref_q13(evs, table=None):
 
 #: q12 counts in processing-time windows: checked on its own below
 REFERENCES = {name: globals()[f"ref_{name}"] for name in QUERIES if name != "q12"}
+#: the queries with a reference, in number order (q12, processing time, has a test of its own)
+REFERENCED = sorted(REFERENCES, key=lambda q: int(q[1:]))
 #: updating queries: the last tuple per key (these many leading columns) is the result
 UPDATING = {"q4": 1, "q9": 1, "q15": 1, "q16": 2, "q17": 2, "q18": 2, "q19": None}
 CONFIGS = {"q14": DAYLONG, "q15": MIDNIGHT, "q16": MIDNIGHT, "q17": MIDNIGHT, "q10": MIDNIGHT}
@@ -319,12 +321,12 @@ def check(name, parallelism, target="local"):
 
 # -- queries ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("parallelism", [1, 2])
-@pytest.mark.parametrize("name", sorted(REFERENCES, key=lambda q: int(q[1:])))
+@pytest.mark.parametrize("name", REFERENCED)
 def test_query_equals_brute_force(name, parallelism):
     check(name, parallelism)
 
 
-@pytest.mark.parametrize("name", sorted(REFERENCES, key=lambda q: int(q[1:])))
+@pytest.mark.parametrize("name", REFERENCED)
 def test_query_at_parallelism_3(name):
     check(name, 3)
 
@@ -344,7 +346,7 @@ def test_stateful_query_on_each_state_backend(name, state_backend):
     check(name, 2)
 
 
-@pytest.mark.parametrize("name", sorted(REFERENCES, key=lambda q: int(q[1:])))
+@pytest.mark.parametrize("name", REFERENCED)
 def test_query_on_ray(name, ray_session):
     check(name, 2, "ray")
 
@@ -573,7 +575,7 @@ def test_the_flink_check_writes_the_events_in_the_datagen_tables_json_shape(tmp_
 
 
 # -- the plain loops bench/nexmark.py times the jobs against --------------------------------------
-@pytest.mark.parametrize("name", sorted(set(REFERENCES) - {"q12"}, key=lambda q: int(q[1:])))
+@pytest.mark.parametrize("name", REFERENCED)
 def test_the_plain_loop_of_each_query_equals_brute_force(name):
     from raylink.bench.nexmark.loops import LOOPS
 
