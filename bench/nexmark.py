@@ -111,7 +111,7 @@ def loop_rows(query: str, evs: List[Any]) -> List[tuple]:
 
 def pyflink_times(python: str, replay_tuples: str, config: Any, queries: List[str], parallelism: int) -> tuple:
     """``({query: (run s, wall s)}, reason)``: PyFlink 2.3 running the queries in a subprocess of
-    its venv; ``reason`` says why there are none (no venv, a failure)."""
+    its venv; ``reason`` says why there are none (no venv, a failure) or which queries failed."""
     if not os.path.exists(python):
         return (
             {},
@@ -129,11 +129,12 @@ def pyflink_times(python: str, replay_tuples: str, config: Any, queries: List[st
         timeout=7200,
         env=dict(os.environ, PATH=path),
     )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         return {}, f"PyFlink run failed (exit {done.returncode}): {done.stderr.strip()[-400:]}"
-    times = json.loads(lines[-1])
-    return {q: tuple(v) for q, v in times.items()}, ""
+    failed = lines[0].get("failed", {}) if len(lines) > 1 else {}
+    reason = "; ".join(f"{q} failed: {error}" for q, error in failed.items())
+    return {q: tuple(v) for q, v in lines[-1].items()}, reason
 
 
 def sql_times(flink_lib: str, nexmark: str, config: Any, queries: List[str]) -> tuple:
@@ -264,6 +265,8 @@ def run(
     if not pyflink:
         lines.append(f"PyFlink column skipped: {pyflink_reason}")
     else:
+        if pyflink_reason:
+            lines.append(f"PyFlink: {pyflink_reason}")
         lines.append(
             "PyFlink: its job's net runtime (its Python workers' start included), one run per query at p=2 "
             "(x: vs the median loop; p2/PyF: PyFlink's time over raylink's p=2 run)"

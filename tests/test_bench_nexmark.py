@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -42,3 +43,17 @@ def test_an_unknown_query_is_refused_naming_it(capsys):
     with pytest.raises(SystemExit):
         _bench().main(["--queries", "q0,q99"])
     assert "q99" in capsys.readouterr().err
+
+
+def test_a_pyflink_query_that_fails_is_named_and_the_others_keep_their_times(tmp_path):
+    # the PyFlink venv's python as the bench calls it: its run prints the failed queries, then the times
+    python = tmp_path / "python"
+    python.write_text(
+        "#!/bin/sh\n"
+        'echo \'{"failed": {"q5": "Py4JJavaError: job failed ... Caused by: boom"}}\'\n'
+        "echo '{\"q0\": [1.5, 2.0]}'\n"
+    )
+    python.chmod(0o755)
+    times, reason = _bench().pyflink_times(str(python), "events.pickle", SimpleNamespace(events=10), ["q0", "q5"], 2)
+    assert times == {"q0": (1.5, 2.0)}
+    assert reason == "q5 failed: Py4JJavaError: job failed ... Caused by: boom"

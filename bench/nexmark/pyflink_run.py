@@ -11,8 +11,8 @@ tuple -- and copies ``generator.py`` and ``queries.py`` into it unchanged, ships
 PyFlink's Python workers (``add_python_file``) and imports ``queries`` from it. Each query's job:
 ``NumberSequenceSource(0, N - 1)`` -> ``map`` to the replayed event of that index (the events as
 nested tuples, pickled by the bench) -> ``assign_timestamps_and_watermarks(watermark_strategy())``
--> ``qN`` -> Flink's ``DiscardingSink``. Prints one JSON line: query -> ``[net runtime s, wall s
-incl. job submission]``. Thread-safety: a command-line tool.
+-> ``qN`` -> Flink's ``DiscardingSink``. Prints two JSON lines: ``{"failed": {query: error}}``, the queries whose job
+failed, then query -> ``[net runtime s, wall s incl. job submission]``. Thread-safety: a command-line tool.
 """
 
 from __future__ import annotations
@@ -124,6 +124,13 @@ def run_query(query: str, shims: str, replay: str, events: int, parallelism: int
     return min(wall, result.get_net_runtime() / 1000), wall
 
 
+def _summary(error: Exception) -> str:
+    """The error's first line and its last Java ``Caused by:`` line (a Py4J error holds the stack)."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()] or [""]
+    causes = [line for line in lines if line.startswith("Caused by:")]
+    return f"{type(error).__name__}: {lines[0]}" + (f" ... {causes[-1]}" if causes else "")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replay", required=True)
@@ -134,11 +141,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     folder = tempfile.mkdtemp(prefix="nexmark-pyflink-")
     try:
         sys.path.insert(0, lay_out_shims(folder))
-        times = {}
+        times, failed = {}, {}
         for query in args.queries.split(","):
-            times[query] = run_query(query, folder, args.replay, args.events, args.parallelism)
+            try:
+                times[query] = run_query(query, folder, args.replay, args.events, args.parallelism)
+            except Exception as error:  # one query's failure leaves the others' times
+                failed[query] = _summary(error)
+                print(f"{query}: failed: {failed[query]}", file=sys.stderr, flush=True)
+                continue
             print(f"{query}: {times[query][0]:.2f} s", file=sys.stderr, flush=True)
-        print(json.dumps(times), flush=True)
+        print(json.dumps({"failed": failed}), flush=True)
+        print(json.dumps(times), flush=True)  # last: the times
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return 0
