@@ -131,6 +131,14 @@ def key_group_of_hash(key_hash: int, int max_parallelism) -> int:
     return _murmur_int(<uint32_t>(key_hash & 0xFFFFFFFF)) % max_parallelism
 
 
+def assign_to_key_group(stable_hash, key, int max_parallelism) -> int:
+    """``core.key_groups.assign_to_key_group(key, max_parallelism)``, str, int and tuple keys hashed
+    here (``stable_hash`` first: a ``partial`` of it is the state backend's per-key function)."""
+    if key is None:
+        raise ValueError("Assigned key must not be null!")
+    return _murmur_int(_stable_hash(key, stable_hash)) % max_parallelism
+
+
 cdef uint32_t _str_hash(object key) except? 0xFFFFFFFF:
     """MurmurHash3 of a str's UTF-8 bytes, a lone surrogate as its three bytes ('surrogatepass',
     as ``core.key_groups``: the same bytes as UTF-8 for every str without one)."""
@@ -147,13 +155,24 @@ cdef uint32_t _str_hash(object key) except? 0xFFFFFFFF:
 
 
 cdef inline uint32_t _stable_hash(object key, object stable_hash) except? 0xFFFFFFFF:
-    """``core.key_groups.stable_hash`` for str and int by exact type, else the Python one."""
+    """``core.key_groups.stable_hash`` for str, int and tuple by exact type, else the Python one."""
     cdef type t = type(key)
     if t is str:
         return _str_hash(key)
     if t is int or t is bool:
         return <uint32_t>PyObject_Hash(key)
+    if t is tuple:
+        return _tuple_hash(<tuple>key, stable_hash)
     return <uint32_t>(stable_hash(key) & 0xFFFFFFFF)
+
+
+cdef uint32_t _tuple_hash(tuple key, object stable_hash) except? 0xFFFFFFFF:
+    """Java's ``List.hashCode`` of the items' stable hashes, a ``None`` item as 0 (the tuple case
+    of ``core.key_groups.stable_hash``; uint32 arithmetic wraps as its ``& 0xFFFFFFFF``)."""
+    cdef uint32_t h = 1
+    for item in key:
+        h = 31 * h + (0 if item is None else _stable_hash(item, stable_hash))
+    return h
 
 
 cdef inline Py_ssize_t _channel_of(

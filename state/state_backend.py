@@ -6,8 +6,8 @@ state is a ``StateTable`` (``raylink.state.state_table``: plain dicts ``key -> v
 copy-on-write layers); state is snapshotted, restored and rescaled by key group, the key
 group of each key being derived when a snapshot is read (Flink keeps one ``StateMap`` per key
 group; one dict saves the hot path a lookup per record). A key's key group is
-computed once (``assign_to_key_group`` from ``raylink.core.key_groups``),
-validated against the range and cached.
+computed once (``assign_to_key_group`` from ``raylink.core.key_groups``; its compiled twin in
+``shuffle._hotpath`` where built), validated against the range and cached.
 
 Two access paths:
 
@@ -51,12 +51,14 @@ import importlib
 import itertools
 import sys
 import uuid
+from functools import partial
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
-from raylink.core.key_groups import assign_to_key_group
+from raylink.core.key_groups import assign_to_key_group, stable_hash
 from raylink.core.options import CheckpointingOptions, StateBackendOptions, read_option
 from raylink.core.reprs import record_repr
 from raylink.core.state import AggregatingState, ListState, MapState, ReducingState, State, ValueState
+from raylink.shuffle.hotpath import NATIVE
 from raylink.state.heap_incremental import HeapIncrementalSnapshot
 from raylink.state.state_table import (
     NAMESPACED,
@@ -72,6 +74,8 @@ from raylink.state.state_table import (
 from raylink.state.ttl_state import TTL, create_ttl_state, ttl_config_of, wall_clock_millis
 
 NULL_KEY_MESSAGE = "Assigned key must not be null!"
+#: ``(key, max_parallelism) -> key group``: compiled for str, int and tuple keys where the build has it
+_assign_key_group = assign_to_key_group if NATIVE is None else partial(NATIVE.assign_to_key_group, stable_hash)
 _MAX_KEY_CACHE = 1 << 20  # cached key -> key group entries before the cache is reset
 
 Snapshot = Dict[int, Dict[str, Dict[Any, Any]]]
@@ -493,7 +497,7 @@ class HeapKeyedStateBackend:
     """
 
     def __init__(self, key_group_range: Any, max_parallelism: int) -> None:
-        self._assign = assign_to_key_group
+        self._assign = _assign_key_group
         self.start, self.end = _normalize_range(key_group_range)
         if not 0 <= self.start <= self.end < max_parallelism:
             raise ValueError(f"key group range [{self.start}, {self.end}] not within max parallelism {max_parallelism}")

@@ -124,6 +124,17 @@ def test_murmur_hash_is_flinks(code):
         assert native.key_group_of_hash(code, max_parallelism) == murmur_hash(code) % max_parallelism
 
 
+@needs_native
+@SETTINGS
+@given(st.one_of(keys, st.none()), st.sampled_from([1, 7, 128, 32768]))
+def test_compiled_key_group_of_a_key_equals_the_pure_twin(key, max_parallelism):
+    # the heap state backend's key group of every key it holds: a process on the pure path must
+    # find the same key group for a key (restoring its snapshot, or a rescaled one)
+    compiled = _outcome(native.assign_to_key_group, stable_hash, key, max_parallelism)
+    assert compiled == _outcome(assign_to_key_group, key, max_parallelism)
+    assert compiled[0] == "ok" or key is None
+
+
 # -- keyed channel selection and bucketing -----------------------------------------------
 @SETTINGS
 @given(st.lists(keys, max_size=60), st.integers(1, 5), st.sampled_from([None, 7, 128, 1000]))
