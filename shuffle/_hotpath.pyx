@@ -162,16 +162,29 @@ cdef inline uint32_t _stable_hash(object key, object stable_hash) except? 0xFFFF
     if t is int or t is bool:
         return <uint32_t>PyObject_Hash(key)
     if t is tuple:
-        return _tuple_hash(<tuple>key, stable_hash)
+        return _tuple_hash(<tuple>key, stable_hash, 0)
     return <uint32_t>(stable_hash(key) & 0xFFFFFFFF)
 
 
-cdef uint32_t _tuple_hash(tuple key, object stable_hash) except? 0xFFFFFFFF:
+#: tuples nested deeper than this are hashed by the Python function (whose recursion limit turns a
+#: pathological key into a RecursionError, where C recursion would overflow the thread's stack)
+cdef int _MAX_TUPLE_DEPTH = 16
+
+
+cdef uint32_t _tuple_hash(tuple key, object stable_hash, int depth) except? 0xFFFFFFFF:
     """Java's ``List.hashCode`` of the items' stable hashes, a ``None`` item as 0 (the tuple case
     of ``core.key_groups.stable_hash``; uint32 arithmetic wraps as its ``& 0xFFFFFFFF``)."""
     cdef uint32_t h = 1
     for item in key:
-        h = 31 * h + (0 if item is None else _stable_hash(item, stable_hash))
+        if item is None:
+            h = 31 * h
+        elif type(item) is tuple:
+            if depth >= _MAX_TUPLE_DEPTH:
+                h = 31 * h + <uint32_t>(stable_hash(item) & 0xFFFFFFFF)
+            else:
+                h = 31 * h + _tuple_hash(<tuple>item, stable_hash, depth + 1)
+        else:
+            h = 31 * h + _stable_hash(item, stable_hash)
     return h
 
 

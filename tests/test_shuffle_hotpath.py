@@ -135,6 +135,19 @@ def test_compiled_key_group_of_a_key_equals_the_pure_twin(key, max_parallelism):
     assert compiled[0] == "ok" or key is None
 
 
+@needs_native
+def test_deeply_nested_tuple_keys_hash_alike_and_a_pathological_one_raises_instead_of_crashing():
+    key = 1
+    for i in range(40):  # past the depth the compiled hash recurses to
+        key = (key, i, None)
+    assert native.assign_to_key_group(stable_hash, key, 128) == assign_to_key_group(key, 128)
+    for _ in range(100_000):  # deeper than any stack: both raise RecursionError, the process lives
+        key = (key,)
+    for twin in (lambda: native.assign_to_key_group(stable_hash, key, 128), lambda: assign_to_key_group(key, 128)):
+        with pytest.raises(RecursionError):
+            twin()
+
+
 # -- keyed channel selection and bucketing -----------------------------------------------
 @SETTINGS
 @given(st.lists(keys, max_size=60), st.integers(1, 5), st.sampled_from([None, 7, 128, 1000]))
