@@ -133,9 +133,8 @@ def key_group_of_hash(key_hash: int, int max_parallelism) -> int:
 
 def assign_to_key_group(stable_hash, key, int max_parallelism) -> int:
     """``core.key_groups.assign_to_key_group(key, max_parallelism)``, str, int and tuple keys hashed
-    here (``stable_hash`` first: a ``partial`` of it is the state backend's per-key function)."""
-    if key is None:
-        raise ValueError("Assigned key must not be null!")
+    here (``stable_hash`` first: a ``partial`` of it is the state backend's per-key function); a
+    ``None`` key reaches ``stable_hash``, which raises Flink's null-key error."""
     return _murmur_int(_stable_hash(key, stable_hash)) % max_parallelism
 
 
