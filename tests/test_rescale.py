@@ -281,6 +281,31 @@ def test_a_job_that_is_not_running_is_not_rescaled(tmp_path):
         client.rescale({"Sequence Source": 1}).result(0)
 
 
+@pytest.mark.timeout(300)
+def test_a_job_that_finishes_as_its_rescale_begins_is_refused_as_finished_and_commits_once(tmp_path):
+    """The autoscaler's race at the end of a bounded input: the job FINISHES after the rescale was
+    accepted, before its checkpoint is taken. The rescale is refused as for any job that is not
+    running (not as a failed checkpoint), and the job's output stands as committed."""
+    env = rescale_env("local", tmp_path)
+    build(env, tmp_path)
+    client = env.execute_async()
+    running_with_a_checkpoint(client)
+    coordinator = client.coordinator
+    trigger = coordinator.trigger_checkpoint_now
+
+    def finish_then_checkpoint(**kwargs):
+        (tmp_path / "release").write_text("go")
+        assert wait_for(lambda: client.get_job_status() == "FINISHED", client, timeout=120)
+        return trigger(**kwargs)
+
+    coordinator.trigger_checkpoint_now = finish_then_checkpoint
+    with pytest.raises(RescaleRefusedError, match="FINISHED, not RUNNING"):
+        client.rescale({"rolling-count": 3}).result(180)
+    assert client.wait(60) and client.get_job_status() == "FINISHED"
+    assert keyed_vertex(client).parallelism == 2
+    assert committed_lines(tmp_path / "out") == reference(N), "rolling counts lost or repeated"
+
+
 @pytest.mark.timeout(120)
 def test_raylink_rescale_finds_the_jobs_endpoint_and_waits_for_the_new_parallelism(idle_local_job, capsys):
     from raylink.cli.main import main

@@ -241,6 +241,7 @@ class JobAutoScaler:
                     if p > topology.vertices[vid].parallelism:
                         self._unplaceable[vid] = min(p, self._unplaceable.get(vid, p))
             self.num_errors += 1
+            self._set_state(f"The rescale was not carried out: {exc}")
             self._event("AutoscalerError", f"the rescale was not carried out: {exc}")
             log.warning("autoscaler of job '%s': the rescale was not carried out: %s", self.master.job_name, exc)
             return

@@ -320,13 +320,14 @@ class Rescaler:
                     CHECKPOINT_TIMEOUT_S
                 )
             except BaseException as exc:  # noqa: BLE001 - the job runs on as it was
+                with master._lock:  # the checkpoint failed as the job ended: say that it ended
+                    self._refuse_unless_running()
                 raise RescaleRefusedError(
                     f"job '{master.job_name}' was not rescaled: its checkpoint failed ({exc})"
                 ) from exc
             self.last_phases["checkpoint"] = int((time.monotonic() - started) * 1000) - self.last_phases["resources"]
-            with master._lock:
-                if master._done.is_set() or master._restarting or master._cancel_requested:
-                    raise RescaleRefusedError(f"job '{master.job_name}' ended or restarted while rescaling")
+            with master._lock:  # it may have finished (or failed) while the checkpoint ran
+                self._refuse_unless_running()
                 master._restarting = True
                 master._transition(JobStatus.RESTARTING)
         except BaseException as exc:  # noqa: BLE001
