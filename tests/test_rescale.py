@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 
 import pytest
 
@@ -301,6 +302,37 @@ def test_a_job_that_finishes_as_its_rescale_begins_is_refused_as_finished_and_co
     coordinator.trigger_checkpoint_now = finish_then_checkpoint
     with pytest.raises(RescaleRefusedError, match="FINISHED, not RUNNING"):
         client.rescale({"rolling-count": 3}).result(180)
+    assert client.wait(60) and client.get_job_status() == "FINISHED"
+    assert keyed_vertex(client).parallelism == 2
+    assert committed_lines(tmp_path / "out") == reference(N), "rolling counts lost or repeated"
+
+
+@pytest.mark.timeout(300)
+def test_a_job_whose_every_task_has_ended_is_refused_before_it_reports_finished(tmp_path):
+    """The same race one step later: every task has reported FINISHED but the JobMaster has not
+    yet made the job FINISHED (its status still says RUNNING). A rescale then is refused as not
+    running -- restarting the job would have it go RESTARTING -> FINISHED -- and the job finishes
+    with its output committed once."""
+    env = rescale_env("local", tmp_path)
+    build(env, tmp_path)
+    client = env.execute_async()
+    running_with_a_checkpoint(client)
+    finish, ending, go_on = client._finish, threading.Event(), threading.Event()
+
+    def finish_when_told():
+        ending.set()
+        assert go_on.wait(60), "the test did not let the job finish"
+        finish()
+
+    client._finish = finish_when_told
+    try:
+        (tmp_path / "release").write_text("go")
+        assert ending.wait(120), "the tasks did not end"
+        assert client.get_job_status() == "RUNNING"
+        with pytest.raises(RescaleRefusedError, match="every task has ended.*not RUNNING"):
+            client.rescale({"rolling-count": 3}).result(60)
+    finally:
+        go_on.set()
     assert client.wait(60) and client.get_job_status() == "FINISHED"
     assert keyed_vertex(client).parallelism == 2
     assert committed_lines(tmp_path / "out") == reference(N), "rolling counts lost or repeated"

@@ -270,11 +270,17 @@ class Rescaler:
         return result
 
     def _refuse_unless_running(self) -> None:
-        """Under the JobMaster's lock."""
+        """Under the JobMaster's lock. A job whose every task has reported its end is still RUNNING
+        until the JobMaster finishes it, but is ending: restarting it now would be RESTARTING ->
+        FINISHED, so it is refused like a job that is no longer running."""
         master = self.master
         status = master.get_job_status()
         if status is not JobStatus.RUNNING or master._restarting or master._cancel_requested:
             raise RescaleRefusedError(f"job '{master.job_name}' is {status.value}, not RUNNING: not rescaled")
+        if len(master._reports) == len(master.executions):
+            raise RescaleRefusedError(
+                f"job '{master.job_name}' is ending (every task has ended), not RUNNING: not rescaled"
+            )
 
     def _start(self, resolved: dict[str, ParallelismBounds], result: Future) -> None:
         """Under the JobMaster's lock: the rescale's thread."""
