@@ -323,7 +323,7 @@ class JobMasterBase:
             execution = self.executions[attempt_id].current_execution
             execution.state = ExecutionState(execution.state).transition_to(state)
             execution.failure_cause = error
-            last = len(self._reports) == len(self.executions)
+            last = self._every_task_reported()
         if state is ExecutionState.FINISHED and self.coordinator is not None:
             self.coordinator.task_finished(attempt_id)
         if state is ExecutionState.FAILED:
@@ -424,6 +424,11 @@ class JobMasterBase:
                 self._restarting = False
             exc.__cause__ = exc.__cause__ or cause
             self._on_failure(exc)
+
+    def _every_task_reported(self) -> bool:
+        """Under the lock: every task of this deployment has reported its end (the job is ending,
+        though its status says RUNNING until :meth:`_finish`)."""
+        return len(self._reports) == len(self.executions)
 
     def _finish(self) -> None:
         if self.coordinator is not None:

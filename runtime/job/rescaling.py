@@ -277,7 +277,7 @@ class Rescaler:
         status = master.get_job_status()
         if status is not JobStatus.RUNNING or master._restarting or master._cancel_requested:
             raise RescaleRefusedError(f"job '{master.job_name}' is {status.value}, not RUNNING: not rescaled")
-        if len(master._reports) == len(master.executions):
+        if master._every_task_reported():
             raise RescaleRefusedError(
                 f"job '{master.job_name}' is ending (every task has ended), not RUNNING: not rescaled"
             )
